@@ -1,0 +1,175 @@
+use std::collections::HashMap;
+
+use crate::attr::{AttrValue, Attribute};
+use crate::types::TensorType;
+use crate::weight::Weight;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+impl NodeId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl ValueId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// How a value comes to exist.
+#[derive(Clone, Debug)]
+pub enum ValueDef {
+    /// Fed by the caller: a graph input (or, in a subgraph, a formal input).
+    Input,
+    /// A constant stored with the model.
+    Weight(Weight),
+    /// Output number `1` of node `0`.
+    Node(NodeId, usize),
+    /// Read by a subgraph from the scope that encloses it.
+    Outer,
+}
+
+/// A tensor of the graph.
+#[derive(Clone, Debug)]
+pub struct Value {
+    pub name: String,
+    pub ty: TensorType,
+    pub def: ValueDef,
+    /// Nodes that read this value, each once, in node order. Subgraph reads count for the
+    /// node that owns the subgraph.
+    pub consumers: Vec<NodeId>,
+}
+
+impl Value {
+    pub fn producer(&self) -> Option<NodeId> {
+        match self.def {
+            ValueDef::Node(n, _) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn weight(&self) -> Option<&Weight> {
+        match &self.def {
+            ValueDef::Weight(w) => Some(w),
+            _ => None,
+        }
+    }
+}
+
+/// An operation. `inputs`/`outputs` keep the source's positions: `None` is an omitted
+/// optional slot.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub op_type: String,
+    pub domain: String,
+    pub inputs: Vec<Option<ValueId>>,
+    pub outputs: Vec<Option<ValueId>>,
+    pub attrs: Vec<Attribute>,
+    /// Values of this graph that the node's subgraphs read from the enclosing scope. They are
+    /// real inputs of the node: a partitioner must see these edges.
+    pub implicit_inputs: Vec<ValueId>,
+}
+
+impl Node {
+    pub fn attr(&self, name: &str) -> Option<&AttrValue> {
+        self.attrs.iter().find(|a| a.name == name).map(|a| &a.value)
+    }
+
+    pub fn has_subgraphs(&self) -> bool {
+        self.attrs.iter().any(|a| matches!(a.value, AttrValue::Graph(_) | AttrValue::Graphs(_)))
+    }
+
+    pub fn subgraphs(&self) -> impl Iterator<Item = &Graph> {
+        self.attrs.iter().flat_map(|a| match &a.value {
+            AttrValue::Graph(g) => std::slice::from_ref(g.as_ref()).iter(),
+            AttrValue::Graphs(gs) => gs.iter(),
+            _ => [].iter(),
+        })
+    }
+
+    /// Every value the node reads: its explicit inputs, then its subgraphs' outer reads.
+    pub fn all_inputs(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.inputs.iter().flatten().copied().chain(self.implicit_inputs.iter().copied())
+    }
+}
+
+/// A computation graph with its producer/consumer index and a topological order.
+///
+/// Built only through [`crate::GraphBuilder`], which checks its integrity, so a `Graph`
+/// always has one producer per value, no undefined read and no cycle.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub name: String,
+    pub nodes: Vec<Node>,
+    pub values: Vec<Value>,
+    /// Real inputs, in source order. Constants are never here, even where the source format
+    /// listed them as inputs.
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    /// Values read from an enclosing scope (non-empty only for subgraphs).
+    pub outer: Vec<ValueId>,
+    pub(crate) names: HashMap<String, ValueId>,
+    pub(crate) topo: Vec<NodeId>,
+}
+
+impl Graph {
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    pub fn value(&self, id: ValueId) -> &Value {
+        &self.values[id.index()]
+    }
+
+    pub fn value_mut(&mut self, id: ValueId) -> &mut Value {
+        &mut self.values[id.index()]
+    }
+
+    pub fn find(&self, name: &str) -> Option<ValueId> {
+        self.names.get(name).copied()
+    }
+
+    /// Node ids in an order where every producer comes before its consumers. It keeps the
+    /// source order wherever the source order is already topological.
+    pub fn topo_order(&self) -> &[NodeId] {
+        &self.topo
+    }
+
+    /// How a node is addressed by users: its name, or its first output's name if it has none.
+    pub fn node_label(&self, id: NodeId) -> &str {
+        let node = self.node(id);
+        if !node.name.is_empty() {
+            return &node.name;
+        }
+        node.outputs.iter().flatten().next().map_or("", |v| self.value(*v).name.as_str())
+    }
+
+    pub fn weights(&self) -> impl Iterator<Item = (ValueId, &Weight)> {
+        self.values.iter().enumerate().filter_map(|(i, v)| v.weight().map(|w| (ValueId(i as u32), w)))
+    }
+
+    /// Longest path from any input to any node, counted in nodes (0 for an empty graph).
+    pub fn depth(&self) -> usize {
+        let mut level = vec![0usize; self.nodes.len()];
+        let mut deepest = 0;
+        for &n in &self.topo {
+            let node = self.node(n);
+            let l = 1 + node
+                .all_inputs()
+                .filter_map(|v| self.value(v).producer())
+                .map(|p| level[p.index()])
+                .max()
+                .unwrap_or(0);
+            level[n.index()] = l;
+            deepest = deepest.max(l);
+        }
+        deepest
+    }
+}

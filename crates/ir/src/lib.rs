@@ -1,0 +1,25 @@
+//! Format-neutral graph IR for cleave.
+//!
+//! A [`Model`] holds one top-level [`Graph`] of [`Node`]s and [`Value`]s, plus the model-local
+//! [`Function`]s it may call. Values are tensors named as in the source file; weights are held
+//! by reference ([`WeightData`]), never copied out of the loaded file. Building a graph with
+//! [`GraphBuilder`] checks its integrity (every read defined, one producer per tensor, no cycle)
+//! and indexes producers, consumers and a topological order.
+//!
+//! Architecture invariant: this crate knows nothing about ONNX, protobuf or any engine.
+
+mod attr;
+mod builder;
+mod error;
+mod graph;
+mod model;
+mod types;
+mod weight;
+
+pub use attr::{AttrValue, Attribute};
+pub use builder::{GraphBuilder, NodeSpec};
+pub use error::GraphError;
+pub use graph::{Graph, Node, NodeId, Value, ValueDef, ValueId};
+pub use model::{Function, Model, Opset};
+pub use types::{Dim, ElemType, TensorType};
+pub use weight::{Weight, WeightData};
