@@ -1,0 +1,29 @@
+//! ONNX front-end for cleave: load and save `.onnx` files byte for byte, resolve external
+//! data, convert to the format-neutral [`cleave_ir`] graph and infer tensor types.
+//!
+//! Architecture invariant: ONNX protobuf types do not leave this crate except through
+//! [`proto`] and [`OnnxModel::proto`], which later stages use to write parts.
+//!
+//! Known loss: prost drops protobuf fields it does not know. A file written by a newer ONNX
+//! whose schema adds fields loses those fields on `save`; every field of the vendored
+//! `onnx.proto` (onnx 1.23) round-trips to identical bytes.
+
+mod dtype;
+mod error;
+mod external;
+mod infer;
+mod io;
+mod to_ir;
+
+/// The protobuf types generated from the vendored `proto/onnx.proto`.
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
+}
+
+pub use dtype::{elem_from_code, elem_to_code};
+pub use error::OnnxError;
+pub use external::read_weight;
+pub use infer::infer_types;
+pub use io::{decode_model, encode_model, write_atomic, OnnxModel};
+pub use to_ir::to_ir;

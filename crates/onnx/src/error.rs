@@ -1,0 +1,41 @@
+use std::path::PathBuf;
+
+use cleave_ir::GraphError;
+
+/// Errors of the ONNX front-end. Each names the file it concerns; the `Display` form is the
+/// cause alone, so a caller can print `file: cause` on one line.
+#[derive(Debug, thiserror::Error)]
+pub enum OnnxError {
+    #[error("cannot read: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("empty file, not an ONNX model")]
+    Empty { path: PathBuf },
+    #[error("not an ONNX model or truncated ({source})")]
+    Decode { path: PathBuf, source: prost::DecodeError },
+    #[error("not an ONNX model: it has no graph")]
+    NoGraph { path: PathBuf },
+    #[error("invalid graph: {source}")]
+    Graph { path: PathBuf, source: GraphError },
+    #[error("invalid graph in function '{function}': {source}")]
+    Function { path: PathBuf, function: String, source: GraphError },
+    #[error("tensor '{tensor}': external data {reason}")]
+    External { path: PathBuf, tensor: String, reason: String },
+    #[error("cannot write: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+impl OnnxError {
+    /// The file the error is about.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            OnnxError::Read { path, .. }
+            | OnnxError::Empty { path }
+            | OnnxError::Decode { path, .. }
+            | OnnxError::NoGraph { path }
+            | OnnxError::Graph { path, .. }
+            | OnnxError::Function { path, .. }
+            | OnnxError::External { path, .. }
+            | OnnxError::Write { path, .. } => path,
+        }
+    }
+}

@@ -1,0 +1,100 @@
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::error::OnnxError;
+use crate::external;
+use crate::proto::ModelProto;
+
+/// A decoded ONNX file. Its `bytes` fields (weights above all) are slices of the file's
+/// memory map, not copies.
+#[derive(Debug)]
+pub struct OnnxModel {
+    pub path: PathBuf,
+    pub proto: ModelProto,
+}
+
+impl OnnxModel {
+    pub fn load(path: impl AsRef<Path>) -> Result<OnnxModel, OnnxError> {
+        let path = path.as_ref().to_path_buf();
+        let bytes = map_file(&path)?;
+        if bytes.is_empty() {
+            return Err(OnnxError::Empty { path });
+        }
+        let proto = decode_model(bytes).map_err(|source| OnnxError::Decode { path: path.clone(), source })?;
+        if proto.graph.is_none() {
+            return Err(OnnxError::NoGraph { path });
+        }
+        Ok(OnnxModel { path, proto })
+    }
+
+    /// The folder external data locations are relative to.
+    pub fn base_dir(&self) -> PathBuf {
+        match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    /// Writes the model to `out` atomically. External data files it references are placed
+    /// beside `out` under the same relative locations (hard-linked where possible), so the
+    /// written model stays valid and its data stays external.
+    pub fn save(&self, out: impl AsRef<Path>) -> Result<(), OnnxError> {
+        let out = out.as_ref();
+        external::carry_external_files(&self.proto, &self.base_dir(), &self.path, out)?;
+        write_atomic(out, &encode_model(&self.proto))
+    }
+}
+
+/// Decodes a model from a buffer. With a `Bytes` buffer the weights are sliced, not copied.
+pub fn decode_model(bytes: Bytes) -> Result<ModelProto, prost::DecodeError> {
+    ModelProto::decode(bytes)
+}
+
+pub fn encode_model(model: &ModelProto) -> Vec<u8> {
+    model.encode_to_vec()
+}
+
+/// The file's contents as shared bytes backed by a read-only memory map.
+pub(crate) fn map_file(path: &Path) -> Result<Bytes, OnnxError> {
+    let read_err = |source| OnnxError::Read { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if meta.is_dir() {
+        return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "is a directory")));
+    }
+    if meta.len() == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the map is read-only. Another process truncating the file while it is mapped
+    // would fault, which is the accepted risk of every memory-mapping model loader.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_err)?;
+    Ok(Bytes::from_owner(map))
+}
+
+/// Writes `data` to a temporary file beside `path`, then renames it over `path`, so readers
+/// never see a half-written file and a failed write leaves the old one in place.
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), OnnxError> {
+    let write_err = |source| OnnxError::Write { path: path.to_path_buf(), source };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        write_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))
+    })?;
+    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(write_err)
+}

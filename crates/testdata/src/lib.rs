@@ -1,0 +1,69 @@
+//! Where the test models are. They are fetched from the onnx wheels on PyPI by
+//! `scripts/fetch-test-data.sh` into `$CLEAVE_TEST_DATA` (default `~/.cache/cleave/test-data`);
+//! nothing large is committed. A test that needs them fails, loudly, when they are missing.
+
+use std::path::{Path, PathBuf};
+
+/// The folders of ONNX's backend test data that cleave's tests use.
+pub const SUITES: [&str; 5] = ["light", "pytorch-converted", "pytorch-operator", "simple", "node"];
+
+pub const LIGHT_MODELS: [&str; 9] = [
+    "light_bvlc_alexnet",
+    "light_densenet121",
+    "light_inception_v1",
+    "light_inception_v2",
+    "light_resnet50",
+    "light_shufflenet",
+    "light_squeezenet",
+    "light_vgg19",
+    "light_zfnet512",
+];
+
+/// The test data folder. Panics with the fix when it is absent.
+pub fn dir() -> PathBuf {
+    let dir = match std::env::var_os("CLEAVE_TEST_DATA") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/cleave/test-data"),
+    };
+    if !dir.join("light/light_resnet50.onnx").is_file() || !dir.join("node").is_dir() {
+        panic!(
+            "test data missing in {}: run `bash scripts/fetch-test-data.sh` (or set CLEAVE_TEST_DATA)",
+            dir.display()
+        );
+    }
+    dir
+}
+
+pub fn light(name: &str) -> PathBuf {
+    dir().join("light").join(format!("{name}.onnx"))
+}
+
+/// The seeded randomised copy of a light model (see scripts/randomize_light.py).
+pub fn light_random(name: &str) -> PathBuf {
+    let p = dir().join("light-random").join(format!("{name}.onnx"));
+    assert!(p.is_file(), "{} missing: run `bash scripts/fetch-test-data.sh`", p.display());
+    p
+}
+
+/// Every `.onnx` file of the given suites, sorted.
+pub fn onnx_files(suites: &[&str]) -> Vec<PathBuf> {
+    let root = dir();
+    let mut out = Vec::new();
+    for s in suites {
+        collect(&root.join(s), &mut out);
+    }
+    out.sort();
+    out
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect(&p, out);
+        } else if p.extension().is_some_and(|x| x == "onnx") {
+            out.push(p);
+        }
+    }
+}
