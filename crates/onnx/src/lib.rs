@@ -24,6 +24,6 @@ pub mod proto {
 pub use dtype::{elem_from_code, elem_to_code};
 pub use error::OnnxError;
 pub use external::read_weight;
-pub use infer::infer_types;
+pub use infer::{infer_types, InferReport};
 pub use io::{decode_model, encode_model, write_atomic, OnnxModel};
 pub use to_ir::to_ir;

@@ -1,1 +1,0 @@
-pub fn infer_types(_m: &mut cleave_ir::Model) -> Vec<String> { Vec::new() }
