@@ -388,6 +388,20 @@ mod tests {
     }
 
     #[test]
+    fn constant_nodes_are_those_fed_only_by_constants() {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", f32s(&[2]));
+        b.weight("shape", Weight { elem: ElemType::I64, dims: vec![1], data: crate::WeightData::Bytes(2i64.to_le_bytes().to_vec().into()) });
+        b.node(node("fill", "ConstantOfShape", &["shape"], &["w"]));
+        b.node(node("neg", "Neg", &["w"], &["w2"]));
+        b.node(node("rand", "RandomNormal", &[], &["r"]));
+        b.node(node("add", "Add", &["x", "w2"], &["y"]));
+        let g = b.finish(false).unwrap();
+        let c = g.constant_nodes(|n| n.op_type != "RandomNormal");
+        assert_eq!(c, vec![true, true, false, false]);
+    }
+
+    #[test]
     fn top_level_graph_rejects_undefined_outputs() {
         let mut b = GraphBuilder::new("g");
         b.output("ghost");

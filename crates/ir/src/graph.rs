@@ -155,6 +155,24 @@ impl Graph {
         self.values.iter().enumerate().filter_map(|(i, v)| v.weight().map(|w| (ValueId(i as u32), w)))
     }
 
+    /// For each node, whether it computes a constant: all it reads are weights or outputs of
+    /// such nodes. `deterministic` says which ops give the same result every time (a random
+    /// generator with no inputs is not a constant). Nodes with subgraphs never count.
+    pub fn constant_nodes(&self, deterministic: impl Fn(&Node) -> bool) -> Vec<bool> {
+        let mut constant = vec![false; self.nodes.len()];
+        for &n in &self.topo {
+            let node = self.node(n);
+            constant[n.index()] = deterministic(node)
+                && !node.has_subgraphs()
+                && node.all_inputs().all(|v| match &self.value(v).def {
+                    ValueDef::Weight(_) => true,
+                    ValueDef::Node(p, _) => constant[p.index()],
+                    ValueDef::Input | ValueDef::Outer => false,
+                });
+        }
+        constant
+    }
+
     /// Longest path from any input to any node, counted in nodes (0 for an empty graph).
     pub fn depth(&self) -> usize {
         let mut level = vec![0usize; self.nodes.len()];

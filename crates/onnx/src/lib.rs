@@ -13,6 +13,7 @@ mod error;
 mod external;
 mod infer;
 mod io;
+mod ops;
 mod to_ir;
 
 /// The protobuf types generated from the vendored `proto/onnx.proto`.
@@ -25,5 +26,6 @@ pub use dtype::{elem_from_code, elem_to_code};
 pub use error::OnnxError;
 pub use external::read_weight;
 pub use infer::{infer_types, InferReport};
+pub use ops::is_deterministic;
 pub use io::{decode_model, encode_model, write_atomic, OnnxModel};
 pub use to_ir::to_ir;

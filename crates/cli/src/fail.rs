@@ -1,0 +1,43 @@
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use cleave_onnx::OnnxError;
+
+/// A failure as the user sees it: the file it concerns and the cause, on one line.
+#[derive(Debug)]
+pub struct Fail {
+    file: Option<PathBuf>,
+    cause: String,
+    code: u8,
+}
+
+impl Fail {
+    /// Bad input: exit code 2.
+    pub fn input(file: &Path, cause: impl fmt::Display) -> Fail {
+        Fail { file: Some(file.to_path_buf()), cause: one_line(cause), code: 2 }
+    }
+
+    pub fn code(&self) -> u8 {
+        self.code
+    }
+}
+
+/// Causes may embed newlines (nested errors); the report stays on one line.
+fn one_line(cause: impl fmt::Display) -> String {
+    cause.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl fmt::Display for Fail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.file {
+            Some(p) => write!(f, "{}: {}", p.display(), self.cause),
+            None => f.write_str(&self.cause),
+        }
+    }
+}
+
+impl From<OnnxError> for Fail {
+    fn from(e: OnnxError) -> Fail {
+        Fail::input(e.path(), &e)
+    }
+}

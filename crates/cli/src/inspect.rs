@@ -1,0 +1,190 @@
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cleave_ir::{Dim, Graph, Model, TensorType, ValueId};
+use cleave_onnx::{infer_types, to_ir, OnnxModel};
+use serde::Serialize;
+
+use crate::Fail;
+
+#[derive(Serialize)]
+struct Summary {
+    file: String,
+    format: &'static str,
+    ir_version: i64,
+    producer: String,
+    opsets: Vec<OpsetJson>,
+    nodes: usize,
+    depth: usize,
+    ops: BTreeMap<String, usize>,
+    inputs: Vec<TensorJson>,
+    outputs: Vec<TensorJson>,
+    parameters: Params,
+    /// Tensors computed from constants alone (weights made by `ConstantOfShape`, say).
+    computed_constants: Computed,
+    functions: Vec<String>,
+    /// Tensors whose element type or rank could not be determined.
+    untyped: Vec<String>,
+    /// Op types without an inference rule that left tensors untyped.
+    ops_without_inference: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct OpsetJson {
+    domain: String,
+    version: i64,
+}
+
+#[derive(Serialize)]
+struct TensorJson {
+    name: String,
+    dtype: Option<String>,
+    /// Numbers for known dims, strings for symbolic ones, null for unknown; null when the
+    /// rank itself is unknown.
+    shape: Option<Vec<serde_json::Value>>,
+}
+
+#[derive(Serialize)]
+struct Computed {
+    nodes: usize,
+    /// Bytes of their outputs, where the shapes are static.
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct Params {
+    tensors: usize,
+    bytes: u64,
+}
+
+pub fn run(path: &Path, json: bool) -> Result<(), Fail> {
+    let onnx = OnnxModel::load(path)?;
+    let mut model = to_ir(&onnx)?;
+    let report = infer_types(&mut model);
+    let s = summarise(path, &model, report);
+    if json {
+        let text = serde_json::to_string_pretty(&s).map_err(|e| Fail::input(path, e))?;
+        println!("{text}");
+    } else {
+        print!("{}", render(&s));
+    }
+    Ok(())
+}
+
+fn summarise(path: &Path, m: &Model, report: cleave_onnx::InferReport) -> Summary {
+    let g = &m.graph;
+    let mut ops = BTreeMap::new();
+    for n in &g.nodes {
+        let key = if n.domain.is_empty() || n.domain == "ai.onnx" { n.op_type.clone() } else { format!("{}::{}", n.domain, n.op_type) };
+        *ops.entry(key).or_insert(0) += 1;
+    }
+    let weights: Vec<_> = g.weights().collect();
+    let constant = g.constant_nodes(cleave_onnx::is_deterministic);
+    let computed: Vec<_> = g.nodes.iter().zip(&constant).filter(|(_, &c)| c).map(|(n, _)| n).collect();
+    let computed_bytes = computed.iter().flat_map(|n| n.outputs.iter().flatten()).filter_map(|&v| g.value(v).ty.byte_size()).sum();
+    Summary {
+        file: path.display().to_string(),
+        format: m.format,
+        ir_version: m.format_version,
+        producer: m.producer.clone(),
+        opsets: m.opsets.iter().map(|o| OpsetJson { domain: if o.domain.is_empty() { "ai.onnx".into() } else { o.domain.clone() }, version: o.version }).collect(),
+        nodes: g.nodes.len(),
+        depth: g.depth(),
+        ops,
+        inputs: g.inputs.iter().map(|&v| tensor(g, v)).collect(),
+        outputs: g.outputs.iter().map(|&v| tensor(g, v)).collect(),
+        parameters: Params { tensors: weights.len(), bytes: weights.iter().map(|(_, w)| w.byte_len()).sum() },
+        computed_constants: Computed { nodes: computed.len(), bytes: computed_bytes },
+        functions: m.functions.iter().map(|f| format!("{}::{}", f.domain, f.name)).collect(),
+        untyped: report.untyped,
+        ops_without_inference: report.unknown_ops,
+    }
+}
+
+fn tensor(g: &Graph, v: ValueId) -> TensorJson {
+    let value = g.value(v);
+    let TensorType { elem, shape } = &value.ty;
+    TensorJson {
+        name: value.name.clone(),
+        dtype: elem.map(|e| e.name()),
+        shape: shape.as_ref().map(|dims| {
+            dims.iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => serde_json::Value::from(*n),
+                    Dim::Param(p) => serde_json::Value::from(p.as_str()),
+                    Dim::Unknown => serde_json::Value::Null,
+                })
+                .collect()
+        }),
+    }
+}
+
+fn render(s: &Summary) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "model      {}", s.file);
+    let producer = if s.producer.is_empty() { String::new() } else { format!(", producer {}", s.producer) };
+    let _ = writeln!(o, "format     {} (IR version {}{producer})", s.format, s.ir_version);
+    let opsets: Vec<String> = s.opsets.iter().map(|o| format!("{} {}", o.domain, o.version)).collect();
+    let _ = writeln!(o, "opsets     {}", opsets.join(", "));
+    let _ = writeln!(o, "nodes      {} (graph depth {})", s.nodes, s.depth);
+    let mut ops: Vec<_> = s.ops.iter().collect();
+    ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let ops: Vec<String> = ops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(o, "ops        {}", ops.join(", "));
+    let _ = writeln!(o, "parameters {} in {} constant tensors", human_bytes(s.parameters.bytes), s.parameters.tensors);
+    if s.computed_constants.nodes > 0 {
+        let _ = writeln!(o, "           + {} computed from constants by {} nodes", human_bytes(s.computed_constants.bytes), s.computed_constants.nodes);
+    }
+    for (title, list) in [("inputs", &s.inputs), ("outputs", &s.outputs)] {
+        let _ = writeln!(o, "{title}");
+        for t in list {
+            let _ = writeln!(o, "  {}  {}", t.name, describe(t));
+        }
+    }
+    if !s.functions.is_empty() {
+        let _ = writeln!(o, "functions  {}", s.functions.join(", "));
+    }
+    if s.untyped.is_empty() {
+        let _ = writeln!(o, "types      every tensor has an element type and a rank");
+    } else {
+        let _ = writeln!(o, "untyped    {} tensors: {}", s.untyped.len(), s.untyped.join(", "));
+        if !s.ops_without_inference.is_empty() {
+            let _ = writeln!(o, "           (no inference rule for: {})", s.ops_without_inference.join(", "));
+        }
+    }
+    o
+}
+
+fn describe(t: &TensorJson) -> String {
+    let dtype = t.dtype.clone().unwrap_or_else(|| "?".into());
+    let shape = match &t.shape {
+        None => "[?]".to_string(),
+        Some(d) => {
+            let dims: Vec<String> = d.iter().map(|v| match v {
+                serde_json::Value::Null => "?".to_string(),
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }).collect();
+            format!("[{}]", dims.join(","))
+        }
+    };
+    format!("{dtype}{shape}")
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut unit = "";
+    for u in UNITS {
+        v /= 1024.0;
+        unit = u;
+        if v < 1024.0 {
+            break;
+        }
+    }
+    format!("{v:.1} {unit} ({n} bytes)")
+}

@@ -1,0 +1,266 @@
+//! The `cleave` binary as a user runs it: outputs, exit codes and one-line errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cleave_onnx::proto::{self, tensor_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, ValueInfoProto};
+use cleave_testdata::{light, onnx_files, SUITES};
+use prost::Message;
+
+fn cleave(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cleave")).args(args).output().unwrap()
+}
+
+fn os<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> &std::ffi::OsStr {
+    s.as_ref()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit code 2, exactly one line on stderr naming the file, no panic.
+fn assert_bad_input(o: &Output, file: &Path, cause: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains(&file.display().to_string()), "does not name {}: {err}", file.display());
+    assert!(err.contains(cause), "does not say '{cause}': {err}");
+}
+
+fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
+    use proto::tensor_shape_proto::{dimension, Dimension};
+    use proto::type_proto::{Tensor, Value};
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(proto::TypeProto {
+            value: Some(Value::TensorType(Tensor {
+                elem_type: Some(tensor_proto::DataType::Float as i32),
+                shape: Some(proto::TensorShapeProto {
+                    dim: dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() }).collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn node(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
+    NodeProto {
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: outs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, inits: Vec<TensorProto>, output: &str) -> ModelProto {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            initializer: inits,
+            input: vec![float_input("x", &[1, 4])],
+            output: vec![float_input(output, &[1, 4])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn convert_gives_identical_bytes_for_every_suite_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.onnx");
+    let files = onnx_files(&SUITES);
+    assert!(files.len() > 1800);
+    let mut bad = Vec::new();
+    for f in &files {
+        let o = cleave(&[os("convert"), f.as_os_str(), out.as_os_str()]);
+        if !o.status.success() || std::fs::read(f).unwrap() != std::fs::read(&out).unwrap() {
+            bad.push(format!("{}: {}", f.display(), stderr(&o)));
+        }
+    }
+    assert!(bad.is_empty(), "{} of {} differ: {:?}", bad.len(), files.len(), &bad[..bad.len().min(5)]);
+}
+
+#[test]
+fn inspect_reports_resnet50() {
+    let path = light("light_resnet50");
+    let o = cleave(&[os("inspect"), path.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("nodes      415 "), "{text}");
+    assert!(text.contains("gpu_0/data_0  float32[1,3,224,224]"), "{text}");
+    assert!(text.contains("every tensor has an element type and a rank"), "{text}");
+
+    let o = cleave(&[os("inspect"), path.as_os_str(), os("--json")]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["nodes"], 415);
+    assert_eq!(j["inputs"].as_array().unwrap().len(), 1, "initializers listed as inputs must not count");
+    assert_eq!(j["inputs"][0]["name"], "gpu_0/data_0");
+    assert_eq!(j["inputs"][0]["dtype"], "float32");
+    assert_eq!(j["inputs"][0]["shape"], serde_json::json!([1, 3, 224, 224]));
+    assert_eq!(j["outputs"][0]["shape"], serde_json::json!([1, 1000]));
+    assert_eq!(j["ops"]["Conv"], 53);
+    assert_eq!(j["ops"]["ConstantOfShape"], 239);
+    assert_eq!(j["untyped"], serde_json::json!([]));
+}
+
+#[test]
+fn inspect_lists_tensors_it_cannot_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut m = model(vec![node("mystery", "FrobnicateOp", &["x"], &["y"]), node("r", "Relu", &["y"], &["z"])], vec![], "z");
+    m.graph.as_mut().unwrap().output.clear();
+    m.graph.as_mut().unwrap().output.push(ValueInfoProto { name: Some("z".into()), ..Default::default() });
+    let p = write(tmp.path(), "m.onnx", &m.encode_to_vec());
+    let o = cleave(&[os("inspect"), p.as_os_str(), os("--json")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["untyped"], serde_json::json!(["y", "z"]));
+    assert_eq!(j["ops_without_inference"], serde_json::json!(["FrobnicateOp"]));
+}
+
+#[test]
+fn bad_inputs_get_one_line_and_exit_code_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let empty = write(d, "empty.onnx", b"");
+    // Seeded pseudo-random bytes (xorshift), the same on every run.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let noise: Vec<u8> = (0..1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let garbage = write(d, "garbage.onnx", &noise);
+    let resnet = std::fs::read(light("light_resnet50")).unwrap();
+    let half = write(d, "half.onnx", &resnet[..resnet.len() / 2]);
+    let undefined = write(d, "undefined.onnx", &model(vec![node("adder", "Add", &["x", "ghost"], &["y"])], vec![], "y").encode_to_vec());
+    let cyclic = write(
+        d,
+        "cyclic.onnx",
+        &model(vec![node("first", "Add", &["x", "t2"], &["t1"]), node("second", "Relu", &["t1"], &["t2"])], vec![], "t2").encode_to_vec(),
+    );
+    let dup = write(
+        d,
+        "dup.onnx",
+        &model(vec![node("a", "Relu", &["x"], &["y"]), node("b", "Neg", &["x"], &["y"])], vec![], "y").encode_to_vec(),
+    );
+    let missing = d.join("does-not-exist.onnx");
+
+    let cases: [(&Path, &str); 7] = [
+        (&empty, "empty file"),
+        (&garbage, "not an ONNX model"),
+        (&half, "not an ONNX model or truncated"),
+        (&undefined, "node 'adder' (Add) reads tensor 'ghost'"),
+        (&cyclic, "cycle: "),
+        (&dup, "tensor 'y' has two producers"),
+        (&missing, "No such file"),
+    ];
+    for (file, cause) in cases {
+        for cmd in ["inspect", "convert"] {
+            let out = d.join("out.onnx");
+            let o = if cmd == "inspect" { cleave(&[os(cmd), file.as_os_str()]) } else { cleave(&[os(cmd), file.as_os_str(), out.as_os_str()]) };
+            assert_bad_input(&o, file, cause);
+            assert!(!out.exists(), "convert wrote output for a bad model {}", file.display());
+        }
+    }
+    let cyc = stderr(&cleave(&[os("inspect"), cyclic.as_os_str()]));
+    assert!(cyc.contains("'first' -[t1]-> 'second' -[t2]-> 'first'") || cyc.contains("'second' -[t2]-> 'first' -[t1]-> 'second'"), "{cyc}");
+}
+
+#[test]
+fn convert_to_an_unwritable_place_fails_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = light("light_squeezenet");
+    let out = tmp.path().join("no/such/dir/out.onnx");
+    let o = cleave(&[os("convert"), src.as_os_str(), out.as_os_str()]);
+    assert_bad_input(&o, &out, "cannot write");
+}
+
+fn external_model(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let weights: Vec<u8> = (0..16u32).flat_map(|i| (i as f32 * 0.5 - 3.0).to_le_bytes()).collect();
+    let mut blob = vec![0xAAu8; 100]; // data need not start at offset 0
+    blob.extend_from_slice(&weights);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("data/w.bin"), &blob).unwrap();
+    let kv = |k: &str, v: &str| proto::StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    let w = TensorProto {
+        name: Some("w".into()),
+        dims: vec![4, 4],
+        data_type: Some(tensor_proto::DataType::Float as i32),
+        data_location: Some(tensor_proto::DataLocation::External as i32),
+        external_data: vec![kv("location", "data/w.bin"), kv("offset", "100"), kv("length", "64")],
+        ..Default::default()
+    };
+    let m = model(vec![node("mm", "MatMul", &["x", "w"], &["y"])], vec![w], "y");
+    let p = dir.join("ext.onnx");
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    (p, weights)
+}
+
+#[test]
+fn external_data_stays_external_and_is_read_lazily() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src_dir = tmp.path().join("src");
+    let (src, weights) = external_model(&src_dir);
+
+    let m = cleave_onnx::OnnxModel::load(&src).unwrap();
+    let ir = cleave_onnx::to_ir(&m).unwrap();
+    let (_, w) = ir.graph.weights().next().unwrap();
+    assert!(matches!(w.data, cleave_ir::WeightData::External { offset: 100, length: Some(64), .. }));
+    assert_eq!(&cleave_onnx::read_weight(w).unwrap()[..], &weights[..]);
+
+    // Convert into another folder: same model bytes, the weights file carried along.
+    let out = tmp.path().join("elsewhere/out.onnx");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let o = cleave(&[os("convert"), src.as_os_str(), out.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&src).unwrap(), std::fs::read(&out).unwrap());
+    let m2 = cleave_onnx::OnnxModel::load(&out).unwrap();
+    let ir2 = cleave_onnx::to_ir(&m2).unwrap();
+    let (_, w2) = ir2.graph.weights().next().unwrap();
+    assert_eq!(&cleave_onnx::read_weight(w2).unwrap()[..], &weights[..]);
+    assert!(tmp.path().join("elsewhere/data/w.bin").is_file());
+    // The source folder is untouched.
+    assert_eq!(std::fs::read_dir(&src_dir).unwrap().count(), 2);
+
+    // Converting onto itself leaves everything as it was.
+    let o = cleave(&[os("convert"), out.as_os_str(), out.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&src).unwrap(), std::fs::read(&out).unwrap());
+}
+
+#[test]
+fn external_data_outside_the_model_folder_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, _) = external_model(tmp.path());
+    let mut m = ModelProto::decode(&std::fs::read(&src).unwrap()[..]).unwrap();
+    let t = &mut m.graph.as_mut().unwrap().initializer[0];
+    t.external_data[0].value = Some("../../etc/passwd".into());
+    let evil = write(tmp.path(), "evil.onnx", &m.encode_to_vec());
+    let o = cleave(&[os("inspect"), evil.as_os_str()]);
+    assert_bad_input(&o, &evil, "must be a relative path inside the model's folder");
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let o = cleave(&[os("--help")]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("inspect") && text.contains("convert"), "{text}");
+}
