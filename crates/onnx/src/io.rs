@@ -21,6 +21,11 @@ impl OnnxModel {
     pub fn load(path: impl AsRef<Path>) -> Result<OnnxModel, OnnxError> {
         let path = path.as_ref().to_path_buf();
         let bytes = map_file(&path)?;
+        OnnxModel::from_bytes(bytes, path)
+    }
+
+    /// Decodes a model held in memory; `path` names it in errors and anchors external data.
+    pub fn from_bytes(bytes: Bytes, path: PathBuf) -> Result<OnnxModel, OnnxError> {
         if bytes.is_empty() {
             return Err(OnnxError::Empty { path });
         }

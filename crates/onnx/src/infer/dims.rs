@@ -42,6 +42,16 @@ pub fn product(d: &[Dim]) -> Option<i64> {
     d.iter().map(Dim::fixed).product()
 }
 
+/// The product of dims as a dim: ones drop out, so `[batch, 1, 1]` stays `batch`.
+pub fn product_dim(d: &[Dim]) -> Dim {
+    let rest: Vec<&Dim> = d.iter().filter(|x| **x != Dim::Fixed(1)).collect();
+    match rest.as_slice() {
+        [] => Dim::Fixed(1),
+        [one] => (*one).clone(),
+        many => many.iter().map(|x| x.fixed()).product::<Option<i64>>().map_or(Dim::Unknown, Dim::Fixed),
+    }
+}
+
 pub fn map_fixed(d: &Dim, f: impl Fn(i64) -> i64) -> Dim {
     match d {
         Dim::Fixed(n) => Dim::Fixed(f(*n)),
@@ -62,6 +72,9 @@ mod tests {
         assert_eq!(broadcast(&[&n, &fixed(&[4])]), n);
         assert_eq!(broadcast(&[&n, &fixed(&[7, 1])])[0], Dim::Fixed(7));
         assert_eq!(axis(-1, 4), Some(3));
+        assert_eq!(product_dim(&[Dim::Param("N".into()), Dim::Fixed(1)]), Dim::Param("N".into()));
+        assert_eq!(product_dim(&fixed(&[2, 3])), Dim::Fixed(6));
+        assert_eq!(product_dim(&[Dim::Param("N".into()), Dim::Fixed(3)]), Dim::Unknown);
         assert_eq!(axis(4, 4), None);
     }
 }

@@ -2,7 +2,7 @@
 
 use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
 
-use super::dims::{axis, broadcast, fixed, product};
+use super::dims::{axis, broadcast, fixed, product, product_dim};
 use super::{Cx, Registry};
 use crate::dtype::elem_from_code;
 
@@ -16,7 +16,7 @@ pub(crate) fn register(r: &mut Registry) {
                 return None;
             }
             let (outer, inner) = s.split_at(a);
-            Some(vec![product(outer).map_or(Dim::Unknown, Dim::Fixed), product(inner).map_or(Dim::Unknown, Dim::Fixed)])
+            Some(vec![product_dim(outer), product_dim(inner)])
         });
         vec![TensorType { elem: cx.elem(0), shape }]
     });
