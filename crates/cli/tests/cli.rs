@@ -264,3 +264,37 @@ fn help_explains_the_commands() {
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(text.contains("inspect") && text.contains("convert"), "{text}");
 }
+
+#[test]
+fn model_local_functions_are_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let body = proto::FunctionProto {
+        name: Some("ScaledRelu".into()),
+        domain: Some("local".into()),
+        input: vec!["a".into()],
+        output: vec!["b".into()],
+        node: vec![node("inner_relu", "Relu", &["a"], &["r"]), node("inner_neg", "Neg", &["r"], &["b"])],
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        ..Default::default()
+    };
+    let mut call = node("call", "ScaledRelu", &["x"], &["y"]);
+    call.domain = Some("local".into());
+    let mut m = model(vec![call], vec![], "y");
+    m.opset_import.push(OperatorSetIdProto { domain: Some("local".into()), version: Some(1) });
+    m.functions.push(body);
+    let p = write(tmp.path(), "fn.onnx", &m.encode_to_vec());
+
+    let o = cleave(&[os("inspect"), p.as_os_str(), os("--json")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["functions"], serde_json::json!(["local::ScaledRelu"]));
+    assert_eq!(j["ops"]["local::ScaledRelu"], 1);
+
+    let out = tmp.path().join("out.onnx");
+    let o = cleave(&[os("convert"), p.as_os_str(), out.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(&out).unwrap());
+    let ir = cleave_onnx::to_ir(&cleave_onnx::OnnxModel::load(&out).unwrap()).unwrap();
+    assert_eq!(ir.functions.len(), 1);
+    assert_eq!(ir.functions[0].body.nodes.len(), 2);
+}

@@ -154,8 +154,8 @@ impl TensorType {
     /// Bytes of one tensor of this type, when its shape is static and its element sized.
     pub fn byte_size(&self) -> Option<u64> {
         let bits = u64::from(self.elem?.bits()?);
-        let count: i64 = self.static_dims()?.iter().product();
-        Some((u64::try_from(count).ok()? * bits).div_ceil(8))
+        let count = self.static_dims()?.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))?;
+        Some(count.checked_mul(bits)?.div_ceil(8))
     }
 }
 

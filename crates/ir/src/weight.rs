@@ -32,7 +32,7 @@ impl Weight {
     }
 
     pub fn element_count(&self) -> u64 {
-        self.dims.iter().map(|&d| d.max(0) as u64).product()
+        self.dims.iter().fold(1u64, |acc, &d| acc.saturating_mul(d.max(0) as u64))
     }
 
     /// Bytes this weight occupies in memory or on disk.

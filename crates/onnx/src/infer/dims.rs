@@ -39,7 +39,7 @@ pub fn broadcast(shapes: &[&[Dim]]) -> Vec<Dim> {
 
 /// The product of dims, when all are known.
 pub fn product(d: &[Dim]) -> Option<i64> {
-    d.iter().map(Dim::fixed).product()
+    d.iter().try_fold(1i64, |acc, x| acc.checked_mul(x.fixed()?))
 }
 
 /// The product of dims as a dim: ones drop out, so `[batch, 1, 1]` stays `batch`.
@@ -48,7 +48,7 @@ pub fn product_dim(d: &[Dim]) -> Dim {
     match rest.as_slice() {
         [] => Dim::Fixed(1),
         [one] => (*one).clone(),
-        many => many.iter().map(|x| x.fixed()).product::<Option<i64>>().map_or(Dim::Unknown, Dim::Fixed),
+        many => many.iter().try_fold(1i64, |acc, x| acc.checked_mul(x.fixed()?)).map_or(Dim::Unknown, Dim::Fixed),
     }
 }
 

@@ -1,0 +1,205 @@
+use cleave_device::{Profiles, Verdict};
+use cleave_ir::{Graph, NodeId};
+
+use crate::part_file::PartFile;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AssignError {
+    /// The VPU page's message, then a hint.
+    #[error("[{device}] Cannot convert layer {node} due to unsupported layer type {op}{detail}; add a fallback device that supports it, e.g. --devices {suggest}")]
+    Unsupported { device: String, node: String, op: String, detail: String, suggest: String },
+    #[error("{rule} puts layer {node} ({op}) on {device}, which cannot run it: {reason}")]
+    RuleUnsupported { rule: String, node: String, op: String, device: String, reason: String },
+    #[error("no devices given: use --devices (e.g. --devices myriad,cpu) or a .part file")]
+    NoDevices,
+    #[error("default device '{0}' is not in the device list")]
+    DefaultNotListed(String),
+}
+
+/// Why a node went where it did (shown by `query`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// An `[OPNAME]` rule.
+    OpName,
+    /// An `[OPCODE]` rule.
+    OpCode,
+    /// No rule: the default device runs it.
+    Default,
+    /// No rule, or no default: the first device of the priority list that runs it.
+    Priority,
+    /// Moved to its partner so a QuantizeLinear → DequantizeLinear pair stays together.
+    QdqPair,
+    /// A constant that is also a graph output: one part on the default device makes it.
+    ConstantOutput,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Runs on `devices[index]`.
+    Device(u16, Reason),
+    /// Computes a constant: copied into every part that reads it, on no device of its own.
+    Constant,
+}
+
+impl Placement {
+    pub fn device(self) -> Option<u16> {
+        match self {
+            Placement::Device(d, _) => Some(d),
+            Placement::Constant => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Assignment {
+    /// Devices in priority order.
+    pub devices: Vec<String>,
+    /// One per node of the graph.
+    pub placement: Vec<Placement>,
+}
+
+impl Assignment {
+    pub fn device_name(&self, n: NodeId) -> Option<&str> {
+        self.placement[n.index()].device().map(|d| self.devices[d as usize].as_str())
+    }
+}
+
+pub struct AssignOptions<'a> {
+    /// Priority list; ignored when `part` is given (its backends, already overridden by
+    /// `--backends`, are the list).
+    pub devices: Vec<String>,
+    pub default: Option<String>,
+    pub part: Option<&'a PartFile>,
+}
+
+/// Assigns every node. `constant[i]` says node `i` computes a constant from constants alone.
+pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[bool]) -> Result<Assignment, AssignError> {
+    let (devices, default) = match opts.part {
+        Some(p) => (p.backends.clone(), Some(p.default.clone())),
+        None => (opts.devices.clone(), opts.default.clone()),
+    };
+    if devices.is_empty() {
+        return Err(AssignError::NoDevices);
+    }
+    let index = |name: &str| devices.iter().position(|d| d == name).map(|i| i as u16);
+    let default_idx = match &default {
+        Some(d) => Some(index(d).ok_or_else(|| AssignError::DefaultNotListed(d.clone()))?),
+        None => None,
+    };
+    let graph_outputs: std::collections::HashSet<_> = g.outputs.iter().copied().collect();
+    let mut placement = Vec::with_capacity(g.nodes.len());
+    for (i, node) in g.nodes.iter().enumerate() {
+        let id = NodeId(i as u32);
+        let label = g.node_label(id);
+        let rule = opts.part.and_then(|p| {
+            let by_name = p.comply.opname.then(|| p.opname.get(label).map(|d| (d, Reason::OpName, "[OPNAME]"))).flatten();
+            by_name.or_else(|| p.comply.opcode.then(|| p.opcode.get(&node.op_type.to_lowercase()).map(|d| (d, Reason::OpCode, "[OPCODE]"))).flatten())
+        });
+        if constant[i] && !matches!(rule, Some((_, Reason::OpName, _))) {
+            let is_output = node.outputs.iter().flatten().any(|v| graph_outputs.contains(v));
+            placement.push(if is_output { Placement::Device(default_idx.unwrap_or(0), Reason::ConstantOutput) } else { Placement::Constant });
+            continue;
+        }
+        if let Some((device, reason, section)) = rule {
+            let d = index(device).ok_or_else(|| AssignError::DefaultNotListed(device.clone()))?;
+            match profiles.check(device, g, node) {
+                Verdict::Supported => {
+                    placement.push(Placement::Device(d, reason));
+                    continue;
+                }
+                v => {
+                    return Err(AssignError::RuleUnsupported {
+                        rule: format!("{section} rule {}", if reason == Reason::OpName { label.to_string() } else { node.op_type.clone() }),
+                        node: label.to_string(),
+                        op: node.op_type.clone(),
+                        device: device.clone(),
+                        reason: describe(&v),
+                    })
+                }
+            }
+        }
+        if let Some(d) = default_idx {
+            if profiles.check(&devices[d as usize], g, node) == Verdict::Supported {
+                placement.push(Placement::Device(d, Reason::Default));
+                continue;
+            }
+        }
+        let mut first_refusal = None;
+        let mut chosen = None;
+        for (k, dev) in devices.iter().enumerate() {
+            match profiles.check(dev, g, node) {
+                Verdict::Supported => {
+                    chosen = Some(k as u16);
+                    break;
+                }
+                v => {
+                    first_refusal.get_or_insert((dev.clone(), v));
+                }
+            }
+        }
+        match chosen {
+            Some(d) => placement.push(Placement::Device(d, Reason::Priority)),
+            None => {
+                let (device, verdict) = first_refusal.unwrap_or_else(|| (devices[0].clone(), Verdict::UnsupportedOp));
+                let detail = match verdict {
+                    Verdict::Constraint(r) => format!(" ({r})"),
+                    _ => String::new(),
+                };
+                let mut suggest: Vec<&str> = devices.iter().map(String::as_str).collect();
+                if !suggest.contains(&"cpu") {
+                    suggest.push("cpu");
+                }
+                return Err(AssignError::Unsupported {
+                    device: device.to_uppercase(),
+                    node: label.to_string(),
+                    op: node.op_type.clone(),
+                    detail,
+                    suggest: suggest.join(","),
+                });
+            }
+        }
+    }
+    keep_qdq_pairs(g, profiles, &devices, &mut placement);
+    Ok(Assignment { devices, placement })
+}
+
+fn describe(v: &Verdict) -> String {
+    match v {
+        Verdict::Supported => "supported".into(),
+        Verdict::UnsupportedOp => "the op is not in its profile".into(),
+        Verdict::Constraint(r) => r.clone(),
+    }
+}
+
+/// QuantizeLinear → DequantizeLinear pairs that rules or fallback split: the DequantizeLinear
+/// follows its QuantizeLinear where that device runs it, else the other way round.
+fn keep_qdq_pairs(g: &Graph, profiles: &Profiles, devices: &[String], placement: &mut [Placement]) {
+    for (q, dq) in qdq_pairs(g) {
+        let (Placement::Device(a, _), Placement::Device(b, _)) = (placement[q.index()], placement[dq.index()]) else { continue };
+        if a == b {
+            continue;
+        }
+        if profiles.check(&devices[a as usize], g, g.node(dq)) == Verdict::Supported {
+            placement[dq.index()] = Placement::Device(a, Reason::QdqPair);
+        } else if profiles.check(&devices[b as usize], g, g.node(q)) == Verdict::Supported {
+            placement[q.index()] = Placement::Device(b, Reason::QdqPair);
+        }
+    }
+}
+
+/// Every QuantizeLinear whose output feeds a DequantizeLinear's data input.
+pub fn qdq_pairs(g: &Graph) -> Vec<(NodeId, NodeId)> {
+    let mut out = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        if node.op_type != "DequantizeLinear" {
+            continue;
+        }
+        let Some(Some(x)) = node.inputs.first() else { continue };
+        if let Some(p) = g.value(*x).producer() {
+            if g.node(p).op_type == "QuantizeLinear" {
+                out.push((p, NodeId(i as u32)));
+            }
+        }
+    }
+    out
+}

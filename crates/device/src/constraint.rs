@@ -1,0 +1,87 @@
+use std::collections::BTreeMap;
+
+use cleave_ir::{AttrValue, Graph, Node, ValueDef};
+use serde::Deserialize;
+
+/// Conditions under which a device runs an op. Every field is optional; all present ones
+/// must hold.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Constraint {
+    /// Element types allowed for the node's computed (non-constant) inputs and its outputs,
+    /// by name (`float32`, `float16`, `int64`, ...).
+    pub dtypes: Option<Vec<String>>,
+    /// Ranks allowed for the first input.
+    pub ranks: Option<Vec<usize>>,
+    /// Allowed values per attribute. An absent attribute passes (its default is assumed
+    /// acceptable unless listed under `require_attrs`).
+    #[serde(default)]
+    pub attrs: BTreeMap<String, Vec<toml::Value>>,
+    /// Every input and output shape must be fully known and numeric.
+    #[serde(default)]
+    pub static_shape: bool,
+    /// A limitation the profile states but cannot check; shown by `query`.
+    pub note: Option<String>,
+}
+
+impl Constraint {
+    /// `None` when the node satisfies every condition, else why not.
+    pub fn violation(&self, g: &Graph, node: &Node) -> Option<String> {
+        let computed_inputs = node.inputs.iter().flatten().filter(|&&v| !matches!(g.value(v).def, ValueDef::Weight(_)));
+        let tensors: Vec<_> = computed_inputs.chain(node.outputs.iter().flatten()).copied().collect();
+        if let Some(allowed) = &self.dtypes {
+            for &v in &tensors {
+                let value = g.value(v);
+                match value.ty.elem {
+                    Some(e) if allowed.iter().any(|a| *a == e.name()) => {}
+                    Some(e) => return Some(format!("element type {e} of '{}' is not one of {}", value.name, allowed.join(", "))),
+                    None => return Some(format!("element type of '{}' is unknown", value.name)),
+                }
+            }
+        }
+        if let Some(ranks) = &self.ranks {
+            let first = node.inputs.first().copied().flatten().map(|v| g.value(v));
+            match first.and_then(|v| v.ty.rank()) {
+                Some(r) if ranks.contains(&r) => {}
+                Some(r) => return Some(format!("rank {r} input, supported ranks are {ranks:?}")),
+                None => return Some("input rank is unknown".to_string()),
+            }
+        }
+        for (name, allowed) in &self.attrs {
+            let Some(value) = node.attr(name) else { continue };
+            if !allowed.iter().any(|a| attr_matches(value, a)) {
+                return Some(format!("attribute {name}={} is not one of {}", show(value), allowed.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")));
+            }
+        }
+        if self.static_shape {
+            for &v in &tensors {
+                let value = g.value(v);
+                if value.ty.static_dims().is_none() {
+                    return Some(format!("'{}' has a dynamic shape ({})", value.name, value.ty));
+                }
+            }
+        }
+        None
+    }
+}
+
+fn attr_matches(v: &AttrValue, want: &toml::Value) -> bool {
+    match (v, want) {
+        (AttrValue::Int(i), toml::Value::Integer(w)) => i == w,
+        (AttrValue::Float(f), toml::Value::Float(w)) => (f64::from(*f) - w).abs() < 1e-6,
+        (AttrValue::Float(f), toml::Value::Integer(w)) => f64::from(*f) == *w as f64,
+        (AttrValue::String(s), toml::Value::String(w)) => s.as_ref() == w.as_bytes(),
+        (AttrValue::Ints(v), toml::Value::Array(w)) => v.len() == w.len() && v.iter().zip(w).all(|(a, b)| b.as_integer() == Some(*a)),
+        _ => false,
+    }
+}
+
+fn show(v: &AttrValue) -> String {
+    match v {
+        AttrValue::Int(i) => i.to_string(),
+        AttrValue::Float(f) => f.to_string(),
+        AttrValue::String(s) => format!("\"{}\"", String::from_utf8_lossy(s)),
+        AttrValue::Ints(v) => format!("{v:?}"),
+        other => other.kind().to_string(),
+    }
+}

@@ -1,0 +1,66 @@
+//! Partitioning: cut an assigned graph into single-device parts.
+//!
+//! The algorithms work on a [`UnitGraph`]: the nodes that run on a device (constants are
+//! copied, not placed), contracted where nodes must stay together, with deduplicated edges.
+//! A [`Partition`] maps units to parts; [`Plan`] maps it back onto the IR graph, numbered in
+//! dependency order, and [`validate`] proves a plan sound.
+//!
+//! The default algorithm ([`partition_default`]) is a portfolio of linear-time constructions
+//! (device-switch levels forwards and backwards, ONE's merge rule, the epoch greedy of
+//! TFLite/ORT), each followed by a pass that merges same-device neighbours while the part
+//! graph stays acyclic; it keeps the one with the fewest parts, so it never does worse than
+//! either reference. [`openvino`] is the seed's subgraph-selection algorithm, with a trace.
+
+mod merge;
+mod openvino_algo;
+mod plan;
+mod reference;
+mod unit_graph;
+mod validate;
+
+pub use merge::merge_neighbours;
+pub use openvino_algo::{openvino, OpenVinoError, OpenVinoOptions};
+pub use plan::{Part, Plan, PlanError};
+pub use reference::{device_levels, epoch_greedy, one_rule};
+pub use unit_graph::{Partition, UnitGraph};
+pub use validate::{validate, ValidationError};
+
+/// Options of the default algorithm.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Allow a part to hold same-device regions that no tensor joins, when the part graph
+    /// stays acyclic.
+    pub allow_disconnected: bool,
+}
+
+/// Part counts of the default algorithm and of the two references it must never exceed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub default: usize,
+    pub one_rule: usize,
+    pub epoch_greedy: usize,
+}
+
+/// The default partitioner: best of several linear constructions, each merged greedily.
+pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
+    let candidates = [
+        reference::device_levels(g, true),
+        reference::device_levels(g, false),
+        reference::one_rule(g),
+        reference::epoch_greedy(g),
+    ];
+    candidates
+        .into_iter()
+        .map(|p| merge::merge_neighbours(g, &p, opts.allow_disconnected))
+        .min_by_key(|p| p.count)
+        .unwrap_or_else(|| Partition::singletons(g))
+}
+
+/// The default's count next to the references' (each reference as it stands, unmerged).
+pub fn counts(g: &UnitGraph, opts: Options) -> Counts {
+    Counts {
+        default: partition_default(g, opts).count,
+        one_rule: reference::one_rule(g).count,
+        epoch_greedy: reference::epoch_greedy(g).count,
+    }
+}

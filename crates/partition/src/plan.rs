@@ -1,0 +1,170 @@
+use std::collections::HashSet;
+
+use cleave_assign::{Assignment, Placement};
+use cleave_ir::{Graph, NodeId, ValueDef, ValueId};
+
+use crate::unit_graph::{Partition, UnitGraph};
+
+/// One part: a device and the nodes it runs, with its boundary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub device: u16,
+    /// Nodes placed in this part, in source order.
+    pub nodes: Vec<NodeId>,
+    /// Constant-computing nodes copied into this part because it reads their outputs.
+    pub constant_nodes: Vec<NodeId>,
+    /// Weights (initializers) the part reads, directly or through its constant nodes.
+    pub weights: Vec<ValueId>,
+    /// Tensors the part receives: graph inputs or other parts' outputs.
+    pub inputs: Vec<ValueId>,
+    /// Tensors the part hands on: graph outputs or reads of later parts.
+    pub outputs: Vec<ValueId>,
+}
+
+/// A partition mapped onto the IR graph, parts numbered in dependency order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub devices: Vec<String>,
+    pub parts: Vec<Part>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("the parts depend on each other in a cycle")]
+    Cycle,
+}
+
+impl Plan {
+    pub fn device_name(&self, part: &Part) -> &str {
+        &self.devices[part.device as usize]
+    }
+
+    /// Maps a partition of `ug` (built from `g` and `a`) to parts of `g`.
+    pub fn build(g: &Graph, a: &Assignment, ug: &UnitGraph, p: &Partition) -> Result<Plan, PlanError> {
+        let mut part_of_node = vec![u32::MAX; g.nodes.len()];
+        for (u, nodes) in ug.nodes.iter().enumerate() {
+            for n in nodes {
+                part_of_node[n.index()] = p.part_of[u];
+            }
+        }
+        let k = p.count;
+        // Part dependencies, then a topological numbering, earliest source node first.
+        let mut deps: Vec<HashSet<u32>> = vec![HashSet::new(); k];
+        let mut first_pos = vec![usize::MAX; k];
+        for (pos, &n) in g.topo_order().iter().enumerate() {
+            let me = part_of_node[n.index()];
+            if me == u32::MAX {
+                continue;
+            }
+            first_pos[me as usize] = first_pos[me as usize].min(pos);
+            for v in g.node(n).all_inputs() {
+                if let Some(pn) = g.value(v).producer() {
+                    let other = part_of_node[pn.index()];
+                    if other != u32::MAX && other != me {
+                        deps[me as usize].insert(other);
+                    }
+                }
+            }
+        }
+        let mut indeg: Vec<usize> = deps.iter().map(HashSet::len).collect();
+        let mut users: Vec<Vec<u32>> = vec![Vec::new(); k];
+        for (me, ds) in deps.iter().enumerate() {
+            for &d in ds {
+                users[d as usize].push(me as u32);
+            }
+        }
+        let mut ready: std::collections::BTreeSet<(usize, u32)> = (0..k as u32).filter(|&x| indeg[x as usize] == 0).map(|x| (first_pos[x as usize], x)).collect();
+        let mut number = vec![u32::MAX; k];
+        let mut next = 0;
+        while let Some(&(pos, x)) = ready.iter().next() {
+            ready.remove(&(pos, x));
+            number[x as usize] = next;
+            next += 1;
+            for &y in &users[x as usize] {
+                indeg[y as usize] -= 1;
+                if indeg[y as usize] == 0 {
+                    ready.insert((first_pos[y as usize], y));
+                }
+            }
+        }
+        if next as usize != k {
+            return Err(PlanError::Cycle);
+        }
+        for x in part_of_node.iter_mut().filter(|x| **x != u32::MAX) {
+            *x = number[*x as usize];
+        }
+        let mut parts: Vec<Part> = (0..k)
+            .map(|_| Part { device: 0, nodes: Vec::new(), constant_nodes: Vec::new(), weights: Vec::new(), inputs: Vec::new(), outputs: Vec::new() })
+            .collect();
+        for (i, &x) in part_of_node.iter().enumerate() {
+            if x != u32::MAX {
+                let part = &mut parts[x as usize];
+                part.nodes.push(NodeId(i as u32));
+                if let Placement::Device(d, _) = a.placement[i] {
+                    part.device = d;
+                }
+            }
+        }
+        let graph_outputs: HashSet<ValueId> = g.outputs.iter().copied().collect();
+        for (x, part) in parts.iter_mut().enumerate() {
+            fill_boundary(g, &part_of_node, x as u32, part, &graph_outputs);
+        }
+        Ok(Plan { devices: a.devices.clone(), parts })
+    }
+}
+
+fn fill_boundary(g: &Graph, part_of_node: &[u32], me: u32, part: &mut Part, graph_outputs: &HashSet<ValueId>) {
+    let mut consts: HashSet<NodeId> = HashSet::new();
+    let mut weights: Vec<ValueId> = Vec::new();
+    let mut inputs: Vec<ValueId> = Vec::new();
+    // Reads of the placed nodes, then of the constant nodes they pull in (transitively).
+    let mut work: Vec<NodeId> = part.nodes.clone();
+    while let Some(n) = work.pop() {
+        for v in g.node(n).all_inputs() {
+            let value = g.value(v);
+            match value.def {
+                ValueDef::Weight(_) => {
+                    if !weights.contains(&v) {
+                        weights.push(v);
+                    }
+                }
+                ValueDef::Input | ValueDef::Outer => {
+                    if !inputs.contains(&v) {
+                        inputs.push(v);
+                    }
+                }
+                ValueDef::Node(p, _) => {
+                    let owner = part_of_node[p.index()];
+                    if owner == u32::MAX {
+                        if consts.insert(p) {
+                            work.push(p);
+                        }
+                    } else if owner != me && !inputs.contains(&v) {
+                        inputs.push(v);
+                    }
+                }
+            }
+        }
+    }
+    let mut constant_nodes: Vec<NodeId> = consts.into_iter().collect();
+    constant_nodes.sort_unstable();
+    weights.sort_unstable();
+    inputs.sort_unstable();
+    let mut outputs = Vec::new();
+    for &n in &part.nodes {
+        for &v in g.node(n).outputs.iter().flatten() {
+            let read_elsewhere = g.value(v).consumers.iter().any(|c| {
+                let owner = part_of_node[c.index()];
+                owner != me && owner != u32::MAX
+            });
+            // A constant node copied elsewhere may read this too: then it is not constant.
+            if read_elsewhere || graph_outputs.contains(&v) {
+                outputs.push(v);
+            }
+        }
+    }
+    part.constant_nodes = constant_nodes;
+    part.weights = weights;
+    part.inputs = inputs;
+    part.outputs = outputs;
+}
