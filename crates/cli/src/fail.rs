@@ -17,6 +17,11 @@ impl Fail {
         Fail { file: Some(file.to_path_buf()), cause: one_line(cause), code: 2 }
     }
 
+    /// Bad flags or a request that cannot be met, not tied to one file: exit code 2.
+    pub fn usage(cause: impl fmt::Display) -> Fail {
+        Fail { file: None, cause: one_line(cause), code: 2 }
+    }
+
     pub fn code(&self) -> u8 {
         self.code
     }

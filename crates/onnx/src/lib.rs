@@ -28,4 +28,4 @@ pub use external::read_weight;
 pub use infer::{infer_types, InferReport};
 pub use ops::is_deterministic;
 pub use io::{decode_model, encode_model, write_atomic, OnnxModel};
-pub use to_ir::to_ir;
+pub use to_ir::{to_ir, to_ir_weight};

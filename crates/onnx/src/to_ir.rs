@@ -184,6 +184,11 @@ pub(crate) fn tensor_type(t: &TypeProto) -> TensorType {
     }
 }
 
+/// A tensor of `m`'s file (an initializer, say) as an IR weight, external data resolved.
+pub fn to_ir_weight(t: &TensorProto, m: &OnnxModel) -> Result<Weight, OnnxError> {
+    weight(t, &Ctx { path: &m.path, base: m.base_dir() })
+}
+
 fn weight(t: &TensorProto, ctx: &Ctx) -> Result<Weight, OnnxError> {
     let elem = elem_from_code(t.data_type()).unwrap_or(ElemType::Other(0));
     let data = if is_external(t) {

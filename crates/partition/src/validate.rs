@@ -73,7 +73,8 @@ pub fn validate(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), Validation
             if a.placement[c.index()] != Placement::Constant {
                 return Err(ValidationError::ConstantUnused { part: i + 1, node: label(c) });
             }
-            let read = g.node(c).outputs.iter().flatten().any(|&o| g.value(o).consumers.iter().any(|r| inside.contains(r)));
+            // A constant pinned to a part by name may only hand its value on.
+            let read = g.node(c).outputs.iter().flatten().any(|&o| part.outputs.contains(&o) || g.value(o).consumers.iter().any(|r| inside.contains(r)));
             if !read {
                 return Err(ValidationError::ConstantUnused { part: i + 1, node: label(c) });
             }

@@ -1,0 +1,80 @@
+//! Helpers shared by the CLI tests: running the binary and building small ONNX models.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cleave_onnx::proto::{self, tensor_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, ValueInfoProto};
+
+pub fn cleave(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cleave")).args(args).output().unwrap()
+}
+
+pub fn os<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> &std::ffi::OsStr {
+    s.as_ref()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit code 2, exactly one line on stderr naming the file, no panic.
+pub fn assert_bad_input(o: &Output, file: &Path, cause: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains(&file.display().to_string()), "does not name {}: {err}", file.display());
+    assert!(err.contains(cause), "does not say '{cause}': {err}");
+}
+
+pub fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
+    use proto::tensor_shape_proto::{dimension, Dimension};
+    use proto::type_proto::{Tensor, Value};
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(proto::TypeProto {
+            value: Some(Value::TensorType(Tensor {
+                elem_type: Some(tensor_proto::DataType::Float as i32),
+                shape: Some(proto::TensorShapeProto {
+                    dim: dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() }).collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn node(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
+    NodeProto {
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: outs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+pub fn model(nodes: Vec<NodeProto>, inits: Vec<TensorProto>, output: &str) -> ModelProto {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            initializer: inits,
+            input: vec![float_input("x", &[1, 4])],
+            output: vec![float_input(output, &[1, 4])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+

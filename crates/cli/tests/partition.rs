@@ -1,0 +1,272 @@
+//! `cleave query`, `partition` and `check` end to end, with the onnx checker and onnxruntime
+//! (through scripts/check_parts.py) as independent oracles.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cleave_emit::ConnFile;
+use cleave_testdata::{light_random, LIGHT_MODELS};
+use common::*;
+use prost::Message;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn example(name: &str) -> PathBuf {
+    repo().join("examples").join(name)
+}
+
+fn ok(o: &std::process::Output) -> String {
+    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn partition(model: &Path, work: &Path, extra: &[&str]) -> String {
+    let mut args = vec![os("partition"), model.as_os_str(), os("-o"), work.as_os_str()];
+    args.extend(extra.iter().map(os));
+    ok(&cleave(&args))
+}
+
+fn conn(work: &Path, stem: &str) -> ConnFile {
+    ConnFile::from_json(&std::fs::read_to_string(work.join(format!("{stem}.conn.json"))).unwrap()).unwrap()
+}
+
+/// The onnx checker on every part, and onnxruntime on parts vs whole, every boundary tensor.
+fn oracle(conn_json: &Path) -> String {
+    let o = Command::new("python3").arg(repo().join("scripts/check_parts.py")).arg(conn_json).output().expect("python3 (scripts/requirements-test.txt)");
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn write_part(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn instance_norm_div_on_acl_cl_gives_ones_three_parts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let part = write_part(tmp.path(), "div.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nDIV=acl_cl\n");
+    let work = tmp.path().join("work");
+    partition(&example("instance_norm.onnx"), &work, &["--part", part.to_str().unwrap()]);
+    let c = conn(&work, "instance_norm");
+    let files: Vec<&str> = c.parts.iter().map(|p| p.file.as_str()).collect();
+    assert_eq!(files, ["instance_norm.00001_cpu.onnx", "instance_norm.00002_acl_cl.onnx", "instance_norm.00003_cpu.onnx"]);
+    // ONE's structure: part 1 hands Sub and Pow to the Div part, which hands Div on.
+    assert_eq!(strs(&c.parts[0].inputs), ["input"]);
+    assert_eq!(strs(&c.parts[0].outputs), ["centered", "std"]);
+    assert_eq!(strs(&c.parts[1].inputs), ["centered", "std"]);
+    assert_eq!(strs(&c.parts[1].outputs), ["normed"]);
+    assert_eq!(strs(&c.parts[2].inputs), ["normed"]);
+    assert_eq!(strs(&c.parts[2].outputs), ["output"]);
+    assert_eq!(c.source.file, format!("{}/examples/instance_norm.onnx", relative_repo(&work)));
+    let ini = std::fs::read_to_string(work.join("instance_norm.conn.ini")).unwrap();
+    assert!(ini.contains("[models]\nm1=instance_norm.00001_cpu.onnx\nm2=instance_norm.00002_acl_cl.onnx\nm3=instance_norm.00003_cpu.onnx\n\n"), "{ini}");
+    ok(&cleave(&[os("check"), work.join("instance_norm.conn.json").as_os_str()]));
+    oracle(&work.join("instance_norm.conn.json"));
+}
+
+/// The repository root as seen from `work`, to compare `source.file`.
+fn relative_repo(work: &Path) -> String {
+    let w = work.canonicalize().unwrap();
+    let r = repo().canonicalize().unwrap();
+    let common = w.components().zip(r.components()).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..w.components().count() {
+        out.push("..");
+    }
+    for c in r.components().skip(common) {
+        out.push(c.as_os_str());
+    }
+    out.to_string_lossy().into_owned()
+}
+
+#[test]
+fn instance_norm_add_on_acl_cl_gives_four_parts_where_one_gives_five() {
+    let tmp = tempfile::tempdir().unwrap();
+    let part = write_part(tmp.path(), "add.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nADD=acl_cl\n");
+    let work = tmp.path().join("work");
+    let out = partition(&example("instance_norm.onnx"), &work, &["--part", part.to_str().unwrap()]);
+    assert!(out.contains(": 4 parts on cpu,acl_cl") && out.contains("ONE's rule would give 5"), "{out}");
+    assert_eq!(conn(&work, "instance_norm").parts.len(), 4);
+    oracle(&work.join("instance_norm.conn.json"));
+}
+
+/// The seed's 7-node example: 1→2, 2→3, 2→4, 3→5, 4→5, 5→6, 6→7, node 4 on the second device.
+fn seed_model(dir: &Path) -> PathBuf {
+    let nodes = vec![
+        node("1", "Relu", &["x"], &["t1"]),
+        node("2", "Relu", &["t1"], &["t2"]),
+        node("3", "Relu", &["t2"], &["t3"]),
+        node("4", "Neg", &["t2"], &["t4"]),
+        node("5", "Add", &["t3", "t4"], &["t5"]),
+        node("6", "Relu", &["t5"], &["t6"]),
+        node("7", "Relu", &["t6"], &["t7"]),
+    ];
+    write(dir, "seed.onnx", &model(nodes, vec![], "t7").encode_to_vec())
+}
+
+#[test]
+fn seed_example_with_both_algorithms() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = seed_model(tmp.path());
+    let part = write_part(tmp.path(), "seed.part", "[partition]\nbackends=A,B\ndefault=A\ncomply=opname\n[OPNAME]\n4=B\n");
+    let p = part.to_str().unwrap();
+
+    let work = tmp.path().join("ov");
+    let out = partition(&m, &work, &["--part", p, "--algorithm", "openvino", "--trace"]);
+    for line in ["1. Select root [1]", "7. Failed to merge [4]", "8. Rollback [7]", "10. Rollback [5]", "Select best subgraph: [3,5,6,7] on A"] {
+        assert!(out.contains(line), "missing {line} in\n{out}");
+    }
+    let c = conn(&work, "seed");
+    let files: Vec<&str> = c.parts.iter().map(|p| p.file.as_str()).collect();
+    assert_eq!(files, ["seed.00001_A.onnx", "seed.00002_B.onnx", "seed.00003_A.onnx"]);
+    let names = |f: &str| -> Vec<String> {
+        let m = cleave_onnx::OnnxModel::load(work.join(f)).unwrap();
+        m.proto.graph.unwrap().node.iter().map(|n| n.name().to_string()).collect()
+    };
+    assert_eq!(names("seed.00001_A.onnx"), ["1", "2"]);
+    assert_eq!(names("seed.00002_B.onnx"), ["4"]);
+    assert_eq!(names("seed.00003_A.onnx"), ["3", "5", "6", "7"]);
+    oracle(&work.join("seed.conn.json"));
+
+    let work = tmp.path().join("default");
+    partition(&m, &work, &["--part", p]);
+    assert_eq!(conn(&work, "seed").parts.len(), 3);
+    ok(&cleave(&[os("check"), work.join("seed.conn.json").as_os_str()]));
+    oracle(&work.join("seed.conn.json"));
+}
+
+/// xorshift, so every run draws the same assignment.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn light_models_with_random_three_backend_assignments_reproduce_every_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng(20261122);
+    let mut table = vec![format!("{:<20} {:>6} {:>6} {:>10} {:>12}", "model", "nodes", "parts", "ONE rule", "epoch greedy")];
+    for name in LIGHT_MODELS {
+        let m = light_random(name);
+        let q: serde_json::Value = serde_json::from_str(&ok(&cleave(&[os("query"), m.as_os_str(), os("--devices"), os("cpu"), os("--json")]))).unwrap();
+        let mut text = String::from("[partition]\nbackends=cpu,npu,gpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\n");
+        let mut placed = 0;
+        for n in q["nodes"].as_array().unwrap() {
+            if n["device"].is_null() {
+                continue; // computes a constant: copied, not placed
+            }
+            placed += 1;
+            text.push_str(&format!("{}={}\n", n["name"].as_str().unwrap(), ["cpu", "npu", "gpu"][(rng.next() % 3) as usize]));
+        }
+        let part = write_part(tmp.path(), &format!("{name}.part"), &text);
+        let work = tmp.path().join(name);
+        let out = partition(&m, &work, &["--part", part.to_str().unwrap()]);
+        let first = out.lines().next().unwrap();
+        let parts = first.split(": ").nth(1).and_then(|s| s.split(' ').next()).unwrap().to_string();
+        let one = first.split("ONE's rule would give ").nth(1).and_then(|s| s.split(',').next()).unwrap().to_string();
+        let epoch = first.split("the epoch greedy ").nth(1).unwrap().to_string();
+        assert!(parts.parse::<usize>().unwrap() <= one.parse().unwrap() && parts.parse::<usize>().unwrap() <= epoch.parse().unwrap(), "{first}");
+        table.push(format!("{name:<20} {placed:>6} {parts:>6} {one:>10} {epoch:>12}"));
+        let conn_json = work.join(format!("{name}.conn.json"));
+        ok(&cleave(&[os("check"), conn_json.as_os_str()]));
+        oracle(&conn_json);
+        // The parts are big (random weights): free the disk before the next model.
+        std::fs::remove_dir_all(&work).unwrap();
+    }
+    eprintln!("{}", table.join("\n"));
+}
+
+#[test]
+fn unsupported_layer_stops_with_the_vpu_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write(tmp.path(), "neg.onnx", &model(vec![node("negate", "Neg", &["x"], &["y"])], vec![], "y").encode_to_vec());
+    let o = cleave(&[os("query"), m.as_os_str(), os("--devices"), os("myriad")]);
+    assert_bad_input(&o, &m, "[MYRIAD] Cannot convert layer negate due to unsupported layer type Neg; add a fallback device that supports it, e.g. --devices myriad,cpu");
+    let o = cleave(&[os("query"), m.as_os_str(), os("--devices"), os("myriad,cpu"), os("--json")]);
+    let j: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(j["nodes"][0]["device"], "cpu");
+}
+
+#[test]
+fn bad_rules_and_places_get_one_line_and_exit_code_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let m = example("instance_norm.onnx");
+    let work = d.join("work");
+    let cases = [
+        ("unknown.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=npu\n", "unknown backend 'npu'"),
+        ("default.part", "[partition]\nbackends=cpu,acl_cl\ndefault=gpu\n", "default 'gpu' is not one of the backends"),
+        ("malformed.part", "[partition\nbackends=cpu\n", "line 1: section header"),
+        ("noequals.part", "[partition]\nbackends cpu\n", "line 2: 'backends cpu' is neither"),
+    ];
+    for (name, text, cause) in cases {
+        let p = write_part(d, name, text);
+        let o = cleave(&[os("partition"), m.as_os_str(), os("--part"), p.as_os_str(), os("-o"), work.as_os_str()]);
+        assert_bad_input(&o, &p, cause);
+    }
+    let missing = d.join("missing.onnx");
+    let o = cleave(&[os("partition"), missing.as_os_str(), os("--devices"), os("cpu"), os("-o"), work.as_os_str()]);
+    assert_bad_input(&o, &missing, "No such file");
+    // A WORKDIR that cannot be created: its parent is a file.
+    let blocker = write(d, "blocker", b"not a folder");
+    let unwritable = blocker.join("work");
+    let o = cleave(&[os("partition"), m.as_os_str(), os("--devices"), os("cpu"), os("-o"), unwritable.as_os_str()]);
+    assert_bad_input(&o, &unwritable, "cannot write");
+    let o = cleave(&[os("partition"), m.as_os_str(), os("-o"), work.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no devices given"), "{}", stderr(&o));
+}
+
+#[test]
+fn workdir_keeps_foreign_files_and_the_source_is_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("instance_norm.onnx");
+    std::fs::copy(example("instance_norm.onnx"), &src).unwrap();
+    let before = std::fs::read(&src).unwrap();
+    // Partition into the model's own folder, holding a user's file and a stale part.
+    std::fs::write(tmp.path().join("notes.txt"), "mine").unwrap();
+    std::fs::write(tmp.path().join("instance_norm.00007_cpu.onnx"), "stale").unwrap();
+    let part = write_part(tmp.path(), "div.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n");
+    partition(&src, tmp.path(), &["--part", part.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&src).unwrap(), before);
+    assert_eq!(std::fs::read_to_string(tmp.path().join("notes.txt")).unwrap(), "mine");
+    assert!(!tmp.path().join("instance_norm.00007_cpu.onnx").exists(), "stale part left behind");
+    assert_eq!(conn(tmp.path(), "instance_norm").source.file, "instance_norm.onnx");
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn symbolic_batch_survives_in_part_boundaries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let part = write_part(tmp.path(), "p.part", "[partition]\nbackends=cpu,npu\ndefault=cpu\n[OPCODE]\nConv=npu\n");
+    let work = tmp.path().join("w");
+    partition(&example("tiny_cnn.onnx"), &work, &["--part", part.to_str().unwrap()]);
+    let c = conn(&work, "tiny_cnn");
+    assert!(c.parts.len() >= 3, "{c:?}");
+    for p in &c.parts {
+        let m = cleave_onnx::OnnxModel::load(work.join(&p.file)).unwrap();
+        let ir = cleave_onnx::to_ir(&m).unwrap();
+        for &v in ir.graph.inputs.iter().chain(&ir.graph.outputs) {
+            let ty = &ir.graph.value(v).ty;
+            assert_eq!(ty.shape.as_ref().unwrap()[0], cleave_ir::Dim::Param("batch".into()), "{}: {} is {ty}", p.file, ir.graph.value(v).name);
+        }
+    }
+    let o = Command::new("python3").arg(repo().join("scripts/check_parts.py")).arg(work.join("tiny_cnn.conn.json")).args(["--shape", "input=2,3,16,16"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}

@@ -1,0 +1,16 @@
+//! Writing a partition out: each part as a standalone ONNX model named
+//! `stem.00001_<backend>.onnx`, and the connection files `stem.conn.json` / `stem.conn.ini` in
+//! ONE circle-partitioner's format. Reading them back for `check` and `run`.
+//!
+//! Architecture invariant: this is the only crate that writes partition files; every file is
+//! written to a temporary name and renamed into place, and the source model is never touched.
+
+mod conn;
+mod onnx_part;
+mod read_back;
+mod write;
+
+pub use conn::{ConnFile, ConnModel};
+pub use onnx_part::part_model;
+pub use read_back::{check_conn, CheckReport};
+pub use write::{emit, EmitError, Emitted, EmittedPart};

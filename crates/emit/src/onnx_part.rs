@@ -1,0 +1,178 @@
+//! One part as a standalone ONNX model.
+
+use std::collections::{BTreeSet, HashMap};
+
+use cleave_ir::{Dim, Model, TensorType, ValueId};
+use cleave_onnx::proto::{
+    tensor_proto::DataLocation, tensor_shape_proto::dimension, tensor_shape_proto::Dimension, type_proto, FunctionProto, GraphProto, ModelProto,
+    NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use cleave_onnx::{elem_to_code, OnnxModel};
+use cleave_partition::Plan;
+
+use crate::write::EmitError;
+
+/// Builds part `k` (0-based) of `plan` from the source model: its nodes (placed and copied
+/// constants) in source order, the initializers and model-local functions it uses, typed
+/// inputs and outputs, and everything model-level (IR version, opsets, producer, metadata).
+pub fn part_model(source: &OnnxModel, model: &Model, plan: &Plan, k: usize) -> Result<ModelProto, EmitError> {
+    let sp = &source.proto;
+    let sg = sp.graph.as_ref().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+    let g = &model.graph;
+    let part = &plan.parts[k];
+    let mut node_ids: Vec<_> = part.nodes.iter().chain(&part.constant_nodes).copied().collect();
+    node_ids.sort_unstable();
+    let nodes: Vec<NodeProto> = node_ids.iter().map(|n| sg.node[n.index()].clone()).collect();
+
+    // Declared types of the source, by tensor name.
+    let declared: HashMap<&str, &ValueInfoProto> =
+        sg.input.iter().chain(sg.output.iter()).chain(sg.value_info.iter()).map(|v| (v.name(), v)).collect();
+    let typed = |v: ValueId| -> Result<ValueInfoProto, EmitError> {
+        let value = g.value(v);
+        if let Some(d) = declared.get(value.name.as_str()) {
+            if d.r#type.as_ref().is_some_and(complete) {
+                return Ok((*d).clone());
+            }
+        }
+        if !value.ty.is_complete() {
+            return Err(EmitError::Untyped { part: k + 1, tensor: value.name.clone(), ty: value.ty.to_string() });
+        }
+        Ok(value_info(&value.name, &value.ty))
+    };
+
+    let names: BTreeSet<&str> = part.weights.iter().map(|&w| g.value(w).name.as_str()).collect();
+    let mut initializer = Vec::new();
+    for t in &sg.initializer {
+        if names.contains(t.name()) {
+            initializer.push(inline_external(t, source)?);
+        }
+    }
+    let sparse_initializer = sg.sparse_initializer.iter().filter(|s| s.values.as_ref().is_some_and(|v| names.contains(v.name()))).cloned().collect();
+
+    let mut input = Vec::with_capacity(part.inputs.len());
+    for &v in &part.inputs {
+        input.push(typed(v)?);
+    }
+    if sp.ir_version() < 4 {
+        // Before IR version 4 the checker wants every initializer listed as an input.
+        for t in &initializer {
+            let vi = declared.get(t.name()).map(|d| (*d).clone()).unwrap_or_else(|| {
+                let ty = TensorType::fixed(cleave_onnx::elem_from_code(t.data_type()).unwrap_or(cleave_ir::ElemType::F32), &t.dims);
+                value_info(t.name(), &ty)
+            });
+            input.push(vi);
+        }
+    }
+    let mut output = Vec::with_capacity(part.outputs.len());
+    for &v in &part.outputs {
+        output.push(typed(v)?);
+    }
+    let produced: BTreeSet<&str> = nodes.iter().flat_map(|n| n.output.iter().map(String::as_str)).collect();
+    let outputs: BTreeSet<&str> = part.outputs.iter().map(|&v| g.value(v).name.as_str()).collect();
+    let value_info = sg.value_info.iter().filter(|v| produced.contains(v.name()) && !outputs.contains(v.name())).cloned().collect();
+    let quantization_annotation =
+        sg.quantization_annotation.iter().filter(|q| produced.contains(q.tensor_name()) || part.inputs.iter().any(|&v| g.value(v).name == q.tensor_name())).cloned().collect();
+
+    let graph = GraphProto {
+        node: nodes,
+        name: Some(format!("{}_part{:05}", sg.name(), k + 1)),
+        initializer,
+        sparse_initializer,
+        doc_string: sg.doc_string.clone(),
+        input,
+        output,
+        value_info,
+        quantization_annotation,
+        metadata_props: sg.metadata_props.clone(),
+    };
+    let functions = used_functions(&graph.node, &sp.functions);
+    Ok(ModelProto { graph: Some(graph), functions, ..model_level(sp) })
+}
+
+/// Everything of the model but its graph and functions.
+fn model_level(sp: &ModelProto) -> ModelProto {
+    ModelProto {
+        ir_version: sp.ir_version,
+        opset_import: sp.opset_import.clone(),
+        producer_name: sp.producer_name.clone(),
+        producer_version: sp.producer_version.clone(),
+        domain: sp.domain.clone(),
+        model_version: sp.model_version,
+        doc_string: sp.doc_string.clone(),
+        graph: None,
+        metadata_props: sp.metadata_props.clone(),
+        training_info: Vec::new(),
+        functions: Vec::new(),
+        configuration: sp.configuration.clone(),
+    }
+}
+
+fn complete(t: &TypeProto) -> bool {
+    match &t.value {
+        Some(type_proto::Value::TensorType(tt)) => tt.elem_type.is_some_and(|e| e != 0) && tt.shape.is_some(),
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// A typed graph input/output; symbolic dimensions stay `dim_param`, unknown ones stay open.
+pub(crate) fn value_info(name: &str, ty: &TensorType) -> ValueInfoProto {
+    let shape = ty.shape.as_ref().map(|dims| TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|d| Dimension {
+                value: match d {
+                    Dim::Fixed(n) => Some(dimension::Value::DimValue(*n)),
+                    Dim::Param(p) => Some(dimension::Value::DimParam(p.clone())),
+                    Dim::Unknown => None,
+                },
+                denotation: None,
+            })
+            .collect(),
+    });
+    ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: ty.elem.map(elem_to_code), shape })),
+            denotation: None,
+        }),
+        doc_string: None,
+        metadata_props: Vec::new(),
+    }
+}
+
+/// Parts live in another folder than the source, so its external data locations would not
+/// resolve there: their bytes are written into the part.
+fn inline_external(t: &TensorProto, source: &OnnxModel) -> Result<TensorProto, EmitError> {
+    if t.data_location != Some(DataLocation::External as i32) {
+        return Ok(t.clone());
+    }
+    let ir = cleave_onnx::to_ir_weight(t, source).map_err(|e| EmitError::Source(e.to_string()))?;
+    let bytes = cleave_onnx::read_weight(&ir).map_err(|e| EmitError::Source(format!("tensor '{}': {e}", t.name())))?;
+    let mut out = t.clone();
+    out.data_location = None;
+    out.external_data.clear();
+    out.raw_data = Some(bytes);
+    Ok(out)
+}
+
+/// The model-local functions that the nodes call, directly or through other functions or
+/// subgraphs.
+fn used_functions(nodes: &[NodeProto], all: &[FunctionProto]) -> Vec<FunctionProto> {
+    let mut want: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut stack: Vec<&NodeProto> = nodes.iter().collect();
+    while let Some(n) = stack.pop() {
+        let key = (n.domain().to_string(), n.op_type().to_string());
+        if let Some(f) = all.iter().find(|f| f.domain() == key.0 && f.name() == key.1) {
+            if want.insert(key) {
+                stack.extend(f.node.iter());
+            }
+        }
+        for a in &n.attribute {
+            for sub in a.g.iter().chain(a.graphs.iter()) {
+                stack.extend(sub.node.iter());
+            }
+        }
+    }
+    all.iter().filter(|f| want.contains(&(f.domain().to_string(), f.name().to_string()))).cloned().collect()
+}
