@@ -59,7 +59,7 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
 
     let c = counts(&ug, opts);
     println!(
-        "{}: {} parts on {} ({} nodes placed, {} constant nodes copied) in {:.1} ms; ONE's rule would give {}, the epoch greedy {}",
+        "{}: {} parts on {} ({} nodes placed, {} constant nodes copied where read) in {:.1} ms; ONE's rule would give {}, the epoch greedy {}",
         a.model.display(),
         plan.parts.len(),
         l.assignment.devices.join(","),
@@ -72,7 +72,8 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
     let wf = written.parts.iter().map(|p| p.file.len()).max().unwrap_or(4).max(4);
     println!("  {:<wf$}  {:<8}  {:>6}  {:>6}  {:>7}  {:>12}", "part", "backend", "nodes", "inputs", "outputs", "output bytes");
     for p in &written.parts {
-        let out_bytes: u64 = p.outputs.iter().filter_map(|(_, b)| *b).sum();
+        let out_bytes: Option<u64> = p.outputs.iter().map(|(_, b)| *b).sum();
+        let out_bytes = out_bytes.map_or_else(|| "dynamic".to_string(), |b| b.to_string());
         println!("  {:<wf$}  {:<8}  {:>6}  {:>6}  {:>7}  {:>12}", p.file, p.backend, p.nodes, p.inputs.len(), p.outputs.len(), out_bytes);
     }
     let source_inputs: std::collections::HashSet<&str> = written.conn.source.inputs.iter().map(String::as_str).collect();
@@ -85,7 +86,9 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         }
     }
     let total: u64 = boundary.iter().filter_map(|(_, b)| *b).sum();
-    println!("{} boundary tensors between parts, {} bytes per inference", boundary.len(), total);
+    let dynamic = boundary.iter().filter(|(_, b)| b.is_none()).count();
+    let dynamic = if dynamic > 0 { format!(" (+ {dynamic} of dynamic size)") } else { String::new() };
+    println!("{} boundary tensors between parts, {total} bytes per inference{dynamic}", boundary.len());
     for (name, bytes) in boundary.iter().take(20) {
         println!("  {name}  {}", bytes.map_or_else(|| "dynamic size".to_string(), |b| format!("{b} bytes")));
     }

@@ -270,3 +270,67 @@ fn symbolic_batch_survives_in_part_boundaries() {
     let o = Command::new("python3").arg(repo().join("scripts/check_parts.py")).arg(work.join("tiny_cnn.conn.json")).args(["--shape", "input=2,3,16,16"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+fn bool_input(name: &str) -> cleave_onnx::proto::ValueInfoProto {
+    let mut v = float_input(name, &[]);
+    if let Some(cleave_onnx::proto::type_proto::Value::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+        t.elem_type = Some(cleave_onnx::proto::tensor_proto::DataType::Bool as i32);
+    }
+    v
+}
+
+fn branch(name: &str, op: &str) -> cleave_onnx::proto::GraphProto {
+    cleave_onnx::proto::GraphProto {
+        name: Some(name.into()),
+        node: vec![node(&format!("{name}_op"), op, &["t"], &[&format!("{name}_out")])],
+        output: vec![float_input(&format!("{name}_out"), &[1, 4])],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_subgraph_node_is_atomic_and_its_outer_reads_are_part_inputs() {
+    use cleave_onnx::proto::{attribute_proto::AttributeType, AttributeProto};
+    let tmp = tempfile::tempdir().unwrap();
+    let graph_attr = |name: &str, g| AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Graph as i32), g: Some(g), ..Default::default() };
+    let mut if_node = node("choose", "If", &["cond"], &["y"]);
+    if_node.attribute = vec![graph_attr("then_branch", branch("then", "Relu")), graph_attr("else_branch", branch("else", "Neg"))];
+    let mut m = model(vec![node("pre", "Neg", &["x"], &["t"]), if_node], vec![], "y");
+    m.graph.as_mut().unwrap().input.push(bool_input("cond"));
+    let path = write(tmp.path(), "if.onnx", &m.encode_to_vec());
+    let part = write_part(tmp.path(), "if.part", "[partition]\nbackends=A,B\ndefault=B\ncomply=opname\n[OPNAME]\npre=A\n");
+    let work = tmp.path().join("w");
+    partition(&path, &work, &["--part", part.to_str().unwrap()]);
+    let c = conn(&work, "if");
+    assert_eq!(c.parts.len(), 2);
+    assert_eq!(strs(&c.parts[0].outputs), ["t"], "the If body's read of t must leave part 1");
+    let mut ins = strs(&c.parts[1].inputs);
+    ins.sort();
+    assert_eq!(ins, ["cond", "t"]);
+    oracle(&work.join("if.conn.json"));
+}
+
+#[test]
+fn a_quantize_dequantize_pair_is_never_cut() {
+    use cleave_onnx::proto::{tensor_proto::DataType, TensorProto};
+    let tmp = tempfile::tempdir().unwrap();
+    let scalar = |name: &str, dt: DataType, raw: Vec<u8>| TensorProto { name: Some(name.into()), data_type: Some(dt as i32), raw_data: Some(raw.into()), ..Default::default() };
+    let inits = vec![scalar("scale", DataType::Float, 0.05f32.to_le_bytes().to_vec()), scalar("zp", DataType::Uint8, vec![128])];
+    let nodes = vec![
+        node("quant", "QuantizeLinear", &["x", "scale", "zp"], &["q"]),
+        node("dequant", "DequantizeLinear", &["q", "scale", "zp"], &["dq"]),
+        node("act", "Relu", &["dq"], &["y"]),
+    ];
+    let path = write(tmp.path(), "qdq.onnx", &model(nodes, inits, "y").encode_to_vec());
+    // The rule pins the QuantizeLinear to A; its DequantizeLinear would fall to the default B.
+    let part = write_part(tmp.path(), "q.part", "[partition]\nbackends=A,B\ndefault=B\ncomply=opname\n[OPNAME]\nquant=A\n");
+    let q: serde_json::Value = serde_json::from_str(&ok(&cleave(&[os("query"), path.as_os_str(), os("--part"), part.as_os_str(), os("--json")]))).unwrap();
+    assert_eq!(q["nodes"][1]["device"], "A");
+    assert_eq!(q["nodes"][1]["reason"], "Q/DQ pair");
+    let work = tmp.path().join("w");
+    partition(&path, &work, &["--part", part.to_str().unwrap()]);
+    let c = conn(&work, "qdq");
+    assert_eq!(c.parts.len(), 2);
+    assert_eq!(strs(&c.parts[0].outputs), ["dq"]);
+    oracle(&work.join("qdq.conn.json"));
+}
