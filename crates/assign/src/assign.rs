@@ -203,3 +203,73 @@ pub fn qdq_pairs(g: &Graph) -> Vec<(NodeId, NodeId)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cleave_ir::{ElemType, GraphBuilder, NodeSpec, TensorType};
+    use std::path::Path;
+
+    fn chain() -> Graph {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", TensorType::fixed(ElemType::F32, &[1, 2]));
+        let ops = [("", "Relu", "t1"), ("named", "Div", "t2"), ("", "Div", "t3"), ("", "Neg", "y")];
+        let mut prev = "x".to_string();
+        for (name, op, out) in ops {
+            b.node(NodeSpec { name: name.into(), op_type: op.into(), inputs: vec![prev.clone()], outputs: vec![out.into()], ..Default::default() });
+            b.value_type(out, TensorType::fixed(ElemType::F32, &[1, 2]));
+            prev = out.to_string();
+        }
+        b.output("y");
+        b.finish(false).unwrap()
+    }
+
+    fn run(text: &str) -> Vec<Option<String>> {
+        let g = chain();
+        let part = PartFile::parse(text, Path::new("t.part"), None, None).unwrap();
+        let opts = AssignOptions { devices: vec![], default: None, part: Some(&part) };
+        let a = assign(&g, &Profiles::builtin(), &opts, &vec![false; g.nodes.len()]).unwrap();
+        (0..g.nodes.len()).map(|i| a.device_name(NodeId(i as u32)).map(String::from)).collect()
+    }
+
+    fn names(v: &[&str]) -> Vec<Option<String>> {
+        v.iter().map(|s| Some(s.to_string())).collect()
+    }
+
+    #[test]
+    fn comply_selects_which_rules_apply() {
+        let rules = "[OPCODE]\ndiv=npu\n[OPNAME]\nnamed=gpu\nt1=gpu\n";
+        let head = |comply: &str| format!("[partition]\nbackends=cpu,npu,gpu\ndefault=cpu\ncomply={comply}\n{rules}");
+        // Op codes match case-insensitively; unnamed nodes are addressed by their first output.
+        assert_eq!(run(&head("opcode")), names(&["cpu", "npu", "npu", "cpu"]));
+        assert_eq!(run(&head("opname")), names(&["gpu", "gpu", "cpu", "cpu"]));
+        assert_eq!(run(&head("opname,opcode")), names(&["gpu", "gpu", "npu", "cpu"]), "names first, then op codes");
+        let underscore = "[partition]\nbackends=cpu,npu\ndefault=cpu\n[OPCODE]\n_=npu\nDIV=cpu\n";
+        assert_eq!(run(underscore), names(&["npu", "cpu", "cpu", "npu"]));
+    }
+
+    #[test]
+    fn fallback_follows_the_priority_list_and_unsupported_nodes_stop() {
+        let g = chain();
+        let opts = AssignOptions { devices: vec!["myriad".into(), "cpu".into()], default: None, part: None };
+        let a = assign(&g, &Profiles::builtin(), &opts, &vec![false; 4]).unwrap();
+        // myriad runs Relu and Div but not Neg.
+        let got: Vec<_> = (0..4).map(|i| a.device_name(NodeId(i)).unwrap().to_string()).collect();
+        assert_eq!(got, ["myriad", "myriad", "myriad", "cpu"]);
+        let opts = AssignOptions { devices: vec!["myriad".into()], default: None, part: None };
+        let e = assign(&g, &Profiles::builtin(), &opts, &vec![false; 4]).unwrap_err();
+        assert_eq!(e.to_string(), "[MYRIAD] Cannot convert layer y due to unsupported layer type Neg; add a fallback device that supports it, e.g. --devices myriad,cpu");
+    }
+
+    #[test]
+    fn constants_are_copied_unless_named_or_a_graph_output() {
+        let g = chain();
+        let part = PartFile::parse("[partition]\nbackends=cpu,npu\ndefault=npu\ncomply=opname\n[OPNAME]\nnamed=cpu\n", Path::new("t.part"), None, None).unwrap();
+        let opts = AssignOptions { devices: vec![], default: None, part: Some(&part) };
+        let a = assign(&g, &Profiles::builtin(), &opts, &[true, true, true, true]).unwrap();
+        assert_eq!(a.placement[0], Placement::Constant);
+        assert_eq!(a.placement[1], Placement::Device(0, Reason::OpName), "an [OPNAME] rule places a constant node");
+        assert_eq!(a.placement[2], Placement::Constant);
+        assert_eq!(a.placement[3], Placement::Device(1, Reason::ConstantOutput), "a constant graph output is made on the default device");
+    }
+}
