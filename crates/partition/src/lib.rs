@@ -15,6 +15,7 @@ mod merge;
 mod openvino_algo;
 mod plan;
 mod reference;
+mod union_find;
 mod unit_graph;
 mod validate;
 

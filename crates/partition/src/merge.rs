@@ -1,10 +1,11 @@
 //! Greedy merging of parts while the part graph stays acyclic.
 
+use crate::union_find::UnionFind;
 use crate::unit_graph::{Partition, UnitGraph};
 
 /// The part graph, kept up to date as parts merge (union-find over part ids).
 struct Quotient {
-    parent: Vec<u32>,
+    sets: UnionFind,
     device: Vec<u16>,
     succ: Vec<Vec<u32>>,
     stamp: Vec<u32>,
@@ -26,21 +27,11 @@ impl Quotient {
                 }
             }
         }
-        Quotient { parent: (0..k as u32).collect(), device, succ, stamp: vec![0; k], epoch: 0 }
+        Quotient { sets: UnionFind::new(k), device, succ, stamp: vec![0; k], epoch: 0 }
     }
 
     fn find(&mut self, x: u32) -> u32 {
-        let mut r = x;
-        while self.parent[r as usize] != r {
-            r = self.parent[r as usize];
-        }
-        let mut c = x;
-        while self.parent[c as usize] != r {
-            let n = self.parent[c as usize];
-            self.parent[c as usize] = r;
-            c = n;
-        }
-        r
+        self.sets.find(x)
     }
 
     /// Current successors of a root, as roots.
@@ -53,26 +44,11 @@ impl Quotient {
         out
     }
 
-    /// Whether `to` is reachable from `from` along a path other than the direct edge.
-    fn reaches_indirectly(&mut self, from: u32, to: u32) -> bool {
+    /// Whether `to` is reachable from `from`; with `indirectly`, along a path other than the
+    /// direct edge.
+    fn reaches(&mut self, from: u32, to: u32, indirectly: bool) -> bool {
         self.epoch += 1;
-        let mut stack: Vec<u32> = self.succ_of(from).into_iter().filter(|&s| s != to).collect();
-        while let Some(x) = stack.pop() {
-            if x == to {
-                return true;
-            }
-            if self.stamp[x as usize] == self.epoch {
-                continue;
-            }
-            self.stamp[x as usize] = self.epoch;
-            stack.extend(self.succ_of(x));
-        }
-        false
-    }
-
-    fn reaches(&mut self, from: u32, to: u32) -> bool {
-        self.epoch += 1;
-        let mut stack = vec![from];
+        let mut stack: Vec<u32> = if indirectly { self.succ_of(from).into_iter().filter(|&s| s != to).collect() } else { vec![from] };
         while let Some(x) = stack.pop() {
             if x == to {
                 return true;
@@ -87,7 +63,7 @@ impl Quotient {
     }
 
     fn union(&mut self, a: u32, b: u32) {
-        self.parent[b as usize] = a;
+        self.sets.union(a, b);
         let sb = std::mem::take(&mut self.succ[b as usize]);
         self.succ[a as usize].extend(sb);
     }
@@ -111,7 +87,7 @@ pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) 
                 if b == a || q.device[a as usize] != q.device[b as usize] {
                     continue;
                 }
-                if !q.reaches_indirectly(a, b) {
+                if !q.reaches(a, b, true) {
                     q.union(a, b);
                     merged = true;
                 }
@@ -122,14 +98,14 @@ pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) 
         }
     }
     if allow_disconnected {
-        let roots: Vec<u32> = (0..k).filter(|&x| q.parent[x as usize] == x).collect();
+        let roots: Vec<u32> = (0..k).filter(|&x| q.sets.is_root(x)).collect();
         for (i, &a) in roots.iter().enumerate() {
             for &b in &roots[i + 1..] {
                 let (ra, rb) = (q.find(a), q.find(b));
                 if ra == rb || q.device[ra as usize] != q.device[rb as usize] {
                     continue;
                 }
-                if !q.reaches(ra, rb) && !q.reaches(rb, ra) {
+                if !q.reaches(ra, rb, false) && !q.reaches(rb, ra, false) {
                     q.union(ra, rb);
                 }
             }

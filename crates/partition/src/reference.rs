@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::union_find::UnionFind;
 use crate::unit_graph::{Partition, UnitGraph};
 
 /// ONE's rule: in topological order, a unit joins its producers' group only when all its
@@ -80,29 +81,15 @@ pub fn device_levels(g: &UnitGraph, forward: bool) -> Partition {
 /// Connected components of edges whose ends share a label (and so a device, for callers
 /// whose labels never mix devices across an edge of equal label).
 fn components(g: &UnitGraph, label: &[u32]) -> Partition {
-    let mut root: Vec<u32> = (0..g.len() as u32).collect();
-    fn find(root: &mut [u32], x: u32) -> u32 {
-        let mut r = x;
-        while root[r as usize] != r {
-            r = root[r as usize];
-        }
-        let mut c = x;
-        while root[c as usize] != r {
-            let n = root[c as usize];
-            root[c as usize] = r;
-            c = n;
-        }
-        r
-    }
+    let mut uf = UnionFind::new(g.len());
     for u in 0..g.len() {
         for &s in &g.succ[u] {
             if label[u] == label[s as usize] && g.device[u] == g.device[s as usize] {
-                let (a, b) = (find(&mut root, u as u32), find(&mut root, s));
-                root[a as usize] = b;
+                uf.union(u as u32, s);
             }
         }
     }
-    let labels: Vec<u32> = (0..g.len() as u32).map(|u| find(&mut root, u)).collect();
+    let labels: Vec<u32> = (0..g.len() as u32).map(|u| uf.find(u)).collect();
     Partition::from_labels(&labels)
 }
 

@@ -1,6 +1,8 @@
 use cleave_assign::Assignment;
 use cleave_ir::{Graph, NodeId};
 
+use crate::union_find::UnionFind;
+
 /// The graph partitioning works on: units with one device each and deduplicated edges.
 #[derive(Clone, Debug, Default)]
 pub struct UnitGraph {
@@ -190,31 +192,17 @@ impl UnitGraph {
 
     /// Whether every part is connected through edges inside it (ignoring direction).
     pub fn parts_connected(&self, p: &Partition) -> bool {
-        let mut uf: Vec<u32> = (0..self.len() as u32).collect();
-        fn find(uf: &mut [u32], x: u32) -> u32 {
-            let mut r = x;
-            while uf[r as usize] != r {
-                r = uf[r as usize];
-            }
-            let mut c = x;
-            while uf[c as usize] != r {
-                let next = uf[c as usize];
-                uf[c as usize] = r;
-                c = next;
-            }
-            r
-        }
+        let mut uf = UnionFind::new(self.len());
         for u in 0..self.len() {
             for &s in &self.succ[u] {
                 if p.part_of[u] == p.part_of[s as usize] {
-                    let (a, b) = (find(&mut uf, u as u32), find(&mut uf, s));
-                    uf[a as usize] = b;
+                    uf.union(u as u32, s);
                 }
             }
         }
         let mut root_of_part = vec![u32::MAX; p.count];
         for u in 0..self.len() {
-            let r = find(&mut uf, u as u32);
+            let r = uf.find(u as u32);
             let part = p.part_of[u] as usize;
             if root_of_part[part] == u32::MAX {
                 root_of_part[part] = r;

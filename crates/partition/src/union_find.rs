@@ -1,0 +1,34 @@
+/// Disjoint sets over `0..n` with path compression.
+pub(crate) struct UnionFind {
+    parent: Vec<u32>,
+}
+
+impl UnionFind {
+    pub fn new(n: usize) -> UnionFind {
+        UnionFind { parent: (0..n as u32).collect() }
+    }
+
+    pub fn find(&mut self, x: u32) -> u32 {
+        let mut r = x;
+        while self.parent[r as usize] != r {
+            r = self.parent[r as usize];
+        }
+        let mut c = x;
+        while self.parent[c as usize] != r {
+            let next = self.parent[c as usize];
+            self.parent[c as usize] = r;
+            c = next;
+        }
+        r
+    }
+
+    /// Joins the sets of `a` and `b`; the root of `a`'s set stays the root.
+    pub fn union(&mut self, a: u32, b: u32) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        self.parent[rb as usize] = ra;
+    }
+
+    pub fn is_root(&self, x: u32) -> bool {
+        self.parent[x as usize] == x
+    }
+}
