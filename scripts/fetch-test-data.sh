@@ -69,6 +69,9 @@ if [ ! -f "$rand_stamp" ]; then
   touch "$rand_stamp"
 fi
 
+# ONNX Runtime's shared library, for cleave's `ort` engine.
+bash "$here/fetch-ort.sh"
+
 n_node=$(find "$dest/node" -name model.onnx | wc -l)
 n_light=$(find "$dest/light" -name '*.onnx' | wc -l)
 echo "test data: $dest ($n_light light models, $n_node node tests)"

@@ -101,6 +101,67 @@ def randomize(model, rng):
     return replaced
 
 
+def calibrate_batchnorm(model, rng):
+    """Set each BatchNormalization's running mean and variance to the statistics its input
+    really has on random data, so it normalises: activations stay near unit scale through
+    the whole net, as in a trained model. Without this, random statistics let activations
+    grow to ~1e4, and float rounding differences between engines (a Conv with its BatchNorm
+    folded in, or not) exceed any sensible tolerance near zero.
+
+    BatchNorms are calibrated in waves: those with no uncalibrated BatchNorm upstream first.
+    """
+    import onnxruntime as ort
+
+    graph = model.graph
+    producer = {o: n for n in graph.node for o in n.output}
+    bns = [n for n in graph.node if n.op_type == "BatchNormalization"]
+    upstream = {}
+
+    def bn_above(name, seen):
+        node = producer.get(name)
+        found = set()
+        stack = [node] if node is not None else []
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if n.op_type == "BatchNormalization":
+                found.add(n.name or n.output[0])
+            stack.extend(producer[i] for i in n.input if i in producer)
+        return found
+
+    for bn in bns:
+        upstream[bn.name or bn.output[0]] = bn_above(bn.input[0], set())
+    inits = {t.name: t for t in graph.initializer}
+    done = set()
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    feeds = None
+    waves = 0
+    while len(done) < len(bns):
+        wave = [bn for bn in bns if (bn.name or bn.output[0]) not in done and upstream[bn.name or bn.output[0]] <= done]
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        for bn in wave:
+            probe.graph.output.append(onnx.helper.make_empty_tensor_value_info(bn.input[0]))
+        sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        if feeds is None:
+            feeds = {}
+            for i in sess.get_inputs():
+                shape = [d if isinstance(d, int) else 1 for d in i.shape]
+                feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        values = sess.run([bn.input[0] for bn in wave], feeds)
+        for bn, x in zip(wave, values):
+            axes = tuple(i for i in range(x.ndim) if i != 1)
+            mean, var = x.mean(axis=axes), x.var(axis=axes)
+            for name, value in ((bn.input[3], mean), (bn.input[4], var)):
+                inits[name].CopyFrom(numpy_helper.from_array(value.astype(np.float32), name))
+            done.add(bn.name or bn.output[0])
+        waves += 1
+    return waves
+
+
 def upstream_weighted(graph, name):
     """The last Conv/Gemm at or above `name` along first inputs, with its weight and bias names."""
     producer = {o: n for n in graph.node for o in n.output}
@@ -171,13 +232,15 @@ def main():
         model = onnx.load(str(path))
         rng = np.random.default_rng(args.seed + i)
         n = randomize(model, rng)
+        waves = calibrate_batchnorm(model, rng)
         std = calibrate_logits(model, rng)
         onnx.checker.check_model(model, full_check=True)
         out = args.dst / path.name
         tmp = out.with_suffix(".onnx.tmp")
         onnx.save(model, str(tmp))
         tmp.replace(out)
-        note = f", logits rescaled from std {std:.3g}" if std is not None else ""
+        note = f", BatchNorm statistics measured in {waves} runs" if waves else ""
+        note += f", logits rescaled from std {std:.3g}" if std is not None else ""
         print(f"{path.name}: {n} weight generators replaced{note}")
 
 

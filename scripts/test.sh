@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Run every test of cleave: fetch the test models (cached), then the whole workspace.
+# Ends with one line "cleave tests: N passed, M failed" summed over all test binaries.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/fetch-test-data.sh
-cargo test --workspace --locked "$@"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+summary=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { printf "%d passed, %d failed", p, f }' "$log")
+echo "cleave tests: $summary"
+exit "$status"

@@ -3,13 +3,19 @@
 //! The binary only parses flags, calls the library crates and formats their results and
 //! errors: every failure is one line on stderr naming the file and the cause, exit code 2.
 
+mod bench_cmd;
 mod check;
+mod conformance_cmd;
 mod convert;
+mod counters;
 mod fail;
+mod inputs;
 mod inspect;
 mod partition_cmd;
 mod query;
+mod run_cmd;
 mod setup;
+mod verify_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -76,6 +82,105 @@ enum Command {
         /// Output folder (created if missing).
         #[arg(short = 'o', long = "output", value_name = "WORKDIR")]
         workdir: PathBuf,
+        /// Pipeline-parallel split instead of device rules: N consecutive stages of about equal
+        /// estimated FLOPs along a topological order, one part each, on the --devices in turn
+        /// (or on stage1..N).
+        #[arg(long, value_name = "N", conflicts_with_all = ["part", "algorithm", "allow_disconnected"])]
+        stages: Option<usize>,
+    },
+    /// Run a partition: each part on its backend's engine, in any order whose inputs are
+    /// ready; write the model's outputs as .npy and print per-part counters.
+    Run {
+        /// The partition's stem.conn.json.
+        conn: PathBuf,
+        /// A model input: NAME=FILE.npy or NAME=FILE.pb (ONNX TensorProto). Repeat per input.
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        inputs: Vec<String>,
+        /// Folder for the outputs (NAME.npy).
+        #[arg(short = 'o', long = "output", default_value = ".", value_name = "DIR")]
+        out_dir: PathBuf,
+        /// Engine per backend, e.g. npu=tract,cpu=ort. Default: a backend named `ort` runs on
+        /// ONNX Runtime, every other on tract.
+        #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
+        engines: Vec<String>,
+        /// Keep N requests in flight, one worker per device (the VPU page's pipelining):
+        /// part k of request i overlaps part k+1 of request i-1. Each engine then runs on one
+        /// thread; the outputs are checked identical to a sequential run.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        requests: usize,
+        /// Print the counters as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the model monolithic, partitioned sequential and partitioned pipelined, back to
+    /// back in one process: medians, throughput, and the ratios between them.
+    Bench {
+        /// A partition (stem.conn.json), or a model to partition with the device flags.
+        target: PathBuf,
+        #[command(flatten)]
+        devices: setup::DeviceArgs,
+        /// Timed runs per mode (after one warm-up run).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Requests in flight in the pipelined mode.
+        #[arg(long, default_value_t = 4, value_name = "N")]
+        requests: usize,
+        /// Shape for an input with dynamic dimensions: NAME=1,3,224,224.
+        #[arg(long = "shape", value_name = "NAME=D,D,...")]
+        shapes: Vec<String>,
+        /// Engine per backend, e.g. npu=tract,cpu=ort.
+        #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
+        engines: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the whole model and its parts on the same inputs and compare them: every model
+    /// output and, with --boundaries, every tensor that crosses between parts. Exits 1 when
+    /// a tensor differs beyond tolerance.
+    Verify {
+        /// The source model.
+        model: PathBuf,
+        /// A partition of it (stem.conn.json); without one, MODEL is partitioned with the
+        /// device flags into a temporary folder.
+        conn: Option<PathBuf>,
+        #[command(flatten)]
+        devices: setup::DeviceArgs,
+        /// Also compare every boundary tensor with the same tensor inside the whole model.
+        #[arg(long)]
+        boundaries: bool,
+        #[arg(long, default_value_t = 1e-4)]
+        rtol: f64,
+        #[arg(long, default_value_t = 1e-5)]
+        atol: f64,
+        /// Seed of the random inputs (inputs not given with --input).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Shape for an input with dynamic dimensions: NAME=1,3,224,224.
+        #[arg(long = "shape", value_name = "NAME=D,D,...")]
+        shapes: Vec<String>,
+        /// A model input from a file: NAME=FILE.npy or NAME=FILE.pb.
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        inputs: Vec<String>,
+        /// Engine per backend for the parts, e.g. npu=tract,cpu=ort.
+        #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
+        engines: Vec<String>,
+        /// Engine that runs the whole model.
+        #[arg(long, default_value = "tract")]
+        reference: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the ONNX backend node tests (folders with model.onnx and test_data_set_0) through
+    /// cleave on one engine: each model is partitioned as one part, run, and compared with
+    /// the shipped outputs. Prints pass, fail and unsupported counts.
+    Conformance {
+        /// The folder of test cases, e.g. ~/.cache/cleave/test-data/node.
+        dir: PathBuf,
+        /// tract or ort.
+        #[arg(long, default_value = "tract")]
+        engine: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Prove a written partition sound against its source model: every node in exactly one
     /// part, one device per part, every part input ready before its part.
@@ -97,7 +202,7 @@ fn main() -> ExitCode {
         Command::Inspect { model, json } => inspect::run(&model, json),
         Command::Convert { input, output } => convert::run(&input, &output),
         Command::Query { model, devices, json } => query::run(&model, &devices, json),
-        Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir } => partition_cmd::run(partition_cmd::PartitionArgs {
+        Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, stages } => partition_cmd::run(partition_cmd::PartitionArgs {
             model: &model,
             devices: &devices,
             algorithm,
@@ -105,8 +210,36 @@ fn main() -> ExitCode {
             trace,
             budget_s: budget,
             workdir: &workdir,
+            stages,
         }),
         Command::Check { conn } => check::run(&conn),
+        Command::Conformance { dir, engine, json } => conformance_cmd::run(&dir, &engine, json),
+        Command::Run { conn, inputs, out_dir, engines, requests, json } => {
+            run_cmd::run(run_cmd::RunArgs { conn: &conn, inputs: &inputs, out_dir: &out_dir, engines: &engines, json, requests })
+        }
+        Command::Bench { target, devices, runs, requests, shapes, engines, json } => {
+            bench_cmd::run(bench_cmd::BenchArgs { target: &target, devices: &devices, runs, requests, shapes: &shapes, engines: &engines, json })
+        }
+        Command::Verify { model, conn, devices, boundaries, rtol, atol, seed, shapes, inputs, engines, reference, json } => {
+            match verify_cmd::run(verify_cmd::VerifyArgs {
+                model: &model,
+                conn: conn.as_deref(),
+                devices: &devices,
+                boundaries,
+                rtol,
+                atol,
+                seed,
+                shapes: &shapes,
+                inputs: &inputs,
+                engines: &engines,
+                reference: &reference,
+                json,
+            }) {
+                Ok(true) => Ok(()),
+                Ok(false) => return ExitCode::from(1),
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

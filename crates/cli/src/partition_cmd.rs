@@ -1,12 +1,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cleave_assign::qdq_pairs;
+use cleave_assign::{qdq_pairs, Assignment, Placement, Reason};
+use cleave_onnx::node_flops;
 use cleave_emit::emit;
-use cleave_partition::{counts, openvino, partition_default, validate, OpenVinoOptions, Options, Plan, UnitGraph};
+use cleave_partition::{counts, openvino, partition_default, stage_partition, validate, OpenVinoOptions, Options, Plan, UnitGraph};
 use clap::ValueEnum;
 
-use crate::setup::{load_and_assign, DeviceArgs};
+use crate::setup::{load_and_assign, load_model, DeviceArgs, Loaded};
 use crate::Fail;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -26,9 +27,34 @@ pub struct PartitionArgs<'a> {
     pub trace: bool,
     pub budget_s: f64,
     pub workdir: &'a Path,
+    /// Pipeline stages instead of device rules: N consecutive slices of equal FLOPs.
+    pub stages: Option<usize>,
+}
+
+/// Partitions with the default algorithm into `workdir`; returns the `.conn.json` path.
+pub fn partition_into(model: &Path, devices: &DeviceArgs, workdir: &Path, allow_disconnected: bool) -> Result<std::path::PathBuf, Fail> {
+    let args = PartitionArgs { model, devices, algorithm: Algorithm::Default, allow_disconnected, trace: false, budget_s: 10.0, workdir, stages: None };
+    Ok(build(&args)?.written.conn_json)
+}
+
+struct Built {
+    loaded: crate::setup::Loaded,
+    plan: Plan,
+    written: cleave_emit::Emitted,
+    counts: cleave_partition::Counts,
+    elapsed: Duration,
 }
 
 pub fn run(a: PartitionArgs) -> Result<(), Fail> {
+    let Built { loaded, plan, written, counts, elapsed } = build(&a)?;
+    report(&a, &loaded, &plan, &written, counts, elapsed);
+    Ok(())
+}
+
+fn build(a: &PartitionArgs) -> Result<Built, Fail> {
+    if let Some(n) = a.stages {
+        return build_stages(a, n);
+    }
     let l = load_and_assign(a.model, a.devices)?;
     let g = &l.model.graph;
     let ug = UnitGraph::from_assignment(g, &l.assignment, &qdq_pairs(g));
@@ -50,25 +76,79 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         }
     };
     let elapsed = start.elapsed();
-    let plan = Plan::build(g, &l.assignment, &ug, &partition).map_err(|e| Fail::input(a.model, e))?;
+    let counts = counts(&ug, opts);
+    finish(a, l, &ug, &partition, counts, elapsed)
+}
+
+fn finish(a: &PartitionArgs, l: Loaded, ug: &UnitGraph, partition: &cleave_partition::Partition, counts: cleave_partition::Counts, elapsed: Duration) -> Result<Built, Fail> {
+    let g = &l.model.graph;
+    let plan = Plan::build(g, &l.assignment, ug, partition).map_err(|e| Fail::input(a.model, e))?;
     validate(g, &l.assignment, &plan).map_err(|e| Fail::input(a.model, format!("internal error, the partition is invalid: {e}")))?;
     let written = emit(&l.onnx, &l.model, &plan, a.workdir).map_err(|e| match e.path() {
         Some(p) => Fail::input(p, &e),
         None => Fail::input(a.model, &e),
     })?;
+    Ok(Built { loaded: l, plan, written, counts, elapsed })
+}
 
-    let c = counts(&ug, opts);
-    println!(
-        "{}: {} parts on {} ({} nodes placed, {} constant nodes copied where read) in {:.1} ms; ONE's rule would give {}, the epoch greedy {}",
-        a.model.display(),
-        plan.parts.len(),
-        l.assignment.devices.join(","),
-        plan.parts.iter().map(|p| p.nodes.len()).sum::<usize>(),
-        l.constant.iter().filter(|&&c| c).count(),
-        elapsed.as_secs_f64() * 1e3,
-        c.one_rule,
-        c.epoch_greedy
-    );
+/// `--stages N`: consecutive slices of a topological order with about equal FLOPs, one part
+/// each, on the listed devices in turn (or on `stage1..N`).
+fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
+    if n == 0 {
+        return Err(Fail::usage("--stages must be at least 1"));
+    }
+    let (onnx, model, constant) = load_model(a.model)?;
+    let g = &model.graph;
+    let names: Vec<String> = if a.devices.devices.is_empty() { (1..=n).map(|i| format!("stage{i}")).collect() } else { a.devices.devices.clone() };
+    let stage_device: Vec<&String> = (0..n).map(|i| &names[i % names.len()]).collect();
+    let mut devices: Vec<String> = Vec::new();
+    for d in &stage_device {
+        if !devices.contains(d) {
+            devices.push((*d).clone());
+        }
+    }
+    let outputs: std::collections::HashSet<_> = g.outputs.iter().copied().collect();
+    let single: Vec<Placement> = g
+        .nodes
+        .iter()
+        .zip(&constant)
+        .map(|(node, &c)| if c && !node.outputs.iter().flatten().any(|v| outputs.contains(v)) { Placement::Constant } else { Placement::Device(0, Reason::Default) })
+        .collect();
+    let one = Assignment { devices: vec![devices[0].clone()], placement: single.clone() };
+    let glue = qdq_pairs(g);
+    let ug = UnitGraph::from_assignment(g, &one, &glue);
+    let start = Instant::now();
+    let cost: Vec<u64> = ug.nodes.iter().map(|ns| ns.iter().map(|&x| node_flops(g, g.node(x))).sum()).collect();
+    let partition = stage_partition(&ug, &cost, n);
+    let mut placement = single;
+    for (u, ns) in ug.nodes.iter().enumerate() {
+        let d = devices.iter().position(|x| x == stage_device[partition.part_of[u] as usize]).unwrap_or(0) as u16;
+        for &x in ns {
+            placement[x.index()] = Placement::Device(d, Reason::Default);
+        }
+    }
+    let assignment = Assignment { devices, placement };
+    let staged = UnitGraph::from_assignment(g, &assignment, &glue);
+    let elapsed = start.elapsed();
+    let counts = cleave_partition::Counts { default: partition.count, one_rule: partition.count, epoch_greedy: partition.count };
+    finish(a, Loaded { onnx, model, assignment, constant }, &staged, &partition, counts, elapsed)
+}
+
+fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cleave_emit::Emitted, c: cleave_partition::Counts, elapsed: Duration) {
+    let placed = plan.parts.iter().map(|p| p.nodes.len()).sum::<usize>();
+    let constants = l.constant.iter().filter(|&&c| c).count();
+    let ms = elapsed.as_secs_f64() * 1e3;
+    let devices = l.assignment.devices.join(",");
+    match a.stages {
+        Some(_) => println!("{}: {} pipeline stages of about equal FLOPs on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms", a.model.display(), plan.parts.len()),
+        None => println!(
+            "{}: {} parts on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms; ONE's rule would give {}, the epoch greedy {}",
+            a.model.display(),
+            plan.parts.len(),
+            c.one_rule,
+            c.epoch_greedy
+        ),
+    }
     let wf = written.parts.iter().map(|p| p.file.len()).max().unwrap_or(4).max(4);
     println!("  {:<wf$}  {:<8}  {:>6}  {:>6}  {:>7}  {:>12}", "part", "backend", "nodes", "inputs", "outputs", "output bytes");
     for p in &written.parts {
@@ -96,5 +176,4 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         println!("  ... and {} more (see {})", boundary.len() - 20, written.conn_json.display());
     }
     println!("wrote {} and {}", written.conn_json.display(), written.conn_ini.display());
-    Ok(())
 }

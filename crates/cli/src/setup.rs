@@ -57,11 +57,17 @@ pub fn load_and_assign(model_path: &std::path::Path, args: &DeviceArgs) -> Resul
     if part.is_none() && args.devices.is_empty() {
         return Err(Fail::usage("no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part"));
     }
+    let (onnx, model, constant) = load_model(model_path)?;
+    let opts = AssignOptions { devices: args.devices.clone(), default: args.default.clone(), part: part.as_ref() };
+    let assignment = assign(&model.graph, &profiles, &opts, &constant).map_err(|e| Fail::input(model_path, e))?;
+    Ok(Loaded { onnx, model, assignment, constant })
+}
+
+/// Loads, checks and types a model; marks the nodes that compute constants.
+pub fn load_model(model_path: &std::path::Path) -> Result<(OnnxModel, Model, Vec<bool>), Fail> {
     let onnx = OnnxModel::load(model_path)?;
     let mut model = to_ir(&onnx)?;
     infer_types(&mut model);
     let constant = model.graph.constant_nodes(is_deterministic);
-    let opts = AssignOptions { devices: args.devices.clone(), default: args.default.clone(), part: part.as_ref() };
-    let assignment = assign(&model.graph, &profiles, &opts, &constant).map_err(|e| Fail::input(model_path, e))?;
-    Ok(Loaded { onnx, model, assignment, constant })
+    Ok((onnx, model, constant))
 }

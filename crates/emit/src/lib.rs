@@ -11,6 +11,6 @@ mod read_back;
 mod write;
 
 pub use conn::{ConnFile, ConnModel};
-pub use onnx_part::part_model;
-pub use read_back::{check_conn, CheckReport};
+pub use onnx_part::{part_model, with_outputs};
+pub use read_back::{backend_of, check_conn, CheckReport};
 pub use write::{emit, EmitError, Emitted, EmittedPart};

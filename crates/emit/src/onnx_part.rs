@@ -176,3 +176,21 @@ fn used_functions(nodes: &[NodeProto], all: &[FunctionProto]) -> Vec<FunctionPro
     }
     all.iter().filter(|f| want.contains(&(f.domain().to_string(), f.name().to_string()))).cloned().collect()
 }
+
+/// The source model with `extra` tensors added as graph outputs, typed, so an engine computes
+/// them: the reference for comparing boundary tensors.
+pub fn with_outputs(source: &OnnxModel, model: &Model, extra: &[ValueId]) -> Result<ModelProto, EmitError> {
+    let mut m = source.proto.clone();
+    let g = m.graph.as_mut().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+    for &v in extra {
+        let value = model.graph.value(v);
+        if g.output.iter().any(|o| o.name() == value.name) {
+            continue;
+        }
+        if !value.ty.is_complete() {
+            return Err(EmitError::Untyped { part: 0, tensor: value.name.clone(), ty: value.ty.to_string() });
+        }
+        g.output.push(value_info(&value.name, &value.ty));
+    }
+    Ok(m)
+}

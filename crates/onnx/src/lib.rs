@@ -8,6 +8,7 @@
 //! whose schema adds fields loses those fields on `save`; every field of the vendored
 //! `onnx.proto` (onnx 1.23) round-trips to identical bytes.
 
+mod cost;
 mod dtype;
 mod error;
 mod external;
@@ -22,10 +23,11 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
 }
 
+pub use cost::node_flops;
 pub use dtype::{elem_from_code, elem_to_code};
 pub use error::OnnxError;
 pub use external::read_weight;
 pub use infer::{infer_types, InferReport};
 pub use ops::is_deterministic;
 pub use io::{decode_model, encode_model, write_atomic, OnnxModel};
-pub use to_ir::{to_ir, to_ir_weight};
+pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};

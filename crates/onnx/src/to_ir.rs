@@ -184,6 +184,12 @@ pub(crate) fn tensor_type(t: &TypeProto) -> TensorType {
     }
 }
 
+/// A standalone tensor (a `.pb` file, say) as an IR weight; external data resolves against
+/// `base`, and errors name `path`.
+pub fn weight_from_tensor(t: &TensorProto, path: &Path, base: &Path) -> Result<Weight, OnnxError> {
+    weight(t, &Ctx { path, base: base.to_path_buf() })
+}
+
 /// A tensor of `m`'s file (an initializer, say) as an IR weight, external data resolved.
 pub fn to_ir_weight(t: &TensorProto, m: &OnnxModel) -> Result<Weight, OnnxError> {
     weight(t, &Ctx { path: &m.path, base: m.base_dir() })

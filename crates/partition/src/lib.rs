@@ -15,6 +15,7 @@ mod merge;
 mod openvino_algo;
 mod plan;
 mod reference;
+mod stages;
 mod union_find;
 mod unit_graph;
 mod validate;
@@ -23,6 +24,7 @@ pub use merge::merge_neighbours;
 pub use openvino_algo::{openvino, OpenVinoError, OpenVinoOptions};
 pub use plan::{Part, Plan, PlanError};
 pub use reference::{device_levels, epoch_greedy, one_rule};
+pub use stages::stage_partition;
 pub use unit_graph::{Partition, UnitGraph};
 pub use validate::{validate, ValidationError};
 

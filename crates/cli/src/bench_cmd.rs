@@ -1,0 +1,140 @@
+//! `cleave bench`: monolithic, partitioned sequential and partitioned pipelined runs back to
+//! back in one process, with medians and the ratios between them.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cleave_runtime::pipeline::run_pipelined;
+use cleave_runtime::runner::{load_parts, PartStats};
+use cleave_runtime::Engine;
+use serde::Serialize;
+
+use crate::run_cmd::{engines, load_source, runtime_fail};
+use crate::setup::DeviceArgs;
+use crate::{inputs, Fail};
+
+pub struct BenchArgs<'a> {
+    pub target: &'a Path,
+    pub devices: &'a DeviceArgs,
+    pub runs: usize,
+    pub requests: usize,
+    pub shapes: &'a [String],
+    pub engines: &'a [String],
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Mode {
+    mode: &'static str,
+    /// Median time of one request (pipelined: of `requests` requests in flight, divided by them).
+    median_ms: f64,
+    throughput_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct BenchReport {
+    model: String,
+    parts: usize,
+    runs: usize,
+    requests: usize,
+    modes: Vec<Mode>,
+    /// Partitioned sequential latency over monolithic latency (the hetero overhead).
+    sequential_over_monolithic: f64,
+    /// Pipelined throughput over partitioned sequential throughput.
+    pipelined_speedup: f64,
+    parts_counters: Vec<serde_json::Value>,
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+pub fn run(a: BenchArgs) -> Result<(), Fail> {
+    let tmp = tempfile::tempdir().map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
+    let conn: PathBuf = if a.target.extension().is_some_and(|e| e == "json") {
+        a.target.to_path_buf()
+    } else {
+        crate::partition_cmd::partition_into(a.target, a.devices, tmp.path(), false)?
+    };
+    let (onnx, model) = load_source(&conn)?;
+    let feeds = inputs::gather(&model.graph, &[], a.shapes, 0, true)?;
+    let map = engines(a.engines)?;
+    let runs = a.runs.max(1);
+
+    let mono_engine = cleave_runtime::engine::Tract;
+    let mut mono = mono_engine.load(&onnx.path, false).map_err(runtime_fail)?;
+    mono.run(&feeds).map_err(runtime_fail)?; // warm-up: plans are built on first run
+    let mut t_mono = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        mono.run(&feeds).map_err(runtime_fail)?;
+        t_mono.push(t.elapsed());
+    }
+    drop(mono);
+
+    let mut parts = load_parts(&conn, &map, false).map_err(runtime_fail)?;
+    let mut stats = vec![PartStats::default(); parts.sessions.len()];
+    parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
+    let mut t_seq = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
+        t_seq.push(t.elapsed());
+    }
+    drop(parts);
+
+    let n = a.requests.max(1);
+    let mut piped = load_parts(&conn, &map, true).map_err(runtime_fail)?;
+    run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?; // warm-up
+    let rounds = runs.div_ceil(n).max(3);
+    let mut t_pipe = Vec::with_capacity(rounds);
+    let mut pipe_stats = Vec::new();
+    for _ in 0..rounds {
+        let r = run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
+        t_pipe.push(r.wall / n as u32);
+        pipe_stats = r.stats;
+    }
+    let (m, s, p) = (median(t_mono), median(t_seq), median(t_pipe));
+    let per_s = |d: Duration| if d.is_zero() { 0.0 } else { 1.0 / d.as_secs_f64() };
+    let counters = piped
+        .conn
+        .parts
+        .iter()
+        .zip(&pipe_stats)
+        .enumerate()
+        .map(|(k, (part, st))| {
+            serde_json::json!({
+                "part": part.file, "backend": piped.backends[k], "engine": piped.engines[k].name(),
+                "calls": st.calls, "exec_ms": st.exec.as_secs_f64() * 1e3, "wait_ms": st.wait.as_secs_f64() * 1e3,
+            })
+        })
+        .collect();
+    let report = BenchReport {
+        model: onnx.path.display().to_string(),
+        parts: piped.conn.parts.len(),
+        runs,
+        requests: n,
+        modes: vec![
+            Mode { mode: "monolithic", median_ms: m.as_secs_f64() * 1e3, throughput_per_s: per_s(m) },
+            Mode { mode: "partitioned", median_ms: s.as_secs_f64() * 1e3, throughput_per_s: per_s(s) },
+            Mode { mode: "pipelined", median_ms: p.as_secs_f64() * 1e3, throughput_per_s: per_s(p) },
+        ],
+        sequential_over_monolithic: s.as_secs_f64() / m.as_secs_f64().max(1e-12),
+        pipelined_speedup: s.as_secs_f64() / p.as_secs_f64().max(1e-12),
+        parts_counters: counters,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(Fail::usage)?);
+        return Ok(());
+    }
+    println!("{}: {} parts, {} runs, {} requests in flight when pipelined (engine of the monolithic run: tract)", report.model, report.parts, runs, n);
+    println!("  {:<12} {:>12} {:>14}", "mode", "median ms", "requests/s");
+    for md in &report.modes {
+        println!("  {:<12} {:>12.3} {:>14.1}", md.mode, md.median_ms, md.throughput_per_s);
+    }
+    println!("partitioned / monolithic latency: {:.3}", report.sequential_over_monolithic);
+    println!("pipelined / partitioned throughput: {:.3}", report.pipelined_speedup);
+    crate::counters::print(&piped, &pipe_stats, false);
+    Ok(())
+}

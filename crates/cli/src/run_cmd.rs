@@ -1,0 +1,87 @@
+use std::path::{Path, PathBuf};
+
+use cleave_ir::Model;
+use cleave_onnx::{infer_types, to_ir, OnnxModel};
+use cleave_runtime::pipeline::run_pipelined;
+use cleave_runtime::runner::{load_parts, read_conn, PartStats};
+use cleave_runtime::{write_npy, EngineMap, RuntimeError};
+
+use crate::{inputs, Fail};
+
+pub fn runtime_fail(e: RuntimeError) -> Fail {
+    match e.path() {
+        Some(p) => Fail::input(&p.to_path_buf(), &e),
+        None => Fail::usage(e),
+    }
+}
+
+/// The source model a connection file names, typed.
+pub fn load_source(conn_path: &Path) -> Result<(OnnxModel, Model), Fail> {
+    let conn = read_conn(conn_path).map_err(runtime_fail)?;
+    let dir = conn_path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let onnx = OnnxModel::load(dir.join(&conn.source.file))?;
+    let mut model = to_ir(&onnx)?;
+    infer_types(&mut model);
+    Ok((onnx, model))
+}
+
+pub fn engines(pairs: &[String]) -> Result<EngineMap, Fail> {
+    EngineMap::parse(pairs).map_err(Fail::usage)
+}
+
+pub struct RunArgs<'a> {
+    pub conn: &'a Path,
+    pub inputs: &'a [String],
+    pub out_dir: &'a Path,
+    pub engines: &'a [String],
+    pub json: bool,
+    /// Requests in flight, pipelined across one worker per device (1: a plain run).
+    pub requests: usize,
+}
+
+fn file_name(tensor: &str) -> String {
+    tensor.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+pub fn run(a: RunArgs) -> Result<(), Fail> {
+    let (_, model) = load_source(a.conn)?;
+    let feeds = inputs::gather(&model.graph, a.inputs, &[], 0, false)?;
+    let map = engines(a.engines)?;
+    let pipelined = a.requests > 1;
+    let mut parts = load_parts(a.conn, &map, pipelined).map_err(runtime_fail)?;
+    let mut stats = vec![PartStats::default(); parts.sessions.len()];
+    let values = if pipelined {
+        let r = run_pipelined(&mut parts, vec![feeds.clone(); a.requests]).map_err(runtime_fail)?;
+        stats = r.stats;
+        // Pipelining must not change a single bit: compare with a plain run.
+        let plain = parts.run(feeds, &mut vec![PartStats::default(); parts.sessions.len()]).map_err(runtime_fail)?;
+        for (i, v) in r.values.iter().enumerate() {
+            for o in &parts.conn.source.outputs {
+                if v.get(o) != plain.get(o) {
+                    return Err(Fail::input(a.conn, format!("request {i}: output '{o}' of the pipelined run differs from a sequential run")));
+                }
+            }
+        }
+        if !a.json {
+            println!("{} requests pipelined in {:.3} ms; every output identical to a sequential run", a.requests, r.wall.as_secs_f64() * 1e3);
+        }
+        plain
+    } else {
+        parts.run(feeds, &mut stats).map_err(runtime_fail)?
+    };
+    std::fs::create_dir_all(a.out_dir).map_err(|e| Fail::input(a.out_dir, format!("cannot write: {e}")))?;
+    let mut written = Vec::new();
+    for o in &parts.conn.source.outputs {
+        let t = values.get(o).ok_or_else(|| Fail::input(a.conn, format!("no part produced the model output '{o}'")))?;
+        let path = a.out_dir.join(format!("{}.npy", file_name(o)));
+        write_npy(&path, t).map_err(runtime_fail)?;
+        written.push((o.clone(), path, t.shape.clone()));
+    }
+    crate::counters::print(&parts, &stats, a.json);
+    if !a.json {
+        for (name, path, shape) in &written {
+            println!("{name} {shape:?} -> {}", path.display());
+        }
+    }
+    Ok(())
+}

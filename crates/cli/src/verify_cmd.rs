@@ -1,0 +1,103 @@
+use std::path::{Path, PathBuf};
+
+use cleave_emit::with_outputs;
+use cleave_onnx::encode_model;
+use cleave_runtime::runner::{load_parts, PartStats};
+use cleave_runtime::verify::{Report, Row};
+use cleave_runtime::EngineKind;
+
+use crate::run_cmd::{engines, load_source, runtime_fail};
+use crate::setup::DeviceArgs;
+use crate::{inputs, Fail};
+
+pub struct VerifyArgs<'a> {
+    pub model: &'a Path,
+    pub conn: Option<&'a Path>,
+    pub devices: &'a DeviceArgs,
+    pub boundaries: bool,
+    pub rtol: f64,
+    pub atol: f64,
+    pub seed: u64,
+    pub shapes: &'a [String],
+    pub inputs: &'a [String],
+    pub engines: &'a [String],
+    pub reference: &'a str,
+    pub json: bool,
+}
+
+/// Returns whether every compared tensor is within tolerance.
+pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
+    let tmp = tempfile::tempdir().map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
+    let conn_path: PathBuf = match a.conn {
+        Some(c) => c.to_path_buf(),
+        None => crate::partition_cmd::partition_into(a.model, a.devices, tmp.path(), false)?,
+    };
+    let (onnx, model) = load_source(&conn_path)?;
+    let g = &model.graph;
+    let feeds = inputs::gather(g, a.inputs, a.shapes, a.seed, true)?;
+    let map = engines(a.engines)?;
+    let mut parts = load_parts(&conn_path, &map, false).map_err(runtime_fail)?;
+
+    // The tensors to compare: the model's outputs, and with --boundaries every tensor that
+    // crosses between parts.
+    let mut names: Vec<(String, bool)> = parts.conn.source.outputs.iter().map(|o| (o.clone(), true)).collect();
+    if a.boundaries {
+        for p in &parts.conn.parts {
+            for t in p.inputs.iter().chain(&p.outputs) {
+                if !parts.conn.source.inputs.contains(t) && !names.iter().any(|(n, _)| n == t) {
+                    names.push((t.clone(), false));
+                }
+            }
+        }
+    }
+    let reference = EngineKind::parse(a.reference).ok_or_else(|| Fail::usage(format!("--reference '{}': engines are tract, ort", a.reference)))?;
+    let engine = reference.engine().map_err(runtime_fail)?;
+    let mut whole = if a.boundaries {
+        let extra: Vec<_> = names.iter().filter_map(|(n, _)| g.find(n)).collect();
+        let probe = with_outputs(&onnx, &model, &extra).map_err(|e| Fail::input(a.model, e))?;
+        let path = tmp.path().join("whole-with-boundaries.onnx");
+        cleave_onnx::write_atomic(&path, &encode_model(&probe))?;
+        engine.load(&path, false).map_err(runtime_fail)?
+    } else {
+        engine.load(&onnx.path, false).map_err(runtime_fail)?
+    };
+    let expected = whole.run(&feeds).map_err(runtime_fail)?;
+    let mut stats = vec![PartStats::default(); parts.sessions.len()];
+    let got = parts.run(feeds, &mut stats).map_err(runtime_fail)?;
+
+    let mut report = Report::default();
+    for (name, is_output) in names {
+        let want = expected.iter().find(|(n, _)| *n == name).map(|(_, t)| t).ok_or_else(|| Fail::input(a.model, format!("the whole model did not produce '{name}'")))?;
+        let have = got.get(&name).ok_or_else(|| Fail::input(&conn_path, format!("no part produced '{name}'")))?;
+        report.rows.push(Row { tensor: name, is_output, diff: have.diff(want, a.rtol, a.atol) });
+    }
+    print(&report, a.rtol, a.atol, a.json, reference.name());
+    Ok(report.passed())
+}
+
+fn print(r: &Report, rtol: f64, atol: f64, json: bool, reference: &str) {
+    if json {
+        let rows: Vec<_> = r
+            .rows
+            .iter()
+            .map(|x| serde_json::json!({ "tensor": x.tensor, "kind": if x.is_output { "output" } else { "boundary" }, "max_abs": x.diff.max_abs, "max_rel": x.diff.max_rel, "beyond": x.diff.beyond }))
+            .collect();
+        let v = serde_json::json!({ "rtol": rtol, "atol": atol, "reference": reference, "passed": r.passed(), "tensors": rows });
+        if let Ok(t) = serde_json::to_string_pretty(&v) {
+            println!("{t}");
+        }
+        return;
+    }
+    let w = r.rows.iter().map(|x| x.tensor.len()).max().unwrap_or(6).max(6);
+    println!("{:<w$}  {:<8}  {:>10}  {:>10}  status", "tensor", "kind", "max abs", "max rel");
+    for x in &r.rows {
+        let status = if x.diff.beyond == 0 { "ok".to_string() } else { format!("{} elements beyond tolerance", x.diff.beyond) };
+        println!("{:<w$}  {:<8}  {:>10.3e}  {:>10.3e}  {status}", x.tensor, if x.is_output { "output" } else { "boundary" }, x.diff.max_abs, x.diff.max_rel);
+    }
+    let bad = r.rows.iter().filter(|x| x.diff.beyond > 0).count();
+    if bad == 0 {
+        println!("verify: {} tensors match the whole model ({reference}) within rtol {rtol:e} / atol {atol:e}", r.rows.len());
+    } else {
+        println!("verify: {bad} of {} tensors differ from the whole model ({reference}) beyond rtol {rtol:e} / atol {atol:e}", r.rows.len());
+    }
+}
