@@ -62,35 +62,27 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     let map = engines(a.engines)?;
     let runs = a.runs.max(1);
 
+    // All three set up at once and timed in interleaved rounds, so that the machine's drift
+    // (other load, frequency) hits every mode alike and the ratios stay meaningful.
     let mono_engine = cleave_runtime::engine::Tract;
     let mut mono = mono_engine.load(&onnx.path, false).map_err(runtime_fail)?;
-    mono.run(&feeds).map_err(runtime_fail)?; // warm-up: plans are built on first run
-    let mut t_mono = Vec::with_capacity(runs);
+    let mut parts = load_parts(&conn, &map, false).map_err(runtime_fail)?;
+    let n = a.requests.max(1);
+    let mut piped = load_parts(&conn, &map, true).map_err(runtime_fail)?;
+    let mut stats = vec![PartStats::default(); parts.sessions.len()];
+    // Warm-up: tract builds its plans on the first run.
+    mono.run(&feeds).map_err(runtime_fail)?;
+    parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
+    run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
+    let (mut t_mono, mut t_seq, mut t_pipe) = (Vec::new(), Vec::new(), Vec::new());
+    let mut pipe_stats = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
         mono.run(&feeds).map_err(runtime_fail)?;
         t_mono.push(t.elapsed());
-    }
-    drop(mono);
-
-    let mut parts = load_parts(&conn, &map, false).map_err(runtime_fail)?;
-    let mut stats = vec![PartStats::default(); parts.sessions.len()];
-    parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
-    let mut t_seq = Vec::with_capacity(runs);
-    for _ in 0..runs {
         let t = Instant::now();
         parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
         t_seq.push(t.elapsed());
-    }
-    drop(parts);
-
-    let n = a.requests.max(1);
-    let mut piped = load_parts(&conn, &map, true).map_err(runtime_fail)?;
-    run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?; // warm-up
-    let rounds = runs.div_ceil(n).max(3);
-    let mut t_pipe = Vec::with_capacity(rounds);
-    let mut pipe_stats = Vec::new();
-    for _ in 0..rounds {
         let r = run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
         t_pipe.push(r.wall / n as u32);
         pipe_stats = r.stats;

@@ -33,6 +33,10 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         None => crate::partition_cmd::partition_into(a.model, a.devices, tmp.path(), false)?,
     };
     let (onnx, model) = load_source(&conn_path)?;
+    let same = |p: &Path| p.canonicalize().ok();
+    if same(&onnx.path) != same(a.model) {
+        return Err(Fail::input(&conn_path, format!("partitions {}, not {}", onnx.path.display(), a.model.display())));
+    }
     let g = &model.graph;
     let feeds = inputs::gather(g, a.inputs, a.shapes, a.seed, true)?;
     let map = engines(a.engines)?;
