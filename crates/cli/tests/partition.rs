@@ -11,19 +11,6 @@ use cleave_testdata::{light_random, LIGHT_MODELS};
 use common::*;
 use prost::Message;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn example(name: &str) -> PathBuf {
-    repo().join("examples").join(name)
-}
-
-fn ok(o: &std::process::Output) -> String {
-    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 fn partition(model: &Path, work: &Path, extra: &[&str]) -> String {
     let mut args = vec![os("partition"), model.as_os_str(), os("-o"), work.as_os_str()];
     args.extend(extra.iter().map(os));

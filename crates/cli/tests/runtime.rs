@@ -3,24 +3,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use cleave_testdata::{light_random, LIGHT_MODELS};
 use common::*;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn example(name: &str) -> PathBuf {
-    repo().join("examples").join(name)
-}
-
-fn ok(o: &std::process::Output) -> String {
-    assert!(o.status.success(), "exit {:?}: {}{}", o.status.code(), String::from_utf8_lossy(&o.stdout), stderr(o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn run(args: &[&str]) -> std::process::Output {
     let a: Vec<&std::ffi::OsStr> = args.iter().map(os).collect();

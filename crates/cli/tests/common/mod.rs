@@ -78,3 +78,19 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     p
 }
 
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A bundled example model.
+pub fn example(name: &str) -> PathBuf {
+    repo().join("examples").join(name)
+}
+
+/// Stdout of a run that must succeed; otherwise fails with what it printed.
+pub fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "exit {:?}: {}{}", o.status.code(), String::from_utf8_lossy(&o.stdout), stderr(o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
