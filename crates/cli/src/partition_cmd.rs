@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 use cleave_assign::{qdq_pairs, Assignment, Placement, Reason};
 use cleave_onnx::node_flops;
 use cleave_emit::emit;
-use cleave_partition::{counts, openvino, partition_default, stage_partition, validate, OpenVinoOptions, Options, Plan, UnitGraph};
+use cleave_partition::{openvino, reference_counts, References, partition_default, stage_partition, validate, OpenVinoOptions, Options, Plan, UnitGraph};
 use clap::ValueEnum;
 
 use crate::setup::{load_and_assign, load_model, DeviceArgs, Loaded};
@@ -41,13 +41,14 @@ struct Built {
     loaded: crate::setup::Loaded,
     plan: Plan,
     written: cleave_emit::Emitted,
-    counts: cleave_partition::Counts,
+    /// Part counts of the references, when rules (not stages) made the partition.
+    references: Option<References>,
     elapsed: Duration,
 }
 
 pub fn run(a: PartitionArgs) -> Result<(), Fail> {
-    let Built { loaded, plan, written, counts, elapsed } = build(&a)?;
-    report(&a, &loaded, &plan, &written, counts, elapsed);
+    let Built { loaded, plan, written, references, elapsed } = build(&a)?;
+    report(&a, &loaded, &plan, &written, references, elapsed);
     Ok(())
 }
 
@@ -76,11 +77,10 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
         }
     };
     let elapsed = start.elapsed();
-    let counts = counts(&ug, opts);
-    finish(a, l, &ug, &partition, counts, elapsed)
+    finish(a, l, &ug, &partition, Some(reference_counts(&ug)), elapsed)
 }
 
-fn finish(a: &PartitionArgs, l: Loaded, ug: &UnitGraph, partition: &cleave_partition::Partition, counts: cleave_partition::Counts, elapsed: Duration) -> Result<Built, Fail> {
+fn finish(a: &PartitionArgs, l: Loaded, ug: &UnitGraph, partition: &cleave_partition::Partition, references: Option<References>, elapsed: Duration) -> Result<Built, Fail> {
     let g = &l.model.graph;
     let plan = Plan::build(g, &l.assignment, ug, partition).map_err(|e| Fail::input(a.model, e))?;
     validate(g, &l.assignment, &plan).map_err(|e| Fail::input(a.model, format!("internal error, the partition is invalid: {e}")))?;
@@ -88,7 +88,7 @@ fn finish(a: &PartitionArgs, l: Loaded, ug: &UnitGraph, partition: &cleave_parti
         Some(p) => Fail::input(p, &e),
         None => Fail::input(a.model, &e),
     })?;
-    Ok(Built { loaded: l, plan, written, counts, elapsed })
+    Ok(Built { loaded: l, plan, written, references, elapsed })
 }
 
 /// `--stages N`: consecutive slices of a topological order with about equal FLOPs, one part
@@ -130,18 +130,17 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
     let assignment = Assignment { devices, placement };
     let staged = UnitGraph::from_assignment(g, &assignment, &glue);
     let elapsed = start.elapsed();
-    let counts = cleave_partition::Counts { default: partition.count, one_rule: partition.count, epoch_greedy: partition.count };
-    finish(a, Loaded { onnx, model, assignment, constant }, &staged, &partition, counts, elapsed)
+    finish(a, Loaded { onnx, model, assignment, constant }, &staged, &partition, None, elapsed)
 }
 
-fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cleave_emit::Emitted, c: cleave_partition::Counts, elapsed: Duration) {
+fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cleave_emit::Emitted, references: Option<References>, elapsed: Duration) {
     let placed = plan.parts.iter().map(|p| p.nodes.len()).sum::<usize>();
     let constants = l.constant.iter().filter(|&&c| c).count();
     let ms = elapsed.as_secs_f64() * 1e3;
     let devices = l.assignment.devices.join(",");
-    match a.stages {
-        Some(_) => println!("{}: {} pipeline stages of about equal FLOPs on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms", a.model.display(), plan.parts.len()),
-        None => println!(
+    match references {
+        None => println!("{}: {} pipeline stages of about equal FLOPs on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms", a.model.display(), plan.parts.len()),
+        Some(c) => println!(
             "{}: {} parts on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms; ONE's rule would give {}, the epoch greedy {}",
             a.model.display(),
             plan.parts.len(),
