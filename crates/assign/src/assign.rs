@@ -1,4 +1,5 @@
 use cleave_device::{Profiles, Verdict};
+use cleave_fuse::{find_groups, Group, Rule, UnknownRule};
 use cleave_ir::{Graph, NodeId};
 
 use crate::part_file::PartFile;
@@ -14,6 +15,8 @@ pub enum AssignError {
     NoDevices,
     #[error("default device '{0}' is not in the device list")]
     DefaultNotListed(String),
+    #[error("profile '{device}': [fuse] rules: {message}")]
+    FuseRule { device: String, message: String },
 }
 
 /// Why a node went where it did (shown by `query`).
@@ -31,6 +34,8 @@ pub enum Reason {
     QdqPair,
     /// A constant that is also a graph output: one part on the default device makes it.
     ConstantOutput,
+    /// Member of a fused group: goes where the group's anchor goes.
+    Fused,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,9 +61,22 @@ pub struct Assignment {
     pub devices: Vec<String>,
     /// One per node of the graph.
     pub placement: Vec<Placement>,
+    /// Fused groups, each placed whole on `devices[.0]`.
+    pub groups: Vec<(u16, Group)>,
+    /// Things a user should know (groups dissolved by rules).
+    pub warnings: Vec<String>,
 }
 
 impl Assignment {
+    /// Node pairs that must share a part: Q/DQ pairs and the members of each fused group.
+    pub fn glue(&self, g: &Graph) -> Vec<(NodeId, NodeId)> {
+        let mut pairs = qdq_pairs(g);
+        for (_, grp) in &self.groups {
+            pairs.extend(grp.nodes[1..].iter().map(|&m| (grp.anchor(), m)));
+        }
+        pairs
+    }
+
     pub fn device_name(&self, n: NodeId) -> Option<&str> {
         self.placement[n.index()].device().map(|d| self.devices[d as usize].as_str())
     }
@@ -160,7 +178,57 @@ pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[
         }
     }
     keep_qdq_pairs(g, profiles, &devices, &mut placement);
-    Ok(Assignment { devices, placement })
+    let mut a = Assignment { devices, placement, groups: Vec::new(), warnings: Vec::new() };
+    place_groups(g, profiles, constant, &mut a)?;
+    Ok(a)
+}
+
+/// Each device's fused groups, found on the whole graph before assignment (as OpenVINO's
+/// query_model runs a device's transformations), are placed whole: in priority order, a group
+/// whose anchor went to its device and whose members that device all runs takes its members
+/// along. A rule that pins a member elsewhere dissolves the group, with a warning.
+fn place_groups(g: &Graph, profiles: &Profiles, constant: &[bool], a: &mut Assignment) -> Result<(), AssignError> {
+    let mut claimed = vec![false; g.nodes.len()];
+    for (d, device) in a.devices.clone().iter().enumerate() {
+        let Some(profile) = profiles.get(device) else { continue };
+        let rules = Rule::parse_all(&profile.fuse.rules).map_err(|UnknownRule(r)| AssignError::FuseRule {
+            device: device.clone(),
+            message: UnknownRule(r).to_string(),
+        })?;
+        for grp in find_groups(g, constant, &rules) {
+            let d = d as u16;
+            if grp.nodes.iter().any(|m| claimed[m.index()]) || a.placement[grp.anchor().index()].device() != Some(d) {
+                continue;
+            }
+            let pinned = grp.nodes.iter().find(|m| matches!(a.placement[m.index()], Placement::Device(e, Reason::OpName | Reason::OpCode) if e != d));
+            if let Some(&m) = pinned {
+                let (rule, e) = match a.placement[m.index()] {
+                    Placement::Device(e, Reason::OpName) => ("[OPNAME]", e),
+                    Placement::Device(e, _) => ("[OPCODE]", e),
+                    Placement::Constant => continue,
+                };
+                a.warnings.push(format!(
+                    "fused group {} ({}) dissolved: {rule} puts {} on {}, the group's anchor is on {device}",
+                    grp.nodes.iter().map(|&n| g.node_label(n)).collect::<Vec<_>>().join(" + "),
+                    grp.rule.name(),
+                    g.node_label(m),
+                    a.devices[e as usize],
+                ));
+                continue;
+            }
+            if grp.nodes.iter().any(|&m| profiles.check(device, g, g.node(m)) != Verdict::Supported) {
+                continue;
+            }
+            for &m in &grp.nodes {
+                claimed[m.index()] = true;
+                if a.placement[m.index()].device() != Some(d) {
+                    a.placement[m.index()] = Placement::Device(d, Reason::Fused);
+                }
+            }
+            a.groups.push((d, grp));
+        }
+    }
+    Ok(())
 }
 
 fn describe(v: &Verdict) -> String {

@@ -11,6 +11,7 @@ mod counters;
 mod fail;
 mod inputs;
 mod inspect;
+mod optimize_cmd;
 mod partition_cmd;
 mod query;
 mod run_cmd;
@@ -57,6 +58,25 @@ enum Command {
         #[command(flatten)]
         devices: setup::DeviceArgs,
         /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite a model for its devices (fold constants and BatchNorm, remove Identity/Dropout;
+    /// at --level device also the devices' rewrites: group-conv merge, identity Power removal,
+    /// joining, tiling) and print the runtime graph: each runtime layer, its type, its device
+    /// and the source layers fused into it (OpenVINO's originalLayersNames).
+    Optimize {
+        /// The model file (.onnx). It is read, never modified.
+        model: PathBuf,
+        #[command(flatten)]
+        devices: setup::DeviceArgs,
+        /// `basic` works for any device; `device` adds the devices' own rewrites.
+        #[arg(long, value_enum, default_value = "device")]
+        level: setup::OptLevel,
+        /// Where to write the rewritten model (atomically; never the source).
+        #[arg(short, long, value_name = "OUT.onnx")]
+        output: PathBuf,
+        /// Print JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -202,6 +222,7 @@ fn main() -> ExitCode {
         Command::Inspect { model, json } => inspect::run(&model, json),
         Command::Convert { input, output } => convert::run(&input, &output),
         Command::Query { model, devices, json } => query::run(&model, &devices, json),
+        Command::Optimize { model, devices, level, output, json } => optimize_cmd::run(&model, &devices, level, &output, json),
         Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, stages } => partition_cmd::run(partition_cmd::PartitionArgs {
             model: &model,
             devices: &devices,

@@ -58,7 +58,7 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
     }
     let l = load_and_assign(a.model, a.devices)?;
     let g = &l.model.graph;
-    let ug = UnitGraph::from_assignment(g, &l.assignment, &qdq_pairs(g));
+    let ug = UnitGraph::from_assignment(g, &l.assignment, &l.assignment.glue(g));
     let start = Instant::now();
     let opts = Options { allow_disconnected: a.allow_disconnected };
     let partition = match a.algorithm {
@@ -80,10 +80,20 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
     finish(a, l, &ug, &partition, Some(reference_counts(&ug)), elapsed)
 }
 
-fn finish(a: &PartitionArgs, l: Loaded, ug: &UnitGraph, partition: &cleave_partition::Partition, references: Option<References>, elapsed: Duration) -> Result<Built, Fail> {
+fn finish(a: &PartitionArgs, mut l: Loaded, ug: &UnitGraph, partition: &cleave_partition::Partition, references: Option<References>, elapsed: Duration) -> Result<Built, Fail> {
     let g = &l.model.graph;
     let plan = Plan::build(g, &l.assignment, ug, partition).map_err(|e| Fail::input(a.model, e))?;
     validate(g, &l.assignment, &plan).map_err(|e| Fail::input(a.model, format!("internal error, the partition is invalid: {e}")))?;
+    if l.rewritten.is_some() {
+        // The parts are cut from the rewritten model: it is what conn.json names as the source,
+        // so `check`, `verify` and check_parts.py compare the parts against it.
+        let stem = a.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+        let dir = a.workdir.join(format!("{stem}.optimized"));
+        std::fs::create_dir_all(&dir).map_err(|e| Fail::input(&dir, format!("cannot create: {e}")))?;
+        let out = dir.join(format!("{stem}.onnx"));
+        l.onnx.save(&out).map_err(|e| Fail::input(&out, e))?;
+        l.onnx.path = out;
+    }
     let written = emit(&l.onnx, &l.model, &plan, a.workdir).map_err(|e| match e.path() {
         Some(p) => Fail::input(p, &e),
         None => Fail::input(a.model, &e),
@@ -114,7 +124,7 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
         .zip(&constant)
         .map(|(node, &c)| if c && !node.outputs.iter().flatten().any(|v| outputs.contains(v)) { Placement::Constant } else { Placement::Device(0, Reason::Default) })
         .collect();
-    let one = Assignment { devices: vec![devices[0].clone()], placement: single.clone() };
+    let one = Assignment { devices: vec![devices[0].clone()], placement: single.clone(), groups: Vec::new(), warnings: Vec::new() };
     let glue = qdq_pairs(g);
     let ug = UnitGraph::from_assignment(g, &one, &glue);
     let start = Instant::now();
@@ -127,10 +137,10 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
             placement[x.index()] = Placement::Device(d, Reason::Default);
         }
     }
-    let assignment = Assignment { devices, placement };
+    let assignment = Assignment { devices, placement, groups: Vec::new(), warnings: Vec::new() };
     let staged = UnitGraph::from_assignment(g, &assignment, &glue);
     let elapsed = start.elapsed();
-    finish(a, Loaded { onnx, model, assignment, constant }, &staged, &partition, None, elapsed)
+    finish(a, Loaded { onnx, model, assignment, constant, rewritten: None }, &staged, &partition, None, elapsed)
 }
 
 fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cleave_emit::Emitted, references: Option<References>, elapsed: Duration) {
@@ -147,6 +157,19 @@ fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cl
             c.one_rule,
             c.epoch_greedy
         ),
+    }
+    if let Some(r) = &l.rewritten {
+        let applied: Vec<String> = r.applied.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let applied = if applied.is_empty() { "none".to_string() } else { applied.join(", ") };
+        println!("rewritten before assignment: {} nodes → {} ({applied}); rewritten model: {}", r.nodes_before, l.model.graph.nodes.len(), l.onnx.path.display());
+    }
+    if !l.assignment.groups.is_empty() {
+        let mut by_rule = std::collections::BTreeMap::new();
+        for (_, grp) in &l.assignment.groups {
+            *by_rule.entry(grp.rule.name()).or_insert(0) += 1;
+        }
+        let list: Vec<String> = by_rule.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("fused groups, each kept whole in one part: {}", list.join(", "));
     }
     let wf = written.parts.iter().map(|p| p.file.len()).max().unwrap_or(4).max(4);
     println!("  {:<wf$}  {:<8}  {:>6}  {:>6}  {:>7}  {:>12}", "part", "backend", "nodes", "inputs", "outputs", "output bytes");

@@ -34,6 +34,7 @@ fn reason(p: Placement) -> &'static str {
             Reason::Priority => "priority",
             Reason::QdqPair => "Q/DQ pair",
             Reason::ConstantOutput => "constant output",
+            Reason::Fused => "fused group",
         },
     }
 }

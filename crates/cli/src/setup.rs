@@ -3,10 +3,13 @@
 use std::path::PathBuf;
 
 use cleave_assign::{assign, AssignOptions, Assignment, PartFile};
+use std::collections::BTreeMap;
+
 use cleave_device::Profiles;
+use cleave_fuse::{optimize, Level, OptimizeOptions};
 use cleave_ir::Model;
 use cleave_onnx::{infer_types, is_deterministic, to_ir, OnnxModel};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use crate::Fail;
 
@@ -14,6 +17,7 @@ use crate::Fail;
 pub struct DeviceArgs {
     /// Devices in priority order, e.g. `myriad,cpu` (as OpenVINO's HETERO:MYRIAD,CPU): a node
     /// goes to the first one whose profile runs it. With --part, overrides its `backends`.
+    /// An entry ending in .toml is a profile file: its device is used.
     #[arg(long, visible_alias = "backends", value_delimiter = ',', value_name = "A,B,...")]
     pub devices: Vec<String>,
     /// ONE circle-partitioner rule file: [partition] backends/default/comply, [OPCODE], [OPNAME].
@@ -26,6 +30,33 @@ pub struct DeviceArgs {
     /// Built-ins: cpu (every op), myriad (OpenVINO's VPU table). A device without a profile runs every op.
     #[arg(long, value_name = "FILE.toml")]
     pub profile: Vec<PathBuf>,
+    /// Rewrite the model before assigning: `basic` folds constants, removes Identity/Dropout
+    /// and folds BatchNormalization into Conv (any device); `device` adds the rewrites the
+    /// devices' profiles enable (group-conv merge, identity Power removal, joining, tiling).
+    /// The source file is not modified; parts are cut from the rewritten model.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub optimize: Option<OptLevel>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OptLevel {
+    Basic,
+    Device,
+}
+
+impl From<OptLevel> for Level {
+    fn from(l: OptLevel) -> Level {
+        match l {
+            OptLevel::Basic => Level::Basic,
+            OptLevel::Device => Level::Device,
+        }
+    }
+}
+
+/// What `--optimize` did.
+pub struct Rewritten {
+    pub applied: BTreeMap<&'static str, usize>,
+    pub nodes_before: usize,
 }
 
 pub struct Loaded {
@@ -33,34 +64,62 @@ pub struct Loaded {
     pub model: Model,
     pub assignment: Assignment,
     pub constant: Vec<bool>,
+    pub rewritten: Option<Rewritten>,
 }
 
-pub fn load_and_assign(model_path: &std::path::Path, args: &DeviceArgs) -> Result<Loaded, Fail> {
-    let mut seen = std::collections::HashSet::new();
-    for d in &args.devices {
-        if d.is_empty() || !seen.insert(d) {
-            return Err(Fail::usage(format!("--devices: '{d}' is empty or listed twice")));
-        }
-    }
+/// The built-in profiles plus `--profile` files and `.toml` entries of `--devices`; returns
+/// the device list with those entries replaced by the names their files define.
+pub fn profiles(args: &DeviceArgs) -> Result<(Profiles, Vec<String>), Fail> {
     let mut profiles = Profiles::builtin();
     for p in &args.profile {
         profiles.load(p).map_err(|e| Fail::input(e.path(), &e))?;
     }
+    let mut devices = Vec::with_capacity(args.devices.len());
+    for d in &args.devices {
+        if d.ends_with(".toml") {
+            devices.push(profiles.load(std::path::Path::new(d)).map_err(|e| Fail::input(e.path(), &e))?);
+        } else {
+            devices.push(d.clone());
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for d in &devices {
+        if d.is_empty() || !seen.insert(d) {
+            return Err(Fail::usage(format!("--devices: '{d}' is empty or listed twice")));
+        }
+    }
+    Ok((profiles, devices))
+}
+
+pub fn load_and_assign(model_path: &std::path::Path, args: &DeviceArgs) -> Result<Loaded, Fail> {
+    let (profiles, devices) = profiles(args)?;
     let part = match &args.part {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| Fail::input(path, format!("cannot read: {e}")))?;
-            let backends = (!args.devices.is_empty()).then_some(args.devices.as_slice());
+            let backends = (!devices.is_empty()).then_some(devices.as_slice());
             Some(PartFile::parse(&text, path, backends, args.default.as_deref()).map_err(|e| Fail::input(e.path(), &e))?)
         }
         None => None,
     };
-    if part.is_none() && args.devices.is_empty() {
+    if part.is_none() && devices.is_empty() {
         return Err(Fail::usage("no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part"));
     }
-    let (onnx, model, constant) = load_model(model_path)?;
-    let opts = AssignOptions { devices: args.devices.clone(), default: args.default.clone(), part: part.as_ref() };
+    let (mut onnx, mut model, mut constant) = load_model(model_path)?;
+    let mut rewritten = None;
+    if let Some(level) = args.optimize {
+        let list = part.as_ref().map_or(devices.clone(), |p| p.backends.clone());
+        let o = optimize(&onnx, &OptimizeOptions { level: level.into(), devices: list, profiles: &profiles }).map_err(|e| Fail::input(model_path, e))?;
+        rewritten = Some(Rewritten { applied: o.applied, nodes_before: model.graph.nodes.len() });
+        onnx = o.model;
+        model = o.ir;
+        constant = model.graph.constant_nodes(is_deterministic);
+    }
+    let opts = AssignOptions { devices, default: args.default.clone(), part: part.as_ref() };
     let assignment = assign(&model.graph, &profiles, &opts, &constant).map_err(|e| Fail::input(model_path, e))?;
-    Ok(Loaded { onnx, model, assignment, constant })
+    for w in &assignment.warnings {
+        eprintln!("cleave: warning: {}: {w}", model_path.display());
+    }
+    Ok(Loaded { onnx, model, assignment, constant, rewritten })
 }
 
 /// Loads, checks and types a model; marks the nodes that compute constants.

@@ -124,7 +124,7 @@ pub fn check_conn(conn_path: &Path) -> Result<CheckReport, CheckError> {
         }
     }
     let plan = Plan { devices: devices.clone(), parts };
-    let assignment = Assignment { devices, placement };
+    let assignment = Assignment { devices, placement, groups: Vec::new(), warnings: Vec::new() };
     validate(g, &assignment, &plan).map_err(|e| CheckError::Invalid { path: conn_path.to_path_buf(), message: e.to_string() })?;
     Ok(CheckReport {
         parts: plan.parts.len(),

@@ -20,7 +20,7 @@ fn graph() -> (Graph, Assignment) {
     b.output("y");
     let g = b.finish(false).unwrap();
     let dev = |d| Placement::Device(d, Reason::OpName);
-    let a = Assignment { devices: vec!["A".into(), "B".into()], placement: vec![dev(0), dev(1), Placement::Constant, dev(0)] };
+    let a = Assignment { devices: vec!["A".into(), "B".into()], placement: vec![dev(0), dev(1), Placement::Constant, dev(0)], groups: Vec::new(), warnings: Vec::new() };
     (g, a)
 }
 

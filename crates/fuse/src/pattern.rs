@@ -1,0 +1,140 @@
+//! What rules ask of the graph: constants, sole consumers, attributes, static shapes.
+
+use std::collections::HashSet;
+
+use cleave_ir::{AttrValue, Graph, Node, NodeId, ValueDef, ValueId};
+
+/// A graph with the facts every rule needs.
+pub(crate) struct View<'a> {
+    pub g: &'a Graph,
+    constant: &'a [bool],
+    outputs: HashSet<ValueId>,
+}
+
+impl<'a> View<'a> {
+    pub fn new(g: &'a Graph, constant: &'a [bool]) -> Self {
+        View { g, constant, outputs: g.outputs.iter().copied().collect() }
+    }
+
+    pub fn node(&self, n: NodeId) -> &'a Node {
+        self.g.node(n)
+    }
+
+    pub fn op(&self, n: NodeId) -> &'a str {
+        let node = self.g.node(n);
+        if node.domain.is_empty() || node.domain == "ai.onnx" { &node.op_type } else { "" }
+    }
+
+    pub fn is_constant_node(&self, n: NodeId) -> bool {
+        self.constant.get(n.index()).copied().unwrap_or(false)
+    }
+
+    /// A weight, or computed from weights alone.
+    pub fn is_const(&self, v: ValueId) -> bool {
+        match self.g.value(v).def {
+            ValueDef::Weight(_) => true,
+            ValueDef::Node(p, _) => self.is_constant_node(p),
+            _ => false,
+        }
+    }
+
+    pub fn is_graph_output(&self, v: ValueId) -> bool {
+        self.outputs.contains(&v)
+    }
+
+    pub fn input(&self, n: NodeId, slot: usize) -> Option<ValueId> {
+        self.g.node(n).inputs.get(slot).copied().flatten()
+    }
+
+    /// The node's only output (nodes with several outputs never join a chain).
+    pub fn single_output(&self, n: NodeId) -> Option<ValueId> {
+        let outs: Vec<ValueId> = self.g.node(n).outputs.iter().flatten().copied().collect();
+        match outs.as_slice() {
+            [v] => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The one node that reads `n`'s only output, when nothing else sees that tensor (no other
+    /// consumer, not a graph output, not read from inside a subgraph).
+    pub fn sole_consumer(&self, n: NodeId) -> Option<NodeId> {
+        let v = self.single_output(n)?;
+        let value = self.g.value(v);
+        if self.is_graph_output(v) || value.consumers.len() != 1 {
+            return None;
+        }
+        let c = value.consumers[0];
+        let explicit = self.g.node(c).inputs.iter().flatten().filter(|&&i| i == v).count();
+        (explicit > 0 && !self.g.node(c).implicit_inputs.contains(&v)).then_some(c)
+    }
+
+    pub fn int_attr(&self, n: NodeId, name: &str) -> Option<i64> {
+        match self.g.node(n).attr(name)? {
+            AttrValue::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub fn ints_attr(&self, n: NodeId, name: &str) -> Option<&'a [i64]> {
+        match self.g.node(n).attr(name)? {
+            AttrValue::Ints(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn float_attr(&self, n: NodeId, name: &str) -> Option<f32> {
+        match self.g.node(n).attr(name)? {
+            AttrValue::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    pub fn str_attr(&self, n: NodeId, name: &str) -> Option<&'a str> {
+        match self.g.node(n).attr(name)? {
+            AttrValue::String(s) => std::str::from_utf8(s).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn dims(&self, v: ValueId) -> Option<Vec<i64>> {
+        self.g.value(v).ty.static_dims()
+    }
+
+    pub fn rank(&self, v: ValueId) -> Option<usize> {
+        self.g.value(v).ty.rank()
+    }
+
+    /// Dimension 1 (channels in NCHW), when known.
+    pub fn channels(&self, v: ValueId) -> Option<i64> {
+        self.g.value(v).ty.shape.as_ref()?.get(1)?.fixed()
+    }
+
+    /// Conv attributes that must be equal for two Convs to be merged or joined, with ONNX
+    /// defaults filled in so that "absent" and "explicit default" compare equal.
+    pub fn conv_signature(&self, n: NodeId) -> Option<ConvSignature> {
+        let w = self.dims(self.input(n, 1)?)?;
+        let spatial = w.len().checked_sub(2)?;
+        let ones = vec![1; spatial];
+        let auto_pad = self.str_attr(n, "auto_pad").unwrap_or("NOTSET").to_string();
+        Some(ConvSignature {
+            kernel: w[2..].to_vec(),
+            strides: self.ints_attr(n, "strides").map_or(ones.clone(), <[i64]>::to_vec),
+            dilations: self.ints_attr(n, "dilations").map_or(ones, <[i64]>::to_vec),
+            pads: self.ints_attr(n, "pads").map_or(vec![0; 2 * spatial], <[i64]>::to_vec),
+            auto_pad,
+            group: self.int_attr(n, "group").unwrap_or(1),
+            in_per_group: w[1],
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ConvSignature {
+    pub kernel: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub dilations: Vec<i64>,
+    pub pads: Vec<i64>,
+    pub auto_pad: String,
+    pub group: i64,
+    pub in_per_group: i64,
+}

@@ -1,0 +1,172 @@
+//! Graph rewrites: a new model whose outputs equal the source's.
+//!
+//! Each pass matches on the IR of the current model and records edits against its protobuf
+//! (node `i` of the IR is node `i` of the protobuf graph); the edits are applied, the IR is
+//! rebuilt, and the pass runs again until it finds nothing. Nodes no pass touches keep every
+//! protobuf field as loaded.
+
+mod basic;
+mod device;
+mod edit;
+mod layers;
+
+use std::collections::{BTreeMap, HashMap};
+
+use cleave_device::Profiles;
+use cleave_ir::{Model, NodeId};
+use cleave_onnx::proto::GraphProto;
+use cleave_onnx::{infer_types, is_deterministic, to_ir, OnnxError, OnnxModel};
+
+use crate::pattern::View;
+use crate::rules::{Rule, UnknownRule};
+pub(crate) use edit::Edits;
+pub use layers::{runtime_layers, RuntimeLayer};
+
+/// How far to go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Device-independent clean-ups, as onnxruntime's basic level: constant folding, Identity
+    /// and Dropout removal, BatchNormalization folded into the preceding Conv.
+    Basic,
+    /// Basic, plus the rewrites the devices' profiles enable (group-conv merge, identity Power
+    /// removal, joining, tiling).
+    Device,
+}
+
+pub struct OptimizeOptions<'a> {
+    pub level: Level,
+    /// Devices in priority order: a device rewrite applies to a node when the first device
+    /// that runs the node enables the rule.
+    pub devices: Vec<String>,
+    pub profiles: &'a Profiles,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OptimizeError {
+    #[error(transparent)]
+    Onnx(#[from] OnnxError),
+    #[error("profile '{profile}': {source}")]
+    Rule { profile: String, source: UnknownRule },
+    #[error("rewrite '{rule}' produced an invalid graph (a bug in cleave): {cause}")]
+    Broken { rule: &'static str, cause: String },
+}
+
+/// The rewritten model and what was done to it.
+pub struct Optimized {
+    pub model: OnnxModel,
+    /// The rewritten model as IR, typed.
+    pub ir: Model,
+    /// How many times each rewrite applied, by name.
+    pub applied: BTreeMap<&'static str, usize>,
+    /// For each node label of the new model that differs from the source, the source node
+    /// labels it stands for (OpenVINO's `originalLayersNames`).
+    pub origins: HashMap<String, Vec<String>>,
+    /// Matches a rewrite declined, and why.
+    pub notes: Vec<String>,
+}
+
+impl Optimized {
+    /// The source labels behind a node of the new model.
+    pub fn original_names(&self, label: &str) -> Vec<String> {
+        self.origins.get(label).cloned().unwrap_or_else(|| vec![label.to_string()])
+    }
+}
+
+/// What a pass sees.
+pub(crate) struct PassCx<'a> {
+    pub model: &'a Model,
+    /// The protobuf graph the IR was built from (node `i` is IR node `i`).
+    pub proto: &'a GraphProto,
+    pub constant: &'a [bool],
+    /// The device rules that apply to each node (empty at the basic level).
+    pub rules: &'a [Vec<Rule>],
+    /// The tile budget of the device that runs each node.
+    pub tile_bytes: &'a [Option<u64>],
+    pub opset: i64,
+}
+
+impl PassCx<'_> {
+    pub fn view(&self) -> View<'_> {
+        View::new(&self.model.graph, self.constant)
+    }
+
+    pub fn enabled(&self, n: NodeId, r: Rule) -> bool {
+        self.rules.get(n.index()).is_some_and(|rs| rs.contains(&r))
+    }
+}
+
+type Pass = fn(&PassCx, &mut Edits);
+
+/// Rewrites `src` to the given level. The source model is not modified.
+pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, OptimizeError> {
+    let mut passes: Vec<(&'static str, Pass)> =
+        vec![("fold_constants", basic::fold_constants), ("remove_identity", basic::remove_identity), ("fold_batchnorm", basic::fold_batchnorm)];
+    if opts.level == Level::Device {
+        passes.extend([
+            (Rule::IdentityPower.name(), device::identity_power as Pass),
+            (Rule::GroupConv.name(), device::group_conv as Pass),
+            (Rule::Join.name(), device::join as Pass),
+            (Rule::Tile.name(), device::tile as Pass),
+        ]);
+    }
+    let mut current = OnnxModel { path: src.path.clone(), proto: src.proto.clone() };
+    let mut applied = BTreeMap::new();
+    let mut origins: HashMap<String, Vec<String>> = HashMap::new();
+    let mut notes = Vec::new();
+    let mut ir = typed(&current)?;
+    for (name, pass) in passes {
+        // Each application removes nodes or turns big ops into ones the pass no longer
+        // matches, so this ends; the bound is a guard against a rule that undoes itself.
+        for _round in 0..64 {
+            let constant = ir.graph.constant_nodes(is_deterministic);
+            let (rules, tile_bytes) = device_rules(&ir, opts)?;
+            let opset = ir.opset("").unwrap_or(21);
+            let proto = current.proto.graph.as_ref().ok_or_else(|| OnnxError::NoGraph { path: current.path.clone() })?;
+            let cx = PassCx { model: &ir, proto, constant: &constant, rules: &rules, tile_bytes: &tile_bytes, opset };
+            let mut edits = Edits::new(&ir.graph);
+            pass(&cx, &mut edits);
+            notes.append(&mut edits.notes);
+            if edits.count == 0 {
+                break;
+            }
+            *applied.entry(name).or_insert(0) += edits.count;
+            edits.record_origins(&mut origins);
+            let graph = current.proto.graph.as_mut().ok_or_else(|| OnnxError::NoGraph { path: current.path.clone() })?;
+            edits.apply(graph, current.proto.ir_version.unwrap_or(0) < 4);
+            ir = typed(&current).map_err(|e| OptimizeError::Broken { rule: name, cause: e.to_string() })?;
+        }
+    }
+    notes.sort();
+    notes.dedup();
+    Ok(Optimized { model: current, ir, applied, origins, notes })
+}
+
+fn typed(m: &OnnxModel) -> Result<Model, OnnxError> {
+    let mut ir = to_ir(m)?;
+    infer_types(&mut ir);
+    Ok(ir)
+}
+
+/// For each node, the rules and tile budget of the first device that runs it.
+fn device_rules(ir: &Model, opts: &OptimizeOptions) -> Result<(Vec<Vec<Rule>>, Vec<Option<u64>>), OptimizeError> {
+    let g = &ir.graph;
+    if opts.level == Level::Basic {
+        return Ok((vec![Vec::new(); g.nodes.len()], vec![None; g.nodes.len()]));
+    }
+    let mut per_device = Vec::new();
+    for d in &opts.devices {
+        let (rules, tile) = match opts.profiles.get(d) {
+            Some(p) => (Rule::parse_all(&p.fuse.rules).map_err(|source| OptimizeError::Rule { profile: d.clone(), source })?, p.fuse.tile_bytes),
+            None => (Vec::new(), None),
+        };
+        per_device.push((d.as_str(), rules, tile));
+    }
+    let mut rules = Vec::with_capacity(g.nodes.len());
+    let mut tiles = Vec::with_capacity(g.nodes.len());
+    for node in &g.nodes {
+        let first = per_device.iter().find(|(d, _, _)| opts.profiles.check(d, g, node) == cleave_device::Verdict::Supported);
+        rules.push(first.map(|(_, r, _)| r.clone()).unwrap_or_default());
+        tiles.push(first.and_then(|(_, _, t)| *t));
+    }
+    Ok((rules, tiles))
+}
