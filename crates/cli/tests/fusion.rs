@@ -1,0 +1,119 @@
+//! `cleave optimize` and `partition --optimize` end to end. scripts/make_fusion_models.py
+//! builds one small graph per rewrite (and near misses a legality condition must refuse) with
+//! random weights; scripts/check_optimized.py proves each result with the onnx checker and
+//! onnxruntime, comparing every tensor the two graphs share.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use cleave_testdata::{light_random, LIGHT_MODELS};
+use common::*;
+
+fn python(script: &str, args: &[&std::ffi::OsStr]) -> String {
+    let o = Command::new("python3").arg(repo().join("scripts").join(script)).args(args).output().expect("python3 (scripts/requirements-test.txt)");
+    assert!(o.status.success(), "{script}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn optimize(model: &Path, devices: &str, out: &Path) -> serde_json::Value {
+    let o = cleave(&[os("optimize"), model.as_os_str(), os("--devices"), os(devices), os("-o"), out.as_os_str(), os("--json")]);
+    serde_json::from_str(&ok(&o)).unwrap()
+}
+
+#[test]
+fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    python("make_fusion_models.py", &[dir.path().as_os_str()]);
+    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("expected.json")).unwrap()).unwrap();
+    let cases = expected.as_object().unwrap();
+    assert!(cases.len() >= 15);
+    for (name, case) in cases {
+        let src = dir.path().join(format!("{name}.onnx"));
+        let out = dir.path().join(format!("{name}.opt.onnx"));
+        let report = optimize(&src, case["devices"].as_str().unwrap(), &out);
+        assert_eq!(report["applied"], case["applied"], "{name}: rewrites applied");
+        let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+        assert!(line.starts_with("ok "), "{name}: {line}");
+    }
+    // Split → 3 Convs → Concat is one Conv with group 3.
+    let m = cleave_onnx::OnnxModel::load(dir.path().join("group_conv.opt.onnx")).unwrap();
+    let nodes = &m.proto.graph.as_ref().unwrap().node;
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].op_type(), "Conv");
+    assert_eq!(nodes[0].attribute.iter().find(|a| a.name() == "group").and_then(|a| a.i), Some(3));
+    // Tiles carry OpenVINO's @soc=M/N names.
+    let m = cleave_onnx::OnnxModel::load(dir.path().join("tile_conv.opt.onnx")).unwrap();
+    let names: Vec<&str> = m.proto.graph.as_ref().unwrap().node.iter().map(|n| n.name()).collect();
+    assert!(names.contains(&"big@soc=1/2") && names.contains(&"big@soc=2/2"), "{names:?}");
+}
+
+#[test]
+fn light_models_keep_their_outputs_at_both_levels_of_rewrites() {
+    let dir = tempfile::tempdir().unwrap();
+    for m in LIGHT_MODELS {
+        let src = light_random(m);
+        for devices in ["cpu", "myriad,cpu"] {
+            let out = dir.path().join(format!("{m}.{devices}.onnx"));
+            let report = optimize(&src, devices, &out);
+            let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+            assert!(line.starts_with("ok "), "{m} on {devices}: {line}");
+            if m == "light_resnet50" && devices == "cpu" {
+                // onnxruntime's checker counts 123 nodes after its basic optimisations.
+                assert_eq!(report["nodes_after"], 123, "{report}");
+                assert_eq!(report["applied"]["fold_batchnorm"], 53);
+                assert_eq!(report["groups"]["conv_sum"], 16, "{}", report["groups"]);
+            }
+        }
+    }
+}
+
+#[test]
+fn partition_with_optimize_cuts_the_rewritten_model_and_keeps_groups_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = dir.path().join("split.part");
+    // Concats go to the CPU, so the joined and tiled myriad layers sit between parts.
+    std::fs::write(&part, "[partition]\nbackends=myriad,cpu\ndefault=myriad\ncomply=opcode\n[OPCODE]\nCONCAT=cpu\nSOFTMAX=cpu\n").unwrap();
+    let src = light_random("light_inception_v1");
+    let work = dir.path().join("work");
+    let out = ok(&cleave(&[os("partition"), src.as_os_str(), os("--part"), part.as_os_str(), os("--optimize"), os("device"), os("-o"), work.as_os_str()]));
+    assert!(out.contains("rewritten before assignment: 144 nodes"), "{out}");
+    assert!(out.contains("fused groups, each kept whole in one part: vpu_conv_activation"), "{out}");
+    let conn = work.join("light_inception_v1.conn.json");
+    let text = std::fs::read_to_string(&conn).unwrap();
+    assert!(text.contains("light_inception_v1.optimized/light_inception_v1.onnx"), "conn.json names the rewritten model: {text}");
+    let line = python("check_parts.py", &[conn.as_os_str()]);
+    assert!(line.contains("match onnxruntime"), "{line}");
+    // And the rewritten model computes what the source does.
+    let line = python("check_optimized.py", &[src.as_os_str(), work.join("light_inception_v1.optimized/light_inception_v1.onnx").as_os_str()]);
+    assert!(line.starts_with("ok "), "{line}");
+}
+
+#[test]
+fn a_rule_pinning_one_member_dissolves_the_group_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = dir.path().join("pin.part");
+    std::fs::write(&part, "[partition]\nbackends=cpu,npu\ndefault=cpu\ncomply=opname\n[OPNAME]\nrelu1=npu\n").unwrap();
+    let o = cleave(&[os("query"), example("tiny_cnn.onnx").as_os_str(), os("--part"), part.as_os_str()]);
+    let table = ok(&o);
+    let err = stderr(&o);
+    assert!(err.contains("warning") && err.contains("conv1 + relu1 (conv_simple) dissolved: [OPNAME] puts relu1 on npu"), "{err}");
+    assert!(table.lines().any(|l| l.starts_with("relu1") && l.contains("npu")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("relu2") && l.contains("fused group") || l.starts_with("relu2") && l.contains("cpu")), "{table}");
+}
+
+#[test]
+fn optimize_refuses_to_overwrite_its_source_and_unknown_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.onnx");
+    std::fs::copy(example("tiny_cnn.onnx"), &src).unwrap();
+    let before = std::fs::read(&src).unwrap();
+    let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), os("cpu"), os("-o"), src.as_os_str()]);
+    assert_bad_input(&o, &src, "refusing to overwrite the source model");
+    assert_eq!(std::fs::read(&src).unwrap(), before);
+    let profile = dir.path().join("npu.toml");
+    std::fs::write(&profile, "name = \"npu\"\nall_ops = true\n[fuse]\nrules = [\"conv_relu\"]\n").unwrap();
+    let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), profile.as_os_str(), os("-o"), dir.path().join("o.onnx").as_os_str()]);
+    assert_bad_input(&o, &src, "unknown fusion rule 'conv_relu'");
+}
