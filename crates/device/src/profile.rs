@@ -154,6 +154,11 @@ impl Profiles {
         Ok(name)
     }
 
+    /// Adds a profile built in code (overrides one of the same name).
+    pub fn insert(&mut self, p: Profile) {
+        self.map.insert(p.name.clone(), p);
+    }
+
     pub fn get(&self, device: &str) -> Option<&Profile> {
         self.map.get(device)
     }
