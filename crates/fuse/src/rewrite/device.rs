@@ -309,7 +309,17 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
             e.notes.push(format!("tile: {label}: even one output channel per tile needs more than tile_bytes ({budget} B): spatial tiling is not implemented, left whole"));
             continue;
         };
-        if !e.claim(&[n]) {
+        // A fused activation after the Conv goes into each tile, so the tiles stay Conv+act
+        // pairs (the VPU fuses before it tiles); channel tiling commutes with it.
+        let act = view.sole_consumer(n).filter(|&a| {
+            is_conv && cx.enabled(a, Rule::VpuConvActivation) && view.input(a, 0) == Some(y) && view.single_output(a).is_some()
+                && (matches!(view.op(a), "Relu" | "LeakyRelu") || (view.op(a) == "Clip" && g.node(a).inputs.iter().skip(1).flatten().all(|&v| view.is_const(v))))
+        });
+        let claimed = match act {
+            Some(a) => e.claim(&[n, a]),
+            None => e.claim(&[n]),
+        };
+        if !claimed {
             continue;
         }
         let k = tiles as i64;
@@ -348,21 +358,39 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
             new_nodes.push(split_node(cx, e, &format!("{label}@split"), name(cx, x), parts.clone(), 1, &sizes));
             parts.into_iter().map(|p| vec![p]).collect()
         };
-        for ((t, ins), out) in tile_names.iter().zip(tile_inputs).zip(&outs) {
+        let mut joined = outs.clone();
+        let mut final_out = y;
+        for (m, ((t, ins), out)) in tile_names.iter().zip(tile_inputs).zip(&outs).enumerate() {
             let mut tile = proto.clone();
             tile.name = Some(t.clone());
             tile.input = ins;
             tile.output = vec![out.clone()];
             new_nodes.push(tile);
             e.origin(t, &[n]);
+            if let Some((a, a_out)) = act.and_then(|a| Some((a, view.single_output(a)?))) {
+                let a_label = g.node_label(a).to_string();
+                let a_name = e.fresh(&format!("{a_label}@soc={}/{k}", m + 1));
+                let a_tile_out = e.fresh(&format!("{}@soc={}/{k}", name(cx, a_out), m + 1));
+                let mut at = cx.proto.node[a.index()].clone();
+                at.name = Some(a_name.clone());
+                at.input[0] = out.clone();
+                at.output = vec![a_tile_out.clone()];
+                new_nodes.push(at);
+                e.origin(&a_name, &[a]);
+                joined[m] = a_tile_out;
+                final_out = a_out;
+            }
         }
         let concat = e.fresh(&format!("{label}@concat"));
-        new_nodes.push(node("Concat", &concat, outs, vec![name(cx, y)], vec![attr_int("axis", 1)]));
+        new_nodes.push(node("Concat", &concat, joined, vec![name(cx, final_out)], vec![attr_int("axis", 1)]));
         e.origin(&concat, &[n]);
         for nn in new_nodes {
             e.insert_at(n, nn);
         }
         e.remove(n);
+        if let Some(a) = act {
+            e.remove(a);
+        }
         e.count += 1;
     }
 }
