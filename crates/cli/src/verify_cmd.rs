@@ -32,7 +32,15 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         Some(c) => c.to_path_buf(),
         None => crate::partition_cmd::partition_into(a.model, a.devices, tmp.path(), false)?,
     };
-    let (onnx, model) = load_source(&conn_path)?;
+    // With --optimize the parts are cut from the rewritten model; the reference stays the
+    // untouched source, so the check spans the rewrites as well as the cut.
+    let rewritten = a.conn.is_none() && a.devices.optimize.is_some();
+    let (onnx, model) = if rewritten {
+        let (onnx, model, _) = crate::setup::load_model(a.model)?;
+        (onnx, model)
+    } else {
+        load_source(&conn_path)?
+    };
     let same = |p: &Path| p.canonicalize().ok();
     if same(&onnx.path) != same(a.model) {
         return Err(Fail::input(&conn_path, format!("partitions {}, not {}", onnx.path.display(), a.model.display())));
@@ -49,7 +57,11 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         for p in &parts.conn.parts {
             for t in p.inputs.iter().chain(&p.outputs) {
                 if !parts.conn.source.inputs.contains(t) && !names.iter().any(|(n, _)| n == t) {
-                    names.push((t.clone(), false));
+                    if model.graph.find(t).is_some() {
+                        names.push((t.clone(), false));
+                    } else if !rewritten {
+                        return Err(Fail::input(&conn_path, format!("boundary tensor '{t}' is not in the source model")));
+                    }
                 }
             }
         }

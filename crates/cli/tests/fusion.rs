@@ -117,3 +117,13 @@ fn optimize_refuses_to_overwrite_its_source_and_unknown_rules() {
     let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), profile.as_os_str(), os("-o"), dir.path().join("o.onnx").as_os_str()]);
     assert_bad_input(&o, &src, "unknown fusion rule 'conv_relu'");
 }
+
+#[test]
+fn verify_with_optimize_compares_the_parts_with_the_untouched_source() {
+    // Joins and tiles on myriad, the rest on the CPU; every boundary tensor that also exists
+    // in the source, and every output, must match the source run whole (in tract).
+    let src = light_random("light_squeezenet");
+    let o = cleave(&[os("verify"), src.as_os_str(), os("--devices"), os("myriad,cpu"), os("--optimize"), os("device"), os("--boundaries")]);
+    let out = ok(&o);
+    assert!(out.contains("tensors match the whole model"), "{out}");
+}
