@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::layout::{layered, Layout, Spacing};
+use crate::layout::{layered, wrap, Layout, Spacing};
 use crate::mermaid::{edge_text, summary_line};
 use crate::text::{fill, human_bytes, opt_bytes, shorten, stroke, xml};
 use crate::{Report, NODE_VIEW_LIMIT};
@@ -247,6 +247,10 @@ const NODE_H: f64 = 32.0;
 const PAD: f64 = 14.0;
 const TITLE: f64 = 26.0;
 const GAP: f64 = 48.0;
+/// A part deeper than this many layers is cut into columns, as many side by side as fit in
+/// [`WRAP_WIDTH`] pixels (about the page's width).
+const WRAP_LAYERS: usize = 40;
+const WRAP_WIDTH: f64 = 1180.0;
 
 fn node_width(op: &str, label: &str) -> f64 {
     (text_width(op, 11.0).max(text_width(&shorten(label, 22), 10.0)) + 16.0).max(56.0)
@@ -264,7 +268,7 @@ fn node_svg(r: &Report, s: &mut String) {
         }
         let widths: Vec<f64> = p.nodes.iter().map(|&n| node_width(&r.nodes[n].op, &r.nodes[n].label)).collect();
         let edges: Vec<(usize, usize)> = r.edges.iter().filter(|(a, b, _)| r.nodes[*a].part == k && r.nodes[*b].part == k).map(|&(a, b, _)| (local[a], local[b])).collect();
-        layouts.push((layered(&widths, &edges, spacing), widths));
+        layouts.push((wrap(&layered(&widths, &edges, spacing), &widths, spacing, WRAP_LAYERS, WRAP_WIDTH), widths));
     }
     let io_w = |t: &crate::Tensor| text_width(&shorten(&t.name, 28), 11.0) + 24.0;
     let row_width = |ts: &[crate::Tensor]| ts.iter().map(|t| io_w(t) + 12.0).sum::<f64>();
@@ -312,7 +316,15 @@ fn node_svg(r: &Report, s: &mut String) {
     let h = NODE_H / 2.0;
     for &(a, b, bytes) in &r.edges {
         let cross = r.nodes[a].part != r.nodes[b].part;
-        let style = if cross { "stroke=\"#333\" stroke-width=\"1.4\" stroke-dasharray=\"5 3\"" } else { "stroke=\"#777\" stroke-width=\"1\"" };
+        // An edge that climbs joins two columns of a wrapped part: drawn faint, it stays out of
+        // the way of the columns it crosses.
+        let style = if cross {
+            "stroke=\"#333\" stroke-width=\"1.4\" stroke-dasharray=\"5 3\""
+        } else if y[b] < y[a] {
+            "stroke=\"#777\" stroke-width=\"1\" stroke-opacity=\"0.35\""
+        } else {
+            "stroke=\"#777\" stroke-width=\"1\""
+        };
         let _ = writeln!(s, "<path d=\"{}\" fill=\"none\" {style} marker-end=\"url(#arrow)\"><title>{}</title></path>", curve(x[a], y[a] + h, x[b], y[b] - h), opt_bytes(bytes));
     }
     for &(i, n) in &r.input_uses {

@@ -93,6 +93,44 @@ pub fn layered(widths: &[f64], edges: &[(usize, usize)], s: Spacing) -> Layout {
     Layout { x, y, layer, width: width.max(2.0 * s.margin), height }
 }
 
+/// Cuts a deep layout into columns of at most `max_layers` layers, side by side, starting a new
+/// row of columns where the next would pass `max_width`: a deep, narrow graph (a chain of
+/// hundreds of layers) then fills the page instead of a long stripe.
+pub fn wrap(l: &Layout, widths: &[f64], s: Spacing, max_layers: usize, max_width: f64) -> Layout {
+    let n = widths.len();
+    let depth = l.layer.iter().max().map_or(0, |m| m + 1);
+    if depth <= max_layers || max_layers == 0 {
+        return l.clone();
+    }
+    let chunks = depth.div_ceil(max_layers);
+    let step = s.node_height + s.gap_y;
+    let column_height = max_layers as f64 * step - s.gap_y;
+    let (mut lo, mut hi) = (vec![f64::INFINITY; chunks], vec![f64::NEG_INFINITY; chunks]);
+    for v in 0..n {
+        let c = l.layer[v] / max_layers;
+        lo[c] = lo[c].min(l.x[v] - widths[v] / 2.0);
+        hi[c] = hi[c].max(l.x[v] + widths[v] / 2.0);
+    }
+    let column_gap = 3.0 * s.gap_x;
+    let mut shift = vec![(0.0, 0.0); chunks];
+    let (mut left, mut row, mut width) = (s.margin, 0usize, 0.0f64);
+    for c in 0..chunks {
+        let w = hi[c] - lo[c];
+        if left > s.margin && left + w + s.margin > max_width {
+            row += 1;
+            left = s.margin;
+        }
+        let top = row as f64 * (column_height + 2.0 * s.gap_y);
+        shift[c] = (left - lo[c], top - (c * max_layers) as f64 * step);
+        left += w + column_gap;
+        width = width.max(left - column_gap + s.margin);
+    }
+    let x: Vec<f64> = (0..n).map(|v| l.x[v] + shift[l.layer[v] / max_layers].0).collect();
+    let y: Vec<f64> = (0..n).map(|v| l.y[v] + shift[l.layer[v] / max_layers].1).collect();
+    let height = y.iter().fold(0.0f64, |m, &y| m.max(y)) + s.node_height / 2.0 + s.margin;
+    Layout { x, y, layer: l.layer.clone(), width, height }
+}
+
 /// Kahn's order, smallest index first among the ready; nodes on a cycle follow in index order.
 fn topological(preds: &[Vec<usize>], succs: &[Vec<usize>]) -> Vec<usize> {
     let n = preds.len();
@@ -217,6 +255,28 @@ mod tests {
         // 0→3, 1→2 with 2 before 3 in the initial order: sorting by barycentre uncrosses them.
         let l = check(&[40.0; 4], &[(0, 3), (1, 2)]);
         assert!(l.x[3] < l.x[2], "{l:?}");
+    }
+
+    #[test]
+    fn a_deep_chain_wraps_into_columns_that_do_not_overlap() {
+        let n = 100;
+        let widths = vec![40.0; n];
+        let edges: Vec<(usize, usize)> = (1..n).map(|i| (i - 1, i)).collect();
+        let l = wrap(&layered(&widths, &edges, S), &widths, S, 30, 200.0);
+        // 4 columns of 30, 30, 30, 10 layers, 40 px wide with 30 px between: 3 fit in 200 px,
+        // the fourth starts a second row under the first.
+        let columns: std::collections::BTreeSet<i64> = l.x.iter().map(|&x| x.round() as i64).collect();
+        assert_eq!(columns.len(), 3, "{columns:?}");
+        assert!(l.width <= 200.0 && l.height < 2.0 * 30.0 * 50.0 + 60.0, "{} x {}", l.width, l.height);
+        for a in 0..n {
+            assert!(l.x[a] - 20.0 >= S.margin - 1e-9 && l.x[a] + 20.0 <= l.width + 1e-9 && l.y[a] + 10.0 <= l.height + 1e-9);
+            for b in a + 1..n {
+                let apart = (l.x[a] - l.x[b]).abs() >= 40.0 || (l.y[a] - l.y[b]).abs() >= S.node_height;
+                assert!(apart, "nodes {a} and {b} overlap");
+            }
+        }
+        // Within a column the chain still runs down.
+        assert!(l.y[1] > l.y[0] && l.y[29] > l.y[28] && l.y[30] < l.y[29]);
     }
 
     proptest! {
