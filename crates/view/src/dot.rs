@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::mermaid::edge_text;
-use crate::text::{fill, human_bytes, opt_bytes, shorten, stroke};
+use crate::text::{count, fill, opt_bytes, params, shorten, stroke};
 use crate::{Report, NODE_VIEW_LIMIT};
 
 /// A DOT double-quoted string.
@@ -45,7 +45,7 @@ fn node_graph(r: &Report, s: &mut String) {
     for (k, p) in r.parts.iter().enumerate() {
         let d = p.device;
         let _ = writeln!(s, "  subgraph cluster_p{} {{", k + 1);
-        let _ = writeln!(s, "    label={};", q(&format!("{} · {} · {} nodes", k + 1, r.devices[d], p.nodes.len())));
+        let _ = writeln!(s, "    label={};", q(&format!("{} · {} · {}", k + 1, r.devices[d], count(p.nodes.len(), "node"))));
         let _ = writeln!(s, "    style=\"rounded\"; color={}; penwidth=2;", q(stroke(d)));
         for &n in &p.nodes {
             let node = &r.nodes[n];
@@ -81,7 +81,7 @@ fn part_graph(r: &Report, s: &mut String) {
         let _ = writeln!(
             s,
             "  subgraph cluster_p{k1} {{ style=invis; p{k1} [label={}, fillcolor={}, color={}]; }}",
-            q(&format!("{} · {}\n{} nodes · {} parameters", k + 1, r.devices[d], p.nodes.len(), human_bytes(p.param_bytes))),
+            q(&format!("{} · {}\n{} · {}", k + 1, r.devices[d], count(p.nodes.len(), "node"), params(p.param_bytes))),
             q(fill(d)),
             q(stroke(d)),
             k1 = k + 1

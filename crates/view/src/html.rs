@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use crate::layout::{layered, wrap, Layout, Spacing};
 use crate::mermaid::{edge_text, summary_line};
-use crate::text::{fill, human_bytes, opt_bytes, shorten, stroke, xml};
+use crate::text::{count, fill, human_bytes, opt_bytes, params, shorten, stroke, xml};
 use crate::{Report, NODE_VIEW_LIMIT};
 
 const STYLE: &str = r#"
@@ -389,14 +389,3 @@ fn cluster_title(r: &Report, k: usize) -> String {
     format!("Part {} · {} · {}", k + 1, r.devices[p.device], count(p.nodes.len(), "node"))
 }
 
-fn count(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
-}
-
-fn params(bytes: u64) -> String {
-    if bytes == 0 {
-        "no parameters".to_string()
-    } else {
-        format!("{} parameters", human_bytes(bytes))
-    }
-}

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::text::{bytes_label, fill, human_bytes, ident, opt_bytes, shorten, stroke};
+use crate::text::{bytes_label, count, fill, human_bytes, ident, opt_bytes, params, shorten, stroke};
 use crate::{PartEdge, Report, MERMAID_NODE_LIMIT};
 
 /// Mermaid label text: quotes and angle brackets as its entity codes (`#` first, since the
@@ -107,7 +107,7 @@ fn node_chart(r: &Report, s: &mut String) {
         let _ = writeln!(s, "    in{i}([\"{}<br/>{}\"])", label(&shorten(&t.name, 32)), opt_bytes(t.bytes));
     }
     for (k, p) in r.parts.iter().enumerate() {
-        let _ = writeln!(s, "    subgraph p{}[\"{} · {} · {} nodes\"]", k + 1, k + 1, label(&r.devices[p.device]), p.nodes.len());
+        let _ = writeln!(s, "    subgraph p{}[\"{} · {} · {}\"]", k + 1, k + 1, label(&r.devices[p.device]), count(p.nodes.len(), "node"));
         s.push_str("    direction TB\n");
         for &n in &p.nodes {
             let node = &r.nodes[n];
@@ -143,7 +143,7 @@ pub(crate) fn edge_text(e: &PartEdge) -> String {
 fn part_chart(r: &Report, s: &mut String) {
     s.push_str("    in0([\"model inputs\"])\n");
     for (k, p) in r.parts.iter().enumerate() {
-        let _ = writeln!(s, "    p{}[\"{} · {}<br/>{} nodes · {} parameters\"]", k + 1, k + 1, label(&r.devices[p.device]), p.nodes.len(), human_bytes(p.param_bytes));
+        let _ = writeln!(s, "    p{}[\"{} · {}<br/>{} · {}\"]", k + 1, k + 1, label(&r.devices[p.device]), count(p.nodes.len(), "node"), params(p.param_bytes));
     }
     s.push_str("    out0([\"model outputs\"])\n");
     for e in &r.part_edges {

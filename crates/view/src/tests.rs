@@ -85,7 +85,7 @@ fn large_graphs_get_a_part_level_chart() {
     }
     let md = to_markdown(&r);
     assert!(!md.contains("subgraph"), "{md}");
-    assert!(md.contains("p2[\"2 · cpu<br/>301 nodes · 0 B parameters\"]"), "{md}");
+    assert!(md.contains("p2[\"2 · cpu<br/>301 nodes · no parameters\"]"), "{md}");
     assert!(md.contains("p1 -->|\"ta · 16 B\"| p2"), "{md}");
     assert!(md.contains("class p1,p3 dev_npu"), "{md}");
 }

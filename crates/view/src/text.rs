@@ -50,6 +50,20 @@ pub fn opt_bytes(b: Option<u64>) -> String {
     b.map_or_else(|| "dynamic".to_string(), human_bytes)
 }
 
+/// "1 node", "3 nodes".
+pub fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// A part's parameter bytes as a phrase.
+pub fn params(bytes: u64) -> String {
+    if bytes == 0 {
+        "no parameters".to_string()
+    } else {
+        format!("{} parameters", human_bytes(bytes))
+    }
+}
+
 /// Text for HTML and SVG content and attribute values.
 pub fn xml(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
