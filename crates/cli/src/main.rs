@@ -14,6 +14,7 @@ mod inspect;
 mod optimize_cmd;
 mod partition_cmd;
 mod query;
+mod report_cmd;
 mod run_cmd;
 mod setup;
 mod verify_cmd;
@@ -107,6 +108,20 @@ enum Command {
         /// (or on stage1..N).
         #[arg(long, value_name = "N", conflicts_with_all = ["part", "algorithm", "allow_disconnected"])]
         stages: Option<usize>,
+        /// Also write the views of the partition beside the connection files: stem.partition.md
+        /// (table and mermaid chart), stem.dot (Graphviz) and stem.report.html (self-contained).
+        #[arg(long)]
+        report: bool,
+    },
+    /// Write the views of a written partition beside its connection files: stem.partition.md
+    /// (summary table and mermaid flowchart), stem.dot (Graphviz) and stem.report.html (one
+    /// self-contained page: part graph, a table per part, node graph with parts as clusters).
+    Report {
+        /// The partition's stem.conn.json. It is checked against its source model first.
+        conn: PathBuf,
+        /// The source model, when it is no longer where the connection file's source.file says.
+        #[arg(long, value_name = "MODEL")]
+        model: Option<PathBuf>,
     },
     /// Run a partition: each part on its backend's engine, in any order whose inputs are
     /// ready; write the model's outputs as .npy and print per-part counters.
@@ -223,7 +238,7 @@ fn main() -> ExitCode {
         Command::Convert { input, output } => convert::run(&input, &output),
         Command::Query { model, devices, json } => query::run(&model, &devices, json),
         Command::Optimize { model, devices, level, output, json } => optimize_cmd::run(&model, &devices, level, &output, json),
-        Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, stages } => partition_cmd::run(partition_cmd::PartitionArgs {
+        Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, stages, report } => partition_cmd::run(partition_cmd::PartitionArgs {
             model: &model,
             devices: &devices,
             algorithm,
@@ -232,7 +247,9 @@ fn main() -> ExitCode {
             budget_s: budget,
             workdir: &workdir,
             stages,
+            report,
         }),
+        Command::Report { conn, model } => report_cmd::run(&conn, model.as_deref()),
         Command::Check { conn } => check::run(&conn),
         Command::Conformance { dir, engine, json } => conformance_cmd::run(&dir, &engine, json),
         Command::Run { conn, inputs, out_dir, engines, requests, json } => {

@@ -29,11 +29,13 @@ pub struct PartitionArgs<'a> {
     pub workdir: &'a Path,
     /// Pipeline stages instead of device rules: N consecutive slices of equal FLOPs.
     pub stages: Option<usize>,
+    /// Also write the views (markdown, DOT, HTML) beside the connection files.
+    pub report: bool,
 }
 
 /// Partitions with the default algorithm into `workdir`; returns the `.conn.json` path.
 pub fn partition_into(model: &Path, devices: &DeviceArgs, workdir: &Path, allow_disconnected: bool) -> Result<std::path::PathBuf, Fail> {
-    let args = PartitionArgs { model, devices, algorithm: Algorithm::Default, allow_disconnected, trace: false, budget_s: 10.0, workdir, stages: None };
+    let args = PartitionArgs { model, devices, algorithm: Algorithm::Default, allow_disconnected, trace: false, budget_s: 10.0, workdir, stages: None, report: false };
     Ok(build(&args)?.written.conn_json)
 }
 
@@ -49,6 +51,9 @@ struct Built {
 pub fn run(a: PartitionArgs) -> Result<(), Fail> {
     let Built { loaded, plan, written, references, elapsed } = build(&a)?;
     report(&a, &loaded, &plan, &written, references, elapsed);
+    if a.report {
+        crate::report_cmd::write(&loaded.model.graph, &plan, &written.conn, &written.conn_json, &loaded.onnx.path.display().to_string(), Some(&loaded.assignment.groups))?;
+    }
     Ok(())
 }
 

@@ -77,9 +77,11 @@ fn partition_with_optimize_cuts_the_rewritten_model_and_keeps_groups_whole() {
     std::fs::write(&part, "[partition]\nbackends=myriad,cpu\ndefault=myriad\ncomply=opcode\n[OPCODE]\nCONCAT=cpu\nSOFTMAX=cpu\n").unwrap();
     let src = light_random("light_inception_v1");
     let work = dir.path().join("work");
-    let out = ok(&cleave(&[os("partition"), src.as_os_str(), os("--part"), part.as_os_str(), os("--optimize"), os("device"), os("-o"), work.as_os_str()]));
+    let out = ok(&cleave(&[os("partition"), src.as_os_str(), os("--part"), part.as_os_str(), os("--optimize"), os("device"), os("--report"), os("-o"), work.as_os_str()]));
     assert!(out.contains("rewritten before assignment: 144 nodes"), "{out}");
     assert!(out.contains("fused groups, each kept whole in one part: vpu_conv_activation"), "{out}");
+    let html = std::fs::read_to_string(work.join("light_inception_v1.report.html")).unwrap();
+    assert!(html.contains("<section id=\"fused\">") && html.contains("(vpu_conv_activation)"), "the report lists the fused groups");
     let conn = work.join("light_inception_v1.conn.json");
     let text = std::fs::read_to_string(&conn).unwrap();
     assert!(text.contains("light_inception_v1.optimized/light_inception_v1.onnx"), "conn.json names the rewritten model: {text}");

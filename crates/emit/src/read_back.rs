@@ -50,12 +50,31 @@ pub fn backend_of(file: &str, key: Option<&str>) -> String {
 }
 
 pub fn check_conn(conn_path: &Path) -> Result<CheckReport, CheckError> {
+    let plan = read_partition(conn_path, None)?.plan;
+    Ok(CheckReport {
+        parts: plan.parts.len(),
+        placed_nodes: plan.parts.iter().map(|p| p.nodes.len()).sum(),
+        copied_constants: plan.parts.iter().map(|p| p.constant_nodes.len()).sum(),
+    })
+}
+
+/// A written partition read back and proven against its source.
+pub struct ReadPartition {
+    pub conn: ConnFile,
+    /// The source model, as loaded (untyped: run type inference for tensor sizes).
+    pub model: cleave_ir::Model,
+    pub plan: Plan,
+}
+
+/// Reads a partition back from its connection file and proves it (as `cleave check` does).
+/// The source model is `model` when given, else the connection file's `source.file`.
+pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPartition, CheckError> {
     let text = std::fs::read_to_string(conn_path).map_err(|source| CheckError::Read { path: conn_path.to_path_buf(), source })?;
     let conn = ConnFile::from_json(&text).map_err(|e| CheckError::Json { path: conn_path.to_path_buf(), message: e.to_string() })?;
     let dir = conn_path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let mismatch = |message: String| CheckError::Mismatch { path: conn_path.to_path_buf(), message };
 
-    let source = OnnxModel::load(dir.join(&conn.source.file))?;
+    let source = OnnxModel::load(model.map_or_else(|| dir.join(&conn.source.file), Path::to_path_buf))?;
     let model = to_ir(&source)?;
     let g = &model.graph;
     let by_output: HashMap<&str, NodeId> =
@@ -126,11 +145,7 @@ pub fn check_conn(conn_path: &Path) -> Result<CheckReport, CheckError> {
     let plan = Plan { devices: devices.clone(), parts };
     let assignment = Assignment { devices, placement, groups: Vec::new(), warnings: Vec::new() };
     validate(g, &assignment, &plan).map_err(|e| CheckError::Invalid { path: conn_path.to_path_buf(), message: e.to_string() })?;
-    Ok(CheckReport {
-        parts: plan.parts.len(),
-        placed_nodes: plan.parts.iter().map(|p| p.nodes.len()).sum(),
-        copied_constants: plan.parts.iter().map(|p| p.constant_nodes.len()).sum(),
-    })
+    Ok(ReadPartition { conn, model, plan })
 }
 
 fn names_of(g: &cleave_ir::Graph, ids: &[ValueId]) -> Vec<String> {
