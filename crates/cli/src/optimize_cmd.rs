@@ -1,0 +1,113 @@
+//! `cleave optimize`: rewrite a model for its devices and show the runtime graph.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cleave_assign::{assign, AssignOptions};
+use cleave_fuse::{optimize, runtime_layers, Group, OptimizeOptions};
+use cleave_onnx::is_deterministic;
+use serde::Serialize;
+
+use crate::setup::{load_model, profiles, DeviceArgs, OptLevel};
+use crate::Fail;
+
+#[derive(Serialize)]
+struct Layer {
+    name: String,
+    #[serde(rename = "type")]
+    op_type: String,
+    device: Option<String>,
+    rule: Option<&'static str>,
+    /// OpenVINO's originalLayersNames: the source nodes this runtime layer stands for.
+    original: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    level: &'static str,
+    devices: Vec<String>,
+    nodes_before: usize,
+    nodes_after: usize,
+    /// Rewrites applied, by name.
+    applied: BTreeMap<&'static str, usize>,
+    /// Fused groups, by rule.
+    groups: BTreeMap<&'static str, usize>,
+    layers: Vec<Layer>,
+    notes: Vec<String>,
+    warnings: Vec<String>,
+}
+
+pub fn run(model_path: &Path, args: &DeviceArgs, level: OptLevel, out: &Path, json: bool) -> Result<(), Fail> {
+    let (profiles, devices) = profiles(args)?;
+    if devices.is_empty() {
+        return Err(Fail::usage("no devices given: use --devices (e.g. --devices cpu or --devices myriad,cpu)"));
+    }
+    if out.canonicalize().ok().is_some_and(|o| model_path.canonicalize().ok() == Some(o)) {
+        return Err(Fail::input(out, "refusing to overwrite the source model: choose another -o"));
+    }
+    let (onnx, model, _) = load_model(model_path)?;
+    let opts = OptimizeOptions { level: level.into(), devices: devices.clone(), profiles: &profiles };
+    let o = optimize(&onnx, &opts).map_err(|e| Fail::input(model_path, e))?;
+    o.model.save(out).map_err(|e| Fail::input(out, e))?;
+    let g = &o.ir.graph;
+    let constant = g.constant_nodes(is_deterministic);
+    let a = assign(g, &profiles, &AssignOptions { devices: devices.clone(), default: None, part: None }, &constant).map_err(|e| Fail::input(model_path, e))?;
+    let groups: Vec<Group> = a.groups.iter().map(|(_, grp)| grp.clone()).collect();
+    let mut by_rule = BTreeMap::new();
+    for grp in &groups {
+        *by_rule.entry(grp.rule.name()).or_insert(0) += 1;
+    }
+    let layers = runtime_layers(g, &constant, &groups, &o.origins)
+        .into_iter()
+        .map(|l| {
+            let device = g.topo_order().iter().find(|&&n| g.node_label(n) == l.name).and_then(|&n| a.device_name(n)).map(String::from);
+            Layer { name: l.name, op_type: l.op_type, device, rule: l.rule, original: l.original }
+        })
+        .collect();
+    let report = Report {
+        level: match level {
+            OptLevel::Basic => "basic",
+            OptLevel::Device => "device",
+        },
+        devices,
+        nodes_before: model.graph.nodes.len(),
+        nodes_after: g.nodes.len(),
+        applied: o.applied,
+        groups: by_rule,
+        layers,
+        notes: o.notes,
+        warnings: a.warnings,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(Fail::usage)?);
+        return Ok(());
+    }
+    print_view(&report, out);
+    Ok(())
+}
+
+fn print_view(r: &Report, out: &Path) {
+    let wn = r.layers.iter().map(|l| l.name.len()).max().unwrap_or(5).clamp(5, 40);
+    let wt = r.layers.iter().map(|l| l.op_type.len()).max().unwrap_or(4).max(4);
+    println!("{:<wn$}  {:<wt$}  {:<8}  original layers", "layer", "type", "device");
+    for l in &r.layers {
+        let fused = l.rule.map(|x| format!("  [{x}]")).unwrap_or_default();
+        println!("{:<wn$}  {:<wt$}  {:<8}  {}{fused}", l.name, l.op_type, l.device.as_deref().unwrap_or("-"), l.original.join(", "));
+    }
+    let list = |m: &BTreeMap<&str, usize>| if m.is_empty() { "none".to_string() } else { m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ") };
+    println!(
+        "\n{} nodes → {} ({} runtime layers); rewrites: {}; fused groups: {}",
+        r.nodes_before,
+        r.nodes_after,
+        r.layers.len(),
+        list(&r.applied),
+        list(&r.groups)
+    );
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    for w in &r.warnings {
+        println!("warning: {w}");
+    }
+    println!("wrote {}", out.display());
+}
