@@ -76,6 +76,15 @@ def batchnorm(shared=False):
     return model(nodes, [("x", [1, 3, 8, 8])], outputs, inits)
 
 
+def conv_mul_add(mul_shape=(6, 1, 1), add_shape=(1, 6, 1, 1), bias=True):
+    # caffe2's BatchNorm export: Conv → Mul(scale) → Add(bias), constants per output channel.
+    nodes = [conv("conv", "x", "W", "c", "B" if bias else None, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "s"], ["m"], name="mul"),
+             helper.make_node("Add", ["a", "m"], ["y"], name="add")]
+    inits = [w("W", 6, 3, 3, 3), w("s", *mul_shape), w("a", *add_shape)] + ([w("B", 6)] if bias else [])
+    return model(nodes, [("x", [1, 3, 8, 8])], ["y"], inits)
+
+
 def identity_dropout():
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Identity", ["r"], ["i"], name="ident"),
@@ -130,6 +139,10 @@ CASES = {
     "neg_identity_power": (identity_power(mul=2.0, add_shape=(2, 1, 1, 1)), "cpu", {"identity_power": 1}),
     "batchnorm": (batchnorm(), "cpu", {"fold_batchnorm": 1}),
     "neg_batchnorm_shared": (batchnorm(shared=True), "cpu", {}),
+    "conv_mul_add": (conv_mul_add(), "cpu", {"fold_conv_mul_add": 2}),
+    "conv_mul_add_scalar_no_bias": (conv_mul_add(mul_shape=(1,), add_shape=(), bias=False), "cpu", {"fold_conv_mul_add": 2}),
+    # A Mul varying over space is not per channel, and the Add then follows a Mul, not a Conv.
+    "neg_conv_mul_spatial": (conv_mul_add(mul_shape=(1, 1, 8, 8)), "cpu", {}),
     "identity_dropout": (identity_dropout(), "cpu", {"remove_identity": 3}),
     "constant_folding": (constant_folding(), "cpu", {"fold_constants": 2}),
     "join_conv": (join_conv(), "myriad", {"join": 1}),

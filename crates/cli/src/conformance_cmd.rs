@@ -40,7 +40,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         return Err(Fail::input(dir, "no test cases (folders with model.onnx) here; run scripts/fetch-test-data.sh"));
     }
     let tmp = tempfile::tempdir().map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
-    let devices = DeviceArgs { devices: vec!["cpu".into()], part: None, default: None, profile: Vec::new(), optimize: None };
+    let devices = DeviceArgs { devices: vec!["cpu".into()], part: None, default: None, profile: Vec::new(), optimize: None, no_constraints: false };
     let mut c = Counts { engine: kind.name(), total: list.len(), rtol: RTOL, atol: ATOL, ..Default::default() };
     for (i, case) in list.iter().enumerate() {
         let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

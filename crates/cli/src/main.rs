@@ -8,6 +8,7 @@ mod check;
 mod conformance_cmd;
 mod convert;
 mod counters;
+mod coverage;
 mod fail;
 mod inputs;
 mod inspect;
@@ -58,6 +59,9 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         devices: setup::DeviceArgs,
+        /// Count the accelerators' parts letting a part hold regions that no tensor joins.
+        #[arg(long)]
+        allow_disconnected: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -236,7 +240,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::run(&model, json),
         Command::Convert { input, output } => convert::run(&input, &output),
-        Command::Query { model, devices, json } => query::run(&model, &devices, json),
+        Command::Query { model, devices, allow_disconnected, json } => query::run(&model, &devices, allow_disconnected, json),
         Command::Optimize { model, devices, level, output, json } => optimize_cmd::run(&model, &devices, level, &output, json),
         Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, stages, report } => partition_cmd::run(partition_cmd::PartitionArgs {
             model: &model,

@@ -3,7 +3,8 @@ use std::path::Path;
 use cleave_assign::{Placement, Reason};
 use serde::Serialize;
 
-use crate::setup::{load_and_assign, DeviceArgs};
+use crate::coverage::{coverage, print, Coverage};
+use crate::setup::{load_and_assign, profiles, DeviceArgs};
 use crate::Fail;
 
 #[derive(Serialize)]
@@ -22,6 +23,9 @@ struct Query {
     /// Nodes per device.
     counts: std::collections::BTreeMap<String, usize>,
     constant_nodes: usize,
+    /// Per accelerator (a device whose profile does not run every op): its parts, coverage,
+    /// unsupported op types, unchecked caveats and ONNX Runtime's usability verdict.
+    coverage: Vec<Coverage>,
 }
 
 fn reason(p: Placement) -> &'static str {
@@ -39,8 +43,9 @@ fn reason(p: Placement) -> &'static str {
     }
 }
 
-pub fn run(model: &Path, args: &DeviceArgs, json: bool) -> Result<(), Fail> {
+pub fn run(model: &Path, args: &DeviceArgs, allow_disconnected: bool, json: bool) -> Result<(), Fail> {
     let l = load_and_assign(model, args)?;
+    let (profiles, _) = profiles(args)?;
     let g = &l.model.graph;
     let a = &l.assignment;
     let mut counts: std::collections::BTreeMap<String, usize> = a.devices.iter().map(|d| (d.clone(), 0)).collect();
@@ -53,7 +58,8 @@ pub fn run(model: &Path, args: &DeviceArgs, json: bool) -> Result<(), Fail> {
         rows.push(NodeRow { name: g.node_label(n).to_string(), op: g.node(n).op_type.clone(), device, reason: reason(a.placement[n.index()]) });
     }
     let constant_nodes = rows.iter().filter(|r| r.device.is_none()).count();
-    let q = Query { devices: a.devices.clone(), nodes: rows, counts, constant_nodes };
+    let coverage = coverage(g, a, &profiles, &l.constant, allow_disconnected).map_err(|e| Fail::input(model, format!("internal error, the partition is invalid: {e}")))?;
+    let q = Query { devices: a.devices.clone(), nodes: rows, counts, constant_nodes, coverage };
     if json {
         println!("{}", serde_json::to_string_pretty(&q).map_err(|e| Fail::usage(e))?);
         return Ok(());
@@ -66,5 +72,8 @@ pub fn run(model: &Path, args: &DeviceArgs, json: bool) -> Result<(), Fail> {
     }
     let per: Vec<String> = q.counts.iter().map(|(d, c)| format!("{d} {c}")).collect();
     println!("\n{} nodes: {}; {} constant nodes copied into the parts that read them", q.nodes.len(), per.join(", "), q.constant_nodes);
+    for c in &q.coverage {
+        print(c);
+    }
     Ok(())
 }

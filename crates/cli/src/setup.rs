@@ -27,7 +27,8 @@ pub struct DeviceArgs {
     #[arg(long, value_name = "DEVICE")]
     pub default: Option<String>,
     /// Extra device profile (TOML); may be repeated; overrides a built-in of the same name.
-    /// Built-ins: cpu (every op), myriad (OpenVINO's VPU table). A device without a profile runs every op.
+    /// Built-ins: cpu (every op), myriad (OpenVINO's VPU table), nnapi, coreml, coreml-mlprogram
+    /// (ONNX Runtime's EP tables). A device without a profile runs every op.
     #[arg(long, value_name = "FILE.toml")]
     pub profile: Vec<PathBuf>,
     /// Rewrite the model before assigning: `basic` folds constants, removes Identity/Dropout
@@ -36,6 +37,10 @@ pub struct DeviceArgs {
     /// The source file is not modified; parts are cut from the rewritten model.
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub optimize: Option<OptLevel>,
+    /// Judge support by op type alone: ignore the profiles' element types, ranks, attribute
+    /// values, constant inputs and static shapes (as ONNX Runtime's usability checker does).
+    #[arg(long)]
+    pub no_constraints: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -81,6 +86,9 @@ pub fn profiles(args: &DeviceArgs) -> Result<(Profiles, Vec<String>), Fail> {
         } else {
             devices.push(d.clone());
         }
+    }
+    if args.no_constraints {
+        profiles = profiles.without_constraints();
     }
     let mut seen = std::collections::HashSet::new();
     for d in &devices {

@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use cleave_ir::{AttrValue, Graph, Node, ValueDef};
+use cleave_ir::{AttrValue, Graph, Node, ValueDef, ValueId};
 use serde::Deserialize;
 
 /// Conditions under which a device runs an op. Every field is optional; all present ones
@@ -13,10 +13,19 @@ pub struct Constraint {
     pub dtypes: Option<Vec<String>>,
     /// Ranks allowed for the first input.
     pub ranks: Option<Vec<usize>>,
+    /// Largest rank allowed for any input whose rank is known (ONNX Runtime's CoreML limit).
+    pub max_rank: Option<usize>,
     /// Allowed values per attribute. An absent attribute passes (its default is assumed
-    /// acceptable unless listed under `require_attrs`).
+    /// acceptable unless listed under `require_attrs`); an empty list forbids the attribute.
     #[serde(default)]
     pub attrs: BTreeMap<String, Vec<toml::Value>>,
+    /// Attributes that must be present: their ONNX default is not among the allowed values.
+    #[serde(default)]
+    pub require_attrs: Vec<String>,
+    /// Input positions (0-based) that must be constant when present: a weight, or computed
+    /// from weights alone ("weights and bias should be constant").
+    #[serde(default)]
+    pub const_inputs: Vec<usize>,
     /// Every input and output shape must be fully known and numeric.
     #[serde(default)]
     pub static_shape: bool,
@@ -47,8 +56,30 @@ impl Constraint {
                 None => return Some("input rank is unknown".to_string()),
             }
         }
+        if let Some(max) = self.max_rank {
+            for v in node.inputs.iter().flatten().map(|&v| g.value(v)) {
+                match v.ty.rank() {
+                    Some(r) if r > max => return Some(format!("'{}' has rank {r}, more than {max}", v.name)),
+                    _ => {}
+                }
+            }
+        }
+        for name in &self.require_attrs {
+            if node.attr(name).is_none() {
+                return Some(format!("attribute {name} is absent and its default is not supported"));
+            }
+        }
+        for &k in &self.const_inputs {
+            let Some(&Some(v)) = node.inputs.get(k) else { continue };
+            if !is_constant(g, v) {
+                return Some(format!("input {k} ('{}') is not constant", g.value(v).name));
+            }
+        }
         for (name, allowed) in &self.attrs {
             let Some(value) = node.attr(name) else { continue };
+            if allowed.is_empty() {
+                return Some(format!("attribute {name} is not supported"));
+            }
             if !allowed.iter().any(|a| attr_matches(value, a)) {
                 return Some(format!("attribute {name}={} is not one of {}", show(value), allowed.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")));
             }
@@ -63,6 +94,34 @@ impl Constraint {
         }
         None
     }
+}
+
+/// Ancestors visited at most before a value is taken as not constant: keeps a check linear
+/// in practice on long chains whose shapes are computed at run time.
+const CONSTANT_WALK_LIMIT: usize = 4096;
+
+/// A weight, or computed by deterministic nodes without subgraphs from weights alone (as
+/// `Graph::constant_nodes`, asked for one value).
+fn is_constant(g: &Graph, v: ValueId) -> bool {
+    let mut stack = vec![v];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(v) = stack.pop() {
+        match &g.value(v).def {
+            ValueDef::Weight(_) => {}
+            ValueDef::Input | ValueDef::Outer => return false,
+            ValueDef::Node(p, _) => {
+                if !seen.insert(*p) {
+                    continue;
+                }
+                let node = g.node(*p);
+                if seen.len() > CONSTANT_WALK_LIMIT || node.has_subgraphs() || !cleave_onnx::is_deterministic(node) {
+                    return false;
+                }
+                stack.extend(node.all_inputs());
+            }
+        }
+    }
+    true
 }
 
 fn attr_matches(v: &AttrValue, want: &toml::Value) -> bool {

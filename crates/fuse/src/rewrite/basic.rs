@@ -141,6 +141,90 @@ pub(crate) fn fold_batchnorm(cx: &PassCx, e: &mut Edits) {
     }
 }
 
+/// Conv → Mul or Add by a constant with one value per output channel (or one value) becomes
+/// one Conv: W'ₖ = Wₖ·sₖ, B'ₖ = Bₖ·sₖ for Mul, B'ₖ = Bₖ + aₖ for Add (ONNX Runtime's basic
+/// ConvMulFusion and ConvAddFusion; caffe2 exports write BatchNorm's affine part this way).
+pub(crate) fn fold_conv_mul_add(cx: &PassCx, e: &mut Edits) {
+    let g = &cx.model.graph;
+    let view = cx.view();
+    for &op in g.topo_order() {
+        let is_mul = match view.op(op) {
+            "Mul" => true,
+            "Add" => false,
+            _ => continue,
+        };
+        let (Some(a), Some(b), Some(Some(y))) = (view.input(op, 0), view.input(op, 1), g.node(op).outputs.first().copied()) else { continue };
+        // The Conv's output on one side, a weight on the other.
+        let Some((conv, k)) = [(a, b), (b, a)].into_iter().find_map(|(x, k)| {
+            let c = g.value(x).producer().filter(|&c| view.op(c) == "Conv" && view.sole_consumer(c) == Some(op))?;
+            weight(cx, k).map(|_| (c, k))
+        }) else {
+            continue;
+        };
+        let Some((w_dims, w_raw, b_raw)) = fold_affine(cx, conv, k, is_mul) else { continue };
+        if !e.claim(&[conv, op]) {
+            continue;
+        }
+        let conv_inputs = &g.node(conv).inputs;
+        let name_of = |v: Option<ValueId>| v.map(|v| g.value(v).name.clone()).unwrap_or_default();
+        let suffix = if is_mul { "mul" } else { "add" };
+        let mut new = cx.proto.node[conv.index()].clone();
+        let w_name = if is_mul {
+            let n = e.fresh(&format!("{}_{suffix}", name_of(conv_inputs[1])));
+            e.initializer(tensor(&n, ElemType::F32, &w_dims, w_raw));
+            n
+        } else {
+            name_of(conv_inputs[1])
+        };
+        let b_name = e.fresh(&format!("{}_bias_{suffix}", g.node_label(conv)));
+        e.initializer(tensor(&b_name, ElemType::F32, &[w_dims[0]], b_raw));
+        new.input = vec![name_of(conv_inputs[0]), w_name, b_name];
+        new.output = vec![g.value(y).name.clone()];
+        e.insert_at(conv, new);
+        e.remove(conv);
+        e.remove(op);
+        e.origin(g.node_label(conv), &[conv, op]);
+        e.count += 1;
+    }
+}
+
+/// The folded weights and bias, when `k` holds one f32 per output channel of the Conv's
+/// output [N, M, spatial…] (channel axis M, every other axis 1) or a single value.
+fn fold_affine(cx: &PassCx, conv: NodeId, k: ValueId, is_mul: bool) -> Option<Folded> {
+    let view = cx.view();
+    let f32_weight = |v: Option<ValueId>| -> Option<(Vec<i64>, Vec<f32>)> {
+        let w = weight(cx, v?)?;
+        (w.elem == ElemType::F32).then_some(())?;
+        Some((w.dims.clone(), f32s(&bytes_of(w)?)))
+    };
+    let (w_dims, w) = f32_weight(view.input(conv, 1))?;
+    let m = *w_dims.first()? as usize;
+    let b = match view.input(conv, 2) {
+        Some(_) => f32_weight(view.input(conv, 2))?.1,
+        None => vec![0.0; m],
+    };
+    let (k_dims, kv) = f32_weight(Some(k))?;
+    // Right-aligned against the output's rank (that of W): the channel axis sits at rank-1-1.
+    let rank = w_dims.len();
+    if k_dims.len() > rank || b.len() != m || m == 0 || w.len() % m != 0 {
+        return None;
+    }
+    let per_channel = k_dims.iter().enumerate().all(|(i, &d)| d == 1 || (i + rank - k_dims.len() == 1 && d as usize == m));
+    if !per_channel || (kv.len() != m && kv.len() != 1) {
+        return None;
+    }
+    let at = |c: usize| f64::from(if kv.len() == 1 { kv[0] } else { kv[c] });
+    let row = w.len() / m;
+    if is_mul {
+        let w2: Vec<f32> = w.iter().enumerate().map(|(i, &x)| (f64::from(x) * at(i / row)) as f32).collect();
+        let b2: Vec<f32> = (0..m).map(|c| (f64::from(b[c]) * at(c)) as f32).collect();
+        Some((w_dims, f32_bytes(&w2), f32_bytes(&b2)))
+    } else {
+        let b2: Vec<f32> = (0..m).map(|c| (f64::from(b[c]) + at(c)) as f32).collect();
+        Some((w_dims, Vec::new(), f32_bytes(&b2)))
+    }
+}
+
 type Folded = (Vec<i64>, Vec<u8>, Vec<u8>);
 
 fn fold(cx: &PassCx, conv: NodeId, bn: NodeId) -> Option<Folded> {

@@ -100,7 +100,7 @@ type Pass = fn(&PassCx, &mut Edits);
 /// Rewrites `src` to the given level. The source model is not modified.
 pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, OptimizeError> {
     let mut passes: Vec<(&'static str, Pass)> =
-        vec![("fold_constants", basic::fold_constants), ("remove_identity", basic::remove_identity), ("fold_batchnorm", basic::fold_batchnorm)];
+        vec![("fold_constants", basic::fold_constants), ("remove_identity", basic::remove_identity), ("fold_batchnorm", basic::fold_batchnorm), ("fold_conv_mul_add", basic::fold_conv_mul_add)];
     if opts.level == Level::Device {
         passes.extend([
             (Rule::IdentityPower.name(), device::identity_power as Pass),
