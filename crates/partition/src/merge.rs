@@ -29,6 +29,9 @@ struct Quotient {
     order: Vec<u32>,
     /// Slot of each root in `order`.
     pos: Vec<u32>,
+    /// Buffers reused by every search and merge: one allocation each, not one per call.
+    stack: Vec<u32>,
+    after: Vec<u32>,
 }
 
 impl Quotient {
@@ -78,7 +81,7 @@ impl Quotient {
         for (i, &x) in order.iter().enumerate() {
             pos[x as usize] = i as u32;
         }
-        Quotient { sets: UnionFind::new(k), device, succ, stamp: vec![0; k], epoch: 0, order, pos }
+        Quotient { sets: UnionFind::new(k), device, succ, stamp: vec![0; k], epoch: 0, order, pos, stack: Vec::new(), after: Vec::new() }
     }
 
     fn find(&mut self, x: u32) -> u32 {
@@ -108,14 +111,18 @@ impl Quotient {
     fn second_path(&mut self, a: u32, b: u32) -> Option<bool> {
         self.epoch += 1;
         let limit = self.pos[b as usize];
-        let mut stack = vec![a];
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.push(a);
         let mut visited = 0usize;
-        while let Some(x) = stack.pop() {
+        let found = loop {
+            let Some(x) = stack.pop() else { break Some(false) };
             self.refresh(x);
             for i in 0..self.succ[x as usize].len() {
                 let s = self.succ[x as usize][i];
                 if s == b {
                     if x != a {
+                        self.stack = stack;
                         return Some(true);
                     }
                     continue;
@@ -123,14 +130,15 @@ impl Quotient {
                 if self.pos[s as usize] < limit && self.stamp[s as usize] != self.epoch {
                     self.stamp[s as usize] = self.epoch;
                     visited += 1;
-                    if visited > SEARCH_LIMIT {
-                        return None;
-                    }
                     stack.push(s);
                 }
             }
-        }
-        Some(false)
+            if visited > SEARCH_LIMIT {
+                break None;
+            }
+        };
+        self.stack = stack;
+        found
     }
 
     /// Merges `b` into `a` (edge a→b, no second path, `second_path` just run): the window
@@ -138,7 +146,8 @@ impl Quotient {
     /// parts it reaches.
     fn merge(&mut self, a: u32, b: u32) {
         let (lo, hi) = (self.pos[a as usize] as usize, self.pos[b as usize] as usize);
-        let mut after = Vec::new();
+        let mut after = std::mem::take(&mut self.after);
+        after.clear();
         let mut w = lo;
         for slot in lo + 1..hi {
             let x = self.order[slot];
@@ -156,11 +165,12 @@ impl Quotient {
         self.order[w] = a;
         self.pos[a as usize] = w as u32;
         w += 1;
-        for x in after {
+        for &x in &after {
             self.order[w] = x;
             self.pos[x as usize] = w as u32;
             w += 1;
         }
+        self.after = after;
         for slot in &mut self.order[w..=hi] {
             *slot = FREE;
         }
