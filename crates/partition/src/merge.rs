@@ -22,7 +22,10 @@ const FREE: u32 = u32::MAX;
 struct Quotient {
     sets: UnionFind,
     device: Vec<u16>,
-    succ: Vec<Vec<u32>>,
+    /// Successors of each part: `(start, len)` in `arena`. A merge appends the joined list at
+    /// the arena's end, so no part owns an allocation of its own.
+    succ_at: Vec<(u32, u32)>,
+    arena: Vec<u32>,
     stamp: Vec<u32>,
     epoch: u32,
     /// Roots in a topological order of the part graph; merged-away slots are `FREE`.
@@ -38,24 +41,29 @@ impl Quotient {
     fn new(d: &Dag, p: &Partition) -> Quotient {
         let k = p.count;
         let mut device = vec![0; k];
-        let mut succ = vec![Vec::new(); k];
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
         for v in 0..d.len() as u32 {
             let a = p.part_of[v as usize];
             device[a as usize] = d.device[v as usize];
             for &s in d.succ(v) {
                 let b = p.part_of[s as usize];
                 if a != b {
-                    succ[a as usize].push(b);
+                    pairs.push((a, b));
                 }
             }
         }
+        pairs.sort_unstable();
+        pairs.dedup();
         let mut indeg = vec![0u32; k];
-        for list in &mut succ {
-            list.sort_unstable();
-            list.dedup();
-            for &b in list.iter() {
-                indeg[b as usize] += 1;
+        let mut succ_at = vec![(0u32, 0u32); k];
+        let arena: Vec<u32> = pairs.iter().map(|&(_, b)| b).collect();
+        for (i, &(a, b)) in pairs.iter().enumerate() {
+            indeg[b as usize] += 1;
+            let at = &mut succ_at[a as usize];
+            if at.1 == 0 {
+                at.0 = i as u32;
             }
+            at.1 += 1;
         }
         // Kahn's order, parts in order of their earliest unit where there is a choice, so that
         // neighbours in the graph stay near each other in the order.
@@ -69,7 +77,8 @@ impl Quotient {
         let mut order = Vec::with_capacity(k);
         while let Some(std::cmp::Reverse((_, x))) = ready.pop() {
             order.push(x);
-            for &y in &succ[x as usize] {
+            let (at, len) = succ_at[x as usize];
+            for &y in &arena[at as usize..(at + len) as usize] {
                 indeg[y as usize] -= 1;
                 if indeg[y as usize] == 0 {
                     ready.push(std::cmp::Reverse((first[y as usize], y)));
@@ -81,7 +90,7 @@ impl Quotient {
         for (i, &x) in order.iter().enumerate() {
             pos[x as usize] = i as u32;
         }
-        Quotient { sets: UnionFind::new(k), device, succ, stamp: vec![0; k], epoch: 0, order, pos, stack: Vec::new(), after: Vec::new() }
+        Quotient { sets: UnionFind::new(k), device, succ_at, arena, stamp: vec![0; k], epoch: 0, order, pos, stack: Vec::new(), after: Vec::new() }
     }
 
     fn find(&mut self, x: u32) -> u32 {
@@ -90,7 +99,8 @@ impl Quotient {
 
     /// Rewrites the successors of a root as distinct roots other than itself.
     fn refresh(&mut self, a: u32) {
-        let mut list = std::mem::take(&mut self.succ[a as usize]);
+        let (at, len) = self.succ_at[a as usize];
+        let list = &mut self.arena[at as usize..(at + len) as usize];
         let mut changed = false;
         for s in list.iter_mut() {
             let r = self.sets.find(*s);
@@ -98,11 +108,32 @@ impl Quotient {
             *s = r;
         }
         if changed {
-            list.retain(|&s| s != a);
             list.sort_unstable();
-            list.dedup();
+            let mut w = 0;
+            for i in 0..list.len() {
+                let s = list[i];
+                if s != a && (w == 0 || list[w - 1] != s) {
+                    list[w] = s;
+                    w += 1;
+                }
+            }
+            self.succ_at[a as usize].1 = w as u32;
         }
-        self.succ[a as usize] = list;
+    }
+
+    fn succ(&self, a: u32) -> &[u32] {
+        let (at, len) = self.succ_at[a as usize];
+        &self.arena[at as usize..(at + len) as usize]
+    }
+
+    /// `b`'s successors join `a`'s, at the arena's end.
+    fn join_lists(&mut self, a: u32, b: u32) {
+        let ((sa, la), (sb, lb)) = (self.succ_at[a as usize], self.succ_at[b as usize]);
+        let start = self.arena.len() as u32;
+        self.arena.extend_from_within(sa as usize..(sa + la) as usize);
+        self.arena.extend_from_within(sb as usize..(sb + lb) as usize);
+        self.succ_at[a as usize] = (start, la + lb);
+        self.succ_at[b as usize] = (0, 0);
     }
 
     /// Whether `b` is reachable from `a` along a path other than the direct edge; `None` when
@@ -118,8 +149,9 @@ impl Quotient {
         let found = loop {
             let Some(x) = stack.pop() else { break Some(false) };
             self.refresh(x);
-            for i in 0..self.succ[x as usize].len() {
-                let s = self.succ[x as usize][i];
+            let (at, len) = self.succ_at[x as usize];
+            for i in at..at + len {
+                let s = self.arena[i as usize];
                 if s == b {
                     if x != a {
                         self.stack = stack;
@@ -175,8 +207,7 @@ impl Quotient {
             *slot = FREE;
         }
         self.sets.union(a, b);
-        let sb = std::mem::take(&mut self.succ[b as usize]);
-        self.succ[a as usize].extend(sb);
+        self.join_lists(a, b);
     }
 
     /// Drops freed slots from the order.
@@ -200,15 +231,15 @@ impl Quotient {
             }
             self.stamp[x as usize] = self.epoch;
             self.refresh(x);
-            stack.extend_from_slice(&self.succ[x as usize]);
+            let (at, len) = self.succ_at[x as usize];
+            stack.extend_from_slice(&self.arena[at as usize..(at + len) as usize]);
         }
         false
     }
 
     fn union_unordered(&mut self, a: u32, b: u32) {
         self.sets.union(a, b);
-        let sb = std::mem::take(&mut self.succ[b as usize]);
-        self.succ[a as usize].extend(sb);
+        self.join_lists(a, b);
     }
 }
 
@@ -233,7 +264,7 @@ pub(crate) fn merge_labels(d: &Dag, p: &Partition, allow_disconnected: bool) -> 
             }
             q.refresh(a);
             candidates.clear();
-            candidates.extend_from_slice(&q.succ[a as usize]);
+            candidates.extend_from_slice(q.succ(a));
             for &b in &candidates {
                 if q.device[a as usize] != q.device[b as usize] {
                     continue;
