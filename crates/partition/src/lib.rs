@@ -55,10 +55,13 @@ pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
         reference::one_rule_labels(&d),
         reference::epoch_greedy_labels(&d),
     ];
-    candidates
+    let starts: Vec<Partition> = candidates.iter().map(|labels| Partition::from_labels(labels)).collect();
+    starts
         .iter()
-        .map(|labels| merge::merge_labels(&d, &Partition::from_labels(labels), opts.allow_disconnected))
-        .map(|labels| Partition::from_labels(&labels))
+        .enumerate()
+        // Constructions often agree (levels and epochs on layered nets): merge each start once.
+        .filter(|&(i, p)| !starts[..i].contains(p))
+        .map(|(_, p)| Partition::from_labels(&merge::merge_labels(&d, p, opts.allow_disconnected)))
         .min_by_key(|p| p.count)
         .map_or_else(|| Partition::singletons(g), |best| d.expand(&best.part_of))
 }
