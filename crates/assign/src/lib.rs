@@ -9,4 +9,4 @@ mod assign;
 mod part_file;
 
 pub use assign::{assign, qdq_pairs, AssignError, AssignOptions, Assignment, Placement, Reason};
-pub use part_file::{Comply, PartError, PartFile};
+pub use part_file::{render_opname, Comply, PartError, PartFile};

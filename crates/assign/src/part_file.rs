@@ -112,6 +112,18 @@ impl PartFile {
     }
 }
 
+/// The text of a `.part` file that places nodes by name (`comply=opname`), in ONE's layout;
+/// `PartFile::parse` reads it back. `nodes` pairs each node name with an index into `backends`.
+pub fn render_opname<'a>(backends: &[String], default: &str, nodes: impl IntoIterator<Item = (&'a str, u16)>) -> String {
+    use std::fmt::Write;
+    let mut out = format!("[partition]\nbackends={}\ndefault={default}\ncomply=opname\n\n[OPNAME]\n", backends.join(","));
+    for (name, d) in nodes {
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "{name}={}", backends[d as usize]);
+    }
+    out
+}
+
 type Sections = BTreeMap<String, Vec<(String, String, usize)>>;
 
 fn read_ini(text: &str, path: &Path) -> Result<Sections, PartError> {
@@ -191,5 +203,16 @@ mod tests {
         let p = PartFile::parse(text, Path::new("t.part"), Some(&b), Some("npu")).unwrap();
         assert_eq!(p.backends, b);
         assert_eq!(p.default, "npu");
+    }
+
+    #[test]
+    fn rendered_opname_rules_read_back() {
+        let backends = vec!["cpu".to_string(), "npu".to_string()];
+        let text = render_opname(&backends, "cpu", [("n0", 1), ("onnx::Conv_1", 0)]);
+        let p = parse(&text).unwrap();
+        assert_eq!(p.comply, Comply { opname: true, opcode: false });
+        assert_eq!(p.opname.get("n0").map(String::as_str), Some("npu"));
+        assert_eq!(p.opname.get("onnx::Conv_1").map(String::as_str), Some("cpu"));
+        assert_eq!(p.backends, backends);
     }
 }

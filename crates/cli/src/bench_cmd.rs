@@ -57,6 +57,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     } else {
         crate::partition_cmd::partition_into(a.target, a.devices, tmp.path(), false)?
     };
+    let bar = crate::progress::spinner("loading");
     let (onnx, model) = load_source(&conn)?;
     let feeds = inputs::gather(&model.graph, &[], a.shapes, 0, true)?;
     let map = engines(a.engines)?;
@@ -70,10 +71,13 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     let n = a.requests.max(1);
     let mut piped = load_parts(&conn, &map, true).map_err(runtime_fail)?;
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
+    bar.finish_and_clear();
+    let bar = crate::progress::bar("bench rounds", runs as u64 + 1);
     // Warm-up: tract builds its plans on the first run.
     mono.run(&feeds).map_err(runtime_fail)?;
     parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
     run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
+    bar.inc(1);
     let (mut t_mono, mut t_seq, mut t_pipe) = (Vec::new(), Vec::new(), Vec::new());
     let mut pipe_stats = Vec::new();
     for _ in 0..runs {
@@ -86,7 +90,9 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         let r = run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
         t_pipe.push(r.wall / n as u32);
         pipe_stats = r.stats;
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let (m, s, p) = (median(t_mono), median(t_seq), median(t_pipe));
     let per_s = |d: Duration| if d.is_zero() { 0.0 } else { 1.0 / d.as_secs_f64() };
     let counters = piped

@@ -4,16 +4,19 @@
 //! errors: every failure is one line on stderr naming the file and the cause, exit code 2.
 
 mod bench_cmd;
+mod bench_partition;
 mod check;
 mod conformance_cmd;
 mod convert;
 mod counters;
 mod coverage;
 mod fail;
+mod gen_cmd;
 mod inputs;
 mod inspect;
 mod optimize_cmd;
 mod partition_cmd;
+mod progress;
 mod query;
 mod report_cmd;
 mod run_cmd;
@@ -30,6 +33,9 @@ pub use fail::Fail;
 #[derive(Parser)]
 #[command(name = "cleave", version, about = "Split a neural-network model across heterogeneous devices and run the pieces", long_about = None)]
 struct Cli {
+    /// No progress bars (they are shown only when stderr is a terminal anyway).
+    #[arg(long, short, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -172,6 +178,30 @@ enum Command {
         engines: Vec<String>,
         #[arg(long)]
         json: bool,
+        /// Time the partitioner instead of the model: the default algorithm, a bare
+        /// topological sort of the same graph, and (up to 1000 units) the openvino algorithm;
+        /// TARGET is a model, placed by --part/--devices or else by the .part file beside it.
+        #[arg(long)]
+        partition: bool,
+    },
+    /// Write a random model shaped like a real network (chains, residual adds, branches joined
+    /// by a concat, long skips; every tensor [1,4] float, no weights) and a .part file that
+    /// places each node, in runs as an accelerator would take them, for scale tests.
+    Gen {
+        /// Number of nodes.
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        /// Number of devices (cpu, npu, gpu, dsp, dev4...).
+        #[arg(long, default_value_t = 2)]
+        devices: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The model to write (.onnx).
+        #[arg(short = 'o', long = "output", value_name = "MODEL.onnx")]
+        output: PathBuf,
+        /// Where to write the .part file (default: beside the model, MODEL.part).
+        #[arg(long, value_name = "FILE.part")]
+        part: Option<PathBuf>,
     },
     /// Run the whole model and its parts on the same inputs and compare them: every model
     /// output and, with --boundaries, every tensor that crosses between parts. Exits 1 when
@@ -237,6 +267,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::run(&model, json),
         Command::Convert { input, output } => convert::run(&input, &output),
@@ -255,11 +286,13 @@ fn main() -> ExitCode {
         }),
         Command::Report { conn, model } => report_cmd::run(&conn, model.as_deref()),
         Command::Check { conn } => check::run(&conn),
+        Command::Gen { nodes, devices, seed, output, part } => gen_cmd::run(gen_cmd::GenArgs { nodes, devices, seed, output: &output, part: part.as_deref() }),
         Command::Conformance { dir, engine, json } => conformance_cmd::run(&dir, &engine, json),
         Command::Run { conn, inputs, out_dir, engines, requests, json } => {
             run_cmd::run(run_cmd::RunArgs { conn: &conn, inputs: &inputs, out_dir: &out_dir, engines: &engines, json, requests })
         }
-        Command::Bench { target, devices, runs, requests, shapes, engines, json } => {
+        Command::Bench { target, devices, runs, json, partition: true, .. } => bench_partition::run(&target, &devices, runs, json),
+        Command::Bench { target, devices, runs, requests, shapes, engines, json, partition: false } => {
             bench_cmd::run(bench_cmd::BenchArgs { target: &target, devices: &devices, runs, requests, shapes: &shapes, engines: &engines, json })
         }
         Command::Verify { model, conn, devices, boundaries, rtol, atol, seed, shapes, inputs, engines, reference, json } => {

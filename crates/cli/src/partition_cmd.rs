@@ -61,7 +61,9 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
     if let Some(n) = a.stages {
         return build_stages(a, n);
     }
+    let bar = crate::progress::spinner("loading and assigning");
     let l = load_and_assign(a.model, a.devices)?;
+    bar.set_message("partitioning");
     let g = &l.model.graph;
     let ug = UnitGraph::from_assignment(g, &l.assignment, &l.assignment.glue(g));
     let start = Instant::now();
@@ -82,11 +84,14 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
         }
     };
     let elapsed = start.elapsed();
-    finish(a, l, &ug, &partition, Some(reference_counts(&ug)), elapsed)
+    let references = reference_counts(&ug);
+    bar.finish_and_clear();
+    finish(a, l, &ug, &partition, Some(references), elapsed)
 }
 
 fn finish(a: &PartitionArgs, mut l: Loaded, ug: &UnitGraph, partition: &cleave_partition::Partition, references: Option<References>, elapsed: Duration) -> Result<Built, Fail> {
     let g = &l.model.graph;
+    let bar = crate::progress::spinner("building and validating the parts");
     let plan = Plan::build(g, &l.assignment, ug, partition).map_err(|e| Fail::input(a.model, e))?;
     validate(g, &l.assignment, &plan).map_err(|e| Fail::input(a.model, format!("internal error, the partition is invalid: {e}")))?;
     if l.rewritten.is_some() {
@@ -99,10 +104,12 @@ fn finish(a: &PartitionArgs, mut l: Loaded, ug: &UnitGraph, partition: &cleave_p
         l.onnx.save(&out).map_err(|e| Fail::input(&out, e))?;
         l.onnx.path = out;
     }
+    bar.set_message("writing the parts");
     let written = emit(&l.onnx, &l.model, &plan, a.workdir).map_err(|e| match e.path() {
         Some(p) => Fail::input(p, &e),
         None => Fail::input(a.model, &e),
     })?;
+    bar.finish_and_clear();
     Ok(Built { loaded: l, plan, written, references, elapsed })
 }
 

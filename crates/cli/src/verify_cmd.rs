@@ -32,6 +32,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         Some(c) => c.to_path_buf(),
         None => crate::partition_cmd::partition_into(a.model, a.devices, tmp.path(), false)?,
     };
+    let bar = crate::progress::spinner("loading the model and its parts");
     // With --optimize the parts are cut from the rewritten model; the reference stays the
     // untouched source, so the check spans the rewrites as well as the cut.
     let rewritten = a.conn.is_none() && a.devices.optimize.is_some();
@@ -77,10 +78,13 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     } else {
         engine.load(&onnx.path, false).map_err(runtime_fail)?
     };
+    bar.set_message("running the whole model");
     let expected = whole.run(&feeds).map_err(runtime_fail)?;
+    bar.set_message("running the parts");
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
     let got = parts.run(feeds, &mut stats).map_err(runtime_fail)?;
 
+    bar.finish_and_clear();
     let mut report = Report::default();
     for (name, is_output) in names {
         let want = expected.iter().find(|(n, _)| *n == name).map(|(_, t)| t).ok_or_else(|| Fail::input(a.model, format!("the whole model did not produce '{name}'")))?;

@@ -12,6 +12,7 @@ mod cost;
 mod dtype;
 mod error;
 mod external;
+pub mod gen;
 mod infer;
 mod io;
 mod ops;

@@ -11,6 +11,7 @@
 //! graph stays acyclic; it keeps the one with the fewest parts, so it never does worse than
 //! either reference. [`openvino`] is the seed's subgraph-selection algorithm, with a trace.
 
+mod dag;
 mod merge;
 mod openvino_algo;
 mod plan;
@@ -25,7 +26,7 @@ pub use openvino_algo::{openvino, OpenVinoError, OpenVinoOptions};
 pub use plan::{Part, Plan, PlanError};
 pub use reference::{device_levels, epoch_greedy, one_rule};
 pub use stages::stage_partition;
-pub use unit_graph::{Partition, UnitGraph};
+pub use unit_graph::{kahn_order, Partition, UnitGraph};
 pub use validate::{validate, ValidationError};
 
 /// Options of the default algorithm.
@@ -44,21 +45,30 @@ pub struct References {
 }
 
 /// The default partitioner: best of several linear constructions, each merged greedily.
+/// All run on one compact copy of the graph with same-device chains contracted (which
+/// changes none of their results), so the whole costs a few passes over the edges.
 pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
+    let d = dag::Dag::new(g, true);
     let candidates = [
-        reference::device_levels(g, true),
-        reference::device_levels(g, false),
-        reference::one_rule(g),
-        reference::epoch_greedy(g),
+        reference::device_levels_labels(&d, true),
+        reference::device_levels_labels(&d, false),
+        reference::one_rule_labels(&d),
+        reference::epoch_greedy_labels(&d),
     ];
-    candidates
-        .into_iter()
-        .map(|p| merge::merge_neighbours(g, &p, opts.allow_disconnected))
+    let starts: Vec<Partition> = candidates.iter().map(|labels| Partition::from_labels(labels)).collect();
+    starts
+        .iter()
+        .enumerate()
+        // Constructions often agree (levels and epochs on layered nets): merge each start once.
+        .filter(|&(i, p)| !starts[..i].contains(p))
+        .map(|(_, p)| Partition::from_labels(&merge::merge_labels(&d, p, opts.allow_disconnected)))
         .min_by_key(|p| p.count)
-        .unwrap_or_else(|| Partition::singletons(g))
+        .map_or_else(|| Partition::singletons(g), |best| d.expand(&best.part_of))
 }
 
 /// What ONE's rule and the epoch greedy would give on the same graph (for reports).
 pub fn reference_counts(g: &UnitGraph) -> References {
-    References { one_rule: reference::one_rule(g).count, epoch_greedy: reference::epoch_greedy(g).count }
+    let d = dag::Dag::new(g, true);
+    let count = |labels: Vec<u32>| Partition::from_labels(&labels).count;
+    References { one_rule: count(reference::one_rule_labels(&d)), epoch_greedy: count(reference::epoch_greedy_labels(&d)) }
 }

@@ -1,54 +1,227 @@
 //! Greedy merging of parts while the part graph stays acyclic.
+//!
+//! The part graph keeps a topological order of its parts. Any path from `a` to `b` runs
+//! through parts placed between them, so the test for a second path only searches that
+//! window, and a merge reorders only the window: the parts reachable from `a` move after the
+//! merged part, the others before it. On graphs whose parts stay local (real networks), each
+//! test and merge costs about the size of the merged parts' neighbourhood. A search that
+//! would go past `SEARCH_LIMIT` parts is abandoned and the pair left unmerged, which keeps
+//! the pass near-linear on any graph and only ever costs a merge, never validity; part
+//! graphs of up to `SEARCH_LIMIT` parts are always searched exactly.
 
+use crate::dag::Dag;
 use crate::union_find::UnionFind;
 use crate::unit_graph::{Partition, UnitGraph};
+
+/// Parts a search for a second path may visit, and the most slots a merge may reorder.
+const SEARCH_LIMIT: usize = 4096;
+
+const FREE: u32 = u32::MAX;
 
 /// The part graph, kept up to date as parts merge (union-find over part ids).
 struct Quotient {
     sets: UnionFind,
     device: Vec<u16>,
-    succ: Vec<Vec<u32>>,
+    /// Successors of each part: `(start, len)` in `arena`. A merge appends the joined list at
+    /// the arena's end, so no part owns an allocation of its own.
+    succ_at: Vec<(u32, u32)>,
+    arena: Vec<u32>,
     stamp: Vec<u32>,
     epoch: u32,
+    /// Roots in a topological order of the part graph; merged-away slots are `FREE`.
+    order: Vec<u32>,
+    /// Slot of each root in `order`.
+    pos: Vec<u32>,
+    /// Buffers reused by every search and merge: one allocation each, not one per call.
+    stack: Vec<u32>,
+    after: Vec<u32>,
 }
 
 impl Quotient {
-    fn new(g: &UnitGraph, p: &Partition) -> Quotient {
+    fn new(d: &Dag, p: &Partition) -> Quotient {
         let k = p.count;
         let mut device = vec![0; k];
-        let mut succ = vec![Vec::new(); k];
-        for u in 0..g.len() {
-            let a = p.part_of[u];
-            device[a as usize] = g.device[u];
-            for &s in &g.succ[u] {
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        for v in 0..d.len() as u32 {
+            let a = p.part_of[v as usize];
+            device[a as usize] = d.device[v as usize];
+            for &s in d.succ(v) {
                 let b = p.part_of[s as usize];
-                if a != b && !succ[a as usize].contains(&b) {
-                    succ[a as usize].push(b);
+                if a != b {
+                    pairs.push((a, b));
                 }
             }
         }
-        Quotient { sets: UnionFind::new(k), device, succ, stamp: vec![0; k], epoch: 0 }
+        pairs.sort_unstable();
+        pairs.dedup();
+        let mut indeg = vec![0u32; k];
+        let mut succ_at = vec![(0u32, 0u32); k];
+        let arena: Vec<u32> = pairs.iter().map(|&(_, b)| b).collect();
+        for (i, &(a, b)) in pairs.iter().enumerate() {
+            indeg[b as usize] += 1;
+            let at = &mut succ_at[a as usize];
+            if at.1 == 0 {
+                at.0 = i as u32;
+            }
+            at.1 += 1;
+        }
+        // Kahn's order, parts in order of their earliest unit where there is a choice, so that
+        // neighbours in the graph stay near each other in the order.
+        let mut first = vec![u32::MAX; k];
+        for v in 0..d.len() {
+            let a = p.part_of[v] as usize;
+            first[a] = first[a].min(v as u32);
+        }
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u32, u32)>> =
+            (0..k as u32).filter(|&x| indeg[x as usize] == 0).map(|x| std::cmp::Reverse((first[x as usize], x))).collect();
+        let mut order = Vec::with_capacity(k);
+        while let Some(std::cmp::Reverse((_, x))) = ready.pop() {
+            order.push(x);
+            let (at, len) = succ_at[x as usize];
+            for &y in &arena[at as usize..(at + len) as usize] {
+                indeg[y as usize] -= 1;
+                if indeg[y as usize] == 0 {
+                    ready.push(std::cmp::Reverse((first[y as usize], y)));
+                }
+            }
+        }
+        debug_assert_eq!(order.len(), k, "merge_neighbours needs an acyclic partition");
+        let mut pos = vec![0u32; k];
+        for (i, &x) in order.iter().enumerate() {
+            pos[x as usize] = i as u32;
+        }
+        Quotient { sets: UnionFind::new(k), device, succ_at, arena, stamp: vec![0; k], epoch: 0, order, pos, stack: Vec::new(), after: Vec::new() }
     }
 
     fn find(&mut self, x: u32) -> u32 {
         self.sets.find(x)
     }
 
-    /// Current successors of a root, as roots.
-    fn succ_of(&mut self, a: u32) -> Vec<u32> {
-        let list = std::mem::take(&mut self.succ[a as usize]);
-        let mut out: Vec<u32> = list.iter().map(|&s| self.find(s)).filter(|&s| s != a).collect();
-        out.sort_unstable();
-        out.dedup();
-        self.succ[a as usize] = out.clone();
-        out
+    /// Rewrites the successors of a root as distinct roots other than itself.
+    fn refresh(&mut self, a: u32) {
+        let (at, len) = self.succ_at[a as usize];
+        let list = &mut self.arena[at as usize..(at + len) as usize];
+        let mut changed = false;
+        for s in list.iter_mut() {
+            let r = self.sets.find(*s);
+            changed |= r != *s;
+            *s = r;
+        }
+        if changed {
+            list.sort_unstable();
+            let mut w = 0;
+            for i in 0..list.len() {
+                let s = list[i];
+                if s != a && (w == 0 || list[w - 1] != s) {
+                    list[w] = s;
+                    w += 1;
+                }
+            }
+            self.succ_at[a as usize].1 = w as u32;
+        }
     }
 
-    /// Whether `to` is reachable from `from`; with `indirectly`, along a path other than the
-    /// direct edge.
-    fn reaches(&mut self, from: u32, to: u32, indirectly: bool) -> bool {
+    fn succ(&self, a: u32) -> &[u32] {
+        let (at, len) = self.succ_at[a as usize];
+        &self.arena[at as usize..(at + len) as usize]
+    }
+
+    /// `b`'s successors join `a`'s, at the arena's end.
+    fn join_lists(&mut self, a: u32, b: u32) {
+        let ((sa, la), (sb, lb)) = (self.succ_at[a as usize], self.succ_at[b as usize]);
+        let start = self.arena.len() as u32;
+        self.arena.extend_from_within(sa as usize..(sa + la) as usize);
+        self.arena.extend_from_within(sb as usize..(sb + lb) as usize);
+        self.succ_at[a as usize] = (start, la + lb);
+        self.succ_at[b as usize] = (0, 0);
+    }
+
+    /// Whether `b` is reachable from `a` along a path other than the direct edge; `None` when
+    /// the search outgrew its limit. Marks the parts it visits with the current epoch: when
+    /// `b` is not reachable they are exactly the parts between `a` and `b` that `a` reaches.
+    fn second_path(&mut self, a: u32, b: u32) -> Option<bool> {
         self.epoch += 1;
-        let mut stack: Vec<u32> = if indirectly { self.succ_of(from).into_iter().filter(|&s| s != to).collect() } else { vec![from] };
+        let limit = self.pos[b as usize];
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.push(a);
+        let mut visited = 0usize;
+        let found = loop {
+            let Some(x) = stack.pop() else { break Some(false) };
+            self.refresh(x);
+            let (at, len) = self.succ_at[x as usize];
+            for i in at..at + len {
+                let s = self.arena[i as usize];
+                if s == b {
+                    if x != a {
+                        self.stack = stack;
+                        return Some(true);
+                    }
+                    continue;
+                }
+                if self.pos[s as usize] < limit && self.stamp[s as usize] != self.epoch {
+                    self.stamp[s as usize] = self.epoch;
+                    visited += 1;
+                    stack.push(s);
+                }
+            }
+            if visited > SEARCH_LIMIT {
+                break None;
+            }
+        };
+        self.stack = stack;
+        found
+    }
+
+    /// Merges `b` into `a` (edge a→b, no second path, `second_path` just run): the window
+    /// between them becomes the parts `a` does not reach, then the merged part, then the
+    /// parts it reaches.
+    fn merge(&mut self, a: u32, b: u32) {
+        let (lo, hi) = (self.pos[a as usize] as usize, self.pos[b as usize] as usize);
+        let mut after = std::mem::take(&mut self.after);
+        after.clear();
+        let mut w = lo;
+        for slot in lo + 1..hi {
+            let x = self.order[slot];
+            if x == FREE {
+                continue;
+            }
+            if self.stamp[x as usize] == self.epoch {
+                after.push(x);
+            } else {
+                self.order[w] = x;
+                self.pos[x as usize] = w as u32;
+                w += 1;
+            }
+        }
+        self.order[w] = a;
+        self.pos[a as usize] = w as u32;
+        w += 1;
+        for &x in &after {
+            self.order[w] = x;
+            self.pos[x as usize] = w as u32;
+            w += 1;
+        }
+        self.after = after;
+        for slot in &mut self.order[w..=hi] {
+            *slot = FREE;
+        }
+        self.sets.union(a, b);
+        self.join_lists(a, b);
+    }
+
+    /// Drops freed slots from the order.
+    fn compact(&mut self) {
+        self.order.retain(|&x| x != FREE);
+        for (i, &x) in self.order.iter().enumerate() {
+            self.pos[x as usize] = i as u32;
+        }
+    }
+
+    /// Whether `to` is reachable from `from` (both roots), unbounded.
+    fn reaches(&mut self, from: u32, to: u32) -> bool {
+        self.epoch += 1;
+        let mut stack = vec![from];
         while let Some(x) = stack.pop() {
             if x == to {
                 return true;
@@ -57,15 +230,16 @@ impl Quotient {
                 continue;
             }
             self.stamp[x as usize] = self.epoch;
-            stack.extend(self.succ_of(x));
+            self.refresh(x);
+            let (at, len) = self.succ_at[x as usize];
+            stack.extend_from_slice(&self.arena[at as usize..(at + len) as usize]);
         }
         false
     }
 
-    fn union(&mut self, a: u32, b: u32) {
+    fn union_unordered(&mut self, a: u32, b: u32) {
         self.sets.union(a, b);
-        let sb = std::mem::take(&mut self.succ[b as usize]);
-        self.succ[a as usize].extend(sb);
+        self.join_lists(a, b);
     }
 }
 
@@ -73,22 +247,31 @@ impl Quotient {
 /// part graph stays acyclic), until none is left; with `allow_disconnected`, also merges
 /// same-device parts that no path joins at all.
 pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) -> Partition {
-    let mut q = Quotient::new(g, p);
+    let d = Dag::new(g, false);
+    d.expand(&merge_labels(&d, &d.restrict(p), allow_disconnected))
+}
+
+/// The same on the compact graph: a part label per vertex.
+pub(crate) fn merge_labels(d: &Dag, p: &Partition, allow_disconnected: bool) -> Vec<u32> {
+    let mut q = Quotient::new(d, p);
     let k = p.count as u32;
+    let mut candidates = Vec::new();
     loop {
         let mut merged = false;
-        for a0 in 0..k {
-            let a = q.find(a0);
-            if a != a0 {
+        for a in 0..k {
+            if !q.sets.is_root(a) {
                 continue;
             }
-            for b in q.succ_of(a) {
-                let a = q.find(a);
-                if b == a || q.device[a as usize] != q.device[b as usize] {
+            q.refresh(a);
+            candidates.clear();
+            candidates.extend_from_slice(q.succ(a));
+            for &b in &candidates {
+                if q.device[a as usize] != q.device[b as usize] {
                     continue;
                 }
-                if !q.reaches(a, b, true) {
-                    q.union(a, b);
+                let window = (q.pos[b as usize] - q.pos[a as usize]) as usize;
+                if window <= SEARCH_LIMIT && q.second_path(a, b) == Some(false) {
+                    q.merge(a, b);
                     merged = true;
                 }
             }
@@ -96,8 +279,10 @@ pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) 
         if !merged {
             break;
         }
+        q.compact();
     }
     if allow_disconnected {
+        // Pairs of unrelated parts: quadratic, and only on request.
         let roots: Vec<u32> = (0..k).filter(|&x| q.sets.is_root(x)).collect();
         for (i, &a) in roots.iter().enumerate() {
             for &b in &roots[i + 1..] {
@@ -105,12 +290,11 @@ pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) 
                 if ra == rb || q.device[ra as usize] != q.device[rb as usize] {
                     continue;
                 }
-                if !q.reaches(ra, rb, false) && !q.reaches(rb, ra, false) {
-                    q.union(ra, rb);
+                if !q.reaches(ra, rb) && !q.reaches(rb, ra) {
+                    q.union_unordered(ra, rb);
                 }
             }
         }
     }
-    let labels: Vec<u32> = (0..g.len()).map(|u| q.find(p.part_of[u])).collect();
-    Partition::from_labels(&labels)
+    (0..d.len()).map(|v| q.find(p.part_of[v])).collect()
 }

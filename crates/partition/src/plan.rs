@@ -123,23 +123,15 @@ fn fill_boundary(g: &Graph, part_of_node: &[u32], me: u32, part: &mut Part, grap
         for v in g.node(n).all_inputs() {
             let value = g.value(v);
             match value.def {
-                ValueDef::Weight(_) => {
-                    if !weights.contains(&v) {
-                        weights.push(v);
-                    }
-                }
-                ValueDef::Input | ValueDef::Outer => {
-                    if !inputs.contains(&v) {
-                        inputs.push(v);
-                    }
-                }
+                ValueDef::Weight(_) => weights.push(v),
+                ValueDef::Input | ValueDef::Outer => inputs.push(v),
                 ValueDef::Node(p, _) => {
                     let owner = part_of_node[p.index()];
                     if owner == u32::MAX {
                         if consts.insert(p) {
                             work.push(p);
                         }
-                    } else if owner != me && !inputs.contains(&v) {
+                    } else if owner != me {
                         inputs.push(v);
                     }
                 }
@@ -148,8 +140,11 @@ fn fill_boundary(g: &Graph, part_of_node: &[u32], me: u32, part: &mut Part, grap
     }
     let mut constant_nodes: Vec<NodeId> = consts.into_iter().collect();
     constant_nodes.sort_unstable();
+    // Duplicates are dropped once at the end: a part may read thousands of tensors.
     weights.sort_unstable();
+    weights.dedup();
     inputs.sort_unstable();
+    inputs.dedup();
     let mut outputs = Vec::new();
     for &n in &part.nodes {
         for &v in g.node(n).outputs.iter().flatten() {

@@ -1,96 +1,120 @@
 //! Linear-time constructions: two references the default must never do worse than (ONE's
 //! merge rule, the epoch greedy of TFLite/ORT) and device-switch levels.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
+use crate::dag::Dag;
 use crate::union_find::UnionFind;
 use crate::unit_graph::{Partition, UnitGraph};
 
 /// ONE's rule: in topological order, a unit joins its producers' group only when all its
 /// inputs come from that one group on its own device; otherwise it starts a group.
 pub fn one_rule(g: &UnitGraph) -> Partition {
-    let mut group = vec![u32::MAX; g.len()];
-    let mut group_dev = Vec::new();
-    for u in g.order() {
-        let preds = &g.pred[u as usize];
-        let first = preds.first().map(|&p| group[p as usize]);
-        let joined = match first {
-            Some(f) if group_dev[f as usize] == g.device[u as usize] && preds.iter().all(|&p| group[p as usize] == f) => Some(f),
-            _ => None,
-        };
-        group[u as usize] = joined.unwrap_or_else(|| {
-            group_dev.push(g.device[u as usize]);
-            (group_dev.len() - 1) as u32
-        });
-    }
-    Partition::from_labels(&group)
+    let d = Dag::new(g, true);
+    d.expand(&one_rule_labels(&d))
 }
 
 /// The epoch greedy: take every ready unit of one device (the device of the earliest ready
 /// unit), keep taking units of that device as they become ready, then switch; finally split
 /// each epoch into its connected components.
 pub fn epoch_greedy(g: &UnitGraph) -> Partition {
-    let mut indeg: Vec<usize> = g.pred.iter().map(Vec::len).collect();
-    let mut ready: BTreeSet<(u32, u32)> = (0..g.len() as u32).filter(|&u| indeg[u as usize] == 0).map(|u| (g.topo[u as usize], u)).collect();
-    let mut epoch = vec![0u32; g.len()];
-    let mut current = 0;
-    while let Some(&(_, first)) = ready.iter().next() {
-        let d = g.device[first as usize];
-        let mut queue: Vec<u32> = ready.iter().filter(|(_, u)| g.device[*u as usize] == d).map(|&(_, u)| u).collect();
-        for u in &queue {
-            ready.remove(&(g.topo[*u as usize], *u));
-        }
-        while let Some(u) = queue.pop() {
-            epoch[u as usize] = current;
-            for &s in &g.succ[u as usize] {
-                indeg[s as usize] -= 1;
-                if indeg[s as usize] == 0 {
-                    if g.device[s as usize] == d {
-                        queue.push(s);
-                    } else {
-                        ready.insert((g.topo[s as usize], s));
-                    }
-                }
-            }
-        }
-        current += 1;
-    }
-    components(g, &epoch)
+    let d = Dag::new(g, true);
+    d.expand(&epoch_greedy_labels(&d))
 }
 
 /// Levels that rise by one at each device switch along any path (forwards from the inputs,
 /// or backwards from the outputs); each same-device, same-level connected region is a part.
 /// Edges between parts always climb a level, so the part graph has no cycle.
 pub fn device_levels(g: &UnitGraph, forward: bool) -> Partition {
-    let mut level = vec![0u32; g.len()];
-    let mut order = g.order();
-    if !forward {
-        order.reverse();
-    }
-    for &u in &order {
-        let before = if forward { &g.pred[u as usize] } else { &g.succ[u as usize] };
-        level[u as usize] = before
-            .iter()
-            .map(|&p| level[p as usize] + u32::from(g.device[p as usize] != g.device[u as usize]))
-            .max()
-            .unwrap_or(0);
-    }
-    components(g, &level)
+    let d = Dag::new(g, true);
+    d.expand(&device_levels_labels(&d, forward))
 }
 
-/// Connected components of edges whose ends share a label (and so a device, for callers
-/// whose labels never mix devices across an edge of equal label).
-fn components(g: &UnitGraph, label: &[u32]) -> Partition {
-    let mut uf = UnionFind::new(g.len());
-    for u in 0..g.len() {
-        for &s in &g.succ[u] {
-            if label[u] == label[s as usize] && g.device[u] == g.device[s as usize] {
-                uf.union(u as u32, s);
+// The same on the compact graph, whose vertices are numbered in topological order; each
+// returns a part label per vertex.
+
+pub(crate) fn one_rule_labels(d: &Dag) -> Vec<u32> {
+    let mut group = vec![u32::MAX; d.len()];
+    let mut group_dev = Vec::new();
+    for v in 0..d.len() as u32 {
+        let preds = d.pred(v);
+        let dev = d.device[v as usize];
+        let joined = match preds.first().map(|&p| group[p as usize]) {
+            Some(f) if group_dev[f as usize] == dev && preds.iter().all(|&p| group[p as usize] == f) => Some(f),
+            _ => None,
+        };
+        group[v as usize] = joined.unwrap_or_else(|| {
+            group_dev.push(dev);
+            (group_dev.len() - 1) as u32
+        });
+    }
+    group
+}
+
+pub(crate) fn epoch_greedy_labels(d: &Dag) -> Vec<u32> {
+    let mut indeg: Vec<u32> = (0..d.len() as u32).map(|v| d.pred(v).len() as u32).collect();
+    // Ready vertices per device, earliest first: the next epoch's device is that of the
+    // earliest ready vertex, and the epoch takes every ready vertex of that device.
+    let devices = d.device.iter().copied().max().map_or(0, |m| m as usize + 1);
+    let mut ready: Vec<BinaryHeap<Reverse<u32>>> = vec![BinaryHeap::new(); devices];
+    for v in 0..d.len() as u32 {
+        if indeg[v as usize] == 0 {
+            ready[d.device[v as usize] as usize].push(Reverse(v));
+        }
+    }
+    let mut epoch = vec![0u32; d.len()];
+    let mut current = 0;
+    let mut queue = Vec::new();
+    while let Some(dev) = (0..devices).filter_map(|x| ready[x].peek().map(|r| (r.0, x))).min().map(|(_, x)| x) {
+        queue.extend(ready[dev].drain().map(|r| r.0));
+        while let Some(v) = queue.pop() {
+            epoch[v as usize] = current;
+            for &s in d.succ(v) {
+                indeg[s as usize] -= 1;
+                if indeg[s as usize] == 0 {
+                    if d.device[s as usize] as usize == dev {
+                        queue.push(s);
+                    } else {
+                        ready[d.device[s as usize] as usize].push(Reverse(s));
+                    }
+                }
+            }
+        }
+        current += 1;
+    }
+    components(d, &epoch)
+}
+
+pub(crate) fn device_levels_labels(d: &Dag, forward: bool) -> Vec<u32> {
+    let n = d.len() as u32;
+    let mut level = vec![0u32; d.len()];
+    let step = |level: &[u32], v: u32, before: &[u32]| {
+        before.iter().map(|&p| level[p as usize] + u32::from(d.device[p as usize] != d.device[v as usize])).max().unwrap_or(0)
+    };
+    if forward {
+        for v in 0..n {
+            level[v as usize] = step(&level, v, d.pred(v));
+        }
+    } else {
+        for v in (0..n).rev() {
+            level[v as usize] = step(&level, v, d.succ(v));
+        }
+    }
+    components(d, &level)
+}
+
+/// Connected components of edges whose ends share a label and a device.
+fn components(d: &Dag, label: &[u32]) -> Vec<u32> {
+    let mut uf = UnionFind::new(d.len());
+    for v in 0..d.len() as u32 {
+        for &s in d.succ(v) {
+            if label[v as usize] == label[s as usize] && d.device[v as usize] == d.device[s as usize] {
+                uf.union(v, s);
             }
         }
     }
-    let labels: Vec<u32> = (0..g.len() as u32).map(|u| uf.find(u)).collect();
-    Partition::from_labels(&labels)
+    (0..d.len() as u32).map(|v| uf.find(v)).collect()
 }
 
 #[cfg(test)]

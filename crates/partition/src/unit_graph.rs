@@ -30,16 +30,48 @@ impl Partition {
 
     /// Renumbers arbitrary labels to `0..count` in order of first appearance.
     pub fn from_labels(labels: &[u32]) -> Partition {
-        let mut map = std::collections::HashMap::new();
-        let part_of = labels
-            .iter()
-            .map(|l| {
-                let n = map.len() as u32;
-                *map.entry(*l).or_insert(n)
-            })
-            .collect();
-        Partition { part_of, count: map.len() }
+        let mut part_of = Vec::with_capacity(labels.len());
+        let mut count = 0u32;
+        if labels.iter().all(|&l| (l as usize) < labels.len()) {
+            // Labels are mostly indices (union-find roots, group numbers): a table, no hashing.
+            let mut map = vec![u32::MAX; labels.len()];
+            for &l in labels {
+                let slot = &mut map[l as usize];
+                if *slot == u32::MAX {
+                    *slot = count;
+                    count += 1;
+                }
+                part_of.push(*slot);
+            }
+        } else {
+            let mut map = std::collections::HashMap::new();
+            for &l in labels {
+                part_of.push(*map.entry(l).or_insert_with(|| {
+                    count += 1;
+                    count - 1
+                }));
+            }
+        }
+        Partition { part_of, count: count as usize }
     }
+}
+
+/// A bare Kahn topological sort over the unit graph's adjacency: the floor a partitioner is
+/// measured against, one pass over the edges. A shorter result means a cycle.
+pub fn kahn_order(g: &UnitGraph) -> Vec<u32> {
+    let mut indeg: Vec<u32> = g.pred.iter().map(|p| p.len() as u32).collect();
+    let mut stack: Vec<u32> = (0..g.len() as u32).filter(|&u| indeg[u as usize] == 0).collect();
+    let mut order = Vec::with_capacity(g.len());
+    while let Some(u) = stack.pop() {
+        order.push(u);
+        for &s in &g.succ[u as usize] {
+            indeg[s as usize] -= 1;
+            if indeg[s as usize] == 0 {
+                stack.push(s);
+            }
+        }
+    }
+    order
 }
 
 impl UnitGraph {
@@ -57,7 +89,8 @@ impl UnitGraph {
         let mut succ = vec![Vec::new(); n];
         let mut pred = vec![Vec::new(); n];
         for &(a, b) in edges {
-            if a != b && !succ[a as usize].contains(&b) {
+            // Edges arrive grouped by reader, whose inputs are few: check those.
+            if a != b && !pred[b as usize].contains(&a) {
                 succ[a as usize].push(b);
                 pred[b as usize].push(a);
             }
@@ -146,8 +179,10 @@ impl UnitGraph {
 
     /// Units in topological order.
     pub fn order(&self) -> Vec<u32> {
-        let mut o: Vec<u32> = (0..self.len() as u32).collect();
-        o.sort_by_key(|&u| self.topo[u as usize]);
+        let mut o = vec![0u32; self.len()];
+        for (u, &t) in self.topo.iter().enumerate() {
+            o[t as usize] = u as u32;
+        }
         o
     }
 
@@ -163,14 +198,20 @@ impl UnitGraph {
             dev[part] = self.device[u];
         }
         let mut qsucc: Vec<Vec<usize>> = vec![Vec::new(); k];
-        let mut indeg = vec![0usize; k];
         for u in 0..self.len() {
             for &s in &self.succ[u] {
                 let (a, b) = (p.part_of[u] as usize, p.part_of[s as usize] as usize);
-                if a != b && !qsucc[a].contains(&b) {
+                if a != b {
                     qsucc[a].push(b);
-                    indeg[b] += 1;
                 }
+            }
+        }
+        let mut indeg = vec![0usize; k];
+        for list in &mut qsucc {
+            list.sort_unstable();
+            list.dedup();
+            for &b in list.iter() {
+                indeg[b] += 1;
             }
         }
         let mut stack: Vec<usize> = (0..k).filter(|&x| indeg[x] == 0).collect();

@@ -1,0 +1,120 @@
+//! `cleave gen` and `cleave bench --partition`: generated models pass the onnx checker, their
+//! .part files place every node, they partition into valid parts (checked by onnxruntime
+//! through scripts/check_parts.py), and the bench reports its figures.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+fn gen(dir: &Path, nodes: usize, devices: usize, seed: u64) -> std::path::PathBuf {
+    let model = dir.join(format!("gen_{nodes}_{devices}_{seed}.onnx"));
+    let n = nodes.to_string();
+    let d = devices.to_string();
+    let s = seed.to_string();
+    ok(&cleave(&[os("gen"), os("--nodes"), os(&n), os("--devices"), os(&d), os("--seed"), os(&s), os("-o"), model.as_os_str()]));
+    model
+}
+
+/// The onnx checker (full check, with shape inference) on the model, and the node names of
+/// the model against the [OPNAME] keys of the .part file, by an independent reader.
+fn check_with_python(model: &Path, part: &Path) -> String {
+    let script = r#"
+import configparser, sys, onnx
+m = onnx.load(sys.argv[1])
+onnx.checker.check_model(m, full_check=True)
+assert m.ir_version <= 10 and all(o.version <= 21 for o in m.opset_import), (m.ir_version, m.opset_import)
+p = configparser.ConfigParser(delimiters=("=",))
+p.optionxform = str
+p.read(sys.argv[2])
+names = [n.name for n in m.graph.node]
+rules = dict(p["OPNAME"])
+backends = p["partition"]["backends"].split(",")
+assert p["partition"]["comply"] == "opname"
+assert sorted(rules) == sorted(names), "the .part file does not place exactly the model's nodes"
+assert set(rules.values()) <= set(backends)
+print(len(names), len(set(rules.values())))
+"#;
+    let o = Command::new("python3").args(["-c", script]).arg(model).arg(part).output().expect("python3 with onnx");
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn generated_models_pass_the_onnx_checker_and_the_part_file_places_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    for (nodes, devices, seed) in [(1, 1, 0), (50, 2, 1), (700, 3, 2)] {
+        let model = gen(dir.path(), nodes, devices, seed);
+        let summary = check_with_python(&model, &model.with_extension("part"));
+        let (n, used) = summary.split_once(' ').unwrap();
+        assert_eq!(n, nodes.to_string());
+        // Regions of a few dozen nodes: 700 nodes use every device.
+        if nodes == 700 {
+            assert_eq!(used, "3", "{summary}");
+        }
+    }
+    // Same seed, same bytes.
+    let a = std::fs::read(gen(dir.path(), 300, 2, 9)).unwrap();
+    let other = dir.path().join("again");
+    std::fs::create_dir(&other).unwrap();
+    assert_eq!(a, std::fs::read(gen(&other, 300, 2, 9)).unwrap());
+}
+
+#[test]
+fn generated_models_partition_into_valid_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (nodes, devices, seed) in [(400, 2, 3), (600, 4, 4)] {
+        let model = gen(dir.path(), nodes, devices, seed);
+        let work = dir.path().join(format!("out_{seed}"));
+        let part = model.with_extension("part");
+        let out = ok(&cleave(&[os("partition"), model.as_os_str(), os("--part"), part.as_os_str(), os("-o"), work.as_os_str(), os("--quiet")]));
+        assert!(out.contains("parts on"), "{out}");
+        let stem = model.file_stem().unwrap().to_str().unwrap();
+        let conn = work.join(format!("{stem}.conn.json"));
+        ok(&cleave(&[os("check"), conn.as_os_str()]));
+        let o = Command::new("python3").arg(repo().join("scripts/check_parts.py")).arg(&conn).output().unwrap();
+        assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+#[test]
+fn partition_bench_reports_its_figures_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = gen(dir.path(), 600, 2, 5);
+    // The .part file beside the model is found without --part.
+    let out = ok(&cleave(&[os("bench"), os("--partition"), model.as_os_str(), os("--runs"), os("3"), os("--json")]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["nodes"], 600);
+    assert_eq!(v["units"], 600);
+    assert_eq!(v["runs"], 3);
+    for key in ["partition_s", "toposort_s", "ratio", "plan_s", "validate_s"] {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {out}");
+    }
+    let ratio = v["partition_s"].as_f64().unwrap() / v["toposort_s"].as_f64().unwrap();
+    assert!((ratio - v["ratio"].as_f64().unwrap()).abs() < 1e-6 * ratio, "{out}");
+    let parts = v["parts"].as_u64().unwrap();
+    assert!(parts >= 2 && parts < 600, "{out}");
+    // 600 units is within the openvino algorithm's range: it ran, and found no fewer parts
+    // than a valid partition needs (at least one per device).
+    assert!(v["openvino_parts"].as_u64().is_some_and(|p| p >= 2), "{out}");
+    if cfg!(target_os = "linux") {
+        assert!(v["peak_bytes_per_node"].as_f64().is_some_and(|b| b > 0.0), "{out}");
+    }
+    // Plain text names the same figures.
+    let text = ok(&cleave(&[os("bench"), os("--partition"), model.as_os_str(), os("--runs"), os("1")]));
+    assert!(text.contains("ratio") && text.contains("Kahn toposort") && text.contains("openvino algorithm"), "{text}");
+}
+
+#[test]
+fn gen_refuses_zero_nodes_and_a_missing_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.onnx");
+    let o = cleave(&[os("gen"), os("--nodes"), os("0"), os("-o"), model.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!model.exists());
+    let missing = dir.path().join("no/such/m.onnx");
+    let o = cleave(&[os("gen"), os("--nodes"), os("10"), os("-o"), missing.as_os_str()]);
+    assert_bad_input(&o, &missing, "");
+}
