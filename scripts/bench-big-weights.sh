@@ -5,8 +5,8 @@
 #
 #   bash scripts/bench-big-weights.sh [GB] [CLEAVE_BINARY]
 #
-# Two sources: `one` keeps every weight in one data file (the shared file becomes a hard
-# link), `many` keeps each in its own file (the shared file is one streamed copy). The read
+# Two sources: `one` keeps every weight in one data file (the shared file is a copy of it,
+# offsets kept), `many` keeps each in its own file (one streamed copy, tensor by tensor). The read
 # time is `cat` of the data files just written, so from the page cache (warm), and with
 # O_DIRECT (cold, from the disk). Needs python3 with numpy and onnx, GNU time (apt-get install
 # time), and about 2 x GB of free disk under ${TMPDIR:-/tmp}; everything is removed at the end.
@@ -34,7 +34,7 @@ for files in one many; do
     /usr/bin/time -v "$cleave" partition "$src/big.onnx" --stages 4 --external-data shared -o "$src/work" >"$dir/out-$files.txt" 2>"$log"
     wall=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, t, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + t[i]; print s }' "$log")
     rss_kb=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$log")
-    how=$(grep -o 'a hard link[^;]*\|streamed[^;]*' "$dir/out-$files.txt" | head -n 1)
+    how=$(grep -o 'a copy of[^;]*\|streamed[^;]*' "$dir/out-$files.txt" | head -n 1)
     awk -v f="$files" -v b="$bytes" -v w="$wall" -v r="$rss_kb" -v warm="$warm" -v cold="$cold" -v how="$how" 'BEGIN {
         printf "%-4s %.2f GB of weights: partition --stages 4 --external-data shared %.2f s, peak RSS %.0f MB (%s)\n", f, b / 1e9, w, r / 1024, how
         printf "     read once: cat %.2f s (page cache), O_DIRECT %.2f s (disk); partition / read = %.2f (warm), %.2f (cold)\n", warm, cold, w / (warm > 0 ? warm : 0.01), w / (cold > 0 ? cold : 0.01)

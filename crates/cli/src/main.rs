@@ -43,7 +43,7 @@ enum Command {
         json: bool,
     },
     /// Load a model and save it again. ONNX to ONNX gives the same bytes (external data stays
-    /// external, placed beside OUT); other formats arrive later.
+    /// external, copied beside OUT); other formats arrive later.
     Convert {
         /// The model to read.
         input: PathBuf,
@@ -89,8 +89,8 @@ enum Command {
         workdir: PathBuf,
         /// How parts hold weights. `inline`: each part holds the bytes of the weights it uses.
         /// `shared`: every part references one file, WORKDIR/stem.weights, by offset and length
-        /// (a hard link to the source's data file where possible, else one streamed copy), so
-        /// weights are neither duplicated nor held in memory. A part over protobuf's 2 GB limit
+        /// (a copy of the source's one data file, offsets kept, else one streamed copy), so
+        /// weights are neither duplicated across parts nor held in memory. A part over protobuf's 2 GB limit
         /// makes `inline` switch to `shared`, with a note.
         #[arg(long, value_enum, default_value = "inline", value_name = "MODE")]
         external_data: partition_cmd::ExternalDataArg,

@@ -197,7 +197,7 @@ fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cl
     }
     if let Some(w) = &written.weights {
         let how = match w.source {
-            WeightsSource::Linked => "a hard link to the source's data file",
+            WeightsSource::WholeFile => "a copy of the source's data file, offsets kept",
             WeightsSource::Existing => "the source's own data file",
             WeightsSource::Copied => "streamed from the source",
         };

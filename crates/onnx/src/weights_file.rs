@@ -27,8 +27,11 @@ const ALIGN: u64 = 4096;
 /// How the data file came to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightsSource {
-    /// A hard link to the source's one external data file: nothing copied.
-    Linked,
+    /// A copy of the source's one external data file, offsets kept. Not a hard link: onnx
+    /// (1.23) refuses a data file with several links as a possible hard-link attack, so a
+    /// link would break the parts and the source alike for onnx's loader and checker.
+    /// `std::fs::copy` uses `copy_file_range`, which shares extents where the file system can.
+    WholeFile,
     /// The source's data file itself (the output folder is the source's).
     Existing,
     /// Streamed into a new file, tensor by tensor.
@@ -74,8 +77,9 @@ enum From {
 
 /// Writes the bytes of `tensors` (initializers of `source`; each name once) into one file at
 /// `out`, atomically, and says where each went. Tensors held in the model with fewer than
-/// `min_bytes` bytes stay there ([`MIN_EXTERNAL_BYTES`] is what onnx's converter uses). When every other tensor already lies in one external data file of
-/// the source, `out` becomes a hard link to it (same offsets) where the file system allows.
+/// `min_bytes` bytes stay there ([`MIN_EXTERNAL_BYTES`] is what onnx's converter uses). When
+/// every other tensor already lies in one external data file of the source, `out` is a copy of
+/// that file with the same offsets (see [`WeightsSource::WholeFile`]).
 /// `None` when no tensor is large enough to leave the model: no file is written.
 pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Path, min_bytes: u64) -> Result<Option<WeightsFile>, OnnxError> {
     let base = source.base_dir();
@@ -134,8 +138,8 @@ pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Pa
             if out_real.as_ref() == Some(&only_real) {
                 return Ok(Some(done(WeightsSource::Existing)));
             }
-            if link_atomic(&only_real, out).is_ok() {
-                return Ok(Some(done(WeightsSource::Linked)));
+            if copy_atomic(&only_real, out).is_ok() {
+                return Ok(Some(done(WeightsSource::WholeFile)));
             }
         }
     }
@@ -156,10 +160,10 @@ fn tmp_beside(out: &Path) -> PathBuf {
     out.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
-fn link_atomic(src: &Path, out: &Path) -> std::io::Result<()> {
+fn copy_atomic(src: &Path, out: &Path) -> std::io::Result<()> {
     let tmp = tmp_beside(out);
     let _ = std::fs::remove_file(&tmp);
-    let r = std::fs::hard_link(src, &tmp).and_then(|_| std::fs::rename(&tmp, out));
+    let r = std::fs::copy(src, &tmp).and_then(|_| File::open(&tmp)?.sync_all()).and_then(|_| std::fs::rename(&tmp, out));
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -374,15 +378,17 @@ mod tests {
     }
 
     #[test]
-    fn one_source_data_file_is_hard_linked_with_its_offsets() {
+    fn one_source_data_file_is_copied_whole_with_its_offsets() {
         let tmp = tempfile::tempdir().unwrap();
         let (p, data) = two_tensor_model(tmp.path(), ["d.bin", "d.bin"]);
         let m = OnnxModel::load(&p).unwrap();
         let work = tmp.path().join("work");
         std::fs::create_dir(&work).unwrap();
         let (ext, w) = m.externalized(&work.join("s.weights"), 0).unwrap();
-        assert_eq!(w.unwrap().source, WeightsSource::Linked);
-        assert_eq!(std::fs::metadata(work.join("s.weights")).unwrap().ino(), std::fs::metadata(tmp.path().join("d.bin")).unwrap().ino());
+        assert_eq!(w.unwrap().source, WeightsSource::WholeFile);
+        // A copy, not a hard link: onnx refuses data files with more than one link.
+        assert_eq!(std::fs::metadata(tmp.path().join("d.bin")).unwrap().nlink(), 1);
+        assert_eq!(std::fs::read(work.join("s.weights")).unwrap(), std::fs::read(tmp.path().join("d.bin")).unwrap());
         let offsets: Vec<u64> = ext.proto.graph.as_ref().unwrap().initializer.iter().map(|t| external_ref(t, &p).unwrap().offset).collect();
         assert_eq!(offsets, [0, 259], "the source's offsets, unaligned as they were");
         save(&ext, &work.join("s.onnx"));
