@@ -68,7 +68,7 @@ impl WeightsFile {
 }
 
 /// Where a tensor's bytes are now.
-enum From {
+enum Origin {
     /// `length` bytes at `offset` of a file: an external data file, or the model file itself.
     File { path: PathBuf, offset: u64, length: u64 },
     /// Bytes of a model that was not loaded from a file.
@@ -83,7 +83,7 @@ enum From {
 /// `None` when no tensor is large enough to leave the model: no file is written.
 pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Path, min_bytes: u64) -> Result<Option<WeightsFile>, OnnxError> {
     let base = source.base_dir();
-    let mut plan: Vec<(&str, From)> = Vec::new();
+    let mut plan: Vec<(&str, Origin)> = Vec::new();
     for t in tensors {
         if is_external(t) {
             let r = external_ref(t, &source.path)?;
@@ -97,11 +97,11 @@ pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Pa
                     reason: format!("wants bytes {}..{} of {}, which has {size}", r.offset, r.offset.saturating_add(length), path.display()),
                 });
             }
-            plan.push((t.name(), From::File { path, offset: r.offset, length }));
+            plan.push((t.name(), Origin::File { path, offset: r.offset, length }));
         } else if let Some(raw) = t.raw_data.as_ref().filter(|r| r.len() as u64 >= min_bytes.max(1)) {
             match source.file_offset(raw) {
-                Some(offset) => plan.push((t.name(), From::File { path: source.path.clone(), offset, length: raw.len() as u64 })),
-                None => plan.push((t.name(), From::Memory(raw.clone()))),
+                Some(offset) => plan.push((t.name(), Origin::File { path: source.path.clone(), offset, length: raw.len() as u64 })),
+                None => plan.push((t.name(), Origin::Memory(raw.clone()))),
             }
         }
     }
@@ -115,23 +115,23 @@ pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Pa
     let tensor_bytes = plan
         .iter()
         .map(|(_, f)| match f {
-            From::File { length, .. } => *length,
-            From::Memory(b) => b.len() as u64,
+            Origin::File { length, .. } => *length,
+            Origin::Memory(b) => b.len() as u64,
         })
         .sum();
 
     // The files the source reads; `out` may only be one of them when it is left as it is.
-    let mut inputs: Vec<PathBuf> = plan.iter().filter_map(|(_, f)| if let From::File { path, .. } = f { Some(path.clone()) } else { None }).collect();
+    let mut inputs: Vec<PathBuf> = plan.iter().filter_map(|(_, f)| if let Origin::File { path, .. } = f { Some(path.clone()) } else { None }).collect();
     inputs.sort();
     inputs.dedup();
     let real = |p: &Path| p.canonicalize().ok();
     let out_real = real(out);
 
-    if let ([only], true) = (inputs.as_slice(), plan.iter().all(|(_, f)| matches!(f, From::File { .. }))) {
+    if let ([only], true) = (inputs.as_slice(), plan.iter().all(|(_, f)| matches!(f, Origin::File { .. }))) {
         if *only != source.path {
             let at = plan
                 .iter()
-                .filter_map(|(name, f)| if let From::File { offset, length, .. } = f { Some((name.to_string(), (*offset, *length))) } else { None })
+                .filter_map(|(name, f)| if let Origin::File { offset, length, .. } = f { Some((name.to_string(), (*offset, *length))) } else { None })
                 .collect();
             let done = |how| WeightsFile { path: out.to_path_buf(), location: location.clone(), source: how, tensor_bytes, at };
             let only_real = only.canonicalize().map_err(|e| OnnxError::Read { path: only.clone(), source: e })?;
@@ -171,7 +171,7 @@ fn copy_atomic(src: &Path, out: &Path) -> std::io::Result<()> {
 }
 
 /// Copies each tensor's bytes to the next aligned offset of a new file; returns the offsets.
-fn stream(plan: &[(&str, From)], out: &Path) -> Result<HashMap<String, (u64, u64)>, OnnxError> {
+fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u64)>, OnnxError> {
     let tmp = tmp_beside(out);
     let mut at = HashMap::with_capacity(plan.len());
     let mut sources: HashMap<&Path, File> = HashMap::new();
@@ -184,11 +184,11 @@ fn stream(plan: &[(&str, From)], out: &Path) -> Result<HashMap<String, (u64, u64
             // Seeking past the end leaves a hole that reads as zeros: the padding.
             dst.seek(SeekFrom::Start(pos)).map_err(write_err)?;
             let length = match from {
-                From::Memory(b) => {
+                Origin::Memory(b) => {
                     dst.write_all(b).map_err(write_err)?;
                     b.len() as u64
                 }
-                From::File { path, offset, length } => {
+                Origin::File { path, offset, length } => {
                     let read_err = |e| OnnxError::Read { path: path.clone(), source: e };
                     let src = match sources.entry(path.as_path()) {
                         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
