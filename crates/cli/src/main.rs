@@ -52,12 +52,17 @@ enum Command {
         json: bool,
     },
     /// Load a model and save it again. ONNX to ONNX gives the same bytes (external data stays
-    /// external, placed beside OUT); other formats arrive later.
+    /// external, copied beside OUT); other formats arrive later.
     Convert {
         /// The model to read.
         input: PathBuf,
         /// Where to write; written to a temporary file first, then renamed.
         output: PathBuf,
+        /// Move the weights: `inline` reads external data into OUT (up to protobuf's 2 GB);
+        /// `shared` streams every initializer of 1 KiB or more into one file, OUT_STEM.weights
+        /// beside OUT. Without it, weights stay where they are.
+        #[arg(long, value_enum, value_name = "MODE")]
+        external_data: Option<partition_cmd::ExternalDataArg>,
     },
     /// Show which device runs each node (as OpenVINO's query_model does), and why.
     Query {
@@ -113,6 +118,13 @@ enum Command {
         /// Output folder (created if missing).
         #[arg(short = 'o', long = "output", value_name = "WORKDIR")]
         workdir: PathBuf,
+        /// How parts hold weights. `inline`: each part holds the bytes of the weights it uses.
+        /// `shared`: every part references one file, WORKDIR/stem.weights, by offset and length
+        /// (a copy of the source's one data file, offsets kept, else one streamed copy), so
+        /// weights are neither duplicated across parts nor held in memory. A part over protobuf's 2 GB limit
+        /// makes `inline` switch to `shared`, with a note.
+        #[arg(long, value_enum, default_value = "inline", value_name = "MODE")]
+        external_data: partition_cmd::ExternalDataArg,
         /// Pipeline-parallel split instead of device rules: N consecutive stages of about equal
         /// estimated FLOPs along a topological order, one part each, on the --devices in turn
         /// (or on stage1..N).
@@ -270,10 +282,10 @@ fn main() -> ExitCode {
     progress::set_quiet(cli.quiet);
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::run(&model, json),
-        Command::Convert { input, output } => convert::run(&input, &output),
+        Command::Convert { input, output, external_data } => convert::run(&input, &output, external_data),
         Command::Query { model, devices, allow_disconnected, json } => query::run(&model, &devices, allow_disconnected, json),
         Command::Optimize { model, devices, level, output, json } => optimize_cmd::run(&model, &devices, level, &output, json),
-        Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, stages, report } => partition_cmd::run(partition_cmd::PartitionArgs {
+        Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, external_data, stages, report } => partition_cmd::run(partition_cmd::PartitionArgs {
             model: &model,
             devices: &devices,
             algorithm,
@@ -281,6 +293,7 @@ fn main() -> ExitCode {
             trace,
             budget_s: budget,
             workdir: &workdir,
+            external_data: external_data.into(),
             stages,
             report,
         }),

@@ -2,8 +2,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cleave_assign::{qdq_pairs, Assignment, Placement, Reason};
-use cleave_onnx::node_flops;
-use cleave_emit::emit;
+use cleave_onnx::{node_flops, WeightsSource};
+use cleave_emit::{emit_with, ExternalData};
 use cleave_partition::{openvino, reference_counts, References, partition_default, stage_partition, validate, OpenVinoOptions, Options, Plan, UnitGraph};
 use clap::ValueEnum;
 
@@ -19,6 +19,23 @@ pub enum Algorithm {
     Openvino,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ExternalDataArg {
+    /// Weights inside each model file.
+    Inline,
+    /// Weights in one file that the models reference by offset.
+    Shared,
+}
+
+impl From<ExternalDataArg> for ExternalData {
+    fn from(a: ExternalDataArg) -> ExternalData {
+        match a {
+            ExternalDataArg::Inline => ExternalData::Inline,
+            ExternalDataArg::Shared => ExternalData::Shared,
+        }
+    }
+}
+
 pub struct PartitionArgs<'a> {
     pub model: &'a Path,
     pub devices: &'a DeviceArgs,
@@ -27,6 +44,7 @@ pub struct PartitionArgs<'a> {
     pub trace: bool,
     pub budget_s: f64,
     pub workdir: &'a Path,
+    pub external_data: ExternalData,
     /// Pipeline stages instead of device rules: N consecutive slices of equal FLOPs.
     pub stages: Option<usize>,
     /// Also write the views (markdown, DOT, HTML) beside the connection files.
@@ -35,7 +53,7 @@ pub struct PartitionArgs<'a> {
 
 /// Partitions with the default algorithm into `workdir`; returns the `.conn.json` path.
 pub fn partition_into(model: &Path, devices: &DeviceArgs, workdir: &Path, allow_disconnected: bool) -> Result<std::path::PathBuf, Fail> {
-    let args = PartitionArgs { model, devices, algorithm: Algorithm::Default, allow_disconnected, trace: false, budget_s: 10.0, workdir, stages: None, report: false };
+    let args = PartitionArgs { model, devices, algorithm: Algorithm::Default, allow_disconnected, trace: false, budget_s: 10.0, workdir, external_data: ExternalData::Inline, stages: None, report: false };
     Ok(build(&args)?.written.conn_json)
 }
 
@@ -105,7 +123,7 @@ fn finish(a: &PartitionArgs, mut l: Loaded, ug: &UnitGraph, partition: &cleave_p
         l.onnx.path = out;
     }
     bar.set_message("writing the parts");
-    let written = emit(&l.onnx, &l.model, &plan, a.workdir).map_err(|e| match e.path() {
+    let written = emit_with(&l.onnx, &l.model, &plan, a.workdir, a.external_data).map_err(|e| match e.path() {
         Some(p) => Fail::input(p, &e),
         None => Fail::input(a.model, &e),
     })?;
@@ -208,6 +226,17 @@ fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cl
     }
     if boundary.len() > 20 {
         println!("  ... and {} more (see {})", boundary.len() - 20, written.conn_json.display());
+    }
+    for note in &written.notes {
+        println!("note: {note}");
+    }
+    if let Some(w) = &written.weights {
+        let how = match w.source {
+            WeightsSource::WholeFile => "a copy of the source's data file, offsets kept",
+            WeightsSource::Existing => "the source's own data file",
+            WeightsSource::Copied => "streamed from the source",
+        };
+        println!("weights: {} ({} tensors, {} bytes), {how}; every part references it", w.path.display(), w.tensors(), w.tensor_bytes);
     }
     println!("wrote {} and {}", written.conn_json.display(), written.conn_ini.display());
 }

@@ -1,7 +1,6 @@
 use std::path::{Path, PathBuf};
 
 use cleave_emit::with_outputs;
-use cleave_onnx::encode_model;
 use cleave_runtime::runner::{load_parts, PartStats};
 use cleave_runtime::verify::{Report, Row};
 use cleave_runtime::EngineKind;
@@ -73,7 +72,9 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         let extra: Vec<_> = names.iter().filter_map(|(n, _)| g.find(n)).collect();
         let probe = with_outputs(&onnx, &model, &extra).map_err(|e| Fail::input(a.model, e))?;
         let path = tmp.path().join("whole-with-boundaries.onnx");
-        cleave_onnx::write_atomic(&path, &encode_model(&probe))?;
+        // Saved as a model derived from the source, so its external data files come along
+        // (hard-linked where possible) and resolve beside the probe.
+        onnx.derived(probe).save(&path)?;
         engine.load(&path, false).map_err(runtime_fail)?
     } else {
         engine.load(&onnx.path, false).map_err(runtime_fail)?

@@ -177,6 +177,32 @@ fn external_data_stays_external_and_is_read_lazily() {
 }
 
 #[test]
+fn convert_moves_weights_out_to_one_file_and_back_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = example("tiny_cnn.onnx");
+    let shared = tmp.path().join("ext/t.onnx");
+    std::fs::create_dir_all(shared.parent().unwrap()).unwrap();
+    let o = cleave(&[os("convert"), src.as_os_str(), shared.as_os_str(), os("--external-data"), os("shared")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // conv2.w, the one tensor of 1 KiB or more, now lies in t.weights beside the model.
+    assert_eq!(std::fs::metadata(tmp.path().join("ext/t.weights")).unwrap().len(), 2304);
+    let m = cleave_onnx::OnnxModel::load(&shared).unwrap();
+    let g = m.proto.graph.as_ref().unwrap();
+    let external: Vec<&str> = g.initializer.iter().filter(|t| !t.external_data.is_empty()).map(|t| t.name()).collect();
+    assert_eq!(external, ["conv2.w"]);
+    let bytes = |m: &cleave_onnx::OnnxModel| -> Vec<Vec<u8>> {
+        let g = m.proto.graph.as_ref().unwrap();
+        g.initializer.iter().map(|t| cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, m).unwrap()).unwrap().to_vec()).collect()
+    };
+    assert_eq!(bytes(&m), bytes(&cleave_onnx::OnnxModel::load(&src).unwrap()));
+
+    let back = tmp.path().join("back.onnx");
+    let o = cleave(&[os("convert"), shared.as_os_str(), back.as_os_str(), os("--external-data"), os("inline")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&src).unwrap(), "weights back inside give the source's bytes");
+}
+
+#[test]
 fn external_data_outside_the_model_folder_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let (src, _) = external_model(tmp.path());

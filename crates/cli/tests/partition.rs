@@ -321,3 +321,117 @@ fn a_quantize_dequantize_pair_is_never_cut() {
     assert_eq!(strs(&c.parts[0].outputs), ["dq"]);
     oracle(&work.join("qdq.conn.json"));
 }
+
+/// Every initializer's bytes by name, read as an engine would (external data resolved).
+fn weight_bytes(model: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let m = cleave_onnx::OnnxModel::load(model).unwrap();
+    let g = m.proto.graph.as_ref().unwrap();
+    g.initializer.iter().map(|t| (t.name().to_string(), cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, &m).unwrap()).unwrap().to_vec())).collect()
+}
+
+/// Initializers of a part that read external data, with their locations.
+fn external_locations(part: &Path) -> Vec<(String, String)> {
+    let m = cleave_onnx::OnnxModel::load(part).unwrap();
+    let g = m.proto.graph.as_ref().unwrap();
+    g.initializer
+        .iter()
+        .filter(|t| !t.external_data.is_empty())
+        .map(|t| (t.name().to_string(), t.external_data.iter().find(|kv| kv.key() == "location").unwrap().value().to_string()))
+        .collect()
+}
+
+/// The bundled example with every weight in one external data file, `dir/tiny_cnn.data`.
+fn tiny_cnn_external(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let m = cleave_onnx::OnnxModel::load(example("tiny_cnn.onnx")).unwrap();
+    let (ext, _) = m.externalized(&dir.join("tiny_cnn.data"), 0).unwrap();
+    let p = dir.join("tiny_cnn.onnx");
+    cleave_onnx::write_atomic(&p, &cleave_onnx::encode_model(&ext.proto)).unwrap();
+    p
+}
+
+#[test]
+fn shared_weights_copy_the_sources_data_file_and_pass_the_checker_onnxruntime_and_verify() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_cnn_external(&tmp.path().join("src"));
+    let want = weight_bytes(&example("tiny_cnn.onnx"));
+    assert_eq!(weight_bytes(&src), want);
+    let work = tmp.path().join("work");
+    let rules = example("tiny_cnn.part");
+    let text = partition(&src, &work, &["--part", rules.to_str().unwrap(), "--external-data", "shared"]);
+    assert!(text.contains("tiny_cnn.weights (8 tensors, 3880 bytes), a copy of the source's data file, offsets kept"), "{text}");
+    // Not a hard link: onnx's loader refuses data files with more than one link, the source's too.
+    assert_eq!(std::fs::metadata(tmp.path().join("src/tiny_cnn.data")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read(work.join("tiny_cnn.weights")).unwrap(), std::fs::read(tmp.path().join("src/tiny_cnn.data")).unwrap());
+
+    let c = conn(&work, "tiny_cnn");
+    assert!(c.parts.len() >= 2, "{c:?}");
+    let mut seen = 0;
+    for p in &c.parts {
+        let part = work.join(&p.file);
+        let got = weight_bytes(&part);
+        let locations = external_locations(&part);
+        assert_eq!(locations.len(), got.len(), "{}: every weight external", p.file);
+        assert!(locations.iter().all(|(_, l)| l == "tiny_cnn.weights"), "{locations:?}");
+        for (name, bytes) in &got {
+            assert_eq!(Some(bytes), want.get(name), "{}: {name}", p.file);
+        }
+        seen += got.len();
+    }
+    assert_eq!(seen, want.len());
+
+    // Independent oracles: the onnx checker finds the shared file, onnxruntime runs the parts.
+    let out = oracle(&work.join("tiny_cnn.conn.json"));
+    assert!(out.contains("pass the onnx checker"), "{out}");
+    // cleave's own engines, and the boundary probe of a source whose data is external.
+    let conn_json = work.join("tiny_cnn.conn.json");
+    for engines in ["npu=tract,cpu=tract", "npu=ort,cpu=ort"] {
+        let o = cleave(&[os("verify"), src.as_os_str(), conn_json.as_os_str(), os("--boundaries"), os("--engine"), os(engines), os("--shape"), os("input=2,3,16,16"), os("--rtol"), os("1e-3"), os("--atol"), os("1e-4")]);
+        let out = ok(&o);
+        assert!(out.contains("tensors match"), "{engines}: {out}");
+    }
+}
+
+#[test]
+fn inline_parts_of_an_external_source_hold_their_bytes_and_drop_a_stale_shared_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_cnn_external(&tmp.path().join("src"));
+    let rules = example("tiny_cnn.part");
+    let work = tmp.path().join("work");
+    partition(&src, &work, &["--part", rules.to_str().unwrap(), "--external-data", "shared"]);
+    assert!(work.join("tiny_cnn.weights").is_file());
+    partition(&src, &work, &["--part", rules.to_str().unwrap()]);
+    assert!(!work.join("tiny_cnn.weights").exists(), "the shared file of the earlier run is left behind");
+    assert!(tmp.path().join("src/tiny_cnn.data").is_file(), "the source's data file must stay");
+    let want = weight_bytes(&src);
+    for p in &conn(&work, "tiny_cnn").parts {
+        let part = work.join(&p.file);
+        assert!(external_locations(&part).is_empty(), "{}", p.file);
+        for (name, bytes) in weight_bytes(&part) {
+            assert_eq!(Some(&bytes), want.get(&name), "{}: {name}", p.file);
+        }
+    }
+    oracle(&work.join("tiny_cnn.conn.json"));
+}
+
+#[test]
+fn shared_weights_of_an_embedded_source_are_streamed_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rules = example("tiny_cnn.part");
+    let work = tmp.path().join("work");
+    let text = partition(&example("tiny_cnn.onnx"), &work, &["--part", rules.to_str().unwrap(), "--external-data", "shared"]);
+    // Only conv2.w reaches 1 KiB; smaller tensors stay inside their parts.
+    assert!(text.contains("tiny_cnn.weights (1 tensors, 2304 bytes), streamed from the source"), "{text}");
+    let want = weight_bytes(&example("tiny_cnn.onnx"));
+    let mut external = Vec::new();
+    for p in &conn(&work, "tiny_cnn").parts {
+        let part = work.join(&p.file);
+        external.extend(external_locations(&part));
+        for (name, bytes) in weight_bytes(&part) {
+            assert_eq!(Some(&bytes), want.get(&name), "{}: {name}", p.file);
+        }
+    }
+    assert_eq!(external, [("conv2.w".to_string(), "tiny_cnn.weights".to_string())]);
+    oracle(&work.join("tiny_cnn.conn.json"));
+}

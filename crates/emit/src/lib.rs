@@ -13,4 +13,4 @@ mod write;
 pub use conn::{ConnFile, ConnModel};
 pub use onnx_part::{part_model, with_outputs};
 pub use read_back::{backend_of, check_conn, read_partition, CheckReport, ReadPartition};
-pub use write::{emit, EmitError, Emitted, EmittedPart};
+pub use write::{emit, emit_with, EmitError, Emitted, EmittedPart, ExternalData};

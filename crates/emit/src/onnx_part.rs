@@ -7,7 +7,7 @@ use cleave_onnx::proto::{
     tensor_proto::DataLocation, tensor_shape_proto::dimension, tensor_shape_proto::Dimension, type_proto, FunctionProto, GraphProto, ModelProto,
     NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
-use cleave_onnx::{elem_to_code, OnnxModel};
+use cleave_onnx::{elem_to_code, OnnxModel, WeightsFile};
 use cleave_partition::Plan;
 
 use crate::write::EmitError;
@@ -16,6 +16,12 @@ use crate::write::EmitError;
 /// constants) in source order, the initializers and model-local functions it uses, typed
 /// inputs and outputs, and everything model-level (IR version, opsets, producer, metadata).
 pub fn part_model(source: &OnnxModel, model: &Model, plan: &Plan, k: usize) -> Result<ModelProto, EmitError> {
+    part_model_with(source, model, plan, k, None)
+}
+
+/// [`part_model`] whose initializers found in `shared` reference that file instead of holding
+/// their bytes.
+pub(crate) fn part_model_with(source: &OnnxModel, model: &Model, plan: &Plan, k: usize, shared: Option<&WeightsFile>) -> Result<ModelProto, EmitError> {
     let sp = &source.proto;
     let sg = sp.graph.as_ref().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
     let g = &model.graph;
@@ -44,7 +50,10 @@ pub fn part_model(source: &OnnxModel, model: &Model, plan: &Plan, k: usize) -> R
     let mut initializer = Vec::new();
     for t in &sg.initializer {
         if names.contains(t.name()) {
-            initializer.push(inline_external(t, source)?);
+            match shared.and_then(|w| w.reference(t)) {
+                Some(external) => initializer.push(external),
+                None => initializer.push(inline_external(t, source)?),
+            }
         }
     }
     let sparse_initializer = sg.sparse_initializer.iter().filter(|s| s.values.as_ref().is_some_and(|v| names.contains(v.name()))).cloned().collect();
@@ -142,7 +151,7 @@ pub(crate) fn value_info(name: &str, ty: &TensorType) -> ValueInfoProto {
 }
 
 /// Parts live in another folder than the source, so its external data locations would not
-/// resolve there: their bytes are written into the part.
+/// resolve there: without a shared weights file their bytes are written into the part.
 fn inline_external(t: &TensorProto, source: &OnnxModel) -> Result<TensorProto, EmitError> {
     if t.data_location != Some(DataLocation::External as i32) {
         return Ok(t.clone());

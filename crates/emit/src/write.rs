@@ -1,11 +1,27 @@
 use std::path::{Component, Path, PathBuf};
 
 use cleave_ir::Model;
-use cleave_onnx::{encode_model, write_atomic, OnnxModel, OnnxError};
+use cleave_onnx::proto::ModelProto;
+use cleave_onnx::{encode_model, encoded_len, write_atomic, write_weights_file, OnnxError, OnnxModel, WeightsFile, MIN_EXTERNAL_BYTES};
 use cleave_partition::Plan;
 
 use crate::conn::{ConnFile, ConnModel};
-use crate::onnx_part::part_model;
+use crate::onnx_part::part_model_with;
+
+/// How parts hold their weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExternalData {
+    /// Each part holds the bytes of the weights it uses, the source's external ones read in;
+    /// a part that protobuf could not hold (2 GB) switches the partition to `Shared`.
+    #[default]
+    Inline,
+    /// Every part references one file, `WORKDIR/stem.weights`, by offset and length: a hard
+    /// link to the source's data file where possible, else one streamed copy.
+    Shared,
+}
+
+/// Protobuf refuses to encode a message of 2 GiB or more.
+const PROTOBUF_LIMIT: usize = i32::MAX as usize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
@@ -54,6 +70,10 @@ pub struct Emitted {
     pub conn_ini: PathBuf,
     pub conn: ConnFile,
     pub parts: Vec<EmittedPart>,
+    /// The weights file the parts share, when they do.
+    pub weights: Option<WeightsFile>,
+    /// What the user should know, e.g. why inline weights became shared.
+    pub notes: Vec<String>,
 }
 
 /// `stem.00001_<backend>.onnx`
@@ -63,8 +83,13 @@ pub fn part_file_name(stem: &str, k: usize, backend: &str) -> String {
 
 /// Writes every part and the connection files into `workdir` (created if missing). Earlier
 /// part files of the same stem that this plan does not produce are removed; nothing else in
-/// `workdir`, and never the source model, is touched.
+/// `workdir`, and never the source model, is touched. Weights are inline.
 pub fn emit(source: &OnnxModel, model: &Model, plan: &Plan, workdir: &Path) -> Result<Emitted, EmitError> {
+    emit_with(source, model, plan, workdir, ExternalData::Inline)
+}
+
+/// [`emit`] with the weights held as `external` says.
+pub fn emit_with(source: &OnnxModel, model: &Model, plan: &Plan, workdir: &Path, external: ExternalData) -> Result<Emitted, EmitError> {
     let write_err = |path: &Path, source| EmitError::Write { path: path.to_path_buf(), source };
     std::fs::create_dir_all(workdir).map_err(|e| write_err(workdir, e))?;
     let work_real = workdir.canonicalize().map_err(|e| write_err(workdir, e))?;
@@ -82,16 +107,24 @@ pub fn emit(source: &OnnxModel, model: &Model, plan: &Plan, workdir: &Path) -> R
         },
         parts: Vec::new(),
     };
+    for (k, part) in plan.parts.iter().enumerate() {
+        let file = part_file_name(&stem, k, plan.device_name(part));
+        if workdir.join(&file).canonicalize().is_ok_and(|p| p == source_real) {
+            return Err(EmitError::Source(format!("{file} would overwrite the source model; choose another WORKDIR")));
+        }
+    }
+    let weights_path = workdir.join(format!("{stem}.weights"));
+    let (protos, weights, notes) = part_models(source, model, plan, external, &weights_path)?;
+    if weights.is_none() {
+        remove_stale_weights(source, &weights_path, &source_real);
+    }
+
     let mut written = Vec::new();
     let mut summary = Vec::new();
-    for (k, part) in plan.parts.iter().enumerate() {
+    for ((k, part), proto) in plan.parts.iter().enumerate().zip(protos) {
         let backend = plan.device_name(part).to_string();
         let file = part_file_name(&stem, k, &backend);
         let path = workdir.join(&file);
-        if path.canonicalize().is_ok_and(|p| p == source_real) {
-            return Err(EmitError::Source(format!("{file} would overwrite the source model; choose another WORKDIR")));
-        }
-        let proto = part_model(source, model, plan, k)?;
         write_atomic(&path, &encode_model(&proto))?;
         written.push(file.clone());
         conn.parts.push(ConnModel {
@@ -114,7 +147,43 @@ pub fn emit(source: &OnnxModel, model: &Model, plan: &Plan, workdir: &Path) -> R
     write_atomic(&conn_json, conn.to_json().as_bytes())?;
     write_atomic(&conn_ini, conn.to_ini().as_bytes())?;
     remove_stale_parts(workdir, &stem, &written, &source_real);
-    Ok(Emitted { conn_json, conn_ini, conn, parts: summary })
+    Ok(Emitted { conn_json, conn_ini, conn, parts: summary, weights, notes })
+}
+
+type PartModels = (Vec<ModelProto>, Option<WeightsFile>, Vec<String>);
+
+/// Every part's model, and the weights file they share if they share one. Part models hold
+/// slices of the source, not copies, so building them all before writing costs little.
+fn part_models(source: &OnnxModel, model: &Model, plan: &Plan, external: ExternalData, weights_path: &Path) -> Result<PartModels, EmitError> {
+    let build = |shared: Option<&WeightsFile>| (0..plan.parts.len()).map(|k| part_model_with(source, model, plan, k, shared)).collect::<Result<Vec<_>, _>>();
+    let mut notes = Vec::new();
+    if external == ExternalData::Inline {
+        let protos = build(None)?;
+        let too_big = protos.iter().enumerate().map(|(k, p)| (k, encoded_len(p))).find(|&(_, n)| n > PROTOBUF_LIMIT);
+        let Some((k, n)) = too_big else { return Ok((protos, None, notes)) };
+        notes.push(format!(
+            "part {} would be {:.2} GB, more than protobuf's 2 GB limit: every part references {} instead (as with --external-data shared)",
+            k + 1,
+            n as f64 / 1e9,
+            weights_path.display()
+        ));
+    }
+    let g = &model.graph;
+    let used: std::collections::HashSet<&str> = plan.parts.iter().flat_map(|p| p.weights.iter().map(|&w| g.value(w).name.as_str())).collect();
+    let sg = source.proto.graph.as_ref().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+    let tensors: Vec<_> = sg.initializer.iter().filter(|t| used.contains(t.name())).collect();
+    let weights = write_weights_file(source, &tensors, weights_path, MIN_EXTERNAL_BYTES)?;
+    Ok((build(weights.as_ref())?, weights, notes))
+}
+
+/// A weights file of an earlier shared run that the new inline parts no longer read (unless
+/// the source itself reads it).
+fn remove_stale_weights(source: &OnnxModel, weights_path: &Path, source_real: &Path) {
+    let Ok(real) = weights_path.canonicalize() else { return };
+    let source_reads = real == source_real || source.data_files().iter().any(|f| f.canonicalize().is_ok_and(|f| f == real));
+    if !source_reads {
+        let _ = std::fs::remove_file(weights_path);
+    }
 }
 
 /// Part files of an earlier run (same stem, more parts or other backends) would contradict

@@ -22,6 +22,8 @@ pub enum OnnxError {
     External { path: PathBuf, tensor: String, reason: String },
     #[error("cannot write: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    #[error("with its weights inside, the model would be {bytes} bytes, over protobuf's 2 GB limit; keep them external")]
+    TooLarge { path: PathBuf, bytes: u64 },
 }
 
 impl OnnxError {
@@ -35,7 +37,8 @@ impl OnnxError {
             | OnnxError::Graph { path, .. }
             | OnnxError::Function { path, .. }
             | OnnxError::External { path, .. }
-            | OnnxError::Write { path, .. } => path,
+            | OnnxError::Write { path, .. }
+            | OnnxError::TooLarge { path, .. } => path,
         }
     }
 }

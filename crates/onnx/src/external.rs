@@ -151,8 +151,9 @@ pub(crate) fn carry_external_files(model: &ModelProto, src_dir: &Path, src_path:
         }
         let tmp = dst.with_file_name(format!(".{}.{}.tmp", dst.file_name().map_or("data".into(), |n| n.to_string_lossy()), std::process::id()));
         let _ = std::fs::remove_file(&tmp);
-        // A hard link costs nothing; across file systems, copy (streamed by the OS).
-        let linked = std::fs::hard_link(&src_real, &tmp).or_else(|_| std::fs::copy(&src_real, &tmp).map(|_| ()));
+        // A copy (copy_file_range: extents shared where the file system can), not a hard link:
+        // onnx refuses data files with more than one link as a possible hard-link attack.
+        let linked = std::fs::copy(&src_real, &tmp).map(|_| ());
         linked.and_then(|_| std::fs::rename(&tmp, &dst)).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             write_err(&dst, e)

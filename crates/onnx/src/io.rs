@@ -15,13 +15,18 @@ use crate::proto::ModelProto;
 pub struct OnnxModel {
     pub path: PathBuf,
     pub proto: ModelProto,
+    /// The memory map of `path` that `proto`'s bytes fields slice, when it came from there:
+    /// a weight's position in it is its position in the file, so it can be streamed from disk.
+    file: Option<Bytes>,
 }
 
 impl OnnxModel {
     pub fn load(path: impl AsRef<Path>) -> Result<OnnxModel, OnnxError> {
         let path = path.as_ref().to_path_buf();
         let bytes = map_file(&path)?;
-        OnnxModel::from_bytes(bytes, path)
+        let mut model = OnnxModel::from_bytes(bytes.clone(), path)?;
+        model.file = Some(bytes);
+        Ok(model)
     }
 
     /// Decodes a model held in memory; `path` names it in errors and anchors external data.
@@ -33,7 +38,26 @@ impl OnnxModel {
         if proto.graph.is_none() {
             return Err(OnnxError::NoGraph { path });
         }
-        Ok(OnnxModel { path, proto })
+        Ok(OnnxModel { path, proto, file: None })
+    }
+
+    /// Another model made from this one (extra outputs, say): same path and external data,
+    /// so [`OnnxModel::save`] carries its data files along.
+    pub fn derived(&self, proto: ModelProto) -> OnnxModel {
+        OnnxModel { path: self.path.clone(), proto, file: self.file.clone() }
+    }
+
+    /// The external data files the model reads (they may not exist).
+    pub fn data_files(&self) -> Vec<PathBuf> {
+        let base = self.base_dir();
+        external::external_locations(&self.proto, &self.path).map(|ls| ls.into_iter().map(|l| base.join(l)).collect()).unwrap_or_default()
+    }
+
+    /// Where `bytes` (a field of `proto`) lies in the model's file, when it is a slice of it.
+    pub fn file_offset(&self, bytes: &Bytes) -> Option<u64> {
+        let file = self.file.as_ref()?;
+        let start = (bytes.as_ptr() as usize).checked_sub(file.as_ptr() as usize)?;
+        (start + bytes.len() <= file.len()).then_some(start as u64)
     }
 
     /// The folder external data locations are relative to.
@@ -61,6 +85,11 @@ pub fn decode_model(bytes: Bytes) -> Result<ModelProto, prost::DecodeError> {
 
 pub fn encode_model(model: &ModelProto) -> Vec<u8> {
     model.encode_to_vec()
+}
+
+/// Bytes [`encode_model`] would give, computed without encoding.
+pub fn encoded_len(model: &ModelProto) -> usize {
+    model.encoded_len()
 }
 
 /// The file's contents as shared bytes backed by a read-only memory map.

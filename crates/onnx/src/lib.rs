@@ -17,6 +17,7 @@ mod infer;
 mod io;
 mod ops;
 mod to_ir;
+mod weights_file;
 
 /// The protobuf types generated from the vendored `proto/onnx.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -30,5 +31,6 @@ pub use error::OnnxError;
 pub use external::read_weight;
 pub use infer::{infer_types, InferReport};
 pub use ops::is_deterministic;
-pub use io::{decode_model, encode_model, write_atomic, OnnxModel};
+pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
+pub use weights_file::{write_weights_file, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES};

@@ -109,7 +109,7 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
             (Rule::Tile.name(), device::tile as Pass),
         ]);
     }
-    let mut current = OnnxModel { path: src.path.clone(), proto: src.proto.clone() };
+    let mut current = src.derived(src.proto.clone());
     let mut applied = BTreeMap::new();
     let mut origins: HashMap<String, Vec<String>> = HashMap::new();
     let mut notes = Vec::new();
