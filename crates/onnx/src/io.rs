@@ -69,7 +69,7 @@ impl OnnxModel {
     }
 
     /// Writes the model to `out` atomically. External data files it references are placed
-    /// beside `out` under the same relative locations (hard-linked where possible), so the
+    /// beside `out` under the same relative locations (copied: onnx refuses hard-linked data), so the
     /// written model stays valid and its data stays external.
     pub fn save(&self, out: impl AsRef<Path>) -> Result<(), OnnxError> {
         let out = out.as_ref();
