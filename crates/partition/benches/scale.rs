@@ -14,7 +14,7 @@ fn unit_graph(nodes: usize) -> UnitGraph {
     let onnx = OnnxModel::from_bytes(bytes.into(), "gen.onnx".into()).expect("a generated model decodes");
     let model = to_ir(&onnx).expect("a generated model is a valid graph");
     let placement = g.device.iter().map(|&d| Placement::Device(d, Reason::OpName)).collect();
-    let a = Assignment { devices: g.backends, placement };
+    let a = Assignment { devices: g.backends, placement, groups: Vec::new(), warnings: Vec::new() };
     UnitGraph::from_assignment(&model.graph, &a, &[])
 }
 

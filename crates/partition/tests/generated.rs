@@ -13,7 +13,7 @@ fn unit_graph(nodes: usize, devices: usize, seed: u64) -> UnitGraph {
     let onnx = OnnxModel::from_bytes(encode_model(&g.model).into(), "gen.onnx".into()).unwrap();
     let model = to_ir(&onnx).unwrap();
     let placement = g.device.iter().map(|&d| Placement::Device(d, Reason::OpName)).collect();
-    UnitGraph::from_assignment(&model.graph, &Assignment { devices: g.backends, placement }, &[])
+    UnitGraph::from_assignment(&model.graph, &Assignment { devices: g.backends, placement, groups: Vec::new(), warnings: Vec::new() }, &[])
 }
 
 #[test]
