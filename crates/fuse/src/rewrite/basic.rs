@@ -191,22 +191,12 @@ pub(crate) fn fold_conv_mul_add(cx: &PassCx, e: &mut Edits) {
 /// The folded weights and bias, when `k` holds one f32 per output channel of the Conv's
 /// output [N, M, spatial…] (channel axis M, every other axis 1) or a single value.
 fn fold_affine(cx: &PassCx, conv: NodeId, k: ValueId, is_mul: bool) -> Option<Folded> {
-    let view = cx.view();
-    let f32_weight = |v: Option<ValueId>| -> Option<(Vec<i64>, Vec<f32>)> {
-        let w = weight(cx, v?)?;
-        (w.elem == ElemType::F32).then_some(())?;
-        Some((w.dims.clone(), f32s(&bytes_of(w)?)))
-    };
-    let (w_dims, w) = f32_weight(view.input(conv, 1))?;
-    let m = *w_dims.first()? as usize;
-    let b = match view.input(conv, 2) {
-        Some(_) => f32_weight(view.input(conv, 2))?.1,
-        None => vec![0.0; m],
-    };
-    let (k_dims, kv) = f32_weight(Some(k))?;
+    let (w_dims, w, b) = conv_params(cx, conv)?;
+    let m = b.len();
+    let (k_dims, kv) = f32_weight(cx, Some(k))?;
     // Right-aligned against the output's rank (that of W): the channel axis sits at rank-1-1.
     let rank = w_dims.len();
-    if k_dims.len() > rank || b.len() != m || m == 0 || w.len() % m != 0 {
+    if k_dims.len() > rank {
         return None;
     }
     let per_channel = k_dims.iter().enumerate().all(|(i, &d)| d == 1 || (i + rank - k_dims.len() == 1 && d as usize == m));
@@ -227,21 +217,32 @@ fn fold_affine(cx: &PassCx, conv: NodeId, k: ValueId, is_mul: bool) -> Option<Fo
 
 type Folded = (Vec<i64>, Vec<u8>, Vec<u8>);
 
-fn fold(cx: &PassCx, conv: NodeId, bn: NodeId) -> Option<Folded> {
+/// A float32 weight's dims and values.
+fn f32_weight(cx: &PassCx, v: Option<ValueId>) -> Option<(Vec<i64>, Vec<f32>)> {
+    let w = weight(cx, v?)?;
+    (w.elem == ElemType::F32).then_some(())?;
+    Some((w.dims.clone(), f32s(&bytes_of(w)?)))
+}
+
+/// A Conv's constant float32 weights and bias (zeros when it has none): W's dims, W, B, with
+/// one bias value per output channel.
+fn conv_params(cx: &PassCx, conv: NodeId) -> Option<(Vec<i64>, Vec<f32>, Vec<f32>)> {
     let view = cx.view();
-    let f32_weight = |v: Option<ValueId>| -> Option<(Vec<i64>, Vec<f32>)> {
-        let w = weight(cx, v?)?;
-        (w.elem == ElemType::F32).then_some(())?;
-        Some((w.dims.clone(), f32s(&bytes_of(w)?)))
-    };
-    let (w_dims, w) = f32_weight(view.input(conv, 1))?;
+    let (w_dims, w) = f32_weight(cx, view.input(conv, 1))?;
     let m = *w_dims.first()? as usize;
     let b = match view.input(conv, 2) {
-        Some(_) => f32_weight(view.input(conv, 2))?.1,
+        Some(_) => f32_weight(cx, view.input(conv, 2))?.1,
         None => vec![0.0; m],
     };
-    let params: Vec<Vec<f32>> = (1..5).map(|i| f32_weight(view.input(bn, i)).map(|p| p.1)).collect::<Option<_>>()?;
-    if b.len() != m || params.iter().any(|p| p.len() != m) || m == 0 || w.len() % m != 0 {
+    (m > 0 && b.len() == m && w.len() % m == 0).then_some((w_dims, w, b))
+}
+
+fn fold(cx: &PassCx, conv: NodeId, bn: NodeId) -> Option<Folded> {
+    let view = cx.view();
+    let (w_dims, w, b) = conv_params(cx, conv)?;
+    let m = b.len();
+    let params: Vec<Vec<f32>> = (1..5).map(|i| f32_weight(cx, view.input(bn, i)).map(|p| p.1)).collect::<Option<_>>()?;
+    if params.iter().any(|p| p.len() != m) {
         return None;
     }
     let eps = f64::from(view.float_attr(bn, "epsilon").unwrap_or(1e-5));
