@@ -38,6 +38,12 @@ struct Report {
 }
 
 pub fn run(model_path: &Path, args: &DeviceArgs, level: OptLevel, out: &Path, json: bool) -> Result<(), Fail> {
+    if args.optimize.is_some() {
+        return Err(Fail::usage("optimize takes --level basic|device, not --optimize"));
+    }
+    if args.part.is_some() {
+        return Err(Fail::usage("optimize takes its devices from --devices (a .part file places nodes; it does not choose rewrites)"));
+    }
     let (profiles, devices) = profiles(args)?;
     if devices.is_empty() {
         return Err(Fail::usage("no devices given: use --devices (e.g. --devices cpu or --devices myriad,cpu)"));

@@ -123,6 +123,10 @@ fn optimize_refuses_to_overwrite_its_source_and_unknown_rules() {
     std::fs::write(&profile, "name = \"npu\"\nall_ops = true\n[fuse]\nrules = [\"conv_relu\"]\n").unwrap();
     let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), profile.as_os_str(), os("-o"), dir.path().join("o.onnx").as_os_str()]);
     assert_bad_input(&o, &src, "unknown fusion rule 'conv_relu'");
+    // --optimize belongs to query/partition; optimize has --level.
+    let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), os("cpu"), os("--optimize"), os("basic"), os("-o"), dir.path().join("o.onnx").as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--level"), "{}", stderr(&o));
 }
 
 #[test]
