@@ -138,7 +138,7 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
         model: target.display().to_string(),
         nodes: g.nodes.len(),
         units: ug.len(),
-        edges: ug.succ.iter().map(Vec::len).sum(),
+        edges: ug.edge_count(),
         parts: partition.count,
         runs,
         load_s,

@@ -11,8 +11,6 @@ use crate::unit_graph::{Partition, UnitGraph};
 
 pub(crate) struct Dag {
     pub device: Vec<u16>,
-    succ_at: Vec<(u32, u32)>,
-    succ: Vec<u32>,
     pred_at: Vec<u32>,
     pred: Vec<u32>,
     /// Vertex of each unit of the source unit graph.
@@ -21,85 +19,81 @@ pub(crate) struct Dag {
 
 impl Dag {
     /// The graph of `g` with vertices numbered in `g`'s topological order; with `contract`,
-    /// each same-device chain becomes one vertex.
+    /// each same-device chain becomes one vertex. One pass over the units' producers; only
+    /// producers are kept (passes that need readers build them with [`Dag::readers`]).
     pub fn new(g: &UnitGraph, contract: bool) -> Dag {
         let n = g.len();
-        let mut order = vec![0u32; n];
-        for (u, &t) in g.topo.iter().enumerate() {
-            order[t as usize] = u as u32;
-        }
+        let order = if g.is_ordered() { None } else { Some(g.order()) };
         let mut vertex_of = vec![u32::MAX; n];
-        let mut device = Vec::new();
-        // A unit joins its producer's vertex when it is that producer's only reader.
-        let joins = |u: usize| -> Option<u32> {
-            match g.pred[u].as_slice() {
-                [p] if contract && g.succ[*p as usize].len() == 1 && g.device[*p as usize] == g.device[u] => Some(*p),
-                _ => None,
-            }
-        };
+        let mut device = Vec::with_capacity(n);
+        // Capacities are upper bounds: untouched pages of a vector cost nothing.
         let mut pred_at = Vec::with_capacity(n + 1);
-        let mut pred = Vec::new();
-        for &u in &order {
-            let u = u as usize;
-            match joins(u) {
-                Some(p) => vertex_of[u] = vertex_of[p as usize],
-                None => {
-                    vertex_of[u] = device.len() as u32;
-                    device.push(g.device[u]);
-                    pred_at.push(pred.len() as u32);
-                    // Producers come earlier in the order: their vertices are known.
-                    pred.extend(g.pred[u].iter().map(|&p| vertex_of[p as usize]));
+        let mut pred = Vec::with_capacity(g.edge_count());
+        for i in 0..n {
+            let u = order.as_ref().map_or(i as u32, |o| o[i]);
+            let producers = g.pred(u);
+            // A unit joins its producer's vertex when it is that producer's only reader.
+            if let [p] = producers {
+                if contract && g.succ(*p).len() == 1 && g.device[*p as usize] == g.device[u as usize] {
+                    vertex_of[u as usize] = vertex_of[*p as usize];
+                    continue;
                 }
             }
+            vertex_of[u as usize] = device.len() as u32;
+            device.push(g.device[u as usize]);
+            pred_at.push(pred.len() as u32);
+            // Producers come earlier in the order: their vertices are known, and distinct
+            // (only a chain's last unit has readers outside it).
+            pred.extend(producers.iter().map(|&p| vertex_of[p as usize]));
         }
         pred_at.push(pred.len() as u32);
-        // A vertex's readers are those of its chain's last unit, the one that is not joined
-        // by its only reader.
-        let mut succ_at = vec![(0, 0); device.len()];
-        let mut succ = Vec::with_capacity(pred.len());
-        for &u in &order {
-            let u = u as usize;
-            let tail = match g.succ[u].as_slice() {
-                [s] => joins(*s as usize).is_none(),
-                _ => true,
-            };
-            if tail {
-                let start = succ.len() as u32;
-                succ.extend(g.succ[u].iter().map(|&s| vertex_of[s as usize]));
-                succ_at[vertex_of[u] as usize] = (start, succ.len() as u32);
-            }
-        }
-        Dag { device, succ_at, succ, pred_at, pred, vertex_of }
+        Dag { device, pred_at, pred, vertex_of }
     }
 
     pub fn len(&self) -> usize {
         self.device.len()
     }
 
-    pub fn succ(&self, v: u32) -> &[u32] {
-        let (a, b) = self.succ_at[v as usize];
-        &self.succ[a as usize..b as usize]
-    }
-
     pub fn pred(&self, v: u32) -> &[u32] {
         &self.pred[self.pred_at[v as usize] as usize..self.pred_at[v as usize + 1] as usize]
     }
 
-    /// A partition of the vertices as one of the source units.
-    pub fn expand(&self, labels: &[u32]) -> Partition {
-        let units: Vec<u32> = self.vertex_of.iter().map(|&v| labels[v as usize]).collect();
-        Partition::from_labels(&units)
+    /// Readers of each vertex, in increasing order: `(at, list)` with vertex `v`'s readers in
+    /// `list[at[v]..at[v + 1]]`.
+    pub fn readers(&self) -> (Vec<u32>, Vec<u32>) {
+        let (at, adj) = (&self.pred_at, &self.pred);
+        let n = self.len();
+        let mut rat = vec![0u32; n + 1];
+        for &x in adj {
+            rat[x as usize + 1] += 1;
+        }
+        for v in 0..n {
+            rat[v + 1] += rat[v];
+        }
+        let mut fill: Vec<u32> = rat[..n].to_vec();
+        let mut radj = vec![0u32; adj.len()];
+        for v in 0..n {
+            for &x in &adj[at[v] as usize..at[v + 1] as usize] {
+                radj[fill[x as usize] as usize] = v as u32;
+                fill[x as usize] += 1;
+            }
+        }
+        (rat, radj)
     }
 
-    /// A partition of the source units as one of the vertices (units of one vertex must
-    /// share a part, as they do when the vertices are contracted chains of a partition's
-    /// own making, or when nothing was contracted).
-    pub fn restrict(&self, p: &Partition) -> Partition {
-        let mut labels = vec![0u32; self.len()];
+    /// A partition of the vertices (dense labels `0..count`) as one of the source units.
+    pub fn expand(&self, labels: &[u32], count: usize) -> Partition {
+        Partition { part_of: self.vertex_of.iter().map(|&v| labels[v as usize]).collect(), count }
+    }
+
+    /// Labels of the source units as labels of the vertices (units of one vertex must
+    /// share a label, as they do when nothing was contracted).
+    pub fn restrict(&self, labels: &[u32]) -> Vec<u32> {
+        let mut out = vec![0u32; self.len()];
         for (u, &v) in self.vertex_of.iter().enumerate() {
-            labels[v as usize] = p.part_of[u];
+            out[v as usize] = labels[u];
         }
-        Partition::from_labels(&labels)
+        out
     }
 }
 
@@ -114,11 +108,13 @@ mod tests {
         let d = Dag::new(&g, true);
         assert_eq!(d.len(), 5);
         assert_eq!(d.vertex_of, vec![0, 0, 0, 1, 2, 3, 4]);
-        assert_eq!(d.succ(0), &[1, 2]);
+        let (at, succ) = d.readers();
+        assert_eq!(&succ[at[0] as usize..at[1] as usize], &[1, 2]);
         assert_eq!(d.pred(3), &[1, 2]);
-        assert_eq!(d.succ(3), &[4]);
+        assert_eq!(&succ[at[3] as usize..at[4] as usize], &[4]);
         let flat = Dag::new(&g, false);
         assert_eq!(flat.len(), 7);
-        assert_eq!(flat.succ(2), &[3, 4]);
+        let (at, succ) = flat.readers();
+        assert_eq!(&succ[at[2] as usize..at[3] as usize], &[3, 4]);
     }
 }

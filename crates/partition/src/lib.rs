@@ -6,10 +6,13 @@
 //! dependency order, and [`validate`] proves a plan sound.
 //!
 //! The default algorithm ([`partition_default`]) is a portfolio of linear-time constructions
-//! (device-switch levels forwards and backwards, ONE's merge rule, the epoch greedy of
-//! TFLite/ORT), each followed by a pass that merges same-device neighbours while the part
-//! graph stays acyclic; it keeps the one with the fewest parts, so it never does worse than
-//! either reference. [`openvino`] is the seed's subgraph-selection algorithm, with a trace.
+//! (device-switch levels forwards and backwards, the epoch greedy of TFLite/ORT), each
+//! followed by a pass that merges same-device neighbours while the part graph stays acyclic;
+//! it keeps the one with the fewest parts, so it never does worse than the epoch greedy or
+//! ONE's merge rule (whose groups always lie inside forward-level parts). Each construction
+//! is one pass over the producer lists of a flat copy of the graph, and finds the edges
+//! between its parts as it goes, so the merge pass starts from the part graph directly.
+//! [`openvino`] is the seed's subgraph-selection algorithm, with a trace.
 
 mod dag;
 mod merge;
@@ -17,6 +20,7 @@ mod openvino_algo;
 mod plan;
 mod reference;
 mod stages;
+mod start;
 mod union_find;
 mod unit_graph;
 mod validate;
@@ -47,28 +51,37 @@ pub struct References {
 /// The default partitioner: best of several linear constructions, each merged greedily.
 /// All run on one compact copy of the graph with same-device chains contracted (which
 /// changes none of their results), so the whole costs a few passes over the edges.
+///
+/// The portfolio is device levels forwards and backwards and the epoch greedy (skipped where
+/// it is the forward levels, see [`reference`]). ONE's rule needs no run: its groups never
+/// straddle two forward-level parts (a unit joins a group only when all its producers are in
+/// it, on its device, hence on its level), so the forward levels never have more parts, and
+/// merging only removes parts. So the result never has more parts than either reference.
 pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
     let d = dag::Dag::new(g, true);
-    let candidates = [
-        reference::device_levels_labels(&d, true),
-        reference::device_levels_labels(&d, false),
-        reference::one_rule_labels(&d),
-        reference::epoch_greedy_labels(&d),
-    ];
-    let starts: Vec<Partition> = candidates.iter().map(|labels| Partition::from_labels(labels)).collect();
-    starts
-        .iter()
-        .enumerate()
-        // Constructions often agree (levels and epochs on layered nets): merge each start once.
-        .filter(|&(i, p)| !starts[..i].contains(p))
-        .map(|(_, p)| Partition::from_labels(&merge::merge_labels(&d, p, opts.allow_disconnected)))
-        .min_by_key(|p| p.count)
-        .map_or_else(|| Partition::singletons(g), |best| d.expand(&best.part_of))
+    let mut starts = vec![reference::forward_levels(&d)];
+    let mut add = |s: start::Start| {
+        // Constructions often agree (levels and epochs on layered nets): merge each once.
+        if !starts.iter().any(|t| t.part_of == s.part_of) {
+            starts.push(s);
+        }
+    };
+    add(reference::backward_levels(&d));
+    if !reference::epochs_are_forward_levels(&d) {
+        add(reference::epochs(&d));
+    }
+    let best = starts.iter().map(|s| (s, merge::merge(s, opts.allow_disconnected))).min_by_key(|(_, m)| m.count);
+    match best {
+        Some((s, m)) => {
+            let labels: Vec<u32> = s.part_of.iter().map(|&x| m.part_of[x as usize]).collect();
+            d.expand(&labels, m.count)
+        }
+        None => Partition::singletons(g),
+    }
 }
 
 /// What ONE's rule and the epoch greedy would give on the same graph (for reports).
 pub fn reference_counts(g: &UnitGraph) -> References {
     let d = dag::Dag::new(g, true);
-    let count = |labels: Vec<u32>| Partition::from_labels(&labels).count;
-    References { one_rule: count(reference::one_rule_labels(&d)), epoch_greedy: count(reference::epoch_greedy_labels(&d)) }
+    References { one_rule: reference::one_rule_groups(&d).1, epoch_greedy: reference::epochs(&d).count() }
 }

@@ -10,6 +10,7 @@
 //! graphs of up to `SEARCH_LIMIT` parts are always searched exactly.
 
 use crate::dag::Dag;
+use crate::start::Start;
 use crate::union_find::UnionFind;
 use crate::unit_graph::{Partition, UnitGraph};
 
@@ -38,59 +39,81 @@ struct Quotient {
 }
 
 impl Quotient {
-    fn new(d: &Dag, p: &Partition) -> Quotient {
-        let k = p.count;
-        let mut device = vec![0; k];
-        let mut pairs: Vec<(u32, u32)> = Vec::new();
-        for v in 0..d.len() as u32 {
-            let a = p.part_of[v as usize];
-            device[a as usize] = d.device[v as usize];
-            for &s in d.succ(v) {
-                let b = p.part_of[s as usize];
-                if a != b {
-                    pairs.push((a, b));
-                }
-            }
+    fn new(start: &Start) -> Quotient {
+        let k = start.count();
+        // Edges between parts, grouped by source part (counting sort), each list deduplicated.
+        let mut at = vec![0u32; k + 1];
+        for &(a, _) in &start.cross {
+            at[a as usize + 1] += 1;
         }
-        pairs.sort_unstable();
-        pairs.dedup();
+        for x in 0..k {
+            at[x + 1] += at[x];
+        }
+        let mut fill: Vec<u32> = at[..k].to_vec();
+        let mut arena = vec![0u32; start.cross.len()];
+        for &(a, b) in &start.cross {
+            arena[fill[a as usize] as usize] = b;
+            fill[a as usize] += 1;
+        }
+        drop(fill);
+        let mut stamp = vec![u32::MAX; k];
         let mut indeg = vec![0u32; k];
         let mut succ_at = vec![(0u32, 0u32); k];
-        let arena: Vec<u32> = pairs.iter().map(|&(_, b)| b).collect();
-        for (i, &(a, b)) in pairs.iter().enumerate() {
-            indeg[b as usize] += 1;
-            let at = &mut succ_at[a as usize];
-            if at.1 == 0 {
-                at.0 = i as u32;
-            }
-            at.1 += 1;
-        }
-        // Kahn's order, parts in order of their earliest unit where there is a choice, so that
-        // neighbours in the graph stay near each other in the order.
-        let mut first = vec![u32::MAX; k];
-        for v in 0..d.len() {
-            let a = p.part_of[v] as usize;
-            first[a] = first[a].min(v as u32);
-        }
-        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u32, u32)>> =
-            (0..k as u32).filter(|&x| indeg[x as usize] == 0).map(|x| std::cmp::Reverse((first[x as usize], x))).collect();
-        let mut order = Vec::with_capacity(k);
-        while let Some(std::cmp::Reverse((_, x))) = ready.pop() {
-            order.push(x);
-            let (at, len) = succ_at[x as usize];
-            for &y in &arena[at as usize..(at + len) as usize] {
-                indeg[y as usize] -= 1;
-                if indeg[y as usize] == 0 {
-                    ready.push(std::cmp::Reverse((first[y as usize], y)));
+        let mut w = 0usize;
+        for a in 0..k {
+            let start = w;
+            for i in at[a] as usize..at[a + 1] as usize {
+                let b = arena[i];
+                if stamp[b as usize] != a as u32 {
+                    stamp[b as usize] = a as u32;
+                    indeg[b as usize] += 1;
+                    arena[w] = b;
+                    w += 1;
                 }
             }
+            succ_at[a] = (start as u32, (w - start) as u32);
         }
+        arena.truncate(w);
+        // Kahn's order, lowest part first where there is a choice: parts are numbered by
+        // their earliest vertex, so neighbours in the graph stay near each other in the order.
+        // When every edge already climbs (as ONE's groups do), that order is the numbering.
+        let order: Vec<u32> = if (0..k).all(|a| arena[succ_at[a].0 as usize..(succ_at[a].0 + succ_at[a].1) as usize].iter().all(|&b| b as usize > a))
+        {
+            (0..k as u32).collect()
+        } else {
+            let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> =
+                (0..k as u32).filter(|&x| indeg[x as usize] == 0).map(std::cmp::Reverse).collect();
+            let mut order = Vec::with_capacity(k);
+            while let Some(std::cmp::Reverse(x)) = ready.pop() {
+                order.push(x);
+                let (at, len) = succ_at[x as usize];
+                for &y in &arena[at as usize..(at + len) as usize] {
+                    indeg[y as usize] -= 1;
+                    if indeg[y as usize] == 0 {
+                        ready.push(std::cmp::Reverse(y));
+                    }
+                }
+            }
+            order
+        };
         debug_assert_eq!(order.len(), k, "merge_neighbours needs an acyclic partition");
         let mut pos = vec![0u32; k];
         for (i, &x) in order.iter().enumerate() {
             pos[x as usize] = i as u32;
         }
-        Quotient { sets: UnionFind::new(k), device, succ_at, arena, stamp: vec![0; k], epoch: 0, order, pos, stack: Vec::new(), after: Vec::new() }
+        stamp.fill(0);
+        Quotient {
+            sets: UnionFind::new(k),
+            device: start.device.clone(),
+            succ_at,
+            arena,
+            stamp,
+            epoch: 0,
+            order,
+            pos,
+            stack: Vec::new(),
+            after: Vec::new(),
+        }
     }
 
     fn find(&mut self, x: u32) -> u32 {
@@ -147,7 +170,9 @@ impl Quotient {
         stack.push(a);
         let mut visited = 0usize;
         let found = loop {
-            let Some(x) = stack.pop() else { break Some(false) };
+            let Some(x) = stack.pop() else {
+                break Some(false);
+            };
             self.refresh(x);
             let (at, len) = self.succ_at[x as usize];
             for i in at..at + len {
@@ -210,14 +235,6 @@ impl Quotient {
         self.join_lists(a, b);
     }
 
-    /// Drops freed slots from the order.
-    fn compact(&mut self) {
-        self.order.retain(|&x| x != FREE);
-        for (i, &x) in self.order.iter().enumerate() {
-            self.pos[x as usize] = i as u32;
-        }
-    }
-
     /// Whether `to` is reachable from `from` (both roots), unbounded.
     fn reaches(&mut self, from: u32, to: u32) -> bool {
         self.epoch += 1;
@@ -248,25 +265,37 @@ impl Quotient {
 /// same-device parts that no path joins at all.
 pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) -> Partition {
     let d = Dag::new(g, false);
-    d.expand(&merge_labels(&d, &d.restrict(p), allow_disconnected))
+    let start = Start::from_labels(&d, &d.restrict(&p.part_of));
+    let merged = merge(&start, allow_disconnected);
+    let labels: Vec<u32> = start.part_of.iter().map(|&x| merged.part_of[x as usize]).collect();
+    d.expand(&labels, merged.count)
 }
 
-/// The same on the compact graph: a part label per vertex.
-pub(crate) fn merge_labels(d: &Dag, p: &Partition, allow_disconnected: bool) -> Vec<u32> {
-    let mut q = Quotient::new(d, p);
-    let k = p.count as u32;
+/// The merged parts of a start's parts: `part_of[start part]`, dense in `0..count`.
+pub(crate) struct Merged {
+    pub part_of: Vec<u32>,
+    pub count: usize,
+}
+
+/// The same on the compact graph.
+pub(crate) fn merge(start: &Start, allow_disconnected: bool) -> Merged {
+    let mut q = Quotient::new(start);
+    let k = start.count() as u32;
     let mut candidates = Vec::new();
-    loop {
-        let mut merged = false;
-        for a in 0..k {
-            if !q.sets.is_root(a) {
-                continue;
-            }
+    // One pass suffices: a pair found joined by a second path stays so after any merge
+    // (merging only contracts paths), so only a merged part's new readers need a look, and
+    // the part is looked at again until nothing more joins it.
+    for a in 0..k {
+        if !q.sets.is_root(a) {
+            continue;
+        }
+        loop {
             q.refresh(a);
             candidates.clear();
             candidates.extend_from_slice(q.succ(a));
+            let mut merged = false;
             for &b in &candidates {
-                if q.device[a as usize] != q.device[b as usize] {
+                if q.device[a as usize] != q.device[b as usize] || !q.sets.is_root(b) {
                     continue;
                 }
                 let window = (q.pos[b as usize] - q.pos[a as usize]) as usize;
@@ -275,11 +304,10 @@ pub(crate) fn merge_labels(d: &Dag, p: &Partition, allow_disconnected: bool) -> 
                     merged = true;
                 }
             }
+            if !merged {
+                break;
+            }
         }
-        if !merged {
-            break;
-        }
-        q.compact();
     }
     if allow_disconnected {
         // Pairs of unrelated parts: quadratic, and only on request.
@@ -296,5 +324,17 @@ pub(crate) fn merge_labels(d: &Dag, p: &Partition, allow_disconnected: bool) -> 
             }
         }
     }
-    (0..d.len()).map(|v| q.find(p.part_of[v])).collect()
+    let mut dense = vec![u32::MAX; k as usize];
+    let mut count = 0;
+    let part_of = (0..k)
+        .map(|x| {
+            let r = q.find(x) as usize;
+            if dense[r] == u32::MAX {
+                dense[r] = count;
+                count += 1;
+            }
+            dense[r]
+        })
+        .collect();
+    Merged { part_of, count: count as usize }
 }

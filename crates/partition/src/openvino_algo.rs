@@ -122,7 +122,7 @@ impl Run<'_> {
                 stack.pop();
                 continue;
             }
-            let neighbours: Vec<u32> = g.succ[t as usize].iter().chain(&g.pred[t as usize]).copied().collect();
+            let neighbours: Vec<u32> = g.succ(t).iter().chain(g.pred(t)).copied().collect();
             let Some(&n) = neighbours.get(*next) else {
                 stack.pop();
                 continue;
@@ -167,7 +167,7 @@ pub fn openvino(g: &UnitGraph, labels: &[String], device_names: &[String], opts:
     for &u in order.iter().rev() {
         let u = u as usize;
         let w = reach.words;
-        for &s in &g.succ[u] {
+        for &s in g.succ(u as u32) {
             let s = s as usize;
             let below: Vec<u64> = reach.row(s).to_vec();
             let row = &mut reach.data[u * w..(u + 1) * w];

@@ -5,37 +5,41 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::dag::Dag;
-use crate::union_find::UnionFind;
+use crate::start::Start;
 use crate::unit_graph::{Partition, UnitGraph};
 
 /// ONE's rule: in topological order, a unit joins its producers' group only when all its
 /// inputs come from that one group on its own device; otherwise it starts a group.
 pub fn one_rule(g: &UnitGraph) -> Partition {
-    let d = Dag::new(g, true);
-    d.expand(&one_rule_labels(&d))
+    on_units(g, |d| Start::from_labels(d, &one_rule_groups(d).0))
 }
 
 /// The epoch greedy: take every ready unit of one device (the device of the earliest ready
 /// unit), keep taking units of that device as they become ready, then switch; finally split
 /// each epoch into its connected components.
 pub fn epoch_greedy(g: &UnitGraph) -> Partition {
-    let d = Dag::new(g, true);
-    d.expand(&epoch_greedy_labels(&d))
+    on_units(g, epochs)
 }
 
 /// Levels that rise by one at each device switch along any path (forwards from the inputs,
 /// or backwards from the outputs); each same-device, same-level connected region is a part.
 /// Edges between parts always climb a level, so the part graph has no cycle.
 pub fn device_levels(g: &UnitGraph, forward: bool) -> Partition {
-    let d = Dag::new(g, true);
-    d.expand(&device_levels_labels(&d, forward))
+    on_units(g, |d| if forward { forward_levels(d) } else { backward_levels(d) })
 }
 
-// The same on the compact graph, whose vertices are numbered in topological order; each
-// returns a part label per vertex.
+fn on_units(g: &UnitGraph, construct: impl Fn(&Dag) -> Start) -> Partition {
+    let d = Dag::new(g, true);
+    let start = construct(&d);
+    d.expand(&start.part_of, start.count())
+}
 
-pub(crate) fn one_rule_labels(d: &Dag) -> Vec<u32> {
-    let mut group = vec![u32::MAX; d.len()];
+// The same on the compact graph, whose vertices are numbered in topological order. Each is a
+// pass or two over the producer lists.
+
+/// ONE's groups: a group per vertex, and the number of groups.
+pub(crate) fn one_rule_groups(d: &Dag) -> (Vec<u32>, usize) {
+    let mut group = vec![0u32; d.len()];
     let mut group_dev = Vec::new();
     for v in 0..d.len() as u32 {
         let preds = d.pred(v);
@@ -49,14 +53,63 @@ pub(crate) fn one_rule_labels(d: &Dag) -> Vec<u32> {
             (group_dev.len() - 1) as u32
         });
     }
-    group
+    let count = group_dev.len();
+    (group, count)
 }
 
-pub(crate) fn epoch_greedy_labels(d: &Dag) -> Vec<u32> {
+pub(crate) fn forward_levels(d: &Dag) -> Start {
+    Start::climbing(d, &|_| 0)
+}
+
+pub(crate) fn backward_levels(d: &Dag) -> Start {
+    // From the outputs: in reverse order a vertex's level is final when it is reached (its
+    // readers came before), and it raises its producers' levels.
+    let mut level = vec![0u32; d.len()];
+    for v in (0..d.len() as u32).rev() {
+        let (lv, dev) = (level[v as usize], d.device[v as usize]);
+        for &p in d.pred(v) {
+            let up = lv + u32::from(d.device[p as usize] != dev);
+            let slot = &mut level[p as usize];
+            *slot = (*slot).max(up);
+        }
+    }
+    Start::regions(d, level)
+}
+
+/// The epoch greedy's parts.
+pub(crate) fn epochs(d: &Dag) -> Start {
+    match two_device_epochs(d) {
+        Some(root) => Start::climbing(d, &root),
+        None => Start::regions(d, simulated_epochs(d)),
+    }
+}
+
+/// With two devices (or one), epochs alternate between them, starting with vertex 0's: a
+/// vertex is taken in the epoch its last producer finished in when it shares that producer's
+/// device, or else in the next one, its device's. That is a level climbing at each device
+/// switch, with roots on the other device starting at 1; the result is how roots start.
+fn two_device_epochs(d: &Dag) -> Option<impl Fn(u16) -> u32> {
+    let first = *d.device.first()?;
+    let other = d.device.iter().copied().find(|&x| x != first);
+    d.device.iter().all(|&x| x == first || Some(x) == other).then_some(move |dev| u32::from(dev != first))
+}
+
+/// Whether the epoch greedy's parts are the forward levels' (two devices at most, every root
+/// on the first epoch's device), so it need not be run.
+pub(crate) fn epochs_are_forward_levels(d: &Dag) -> bool {
+    let Some(&first) = d.device.first() else {
+        return true;
+    };
+    two_device_epochs(d).is_some() && (0..d.len() as u32).all(|v| !d.pred(v).is_empty() || d.device[v as usize] == first)
+}
+
+/// The epoch of each vertex, by running the greedy.
+fn simulated_epochs(d: &Dag) -> Vec<u32> {
+    let devices = d.device.iter().copied().max().map_or(0, |m| m as usize + 1);
+    let (at, succ) = d.readers();
     let mut indeg: Vec<u32> = (0..d.len() as u32).map(|v| d.pred(v).len() as u32).collect();
     // Ready vertices per device, earliest first: the next epoch's device is that of the
     // earliest ready vertex, and the epoch takes every ready vertex of that device.
-    let devices = d.device.iter().copied().max().map_or(0, |m| m as usize + 1);
     let mut ready: Vec<BinaryHeap<Reverse<u32>>> = vec![BinaryHeap::new(); devices];
     for v in 0..d.len() as u32 {
         if indeg[v as usize] == 0 {
@@ -70,7 +123,7 @@ pub(crate) fn epoch_greedy_labels(d: &Dag) -> Vec<u32> {
         queue.extend(ready[dev].drain().map(|r| r.0));
         while let Some(v) = queue.pop() {
             epoch[v as usize] = current;
-            for &s in d.succ(v) {
+            for &s in &succ[at[v as usize] as usize..at[v as usize + 1] as usize] {
                 indeg[s as usize] -= 1;
                 if indeg[s as usize] == 0 {
                     if d.device[s as usize] as usize == dev {
@@ -83,38 +136,7 @@ pub(crate) fn epoch_greedy_labels(d: &Dag) -> Vec<u32> {
         }
         current += 1;
     }
-    components(d, &epoch)
-}
-
-pub(crate) fn device_levels_labels(d: &Dag, forward: bool) -> Vec<u32> {
-    let n = d.len() as u32;
-    let mut level = vec![0u32; d.len()];
-    let step = |level: &[u32], v: u32, before: &[u32]| {
-        before.iter().map(|&p| level[p as usize] + u32::from(d.device[p as usize] != d.device[v as usize])).max().unwrap_or(0)
-    };
-    if forward {
-        for v in 0..n {
-            level[v as usize] = step(&level, v, d.pred(v));
-        }
-    } else {
-        for v in (0..n).rev() {
-            level[v as usize] = step(&level, v, d.succ(v));
-        }
-    }
-    components(d, &level)
-}
-
-/// Connected components of edges whose ends share a label and a device.
-fn components(d: &Dag, label: &[u32]) -> Vec<u32> {
-    let mut uf = UnionFind::new(d.len());
-    for v in 0..d.len() as u32 {
-        for &s in d.succ(v) {
-            if label[v as usize] == label[s as usize] && d.device[v as usize] == d.device[s as usize] {
-                uf.union(v, s);
-            }
-        }
-    }
-    (0..d.len() as u32).map(|v| uf.find(v)).collect()
+    epoch
 }
 
 #[cfg(test)]
@@ -143,5 +165,36 @@ mod tests {
         for p in [one_rule(&g), epoch_greedy(&g), device_levels(&g, true), device_levels(&g, false)] {
             assert!(g.is_valid(&p, true), "{p:?}");
         }
+    }
+
+    /// Random DAGs with `devices` devices and several roots: the epochs found as levels (two
+    /// devices) must be the simulated greedy's, part for part.
+    #[test]
+    fn two_device_epochs_are_the_simulated_greedy() {
+        let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut shortcuts = 0;
+        for _ in 0..3000 {
+            let n = 2 + (next() % 40) as u32;
+            let devices = 1 + (next() % 2) as u16;
+            let device: Vec<u16> = (0..n).map(|_| (next() % u64::from(devices)) as u16).collect();
+            let edges: Vec<(u32, u32)> = (1..n).flat_map(|j| (0..j).map(move |i| (i, j))).filter(|_| next() % 100 < 12).collect();
+            let g = UnitGraph::from_edges(device, &edges);
+            let d = Dag::new(&g, true);
+            let root = two_device_epochs(&d).expect("two devices at most");
+            let fast = Start::climbing(&d, &root);
+            let slow = Start::regions(&d, simulated_epochs(&d));
+            assert_eq!(fast.part_of, slow.part_of, "{edges:?}");
+            if epochs_are_forward_levels(&d) {
+                shortcuts += 1;
+                assert_eq!(forward_levels(&d).part_of, slow.part_of);
+            }
+        }
+        assert!((100..2900).contains(&shortcuts), "{shortcuts}: both cases must be seen");
     }
 }

@@ -28,6 +28,19 @@ impl UnionFind {
         self.parent[rb as usize] = ra;
     }
 
+    /// Joins the sets of `a` and `b` under the lesser root. When every union is made this
+    /// way, each set's root is its least element and every parent is at most its child.
+    pub fn union_min(&mut self, a: u32, b: u32) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        let (lo, hi) = if ra < rb { (ra, rb) } else { (rb, ra) };
+        self.parent[hi as usize] = lo;
+    }
+
+    /// The parent of each element (roots are their own parents).
+    pub fn into_parents(self) -> Vec<u32> {
+        self.parent
+    }
+
     pub fn is_root(&self, x: u32) -> bool {
         self.parent[x as usize] == x
     }

@@ -3,16 +3,24 @@ use cleave_ir::{Graph, NodeId};
 
 use crate::union_find::UnionFind;
 
-/// The graph partitioning works on: units with one device each and deduplicated edges.
+/// The graph partitioning works on: units with one device each and deduplicated edges, held
+/// as flat adjacency arrays (one allocation per direction, read in order by every pass).
 #[derive(Clone, Debug, Default)]
 pub struct UnitGraph {
     pub device: Vec<u16>,
-    pub succ: Vec<Vec<u32>>,
-    pub pred: Vec<Vec<u32>>,
+    /// Readers of unit `u`: `succ[succ_at[u]..succ_at[u + 1]]`, in unit order.
+    succ_at: Vec<u32>,
+    succ: Vec<u32>,
+    /// Producers of unit `u`, in the order the edges were given.
+    pred_at: Vec<u32>,
+    pred: Vec<u32>,
     /// The IR nodes of each unit (empty for graphs built directly, as in tests).
     pub nodes: Vec<Vec<NodeId>>,
     /// For each unit, its position in a topological order.
     pub topo: Vec<u32>,
+    /// Whether `topo` is the identity (units numbered in a topological order), which spares
+    /// the passes a reordering.
+    ordered: bool,
 }
 
 /// Units grouped into parts.
@@ -59,12 +67,12 @@ impl Partition {
 /// A bare Kahn topological sort over the unit graph's adjacency: the floor a partitioner is
 /// measured against, one pass over the edges. A shorter result means a cycle.
 pub fn kahn_order(g: &UnitGraph) -> Vec<u32> {
-    let mut indeg: Vec<u32> = g.pred.iter().map(|p| p.len() as u32).collect();
+    let mut indeg: Vec<u32> = g.pred_at.windows(2).map(|w| w[1] - w[0]).collect();
     let mut stack: Vec<u32> = (0..g.len() as u32).filter(|&u| indeg[u as usize] == 0).collect();
     let mut order = Vec::with_capacity(g.len());
     while let Some(u) = stack.pop() {
         order.push(u);
-        for &s in &g.succ[u as usize] {
+        for &s in g.succ(u) {
             indeg[s as usize] -= 1;
             if indeg[s as usize] == 0 {
                 stack.push(s);
@@ -83,20 +91,79 @@ impl UnitGraph {
         self.device.is_empty()
     }
 
-    /// A unit graph from explicit edges (`from`, `to`), which must form a DAG.
+    /// Whether every edge goes from a lower unit to a higher one.
+    pub fn is_ordered(&self) -> bool {
+        self.ordered
+    }
+
+    pub fn succ(&self, u: u32) -> &[u32] {
+        &self.succ[self.succ_at[u as usize] as usize..self.succ_at[u as usize + 1] as usize]
+    }
+
+    pub fn pred(&self, u: u32) -> &[u32] {
+        &self.pred[self.pred_at[u as usize] as usize..self.pred_at[u as usize + 1] as usize]
+    }
+
+    /// Number of (deduplicated) edges.
+    pub fn edge_count(&self) -> usize {
+        self.succ.len()
+    }
+
+    /// A unit graph from explicit edges (`from`, `to`), which must form a DAG. Self-loops and
+    /// repeated edges are dropped.
     pub fn from_edges(device: Vec<u16>, edges: &[(u32, u32)]) -> UnitGraph {
         let n = device.len();
-        let mut succ = vec![Vec::new(); n];
-        let mut pred = vec![Vec::new(); n];
+        // Producers grouped by reader (a stable counting sort), then each list deduplicated.
+        let mut pred_at = vec![0u32; n + 1];
+        for &(_, b) in edges {
+            pred_at[b as usize + 1] += 1;
+        }
+        for u in 0..n {
+            pred_at[u + 1] += pred_at[u];
+        }
+        let mut fill = pred_at.clone();
+        let mut pred = vec![0u32; edges.len()];
         for &(a, b) in edges {
-            // Edges arrive grouped by reader, whose inputs are few: check those.
-            if a != b && !pred[b as usize].contains(&a) {
-                succ[a as usize].push(b);
-                pred[b as usize].push(a);
+            pred[fill[b as usize] as usize] = a;
+            fill[b as usize] += 1;
+        }
+        let mut seen = vec![u32::MAX; n];
+        let mut w = 0usize;
+        let mut start = 0usize;
+        for b in 0..n {
+            let end = pred_at[b + 1] as usize;
+            pred_at[b] = w as u32;
+            for i in start..end {
+                let a = pred[i];
+                if a as usize != b && seen[a as usize] != b as u32 {
+                    seen[a as usize] = b as u32;
+                    pred[w] = a;
+                    w += 1;
+                }
+            }
+            start = end;
+        }
+        pred_at[n] = w as u32;
+        pred.truncate(w);
+        // Readers: the transpose, so each list comes out in unit order.
+        let mut succ_at = vec![0u32; n + 1];
+        for &a in &pred {
+            succ_at[a as usize + 1] += 1;
+        }
+        for u in 0..n {
+            succ_at[u + 1] += succ_at[u];
+        }
+        let mut fill = succ_at.clone();
+        let mut succ = vec![0u32; pred.len()];
+        for b in 0..n {
+            for &a in &pred[pred_at[b] as usize..pred_at[b + 1] as usize] {
+                succ[fill[a as usize] as usize] = b as u32;
+                fill[a as usize] += 1;
             }
         }
-        let mut g = UnitGraph { device, succ, pred, nodes: vec![Vec::new(); n], topo: Vec::new() };
-        g.topo = g.topological_positions();
+        let mut g = UnitGraph { device, succ_at, succ, pred_at, pred, nodes: vec![Vec::new(); n], topo: Vec::new(), ordered: false };
+        g.ordered = (0..n as u32).all(|u| g.pred(u).iter().all(|&p| p < u));
+        g.topo = if g.ordered { (0..n as u32).collect() } else { g.topological_positions() };
         g
     }
 
@@ -159,7 +226,7 @@ impl UnitGraph {
     /// Kahn's algorithm, lowest unit first among the ready ones.
     fn topological_positions(&self) -> Vec<u32> {
         let n = self.len();
-        let mut indeg: Vec<usize> = self.pred.iter().map(Vec::len).collect();
+        let mut indeg: Vec<usize> = (0..n as u32).map(|u| self.pred(u).len()).collect();
         let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> =
             (0..n as u32).filter(|&u| indeg[u as usize] == 0).map(std::cmp::Reverse).collect();
         let mut pos = vec![u32::MAX; n];
@@ -167,7 +234,7 @@ impl UnitGraph {
         while let Some(std::cmp::Reverse(u)) = ready.pop() {
             pos[u as usize] = next;
             next += 1;
-            for &s in &self.succ[u as usize] {
+            for &s in self.succ(u) {
                 indeg[s as usize] -= 1;
                 if indeg[s as usize] == 0 {
                     ready.push(std::cmp::Reverse(s));
@@ -199,7 +266,7 @@ impl UnitGraph {
         }
         let mut qsucc: Vec<Vec<usize>> = vec![Vec::new(); k];
         for u in 0..self.len() {
-            for &s in &self.succ[u] {
+            for &s in self.succ(u as u32) {
                 let (a, b) = (p.part_of[u] as usize, p.part_of[s as usize] as usize);
                 if a != b {
                     qsucc[a].push(b);
@@ -235,7 +302,7 @@ impl UnitGraph {
     pub fn parts_connected(&self, p: &Partition) -> bool {
         let mut uf = UnionFind::new(self.len());
         for u in 0..self.len() {
-            for &s in &self.succ[u] {
+            for &s in self.succ(u as u32) {
                 if p.part_of[u] == p.part_of[s as usize] {
                     uf.union(u as u32, s);
                 }
