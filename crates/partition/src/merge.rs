@@ -19,6 +19,10 @@ const SEARCH_LIMIT: usize = 4096;
 
 const FREE: u32 = u32::MAX;
 
+/// Most parts for which `allow_disconnected` tries every pair of unrelated parts; above it,
+/// the parts are first grouped by the epoch greedy, linear in the part graph.
+const PAIRWISE_LIMIT: usize = 1024;
+
 /// The part graph, kept up to date as parts merge (union-find over part ids).
 struct Quotient {
     sets: UnionFind,
@@ -254,6 +258,58 @@ impl Quotient {
         false
     }
 
+    /// Joins the parts the epoch greedy takes together: in the part graph, every ready part
+    /// of one device (the device of the ready part earliest in the order), and those of that
+    /// device that become ready meanwhile. Later epochs only read earlier ones, so the joined
+    /// parts still form a DAG.
+    fn join_epochs(&mut self) {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let roots: Vec<u32> = self.order.iter().copied().filter(|&x| x != FREE).collect();
+        let mut indeg = vec![0u32; self.device.len()];
+        for &x in &roots {
+            self.refresh(x);
+            for &s in self.succ(x) {
+                indeg[s as usize] += 1;
+            }
+        }
+        let devices = roots.iter().map(|&x| self.device[x as usize] as usize + 1).max().unwrap_or(0);
+        let mut ready: Vec<BinaryHeap<Reverse<(u32, u32)>>> = vec![BinaryHeap::new(); devices];
+        for &x in &roots {
+            if indeg[x as usize] == 0 {
+                ready[self.device[x as usize] as usize].push(Reverse((self.pos[x as usize], x)));
+            }
+        }
+        let mut queue = Vec::new();
+        while let Some(dev) = (0..devices).filter_map(|d| ready[d].peek().map(|r| (r.0, d))).min().map(|(_, d)| d) {
+            queue.extend(ready[dev].drain().map(|r| r.0 .1));
+            let mut epoch: Vec<u32> = Vec::new();
+            while let Some(x) = queue.pop() {
+                epoch.push(x);
+                let (at, len) = self.succ_at[x as usize];
+                for i in at..at + len {
+                    let s = self.arena[i as usize];
+                    indeg[s as usize] -= 1;
+                    if indeg[s as usize] == 0 {
+                        if self.device[s as usize] as usize == dev {
+                            queue.push(s);
+                        } else {
+                            ready[self.device[s as usize] as usize].push(Reverse((self.pos[s as usize], s)));
+                        }
+                    }
+                }
+            }
+            // One joined successor list for the epoch, copied once.
+            let start = self.arena.len() as u32;
+            for &x in &epoch {
+                let (at, len) = std::mem::take(&mut self.succ_at[x as usize]);
+                self.arena.extend_from_within(at as usize..(at + len) as usize);
+                self.sets.union(epoch[0], x);
+            }
+            self.succ_at[epoch[0] as usize] = (start, self.arena.len() as u32 - start);
+        }
+    }
+
     fn union_unordered(&mut self, a: u32, b: u32) {
         self.sets.union(a, b);
         self.join_lists(a, b);
@@ -310,16 +366,22 @@ pub(crate) fn merge(start: &Start, allow_disconnected: bool) -> Merged {
         }
     }
     if allow_disconnected {
-        // Pairs of unrelated parts: quadratic, and only on request.
+        let roots = (0..k).filter(|&x| q.sets.is_root(x)).count();
+        if roots > PAIRWISE_LIMIT {
+            q.join_epochs();
+        }
         let roots: Vec<u32> = (0..k).filter(|&x| q.sets.is_root(x)).collect();
-        for (i, &a) in roots.iter().enumerate() {
-            for &b in &roots[i + 1..] {
-                let (ra, rb) = (q.find(a), q.find(b));
-                if ra == rb || q.device[ra as usize] != q.device[rb as usize] {
-                    continue;
-                }
-                if !q.reaches(ra, rb) && !q.reaches(rb, ra) {
-                    q.union_unordered(ra, rb);
+        if roots.len() <= PAIRWISE_LIMIT {
+            // Pairs of unrelated parts: quadratic, so only on part graphs this small.
+            for (i, &a) in roots.iter().enumerate() {
+                for &b in &roots[i + 1..] {
+                    let (ra, rb) = (q.find(a), q.find(b));
+                    if ra == rb || q.device[ra as usize] != q.device[rb as usize] {
+                        continue;
+                    }
+                    if !q.reaches(ra, rb) && !q.reaches(rb, ra) {
+                        q.union_unordered(ra, rb);
+                    }
                 }
             }
         }

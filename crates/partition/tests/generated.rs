@@ -27,11 +27,8 @@ fn generated_models_partition_validly_and_never_worse_than_the_references() {
         assert!(best.count <= one.count && best.count <= epoch.count, "{nodes}: {} vs one {} epoch {}", best.count, one.count, epoch.count);
         // The same portfolio through the public, uncontracted entry points: contraction
         // changes nothing the constructions see.
-        let portfolio = [device_levels(&g, true), device_levels(&g, false), one, epoch]
-            .iter()
-            .map(|p| merge_neighbours(&g, p, false).count)
-            .min()
-            .unwrap();
+        let portfolio =
+            [device_levels(&g, true), device_levels(&g, false), one, epoch].iter().map(|p| merge_neighbours(&g, p, false).count).min().unwrap();
         assert_eq!(best.count, portfolio, "{nodes} nodes");
         // A generated model has far fewer parts than units: the test says something.
         assert!(best.count * 4 < g.len(), "{} parts for {} units", best.count, g.len());
@@ -50,4 +47,17 @@ fn merges_past_the_search_limit_are_skipped_and_stay_valid() {
     let best = partition_default(&g, Options::default());
     assert!(g.is_valid(&best, true));
     assert_eq!(best.count, n as usize, "nothing here can merge");
+}
+
+#[test]
+fn disconnected_parts_join_by_epochs_on_large_part_graphs() {
+    // Over a thousand connected parts: too many to try every pair (on this graph that took
+    // minutes, for the same 3117 parts), so the epochs group them first, in linear time.
+    let g = unit_graph(60_000, 3, 5);
+    let connected = partition_default(&g, Options::default());
+    assert!(connected.count > 1024, "{} parts: the test needs a large part graph", connected.count);
+    let loose = partition_default(&g, Options { allow_disconnected: true });
+    assert!(g.is_valid(&loose, false), "invalid disconnected partition");
+    // A sequential net has few unrelated same-device parts to join, but it has some.
+    assert!(loose.count < connected.count, "{} disconnected parts for {} connected", loose.count, connected.count);
 }
