@@ -15,6 +15,8 @@ pub(crate) struct Dag {
     pred: Vec<u32>,
     /// Vertex of each unit of the source unit graph.
     pub vertex_of: Vec<u32>,
+    /// Whether every root (vertex without producers) is on vertex 0's device.
+    pub roots_on_first_device: bool,
 }
 
 impl Dag {
@@ -29,6 +31,7 @@ impl Dag {
         // Capacities are upper bounds: untouched pages of a vector cost nothing.
         let mut pred_at = Vec::with_capacity(n + 1);
         let mut pred = Vec::with_capacity(g.edge_count());
+        let mut roots_on_first_device = true;
         for i in 0..n {
             let u = order.as_ref().map_or(i as u32, |o| o[i]);
             let producers = g.pred(u);
@@ -41,13 +44,14 @@ impl Dag {
             }
             vertex_of[u as usize] = device.len() as u32;
             device.push(g.device[u as usize]);
+            roots_on_first_device &= !producers.is_empty() || device[0] == g.device[u as usize];
             pred_at.push(pred.len() as u32);
             // Producers come earlier in the order: their vertices are known, and distinct
             // (only a chain's last unit has readers outside it).
             pred.extend(producers.iter().map(|&p| vertex_of[p as usize]));
         }
         pred_at.push(pred.len() as u32);
-        Dag { device, pred_at, pred, vertex_of }
+        Dag { device, pred_at, pred, vertex_of, roots_on_first_device }
     }
 
     pub fn len(&self) -> usize {
@@ -81,9 +85,9 @@ impl Dag {
         (rat, radj)
     }
 
-    /// A partition of the vertices (dense labels `0..count`) as one of the source units.
-    pub fn expand(&self, labels: &[u32], count: usize) -> Partition {
-        Partition { part_of: self.vertex_of.iter().map(|&v| labels[v as usize]).collect(), count }
+    /// A partition of the vertices (`part(v)` dense in `0..count`) as one of the source units.
+    pub fn expand(&self, part: impl Fn(u32) -> u32, count: usize) -> Partition {
+        Partition { part_of: self.vertex_of.iter().map(|&v| part(v)).collect(), count }
     }
 
     /// Labels of the source units as labels of the vertices (units of one vertex must

@@ -72,10 +72,7 @@ pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
     }
     let best = starts.iter().map(|s| (s, merge::merge(s, opts.allow_disconnected))).min_by_key(|(_, m)| m.count);
     match best {
-        Some((s, m)) => {
-            let labels: Vec<u32> = s.part_of.iter().map(|&x| m.part_of[x as usize]).collect();
-            d.expand(&labels, m.count)
-        }
+        Some((s, m)) => d.expand(|v| m.part_of[s.part_of[v as usize] as usize], m.count),
         None => Partition::singletons(g),
     }
 }

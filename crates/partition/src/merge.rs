@@ -323,8 +323,7 @@ pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) 
     let d = Dag::new(g, false);
     let start = Start::from_labels(&d, &d.restrict(&p.part_of));
     let merged = merge(&start, allow_disconnected);
-    let labels: Vec<u32> = start.part_of.iter().map(|&x| merged.part_of[x as usize]).collect();
-    d.expand(&labels, merged.count)
+    d.expand(|v| merged.part_of[start.part_of[v as usize] as usize], merged.count)
 }
 
 /// The merged parts of a start's parts: `part_of[start part]`, dense in `0..count`.

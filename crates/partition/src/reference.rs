@@ -31,7 +31,7 @@ pub fn device_levels(g: &UnitGraph, forward: bool) -> Partition {
 fn on_units(g: &UnitGraph, construct: impl Fn(&Dag) -> Start) -> Partition {
     let d = Dag::new(g, true);
     let start = construct(&d);
-    d.expand(&start.part_of, start.count())
+    d.expand(|v| start.part_of[v as usize], start.count())
 }
 
 // The same on the compact graph, whose vertices are numbered in topological order. Each is a
@@ -97,10 +97,7 @@ fn two_device_epochs(d: &Dag) -> Option<impl Fn(u16) -> u32> {
 /// Whether the epoch greedy's parts are the forward levels' (two devices at most, every root
 /// on the first epoch's device), so it need not be run.
 pub(crate) fn epochs_are_forward_levels(d: &Dag) -> bool {
-    let Some(&first) = d.device.first() else {
-        return true;
-    };
-    two_device_epochs(d).is_some() && (0..d.len() as u32).all(|v| !d.pred(v).is_empty() || d.device[v as usize] == first)
+    d.roots_on_first_device && two_device_epochs(d).is_some()
 }
 
 /// The epoch of each vertex, by running the greedy.

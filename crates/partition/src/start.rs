@@ -46,9 +46,16 @@ impl Start {
                 };
             }
             let lv = level[v as usize];
+            let mut joined = false;
             for &p in preds {
                 if level[p as usize] == lv && d.device[p as usize] == dev {
-                    sets.union_min(p, v);
+                    // `v` is alone until its first join, and later than any root found.
+                    if joined {
+                        sets.union_min(p, v);
+                    } else {
+                        sets.adopt(v, p);
+                        joined = true;
+                    }
                 } else {
                     cross.push((p, v));
                 }

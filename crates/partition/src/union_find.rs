@@ -36,6 +36,14 @@ impl UnionFind {
         self.parent[hi as usize] = lo;
     }
 
+    /// Puts the singleton `x` into `y`'s set (whose root is less than `x`, as `union_min`
+    /// would have it).
+    pub fn adopt(&mut self, x: u32, y: u32) {
+        let r = self.find(y);
+        debug_assert!(self.parent[x as usize] == x && r < x);
+        self.parent[x as usize] = r;
+    }
+
     /// The parent of each element (roots are their own parents).
     pub fn into_parents(self) -> Vec<u32> {
         self.parent
