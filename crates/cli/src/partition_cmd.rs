@@ -210,9 +210,10 @@ fn report(a: &PartitionArgs, l: &crate::setup::Loaded, plan: &Plan, written: &cl
     }
     let source_inputs: std::collections::HashSet<&str> = written.conn.source.inputs.iter().map(String::as_str).collect();
     let mut boundary: Vec<(&str, Option<u64>)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for p in &written.parts {
         for (name, bytes) in &p.inputs {
-            if !source_inputs.contains(name.as_str()) && !boundary.iter().any(|(n, _)| n == name) {
+            if !source_inputs.contains(name.as_str()) && seen.insert(name.as_str()) {
                 boundary.push((name, *bytes));
             }
         }

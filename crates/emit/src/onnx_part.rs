@@ -16,26 +16,55 @@ use crate::write::EmitError;
 /// constants) in source order, the initializers and model-local functions it uses, typed
 /// inputs and outputs, and everything model-level (IR version, opsets, producer, metadata).
 pub fn part_model(source: &OnnxModel, model: &Model, plan: &Plan, k: usize) -> Result<ModelProto, EmitError> {
-    part_model_with(source, model, plan, k, None)
+    part_model_with(&SourceIndex::new(source)?, model, plan, k, None)
+}
+
+/// The source graph's named entries, looked up by name: built once for all parts, so that a
+/// part costs its own size, not the source's.
+pub(crate) struct SourceIndex<'a> {
+    source: &'a OnnxModel,
+    sg: &'a GraphProto,
+    /// Declared types of graph inputs, outputs and value_info, by tensor name.
+    declared: HashMap<&'a str, &'a ValueInfoProto>,
+    /// Position in the source's `value_info`, `initializer`, `sparse_initializer`.
+    value_info: HashMap<&'a str, usize>,
+    initializer: HashMap<&'a str, usize>,
+    sparse: HashMap<&'a str, usize>,
+}
+
+impl<'a> SourceIndex<'a> {
+    pub(crate) fn new(source: &'a OnnxModel) -> Result<SourceIndex<'a>, EmitError> {
+        let sg = source.proto.graph.as_ref().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+        let declared = sg.input.iter().chain(sg.output.iter()).chain(sg.value_info.iter()).map(|v| (v.name(), v)).collect();
+        let value_info = sg.value_info.iter().enumerate().map(|(i, v)| (v.name(), i)).collect();
+        let initializer = sg.initializer.iter().enumerate().map(|(i, t)| (t.name(), i)).collect();
+        let sparse = sg.sparse_initializer.iter().enumerate().filter_map(|(i, s)| s.values.as_ref().map(|v| (v.name(), i))).collect();
+        Ok(SourceIndex { source, sg, declared, value_info, initializer, sparse })
+    }
+
+    /// Positions of `names` in one of the index's lists, in source order.
+    fn positions<'n>(list: &HashMap<&str, usize>, names: impl Iterator<Item = &'n str>) -> Vec<usize> {
+        let mut at: Vec<usize> = names.filter_map(|n| list.get(n).copied()).collect();
+        at.sort_unstable();
+        at.dedup();
+        at
+    }
 }
 
 /// [`part_model`] whose initializers found in `shared` reference that file instead of holding
 /// their bytes.
-pub(crate) fn part_model_with(source: &OnnxModel, model: &Model, plan: &Plan, k: usize, shared: Option<&WeightsFile>) -> Result<ModelProto, EmitError> {
+pub(crate) fn part_model_with(index: &SourceIndex, model: &Model, plan: &Plan, k: usize, shared: Option<&WeightsFile>) -> Result<ModelProto, EmitError> {
+    let (source, sg) = (index.source, index.sg);
     let sp = &source.proto;
-    let sg = sp.graph.as_ref().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
     let g = &model.graph;
     let part = &plan.parts[k];
     let mut node_ids: Vec<_> = part.nodes.iter().chain(&part.constant_nodes).copied().collect();
     node_ids.sort_unstable();
     let nodes: Vec<NodeProto> = node_ids.iter().map(|n| sg.node[n.index()].clone()).collect();
 
-    // Declared types of the source, by tensor name.
-    let declared: HashMap<&str, &ValueInfoProto> =
-        sg.input.iter().chain(sg.output.iter()).chain(sg.value_info.iter()).map(|v| (v.name(), v)).collect();
     let typed = |v: ValueId| -> Result<ValueInfoProto, EmitError> {
         let value = g.value(v);
-        if let Some(d) = declared.get(value.name.as_str()) {
+        if let Some(d) = index.declared.get(value.name.as_str()) {
             if d.r#type.as_ref().is_some_and(complete) {
                 return Ok((*d).clone());
             }
@@ -46,17 +75,16 @@ pub(crate) fn part_model_with(source: &OnnxModel, model: &Model, plan: &Plan, k:
         Ok(value_info(&value.name, &value.ty))
     };
 
-    let names: BTreeSet<&str> = part.weights.iter().map(|&w| g.value(w).name.as_str()).collect();
+    let weight_names = || part.weights.iter().map(|&w| g.value(w).name.as_str());
     let mut initializer = Vec::new();
-    for t in &sg.initializer {
-        if names.contains(t.name()) {
-            match shared.and_then(|w| w.reference(t)) {
-                Some(external) => initializer.push(external),
-                None => initializer.push(inline_external(t, source)?),
-            }
+    for i in SourceIndex::positions(&index.initializer, weight_names()) {
+        let t = &sg.initializer[i];
+        match shared.and_then(|w| w.reference(t)) {
+            Some(external) => initializer.push(external),
+            None => initializer.push(inline_external(t, source)?),
         }
     }
-    let sparse_initializer = sg.sparse_initializer.iter().filter(|s| s.values.as_ref().is_some_and(|v| names.contains(v.name()))).cloned().collect();
+    let sparse_initializer = SourceIndex::positions(&index.sparse, weight_names()).into_iter().map(|i| sg.sparse_initializer[i].clone()).collect();
 
     let mut input = Vec::with_capacity(part.inputs.len());
     for &v in &part.inputs {
@@ -65,7 +93,7 @@ pub(crate) fn part_model_with(source: &OnnxModel, model: &Model, plan: &Plan, k:
     if sp.ir_version() < 4 {
         // Before IR version 4 the checker wants every initializer listed as an input.
         for t in &initializer {
-            let vi = declared.get(t.name()).map(|d| (*d).clone()).unwrap_or_else(|| {
+            let vi = index.declared.get(t.name()).map(|d| (*d).clone()).unwrap_or_else(|| {
                 let ty = TensorType::fixed(cleave_onnx::elem_from_code(t.data_type()).unwrap_or(cleave_ir::ElemType::F32), &t.dims);
                 value_info(t.name(), &ty)
             });
@@ -78,7 +106,10 @@ pub(crate) fn part_model_with(source: &OnnxModel, model: &Model, plan: &Plan, k:
     }
     let produced: BTreeSet<&str> = nodes.iter().flat_map(|n| n.output.iter().map(String::as_str)).collect();
     let outputs: BTreeSet<&str> = part.outputs.iter().map(|&v| g.value(v).name.as_str()).collect();
-    let value_info = sg.value_info.iter().filter(|v| produced.contains(v.name()) && !outputs.contains(v.name())).cloned().collect();
+    let value_info = SourceIndex::positions(&index.value_info, produced.iter().copied().filter(|n| !outputs.contains(n)))
+        .into_iter()
+        .map(|i| sg.value_info[i].clone())
+        .collect();
     let quantization_annotation =
         sg.quantization_annotation.iter().filter(|q| produced.contains(q.tensor_name()) || part.inputs.iter().any(|&v| g.value(v).name == q.tensor_name())).cloned().collect();
 

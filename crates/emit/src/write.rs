@@ -6,7 +6,7 @@ use cleave_onnx::{encode_model, encoded_len, write_atomic, write_weights_file, O
 use cleave_partition::Plan;
 
 use crate::conn::{ConnFile, ConnModel};
-use crate::onnx_part::part_model_with;
+use crate::onnx_part::{part_model_with, SourceIndex};
 
 /// How parts hold their weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -155,7 +155,8 @@ type PartModels = (Vec<ModelProto>, Option<WeightsFile>, Vec<String>);
 /// Every part's model, and the weights file they share if they share one. Part models hold
 /// slices of the source, not copies, so building them all before writing costs little.
 fn part_models(source: &OnnxModel, model: &Model, plan: &Plan, external: ExternalData, weights_path: &Path) -> Result<PartModels, EmitError> {
-    let build = |shared: Option<&WeightsFile>| (0..plan.parts.len()).map(|k| part_model_with(source, model, plan, k, shared)).collect::<Result<Vec<_>, _>>();
+    let index = SourceIndex::new(source)?;
+    let build = |shared: Option<&WeightsFile>| (0..plan.parts.len()).map(|k| part_model_with(&index, model, plan, k, shared)).collect::<Result<Vec<_>, _>>();
     let mut notes = Vec::new();
     if external == ExternalData::Inline {
         let protos = build(None)?;
@@ -190,12 +191,13 @@ fn remove_stale_weights(source: &OnnxModel, weights_path: &Path, source_real: &P
 /// the new connection files.
 fn remove_stale_parts(workdir: &Path, stem: &str, keep: &[String], source: &Path) {
     let Ok(entries) = std::fs::read_dir(workdir) else { return };
+    let keep: std::collections::HashSet<&str> = keep.iter().map(String::as_str).collect();
     let prefix = format!("{stem}.");
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix(&prefix) else { continue };
         let is_part = rest.len() > 6 && rest.as_bytes()[..5].iter().all(u8::is_ascii_digit) && rest.as_bytes()[5] == b'_' && rest.ends_with(".onnx");
-        if is_part && !keep.contains(&name) && !e.path().canonicalize().is_ok_and(|p| p == source) {
+        if is_part && !keep.contains(name.as_str()) && !e.path().canonicalize().is_ok_and(|p| p == source) {
             let _ = std::fs::remove_file(e.path());
         }
     }
