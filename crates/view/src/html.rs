@@ -2,6 +2,7 @@
 //! anywhere) with the part graph, a table per part, the fused groups when a fusion stage gave
 //! them, and the node graph with parts as clusters up to [`crate::NODE_VIEW_LIMIT`] nodes.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::layout::{layered, wrap, Layout, Spacing};
@@ -92,8 +93,9 @@ pub fn to_html(r: &Report) -> String {
     s.push_str("</div>\n</section>\n");
 
     s.push_str("<section id=\"parts\">\n<h2>Parts</h2>\n<div class=\"parts\">\n");
+    let ends = Ends::new(r);
     for k in 0..r.parts.len() {
-        part_table(r, k, &mut s);
+        part_table(r, &ends, k, &mut s);
     }
     s.push_str("</div>\n</section>\n");
 
@@ -212,7 +214,31 @@ fn part_svg(r: &Report, s: &mut String) {
     s.push_str("</svg>\n");
 }
 
-fn part_table(r: &Report, k: usize, s: &mut String) {
+/// Where each boundary tensor comes from and goes to, by (part, tensor name): found once, so
+/// that a table costs its own part's rows.
+struct Ends<'a> {
+    from: HashMap<(usize, &'a str), Option<usize>>,
+    to: HashMap<(usize, &'a str), Vec<Option<usize>>>,
+}
+
+impl<'a> Ends<'a> {
+    fn new(r: &'a Report) -> Ends<'a> {
+        let mut ends = Ends { from: HashMap::new(), to: HashMap::new() };
+        for e in &r.part_edges {
+            for t in &e.tensors {
+                if let Some(k) = e.to {
+                    ends.from.entry((k, t.name.as_str())).or_insert(e.from);
+                }
+                if let Some(k) = e.from {
+                    ends.to.entry((k, t.name.as_str())).or_default().push(e.to);
+                }
+            }
+        }
+        ends
+    }
+}
+
+fn part_table(r: &Report, ends: &Ends, k: usize, s: &mut String) {
     let p = &r.parts[k];
     let d = p.device;
     let _ = writeln!(s, "<article class=\"part\" id=\"part-{n}\" data-part=\"{n}\" style=\"border-left-color:{}\">", stroke(d), n = k + 1);
@@ -232,12 +258,11 @@ fn part_table(r: &Report, k: usize, s: &mut String) {
     s.push_str("</ul>\n<table><tr><th></th><th>boundary tensor</th><th>from / to</th><th class=\"n\">bytes</th></tr>\n");
     let part_name = |x: Option<usize>, model: &str| x.map_or_else(|| model.to_string(), |j| format!("part {}", j + 1));
     for t in &p.inputs {
-        let from = r.part_edges.iter().find(|e| e.to == Some(k) && e.tensors.iter().any(|x| x.name == t.name)).and_then(|e| e.from);
+        let from = ends.from.get(&(k, t.name.as_str())).copied().flatten();
         let _ = writeln!(s, "<tr><td>in</td><td class=\"t\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>", xml(&t.name), part_name(from, "model input"), opt_bytes(t.bytes));
     }
     for t in &p.outputs {
-        let to: Vec<String> =
-            r.part_edges.iter().filter(|e| e.from == Some(k) && e.tensors.iter().any(|x| x.name == t.name)).map(|e| part_name(e.to, "model output")).collect();
+        let to: Vec<String> = ends.to.get(&(k, t.name.as_str())).into_iter().flatten().map(|&to| part_name(to, "model output")).collect();
         let _ = writeln!(s, "<tr><td>out</td><td class=\"t\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>", xml(&t.name), to.join(", "), opt_bytes(t.bytes));
     }
     s.push_str("</table>\n</article>\n");
