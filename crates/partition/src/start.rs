@@ -40,10 +40,7 @@ impl Start {
             let dev = d.device[v as usize];
             let preds = d.pred(v);
             if let Some(root) = climb {
-                level[v as usize] = match preds.iter().map(|&p| level[p as usize] + u32::from(d.device[p as usize] != dev)).max() {
-                    Some(lv) => lv,
-                    None => root(dev),
-                };
+                level[v as usize] = preds.iter().map(|&p| level[p as usize] + u32::from(d.device[p as usize] != dev)).max().unwrap_or_else(|| root(dev));
             }
             let lv = level[v as usize];
             let mut joined = false;
