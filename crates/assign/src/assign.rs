@@ -8,9 +8,21 @@ use crate::part_file::PartFile;
 pub enum AssignError {
     /// The VPU page's message, then a hint.
     #[error("[{device}] Cannot convert layer {node} due to unsupported layer type {op}{detail}; add a fallback device that supports it, e.g. --devices {suggest}")]
-    Unsupported { device: String, node: String, op: String, detail: String, suggest: String },
+    Unsupported {
+        device: String,
+        node: String,
+        op: String,
+        detail: String,
+        suggest: String,
+    },
     #[error("{rule} puts layer {node} ({op}) on {device}, which cannot run it: {reason}")]
-    RuleUnsupported { rule: String, node: String, op: String, device: String, reason: String },
+    RuleUnsupported {
+        rule: String,
+        node: String,
+        op: String,
+        device: String,
+        reason: String,
+    },
     #[error("no devices given: use --devices (e.g. --devices myriad,cpu) or a .part file")]
     NoDevices,
     #[error("default device '{0}' is not in the device list")]
@@ -78,7 +90,9 @@ impl Assignment {
     }
 
     pub fn device_name(&self, n: NodeId) -> Option<&str> {
-        self.placement[n.index()].device().map(|d| self.devices[d as usize].as_str())
+        self.placement[n.index()]
+            .device()
+            .map(|d| self.devices[d as usize].as_str())
     }
 }
 
@@ -91,7 +105,12 @@ pub struct AssignOptions<'a> {
 }
 
 /// Assigns every node. `constant[i]` says node `i` computes a constant from constants alone.
-pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[bool]) -> Result<Assignment, AssignError> {
+pub fn assign(
+    g: &Graph,
+    profiles: &Profiles,
+    opts: &AssignOptions,
+    constant: &[bool],
+) -> Result<Assignment, AssignError> {
     let (devices, default) = match opts.part {
         Some(p) => (p.backends.clone(), Some(p.default.clone())),
         None => (opts.devices.clone(), opts.default.clone()),
@@ -110,12 +129,33 @@ pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[
         let id = NodeId(i as u32);
         let label = g.node_label(id);
         let rule = opts.part.and_then(|p| {
-            let by_name = p.comply.opname.then(|| p.opname.get(label).map(|d| (d, Reason::OpName, "[OPNAME]"))).flatten();
-            by_name.or_else(|| p.comply.opcode.then(|| p.opcode.get(&node.op_type.to_lowercase()).map(|d| (d, Reason::OpCode, "[OPCODE]"))).flatten())
+            let by_name = p
+                .comply
+                .opname
+                .then(|| p.opname.get(label).map(|d| (d, Reason::OpName, "[OPNAME]")))
+                .flatten();
+            by_name.or_else(|| {
+                p.comply
+                    .opcode
+                    .then(|| {
+                        p.opcode
+                            .get(&node.op_type.to_lowercase())
+                            .map(|d| (d, Reason::OpCode, "[OPCODE]"))
+                    })
+                    .flatten()
+            })
         });
         if constant[i] && !matches!(rule, Some((_, Reason::OpName, _))) {
-            let is_output = node.outputs.iter().flatten().any(|v| graph_outputs.contains(v));
-            placement.push(if is_output { Placement::Device(default_idx.unwrap_or(0), Reason::ConstantOutput) } else { Placement::Constant });
+            let is_output = node
+                .outputs
+                .iter()
+                .flatten()
+                .any(|v| graph_outputs.contains(v));
+            placement.push(if is_output {
+                Placement::Device(default_idx.unwrap_or(0), Reason::ConstantOutput)
+            } else {
+                Placement::Constant
+            });
             continue;
         }
         if let Some((device, reason, section)) = rule {
@@ -127,7 +167,14 @@ pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[
                 }
                 v => {
                     return Err(AssignError::RuleUnsupported {
-                        rule: format!("{section} rule {}", if reason == Reason::OpName { label.to_string() } else { node.op_type.clone() }),
+                        rule: format!(
+                            "{section} rule {}",
+                            if reason == Reason::OpName {
+                                label.to_string()
+                            } else {
+                                node.op_type.clone()
+                            }
+                        ),
                         node: label.to_string(),
                         op: node.op_type.clone(),
                         device: device.clone(),
@@ -158,7 +205,8 @@ pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[
         match chosen {
             Some(d) => placement.push(Placement::Device(d, Reason::Priority)),
             None => {
-                let (device, verdict) = first_refusal.unwrap_or_else(|| (devices[0].clone(), Verdict::UnsupportedOp));
+                let (device, verdict) =
+                    first_refusal.unwrap_or_else(|| (devices[0].clone(), Verdict::UnsupportedOp));
                 let detail = match verdict {
                     Verdict::Constraint(r) => format!(" ({r})"),
                     _ => String::new(),
@@ -178,7 +226,12 @@ pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[
         }
     }
     keep_qdq_pairs(g, profiles, &devices, &mut placement);
-    let mut a = Assignment { devices, placement, groups: Vec::new(), warnings: Vec::new() };
+    let mut a = Assignment {
+        devices,
+        placement,
+        groups: Vec::new(),
+        warnings: Vec::new(),
+    };
     place_groups(g, profiles, constant, &mut a)?;
     Ok(a)
 }
@@ -187,17 +240,28 @@ pub fn assign(g: &Graph, profiles: &Profiles, opts: &AssignOptions, constant: &[
 /// query_model runs a device's transformations), are placed whole: in priority order, a group
 /// whose anchor went to its device and whose members that device all runs takes its members
 /// along. A rule that pins a member elsewhere dissolves the group, with a warning.
-fn place_groups(g: &Graph, profiles: &Profiles, constant: &[bool], a: &mut Assignment) -> Result<(), AssignError> {
+fn place_groups(
+    g: &Graph,
+    profiles: &Profiles,
+    constant: &[bool],
+    a: &mut Assignment,
+) -> Result<(), AssignError> {
     let mut claimed = vec![false; g.nodes.len()];
     for (d, device) in a.devices.clone().iter().enumerate() {
-        let Some(profile) = profiles.get(device) else { continue };
-        let rules = Rule::parse_all(&profile.fuse.rules).map_err(|UnknownRule(r)| AssignError::FuseRule {
-            device: device.clone(),
-            message: UnknownRule(r).to_string(),
+        let Some(profile) = profiles.get(device) else {
+            continue;
+        };
+        let rules = Rule::parse_all(&profile.fuse.rules).map_err(|UnknownRule(r)| {
+            AssignError::FuseRule {
+                device: device.clone(),
+                message: UnknownRule(r).to_string(),
+            }
         })?;
         for grp in find_groups(g, constant, &rules) {
             let d = d as u16;
-            if grp.nodes.iter().any(|m| claimed[m.index()]) || a.placement[grp.anchor().index()].device() != Some(d) {
+            if grp.nodes.iter().any(|m| claimed[m.index()])
+                || a.placement[grp.anchor().index()].device() != Some(d)
+            {
                 continue;
             }
             let pinned = grp.nodes.iter().find(|m| matches!(a.placement[m.index()], Placement::Device(e, Reason::OpName | Reason::OpCode) if e != d));
@@ -216,7 +280,11 @@ fn place_groups(g: &Graph, profiles: &Profiles, constant: &[bool], a: &mut Assig
                 ));
                 continue;
             }
-            if grp.nodes.iter().any(|&m| profiles.check(device, g, g.node(m)) != Verdict::Supported) {
+            if grp
+                .nodes
+                .iter()
+                .any(|&m| profiles.check(device, g, g.node(m)) != Verdict::Supported)
+            {
                 continue;
             }
             for &m in &grp.nodes {
@@ -243,7 +311,11 @@ fn describe(v: &Verdict) -> String {
 /// follows its QuantizeLinear where that device runs it, else the other way round.
 fn keep_qdq_pairs(g: &Graph, profiles: &Profiles, devices: &[String], placement: &mut [Placement]) {
     for (q, dq) in qdq_pairs(g) {
-        let (Placement::Device(a, _), Placement::Device(b, _)) = (placement[q.index()], placement[dq.index()]) else { continue };
+        let (Placement::Device(a, _), Placement::Device(b, _)) =
+            (placement[q.index()], placement[dq.index()])
+        else {
+            continue;
+        };
         if a == b {
             continue;
         }
@@ -262,7 +334,9 @@ pub fn qdq_pairs(g: &Graph) -> Vec<(NodeId, NodeId)> {
         if node.op_type != "DequantizeLinear" {
             continue;
         }
-        let Some(Some(x)) = node.inputs.first() else { continue };
+        let Some(Some(x)) = node.inputs.first() else {
+            continue;
+        };
         if let Some(p) = g.value(*x).producer() {
             if g.node(p).op_type == "QuantizeLinear" {
                 out.push((p, NodeId(i as u32)));
@@ -281,10 +355,21 @@ mod tests {
     fn chain() -> Graph {
         let mut b = GraphBuilder::new("g");
         b.input("x", TensorType::fixed(ElemType::F32, &[1, 2]));
-        let ops = [("", "Relu", "t1"), ("named", "Div", "t2"), ("", "Div", "t3"), ("", "Neg", "y")];
+        let ops = [
+            ("", "Relu", "t1"),
+            ("named", "Div", "t2"),
+            ("", "Div", "t3"),
+            ("", "Neg", "y"),
+        ];
         let mut prev = "x".to_string();
         for (name, op, out) in ops {
-            b.node(NodeSpec { name: name.into(), op_type: op.into(), inputs: vec![prev.clone()], outputs: vec![out.into()], ..Default::default() });
+            b.node(NodeSpec {
+                name: name.into(),
+                op_type: op.into(),
+                inputs: vec![prev.clone()],
+                outputs: vec![out.into()],
+                ..Default::default()
+            });
             b.value_type(out, TensorType::fixed(ElemType::F32, &[1, 2]));
             prev = out.to_string();
         }
@@ -295,9 +380,15 @@ mod tests {
     fn run(text: &str) -> Vec<Option<String>> {
         let g = chain();
         let part = PartFile::parse(text, Path::new("t.part"), None, None).unwrap();
-        let opts = AssignOptions { devices: vec![], default: None, part: Some(&part) };
+        let opts = AssignOptions {
+            devices: vec![],
+            default: None,
+            part: Some(&part),
+        };
         let a = assign(&g, &Profiles::builtin(), &opts, &vec![false; g.nodes.len()]).unwrap();
-        (0..g.nodes.len()).map(|i| a.device_name(NodeId(i as u32)).map(String::from)).collect()
+        (0..g.nodes.len())
+            .map(|i| a.device_name(NodeId(i as u32)).map(String::from))
+            .collect()
     }
 
     fn names(v: &[&str]) -> Vec<Option<String>> {
@@ -307,11 +398,17 @@ mod tests {
     #[test]
     fn comply_selects_which_rules_apply() {
         let rules = "[OPCODE]\ndiv=npu\n[OPNAME]\nnamed=gpu\nt1=gpu\n";
-        let head = |comply: &str| format!("[partition]\nbackends=cpu,npu,gpu\ndefault=cpu\ncomply={comply}\n{rules}");
+        let head = |comply: &str| {
+            format!("[partition]\nbackends=cpu,npu,gpu\ndefault=cpu\ncomply={comply}\n{rules}")
+        };
         // Op codes match case-insensitively; unnamed nodes are addressed by their first output.
         assert_eq!(run(&head("opcode")), names(&["cpu", "npu", "npu", "cpu"]));
         assert_eq!(run(&head("opname")), names(&["gpu", "gpu", "cpu", "cpu"]));
-        assert_eq!(run(&head("opname,opcode")), names(&["gpu", "gpu", "npu", "cpu"]), "names first, then op codes");
+        assert_eq!(
+            run(&head("opname,opcode")),
+            names(&["gpu", "gpu", "npu", "cpu"]),
+            "names first, then op codes"
+        );
         let underscore = "[partition]\nbackends=cpu,npu\ndefault=cpu\n[OPCODE]\n_=npu\nDIV=cpu\n";
         assert_eq!(run(underscore), names(&["npu", "cpu", "cpu", "npu"]));
     }
@@ -319,12 +416,22 @@ mod tests {
     #[test]
     fn fallback_follows_the_priority_list_and_unsupported_nodes_stop() {
         let g = chain();
-        let opts = AssignOptions { devices: vec!["myriad".into(), "cpu".into()], default: None, part: None };
+        let opts = AssignOptions {
+            devices: vec!["myriad".into(), "cpu".into()],
+            default: None,
+            part: None,
+        };
         let a = assign(&g, &Profiles::builtin(), &opts, &vec![false; 4]).unwrap();
         // myriad runs Relu and Div but not Neg.
-        let got: Vec<_> = (0..4).map(|i| a.device_name(NodeId(i)).unwrap().to_string()).collect();
+        let got: Vec<_> = (0..4)
+            .map(|i| a.device_name(NodeId(i)).unwrap().to_string())
+            .collect();
         assert_eq!(got, ["myriad", "myriad", "myriad", "cpu"]);
-        let opts = AssignOptions { devices: vec!["myriad".into()], default: None, part: None };
+        let opts = AssignOptions {
+            devices: vec!["myriad".into()],
+            default: None,
+            part: None,
+        };
         let e = assign(&g, &Profiles::builtin(), &opts, &vec![false; 4]).unwrap_err();
         assert_eq!(e.to_string(), "[MYRIAD] Cannot convert layer y due to unsupported layer type Neg; add a fallback device that supports it, e.g. --devices myriad,cpu");
     }
@@ -332,12 +439,30 @@ mod tests {
     #[test]
     fn constants_are_copied_unless_named_or_a_graph_output() {
         let g = chain();
-        let part = PartFile::parse("[partition]\nbackends=cpu,npu\ndefault=npu\ncomply=opname\n[OPNAME]\nnamed=cpu\n", Path::new("t.part"), None, None).unwrap();
-        let opts = AssignOptions { devices: vec![], default: None, part: Some(&part) };
+        let part = PartFile::parse(
+            "[partition]\nbackends=cpu,npu\ndefault=npu\ncomply=opname\n[OPNAME]\nnamed=cpu\n",
+            Path::new("t.part"),
+            None,
+            None,
+        )
+        .unwrap();
+        let opts = AssignOptions {
+            devices: vec![],
+            default: None,
+            part: Some(&part),
+        };
         let a = assign(&g, &Profiles::builtin(), &opts, &[true, true, true, true]).unwrap();
         assert_eq!(a.placement[0], Placement::Constant);
-        assert_eq!(a.placement[1], Placement::Device(0, Reason::OpName), "an [OPNAME] rule places a constant node");
+        assert_eq!(
+            a.placement[1],
+            Placement::Device(0, Reason::OpName),
+            "an [OPNAME] rule places a constant node"
+        );
         assert_eq!(a.placement[2], Placement::Constant);
-        assert_eq!(a.placement[3], Placement::Device(1, Reason::ConstantOutput), "a constant graph output is made on the default device");
+        assert_eq!(
+            a.placement[3],
+            Placement::Device(1, Reason::ConstantOutput),
+            "a constant graph output is made on the default device"
+        );
     }
 }

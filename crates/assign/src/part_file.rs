@@ -14,9 +14,16 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum PartError {
     #[error("cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("line {line}: {message}")]
-    Syntax { path: PathBuf, line: usize, message: String },
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
     #[error("{message}")]
     Invalid { path: PathBuf, message: String },
 }
@@ -24,7 +31,9 @@ pub enum PartError {
 impl PartError {
     pub fn path(&self) -> &Path {
         match self {
-            PartError::Read { path, .. } | PartError::Syntax { path, .. } | PartError::Invalid { path, .. } => path,
+            PartError::Read { path, .. }
+            | PartError::Syntax { path, .. }
+            | PartError::Invalid { path, .. } => path,
         }
     }
 }
@@ -50,20 +59,43 @@ pub struct PartFile {
 
 impl PartFile {
     pub fn load(path: &Path) -> Result<PartFile, PartError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PartError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| PartError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         PartFile::parse(&text, path, None, None)
     }
 
     /// Parses and validates; `backends`/`default` override the file's, as ONE's options do.
-    pub fn parse(text: &str, path: &Path, backends: Option<&[String]>, default: Option<&str>) -> Result<PartFile, PartError> {
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        backends: Option<&[String]>,
+        default: Option<&str>,
+    ) -> Result<PartFile, PartError> {
         let sections = read_ini(text, path)?;
-        let invalid = |message: String| PartError::Invalid { path: path.to_path_buf(), message };
+        let invalid = |message: String| PartError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
         let empty = Vec::new();
         let partition = sections.get("partition").unwrap_or(&empty);
-        let get = |key: &str| partition.iter().rev().find(|(k, _, _)| k == key).map(|(_, v, _)| v.as_str());
+        let get = |key: &str| {
+            partition
+                .iter()
+                .rev()
+                .find(|(k, _, _)| k == key)
+                .map(|(_, v, _)| v.as_str())
+        };
         let backends: Vec<String> = match backends {
             Some(b) => b.to_vec(),
-            None => get("backends").unwrap_or("").split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+            None => get("backends")
+                .unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
         };
         if backends.is_empty() {
             return Err(invalid("[partition] backends is empty or missing".into()));
@@ -78,7 +110,10 @@ impl PartFile {
                 Err(PartError::Syntax {
                     path: path.to_path_buf(),
                     line,
-                    message: format!("[{section}] {key}={value}: unknown backend '{value}' (backends are {})", backends.join(",")),
+                    message: format!(
+                        "[{section}] {key}={value}: unknown backend '{value}' (backends are {})",
+                        backends.join(",")
+                    ),
                 })
             }
         };
@@ -100,23 +135,53 @@ impl PartFile {
             .or_else(|| get("default").map(String::from))
             .ok_or_else(|| invalid("[partition] default is missing".into()))?;
         if !backends.contains(&default) {
-            return Err(invalid(format!("default '{default}' is not one of the backends ({})", backends.join(","))));
+            return Err(invalid(format!(
+                "default '{default}' is not one of the backends ({})",
+                backends.join(",")
+            )));
         }
         let comply = match get("comply").unwrap_or("opcode") {
-            "opcode" => Comply { opname: false, opcode: true },
-            "opname" => Comply { opname: true, opcode: false },
-            "opname,opcode" | "opcode,opname" => Comply { opname: true, opcode: true },
-            other => return Err(invalid(format!("comply '{other}' is not one of opcode, opname, opname,opcode"))),
+            "opcode" => Comply {
+                opname: false,
+                opcode: true,
+            },
+            "opname" => Comply {
+                opname: true,
+                opcode: false,
+            },
+            "opname,opcode" | "opcode,opname" => Comply {
+                opname: true,
+                opcode: true,
+            },
+            other => {
+                return Err(invalid(format!(
+                    "comply '{other}' is not one of opcode, opname, opname,opcode"
+                )))
+            }
         };
-        Ok(PartFile { path: path.to_path_buf(), backends, default, comply, opcode, opname })
+        Ok(PartFile {
+            path: path.to_path_buf(),
+            backends,
+            default,
+            comply,
+            opcode,
+            opname,
+        })
     }
 }
 
 /// The text of a `.part` file that places nodes by name (`comply=opname`), in ONE's layout;
 /// `PartFile::parse` reads it back. `nodes` pairs each node name with an index into `backends`.
-pub fn render_opname<'a>(backends: &[String], default: &str, nodes: impl IntoIterator<Item = (&'a str, u16)>) -> String {
+pub fn render_opname<'a>(
+    backends: &[String],
+    default: &str,
+    nodes: impl IntoIterator<Item = (&'a str, u16)>,
+) -> String {
     use std::fmt::Write;
-    let mut out = format!("[partition]\nbackends={}\ndefault={default}\ncomply=opname\n\n[OPNAME]\n", backends.join(","));
+    let mut out = format!(
+        "[partition]\nbackends={}\ndefault={default}\ncomply=opname\n\n[OPNAME]\n",
+        backends.join(",")
+    );
     for (name, d) in nodes {
         // Writing to a String cannot fail.
         let _ = writeln!(out, "{name}={}", backends[d as usize]);
@@ -132,12 +197,19 @@ fn read_ini(text: &str, path: &Path) -> Result<Sections, PartError> {
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
         let n = i + 1;
-        let syntax = |message: String| PartError::Syntax { path: path.to_path_buf(), line: n, message };
+        let syntax = |message: String| PartError::Syntax {
+            path: path.to_path_buf(),
+            line: n,
+            message,
+        };
         if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
             continue;
         }
         if let Some(rest) = line.strip_prefix('[') {
-            let name = rest.strip_suffix(']').ok_or_else(|| syntax(format!("section header '{line}' has no closing ']'")))?.trim();
+            let name = rest
+                .strip_suffix(']')
+                .ok_or_else(|| syntax(format!("section header '{line}' has no closing ']'")))?
+                .trim();
             if name.is_empty() {
                 return Err(syntax("empty section name".into()));
             }
@@ -145,13 +217,19 @@ fn read_ini(text: &str, path: &Path) -> Result<Sections, PartError> {
             out.entry(name.to_string()).or_default();
             continue;
         }
-        let (k, v) = line.split_once('=').ok_or_else(|| syntax(format!("'{line}' is neither a [section] nor key=value")))?;
-        let section = current.as_ref().ok_or_else(|| syntax(format!("'{line}' comes before any [section]")))?;
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| syntax(format!("'{line}' is neither a [section] nor key=value")))?;
+        let section = current
+            .as_ref()
+            .ok_or_else(|| syntax(format!("'{line}' comes before any [section]")))?;
         let (k, v) = (k.trim(), v.trim());
         if k.is_empty() {
             return Err(syntax(format!("'{line}' has an empty key")));
         }
-        out.entry(section.clone()).or_default().push((k.to_string(), v.to_string(), n));
+        out.entry(section.clone())
+            .or_default()
+            .push((k.to_string(), v.to_string(), n));
     }
     Ok(out)
 }
@@ -176,23 +254,46 @@ mod tests {
         assert_eq!(p.backends, ["cpu", "acl_cl"]);
         assert_eq!(p.default, "acl_cl", "`_` overrides default");
         assert_eq!(p.opcode.get("div").map(String::as_str), Some("acl_cl"));
-        assert_eq!(p.opname.get("onnx::Conv_12").map(String::as_str), Some("cpu"));
-        assert_eq!(p.comply, Comply { opname: true, opcode: true });
+        assert_eq!(
+            p.opname.get("onnx::Conv_12").map(String::as_str),
+            Some("cpu")
+        );
+        assert_eq!(
+            p.comply,
+            Comply {
+                opname: true,
+                opcode: true
+            }
+        );
     }
 
     #[test]
     fn validates_as_one_does() {
-        let e = parse("[partition]\nbackends=cpu\ndefault=npu\n").unwrap_err().to_string();
-        assert!(e.contains("default 'npu' is not one of the backends"), "{e}");
-        let e = parse("[partition]\nbackends=\ndefault=cpu\n").unwrap_err().to_string();
+        let e = parse("[partition]\nbackends=cpu\ndefault=npu\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("default 'npu' is not one of the backends"),
+            "{e}"
+        );
+        let e = parse("[partition]\nbackends=\ndefault=cpu\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("backends is empty"), "{e}");
-        let e = parse("[partition]\nbackends=cpu\ndefault=cpu\n[OPCODE]\nADD=gpu\n").unwrap_err().to_string();
-        assert!(e.contains("line 5") && e.contains("unknown backend 'gpu'"), "{e}");
+        let e = parse("[partition]\nbackends=cpu\ndefault=cpu\n[OPCODE]\nADD=gpu\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 5") && e.contains("unknown backend 'gpu'"),
+            "{e}"
+        );
         let e = parse("[partition\nbackends=cpu\n").unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("no closing"), "{e}");
         let e = parse("backends=cpu\n").unwrap_err().to_string();
         assert!(e.contains("before any [section]"), "{e}");
-        let e = parse("[partition]\nbackends=cpu\ndefault=cpu\ncomply=sequence\n").unwrap_err().to_string();
+        let e = parse("[partition]\nbackends=cpu\ndefault=cpu\ncomply=sequence\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("comply 'sequence'"), "{e}");
     }
 
@@ -210,9 +311,18 @@ mod tests {
         let backends = vec!["cpu".to_string(), "npu".to_string()];
         let text = render_opname(&backends, "cpu", [("n0", 1), ("onnx::Conv_1", 0)]);
         let p = parse(&text).unwrap();
-        assert_eq!(p.comply, Comply { opname: true, opcode: false });
+        assert_eq!(
+            p.comply,
+            Comply {
+                opname: true,
+                opcode: false
+            }
+        );
         assert_eq!(p.opname.get("n0").map(String::as_str), Some("npu"));
-        assert_eq!(p.opname.get("onnx::Conv_1").map(String::as_str), Some("cpu"));
+        assert_eq!(
+            p.opname.get("onnx::Conv_1").map(String::as_str),
+            Some("cpu")
+        );
         assert_eq!(p.backends, backends);
     }
 }

@@ -51,7 +51,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 pub fn run(a: BenchArgs) -> Result<(), Fail> {
-    let tmp = tempfile::tempdir().map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
+    let tmp = tempfile::tempdir()
+        .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let conn: PathBuf = if a.target.extension().is_some_and(|e| e == "json") {
         a.target.to_path_buf()
     } else {
@@ -94,7 +95,13 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     }
     bar.finish_and_clear();
     let (m, s, p) = (median(t_mono), median(t_seq), median(t_pipe));
-    let per_s = |d: Duration| if d.is_zero() { 0.0 } else { 1.0 / d.as_secs_f64() };
+    let per_s = |d: Duration| {
+        if d.is_zero() {
+            0.0
+        } else {
+            1.0 / d.as_secs_f64()
+        }
+    };
     let counters = piped
         .conn
         .parts
@@ -114,25 +121,49 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         runs,
         requests: n,
         modes: vec![
-            Mode { mode: "monolithic", median_ms: m.as_secs_f64() * 1e3, throughput_per_s: per_s(m) },
-            Mode { mode: "partitioned", median_ms: s.as_secs_f64() * 1e3, throughput_per_s: per_s(s) },
-            Mode { mode: "pipelined", median_ms: p.as_secs_f64() * 1e3, throughput_per_s: per_s(p) },
+            Mode {
+                mode: "monolithic",
+                median_ms: m.as_secs_f64() * 1e3,
+                throughput_per_s: per_s(m),
+            },
+            Mode {
+                mode: "partitioned",
+                median_ms: s.as_secs_f64() * 1e3,
+                throughput_per_s: per_s(s),
+            },
+            Mode {
+                mode: "pipelined",
+                median_ms: p.as_secs_f64() * 1e3,
+                throughput_per_s: per_s(p),
+            },
         ],
         sequential_over_monolithic: s.as_secs_f64() / m.as_secs_f64().max(1e-12),
         pipelined_speedup: s.as_secs_f64() / p.as_secs_f64().max(1e-12),
         parts_counters: counters,
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(Fail::usage)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(Fail::usage)?
+        );
         return Ok(());
     }
     println!("{}: {} parts, {} runs, {} requests in flight when pipelined (engine of the monolithic run: tract)", report.model, report.parts, runs, n);
     println!("  {:<12} {:>12} {:>14}", "mode", "median ms", "requests/s");
     for md in &report.modes {
-        println!("  {:<12} {:>12.3} {:>14.1}", md.mode, md.median_ms, md.throughput_per_s);
+        println!(
+            "  {:<12} {:>12.3} {:>14.1}",
+            md.mode, md.median_ms, md.throughput_per_s
+        );
     }
-    println!("partitioned / monolithic latency: {:.3}", report.sequential_over_monolithic);
-    println!("pipelined / partitioned throughput: {:.3}", report.pipelined_speedup);
+    println!(
+        "partitioned / monolithic latency: {:.3}",
+        report.sequential_over_monolithic
+    );
+    println!(
+        "pipelined / partitioned throughput: {:.3}",
+        report.pipelined_speedup
+    );
     crate::counters::print(&piped, &pipe_stats, false);
     Ok(())
 }

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cleave_assign::qdq_pairs;
-use cleave_partition::{kahn_order, openvino, partition_default, validate, OpenVinoOptions, Options, Plan, UnitGraph};
+use cleave_partition::{
+    kahn_order, openvino, partition_default, validate, OpenVinoOptions, Options, Plan, UnitGraph,
+};
 use serde::Serialize;
 
 use crate::setup::{load_and_assign, DeviceArgs};
@@ -45,14 +47,22 @@ struct Report {
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default().as_secs_f64()
+    v.get(v.len() / 2)
+        .copied()
+        .unwrap_or_default()
+        .as_secs_f64()
 }
 
 /// A field of /proc/self/status in bytes (Linux only; `None` elsewhere).
 fn proc_status_bytes(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = text.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line[field.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: u64 = line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
     Some(kb * 1024)
 }
 
@@ -108,10 +118,16 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
 
     let bar = crate::progress::spinner("building and validating the plan");
     let t = Instant::now();
-    let plan = Plan::build(g, &l.assignment, &ug, &partition).map_err(|e| Fail::input(target, e))?;
+    let plan =
+        Plan::build(g, &l.assignment, &ug, &partition).map_err(|e| Fail::input(target, e))?;
     let plan_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    validate(g, &l.assignment, &plan).map_err(|e| Fail::input(target, format!("internal error, the partition is invalid: {e}")))?;
+    validate(g, &l.assignment, &plan).map_err(|e| {
+        Fail::input(
+            target,
+            format!("internal error, the partition is invalid: {e}"),
+        )
+    })?;
     let validate_s = t.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
@@ -130,7 +146,10 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
         }
         bar.finish_and_clear();
     } else {
-        openvino_note = Some(format!("not run: {} units, more than {OPENVINO_MAX_UNITS}", ug.len()));
+        openvino_note = Some(format!(
+            "not run: {} units, more than {OPENVINO_MAX_UNITS}",
+            ug.len()
+        ));
     }
 
     let (partition_s, toposort_s) = (median(tp), median(tt));
@@ -155,11 +174,17 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
         partition_bytes_per_node,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(Fail::usage)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(Fail::usage)?
+        );
         return Ok(());
     }
     let ms = |s: f64| s * 1e3;
-    println!("{}: {} nodes, {} units, {} edges, {} parts; medians of {runs} runs", report.model, report.nodes, report.units, report.edges, report.parts);
+    println!(
+        "{}: {} nodes, {} units, {} edges, {} parts; medians of {runs} runs",
+        report.model, report.nodes, report.units, report.edges, report.parts
+    );
     println!("  default partitioner  {:>10.3} ms", ms(partition_s));
     println!("  Kahn toposort        {:>10.3} ms", ms(toposort_s));
     println!("  ratio                {:>10.2}", report.ratio);
@@ -168,7 +193,13 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
         (_, _, Some(note)) => println!("  openvino algorithm   {note}"),
         _ => {}
     }
-    println!("  load {:.3} s, unit graph {:.3} ms, plan {:.3} ms, validate {:.3} ms", load_s, ms(unit_graph_s), ms(plan_s), ms(validate_s));
+    println!(
+        "  load {:.3} s, unit graph {:.3} ms, plan {:.3} ms, validate {:.3} ms",
+        load_s,
+        ms(unit_graph_s),
+        ms(plan_s),
+        ms(validate_s)
+    );
     if let Some(b) = report.peak_bytes_per_node {
         println!("  peak memory {b:.0} bytes per node (whole process)");
     }

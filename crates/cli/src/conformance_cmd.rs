@@ -27,32 +27,72 @@ struct Counts {
 }
 
 fn cases(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.join("model.onnx").is_file()).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
     v.sort();
     v
 }
 
 pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
-    let kind = EngineKind::parse(engine).ok_or_else(|| Fail::usage(format!("--engine '{engine}': engines are tract, ort")))?;
+    let kind = EngineKind::parse(engine)
+        .ok_or_else(|| Fail::usage(format!("--engine '{engine}': engines are tract, ort")))?;
     let eng = kind.engine().map_err(runtime_fail)?;
     let list = cases(dir);
     if list.is_empty() {
-        return Err(Fail::input(dir, "no test cases (folders with model.onnx) here; run scripts/fetch-test-data.sh"));
+        return Err(Fail::input(
+            dir,
+            "no test cases (folders with model.onnx) here; run scripts/fetch-test-data.sh",
+        ));
     }
-    let tmp = tempfile::tempdir().map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
-    let devices = DeviceArgs { devices: vec!["cpu".into()], part: None, default: None, profile: Vec::new(), optimize: None, no_constraints: false };
-    let mut c = Counts { engine: kind.name(), total: list.len(), rtol: RTOL, atol: ATOL, ..Default::default() };
+    let tmp = tempfile::tempdir()
+        .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
+    let devices = DeviceArgs {
+        devices: vec!["cpu".into()],
+        part: None,
+        default: None,
+        profile: Vec::new(),
+        optimize: None,
+        no_constraints: false,
+    };
+    let mut c = Counts {
+        engine: kind.name(),
+        total: list.len(),
+        rtol: RTOL,
+        atol: ATOL,
+        ..Default::default()
+    };
     for (i, case) in list.iter().enumerate() {
-        let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = case
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let work = tmp.path().join(format!("{i}"));
-        let outcome = match crate::partition_cmd::partition_into(&case.join("model.onnx"), &devices, &work, true) {
+        let outcome = match crate::partition_cmd::partition_into(
+            &case.join("model.onnx"),
+            &devices,
+            &work,
+            true,
+        ) {
             Err(e) => Outcome::Unsupported(format!("cleave: {e}")),
             Ok(conn_path) => match read_conn(&conn_path) {
                 Ok(conn) if conn.parts.len() == 1 => {
                     let p = &conn.parts[0];
-                    run_case(eng.as_ref(), &work.join(&p.file), case, &p.inputs, &p.outputs)
+                    run_case(
+                        eng.as_ref(),
+                        &work.join(&p.file),
+                        case,
+                        &p.inputs,
+                        &p.outputs,
+                    )
                 }
-                Ok(conn) => Outcome::Unsupported(format!("{} parts, expected one", conn.parts.len())),
+                Ok(conn) => {
+                    Outcome::Unsupported(format!("{} parts, expected one", conn.parts.len()))
+                }
                 Err(e) => Outcome::Unsupported(e.to_string()),
             },
         };

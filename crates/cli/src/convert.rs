@@ -13,8 +13,13 @@ pub fn run(input: &Path, output: &Path, external: Option<ExternalDataArg>) -> Re
         None => model.save(output)?,
         Some(ExternalDataArg::Inline) => model.internalized()?.save(output)?,
         Some(ExternalDataArg::Shared) => {
-            let stem = output.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
-            let (shared, _) = model.externalized(&output.with_file_name(format!("{stem}.weights")), MIN_EXTERNAL_BYTES)?;
+            let stem = output
+                .file_stem()
+                .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+            let (shared, _) = model.externalized(
+                &output.with_file_name(format!("{stem}.weights")),
+                MIN_EXTERNAL_BYTES,
+            )?;
             // Its locations name the new file beside `output`, so nothing is carried along.
             write_atomic(output, &encode_model(&shared.proto))?;
         }

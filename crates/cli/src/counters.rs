@@ -36,8 +36,14 @@ pub fn print(parts: &LoadedParts, stats: &[PartStats], json: bool) {
         return;
     }
     let w = rows.iter().map(|r| r.part.len()).max().unwrap_or(4).max(4);
-    println!("{:<w$}  {:<8}  {:<6}  {:>5}  {:>10}  {:>10}", "part", "backend", "engine", "calls", "exec ms", "wait ms");
+    println!(
+        "{:<w$}  {:<8}  {:<6}  {:>5}  {:>10}  {:>10}",
+        "part", "backend", "engine", "calls", "exec ms", "wait ms"
+    );
     for r in &rows {
-        println!("{:<w$}  {:<8}  {:<6}  {:>5}  {:>10.3}  {:>10.3}", r.part, r.backend, r.engine, r.calls, r.exec_ms, r.wait_ms);
+        println!(
+            "{:<w$}  {:<8}  {:<6}  {:>5}  {:>10.3}  {:>10.3}",
+            r.part, r.backend, r.engine, r.calls, r.exec_ms, r.wait_ms
+        );
     }
 }

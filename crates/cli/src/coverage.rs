@@ -29,18 +29,36 @@ pub struct Coverage {
 
 /// A device is an accelerator when it has a profile that does not run every op.
 pub fn accelerators<'a>(a: &'a Assignment, profiles: &Profiles) -> Vec<(u16, &'a str)> {
-    a.devices.iter().enumerate().filter(|(_, d)| profiles.get(d).is_some_and(|p| !p.all_ops)).map(|(i, d)| (i as u16, d.as_str())).collect()
+    a.devices
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| profiles.get(d).is_some_and(|p| !p.all_ops))
+        .map(|(i, d)| (i as u16, d.as_str()))
+        .collect()
 }
 
 /// Partitions as `partition` would (default algorithm) and summarises each accelerator.
-pub fn coverage(g: &Graph, a: &Assignment, profiles: &Profiles, constant: &[bool], allow_disconnected: bool) -> Result<Vec<Coverage>, String> {
+pub fn coverage(
+    g: &Graph,
+    a: &Assignment,
+    profiles: &Profiles,
+    constant: &[bool],
+    allow_disconnected: bool,
+) -> Result<Vec<Coverage>, String> {
     let ug = UnitGraph::from_assignment(g, a, &a.glue(g));
     let partition = partition_default(&ug, Options { allow_disconnected });
     let plan = Plan::build(g, a, &ug, &partition).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for (index, device) in accelerators(a, profiles) {
-        let Some(profile) = profiles.get(device) else { continue };
-        let parts: Vec<usize> = plan.parts.iter().filter(|p| p.device == index).map(|p| p.nodes.len()).collect();
+        let Some(profile) = profiles.get(device) else {
+            continue;
+        };
+        let parts: Vec<usize> = plan
+            .parts
+            .iter()
+            .filter(|p| p.device == index)
+            .map(|p| p.nodes.len())
+            .collect();
         let mut c = Coverage {
             device: device.to_string(),
             nodes_on_device: parts.iter().sum(),
@@ -54,7 +72,15 @@ pub fn coverage(g: &Graph, a: &Assignment, profiles: &Profiles, constant: &[bool
         };
         let mut caveats = BTreeMap::new();
         for (i, node) in g.nodes.iter().enumerate() {
-            let op = format!("{}:{}", if node.domain.is_empty() { "ai.onnx" } else { &node.domain }, node.op_type);
+            let op = format!(
+                "{}:{}",
+                if node.domain.is_empty() {
+                    "ai.onnx"
+                } else {
+                    &node.domain
+                },
+                node.op_type
+            );
             let verdict = profile.check(g, node);
             if verdict != Verdict::UnsupportedOp {
                 if let Some(note) = profile.note(node) {
@@ -70,10 +96,17 @@ pub fn coverage(g: &Graph, a: &Assignment, profiles: &Profiles, constant: &[bool
                     c.nodes_unsupported_op += 1;
                     c.unsupported_ops.insert(op);
                 }
-                Verdict::Constraint(reason) => *c.constraint_failures.entry(format!("{op}: {}", generic(&reason))).or_default() += 1,
+                Verdict::Constraint(reason) => {
+                    *c.constraint_failures
+                        .entry(format!("{op}: {}", generic(&reason)))
+                        .or_default() += 1
+                }
             }
         }
-        c.caveats = caveats.into_iter().map(|(op, note)| format!("{op}: {note}")).collect();
+        c.caveats = caveats
+            .into_iter()
+            .map(|(op, note)| format!("{op}: {note}"))
+            .collect();
         c.verdict = verdict(device, c.parts.len(), c.nodes_on_device, c.nodes_total);
         out.push(c);
     }
@@ -105,7 +138,11 @@ fn generic(reason: &str) -> String {
 /// over 75% of the nodes is good, over 50% maybe; two parts over 75% may be worth measuring;
 /// more parts and device copies will most likely cost more than the accelerator saves.
 pub fn verdict(device: &str, parts: usize, on: usize, total: usize) -> String {
-    let pct = if total == 0 { 0.0 } else { on as f64 * 100.0 / total as f64 };
+    let pct = if total == 0 {
+        0.0
+    } else {
+        on as f64 * 100.0 / total as f64
+    };
     match parts {
         0 => format!("no: {device} runs no node of this model"),
         1 if pct > 75.0 => format!("yes: one part on {device} covers {pct:.1}% of the nodes"),
@@ -117,19 +154,41 @@ pub fn verdict(device: &str, parts: usize, on: usize, total: usize) -> String {
 }
 
 pub fn print(c: &Coverage) {
-    let pct = if c.nodes_total == 0 { 0.0 } else { c.nodes_on_device as f64 * 100.0 / c.nodes_total as f64 };
+    let pct = if c.nodes_total == 0 {
+        0.0
+    } else {
+        c.nodes_on_device as f64 * 100.0 / c.nodes_total as f64
+    };
     let sizes: Vec<String> = c.parts.iter().map(usize::to_string).collect();
-    println!("\n{}: {} parts [{}], {}/{} nodes ({pct:.1}%)", c.device, c.parts.len(), sizes.join(", "), c.nodes_on_device, c.nodes_total);
+    println!(
+        "\n{}: {} parts [{}], {}/{} nodes ({pct:.1}%)",
+        c.device,
+        c.parts.len(),
+        sizes.join(", "),
+        c.nodes_on_device,
+        c.nodes_total
+    );
     if c.unsupported_ops.is_empty() {
         println!("  unsupported op types: none");
     } else {
-        println!("  unsupported op types ({} nodes): {}", c.nodes_unsupported_op, c.unsupported_ops.iter().cloned().collect::<Vec<_>>().join(", "));
+        println!(
+            "  unsupported op types ({} nodes): {}",
+            c.nodes_unsupported_op,
+            c.unsupported_ops
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     for (reason, n) in &c.constraint_failures {
         println!("  {n} nodes break a checked condition: {reason}");
     }
     if !c.caveats.is_empty() {
-        println!("  caveats not checked, which may keep a node off {}:", c.device);
+        println!(
+            "  caveats not checked, which may keep a node off {}:",
+            c.device
+        );
         for caveat in &c.caveats {
             println!("    {caveat}");
         }
@@ -144,7 +203,10 @@ mod tests {
     #[test]
     fn verdict_follows_onnxruntime_thresholds() {
         assert!(verdict("d", 1, 76, 100).starts_with("yes"));
-        assert!(verdict("d", 1, 75, 100).starts_with("maybe"), "75% is not above 75%");
+        assert!(
+            verdict("d", 1, 75, 100).starts_with("maybe"),
+            "75% is not above 75%"
+        );
         assert!(verdict("d", 1, 50, 100).starts_with("no"));
         assert!(verdict("d", 2, 90, 100).starts_with("maybe"));
         assert!(verdict("d", 2, 70, 100).starts_with("no"));
@@ -154,6 +216,9 @@ mod tests {
 
     #[test]
     fn reasons_drop_tensor_names() {
-        assert_eq!(generic("input 1 ('w') is not constant"), "input 1 ('…') is not constant");
+        assert_eq!(
+            generic("input 1 ('w') is not constant"),
+            "input 1 ('…') is not constant"
+        );
     }
 }

@@ -14,12 +14,20 @@ pub struct Fail {
 impl Fail {
     /// Bad input: exit code 2.
     pub fn input(file: &Path, cause: impl fmt::Display) -> Fail {
-        Fail { file: Some(file.to_path_buf()), cause: one_line(cause), code: 2 }
+        Fail {
+            file: Some(file.to_path_buf()),
+            cause: one_line(cause),
+            code: 2,
+        }
     }
 
     /// Bad flags or a request that cannot be met, not tied to one file: exit code 2.
     pub fn usage(cause: impl fmt::Display) -> Fail {
-        Fail { file: None, cause: one_line(cause), code: 2 }
+        Fail {
+            file: None,
+            cause: one_line(cause),
+            code: 2,
+        }
     }
 
     pub fn code(&self) -> u8 {
@@ -29,7 +37,11 @@ impl Fail {
 
 /// Causes may embed newlines (nested errors); the report stays on one line.
 fn one_line(cause: impl fmt::Display) -> String {
-    cause.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+    cause
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl fmt::Display for Fail {

@@ -27,17 +27,41 @@ pub fn run(a: GenArgs) -> Result<(), Fail> {
         return Err(Fail::usage("--nodes and --devices must be at least 1"));
     }
     if a.devices > u16::MAX as usize {
-        return Err(Fail::usage(format!("--devices {} is more than {} devices", a.devices, u16::MAX)));
+        return Err(Fail::usage(format!(
+            "--devices {} is more than {} devices",
+            a.devices,
+            u16::MAX
+        )));
     }
     let bar = crate::progress::spinner("generating");
-    let g = generate(GenOptions { nodes: a.nodes, devices: a.devices, seed: a.seed });
+    let g = generate(GenOptions {
+        nodes: a.nodes,
+        devices: a.devices,
+        seed: a.seed,
+    });
     bar.set_message("writing");
     write_atomic(a.output, &encode_model(&g.model))?;
     let part = part_path(a.output, a.part);
-    let nodes = g.model.graph.as_ref().map(|gr| gr.node.as_slice()).unwrap_or_default();
-    let text = render_opname(&g.backends, &g.backends[0], nodes.iter().map(|n| n.name()).zip(g.device.iter().copied()));
+    let nodes = g
+        .model
+        .graph
+        .as_ref()
+        .map(|gr| gr.node.as_slice())
+        .unwrap_or_default();
+    let text = render_opname(
+        &g.backends,
+        &g.backends[0],
+        nodes.iter().map(|n| n.name()).zip(g.device.iter().copied()),
+    );
     write_atomic(&part, text.as_bytes())?;
     bar.finish_and_clear();
-    println!("wrote {} ({} nodes) and {} ({} devices: {})", a.output.display(), a.nodes, part.display(), g.backends.len(), g.backends.join(","));
+    println!(
+        "wrote {} ({} nodes) and {} ({} devices: {})",
+        a.output.display(),
+        a.nodes,
+        part.display(),
+        g.backends.len(),
+        g.backends.join(",")
+    );
     Ok(())
 }

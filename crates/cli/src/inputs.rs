@@ -9,7 +9,8 @@ use cleave_runtime::{read_npy, read_pb, HostTensor};
 use crate::Fail;
 
 fn split<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str), Fail> {
-    s.split_once('=').ok_or_else(|| Fail::usage(format!("{flag} '{s}': expected NAME=VALUE")))
+    s.split_once('=')
+        .ok_or_else(|| Fail::usage(format!("{flag} '{s}': expected NAME=VALUE")))
 }
 
 pub fn parse_shapes(shapes: &[String]) -> Result<HashMap<String, Vec<usize>>, Fail> {
@@ -18,7 +19,11 @@ pub fn parse_shapes(shapes: &[String]) -> Result<HashMap<String, Vec<usize>>, Fa
         let (name, dims) = split("--shape", s)?;
         let dims = dims
             .split(',')
-            .map(|d| d.trim().parse::<usize>().map_err(|_| Fail::usage(format!("--shape '{s}': '{d}' is not a dimension"))))
+            .map(|d| {
+                d.trim()
+                    .parse::<usize>()
+                    .map_err(|_| Fail::usage(format!("--shape '{s}': '{d}' is not a dimension")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         out.insert(name.to_string(), dims);
     }
@@ -27,14 +32,23 @@ pub fn parse_shapes(shapes: &[String]) -> Result<HashMap<String, Vec<usize>>, Fa
 
 /// The model's inputs: read from `given` files, or (when `random`) seeded random data of the
 /// declared type. Each is checked against the model's declared type.
-pub fn gather(g: &Graph, given: &[String], shapes: &[String], seed: u64, random: bool) -> Result<Vec<(String, HostTensor)>, Fail> {
+pub fn gather(
+    g: &Graph,
+    given: &[String],
+    shapes: &[String],
+    seed: u64,
+    random: bool,
+) -> Result<Vec<(String, HostTensor)>, Fail> {
     let shapes = parse_shapes(shapes)?;
     let names: Vec<&str> = g.inputs.iter().map(|&v| g.value(v).name.as_str()).collect();
     let mut files: HashMap<&str, &str> = HashMap::new();
     for s in given {
         let (name, file) = split("--input", s)?;
         if !names.contains(&name) {
-            return Err(Fail::usage(format!("--input {name}: the model has no input '{name}' (its inputs: {})", names.join(", "))));
+            return Err(Fail::usage(format!(
+                "--input {name}: the model has no input '{name}' (its inputs: {})",
+                names.join(", ")
+            )));
         }
         files.insert(name, file);
     }
@@ -43,29 +57,52 @@ pub fn gather(g: &Graph, given: &[String], shapes: &[String], seed: u64, random:
         let value = g.value(v);
         let t = if let Some(file) = files.get(value.name.as_str()) {
             let path = Path::new(file);
-            let t = if path.extension().is_some_and(|e| e == "pb") { read_pb(path) } else { read_npy(path) };
+            let t = if path.extension().is_some_and(|e| e == "pb") {
+                read_pb(path)
+            } else {
+                read_npy(path)
+            };
             let t = t.map_err(|e| Fail::input(path, e))?;
-            t.fits(&value.ty).map_err(|m| Fail::input(path, format!("input '{}': {m}", value.name)))?;
+            t.fits(&value.ty)
+                .map_err(|m| Fail::input(path, format!("input '{}': {m}", value.name)))?;
             t
         } else if random {
-            let elem = value.ty.elem.ok_or_else(|| Fail::usage(format!("input '{}' has no known element type; give it with --input", value.name)))?;
+            let elem = value.ty.elem.ok_or_else(|| {
+                Fail::usage(format!(
+                    "input '{}' has no known element type; give it with --input",
+                    value.name
+                ))
+            })?;
             let shape: Vec<usize> = match shapes.get(&value.name) {
                 Some(s) => s.clone(),
                 None => {
-                    let dims = value.ty.shape.as_ref().ok_or_else(|| Fail::usage(format!("input '{}' has no known shape; give --shape {}=D,D,...", value.name, value.name)))?;
+                    let dims = value.ty.shape.as_ref().ok_or_else(|| {
+                        Fail::usage(format!(
+                            "input '{}' has no known shape; give --shape {}=D,D,...",
+                            value.name, value.name
+                        ))
+                    })?;
                     dims.iter()
                         .map(|d| match d {
                             Dim::Fixed(n) => Ok(*n as usize),
-                            _ => Err(Fail::usage(format!("input '{}' has a dynamic shape {}; give --shape {}=D,D,...", value.name, value.ty, value.name))),
+                            _ => Err(Fail::usage(format!(
+                                "input '{}' has a dynamic shape {}; give --shape {}=D,D,...",
+                                value.name, value.ty, value.name
+                            ))),
                         })
                         .collect::<Result<_, _>>()?
                 }
             };
-            let t = HostTensor::random(elem, &shape, seed.wrapping_add(k as u64)).map_err(|m| Fail::usage(format!("input '{}': {m}", value.name)))?;
-            t.fits(&value.ty).map_err(|m| Fail::usage(format!("--shape {}: {m}", value.name)))?;
+            let t = HostTensor::random(elem, &shape, seed.wrapping_add(k as u64))
+                .map_err(|m| Fail::usage(format!("input '{}': {m}", value.name)))?;
+            t.fits(&value.ty)
+                .map_err(|m| Fail::usage(format!("--shape {}: {m}", value.name)))?;
             t
         } else {
-            return Err(Fail::usage(format!("input '{}' not given: use --input {}=FILE.npy (or .pb)", value.name, value.name)));
+            return Err(Fail::usage(format!(
+                "input '{}' not given: use --input {}=FILE.npy (or .pb)",
+                value.name, value.name
+            )));
         };
         out.push((value.name.clone(), t));
     }

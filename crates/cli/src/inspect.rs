@@ -75,27 +75,62 @@ fn summarise(path: &Path, m: &Model, report: cleave_onnx::InferReport) -> Summar
     let g = &m.graph;
     let mut ops = BTreeMap::new();
     for n in &g.nodes {
-        let key = if n.domain.is_empty() || n.domain == "ai.onnx" { n.op_type.clone() } else { format!("{}::{}", n.domain, n.op_type) };
+        let key = if n.domain.is_empty() || n.domain == "ai.onnx" {
+            n.op_type.clone()
+        } else {
+            format!("{}::{}", n.domain, n.op_type)
+        };
         *ops.entry(key).or_insert(0) += 1;
     }
     let weights: Vec<_> = g.weights().collect();
     let constant = g.constant_nodes(cleave_onnx::is_deterministic);
-    let computed: Vec<_> = g.nodes.iter().zip(&constant).filter(|(_, &c)| c).map(|(n, _)| n).collect();
-    let computed_bytes = computed.iter().flat_map(|n| n.outputs.iter().flatten()).filter_map(|&v| g.value(v).ty.byte_size()).sum();
+    let computed: Vec<_> = g
+        .nodes
+        .iter()
+        .zip(&constant)
+        .filter(|(_, &c)| c)
+        .map(|(n, _)| n)
+        .collect();
+    let computed_bytes = computed
+        .iter()
+        .flat_map(|n| n.outputs.iter().flatten())
+        .filter_map(|&v| g.value(v).ty.byte_size())
+        .sum();
     Summary {
         file: path.display().to_string(),
         format: m.format,
         ir_version: m.format_version,
         producer: m.producer.clone(),
-        opsets: m.opsets.iter().map(|o| OpsetJson { domain: if o.domain.is_empty() { "ai.onnx".into() } else { o.domain.clone() }, version: o.version }).collect(),
+        opsets: m
+            .opsets
+            .iter()
+            .map(|o| OpsetJson {
+                domain: if o.domain.is_empty() {
+                    "ai.onnx".into()
+                } else {
+                    o.domain.clone()
+                },
+                version: o.version,
+            })
+            .collect(),
         nodes: g.nodes.len(),
         depth: g.depth(),
         ops,
         inputs: g.inputs.iter().map(|&v| tensor(g, v)).collect(),
         outputs: g.outputs.iter().map(|&v| tensor(g, v)).collect(),
-        parameters: Params { tensors: weights.len(), bytes: weights.iter().map(|(_, w)| w.byte_len()).sum() },
-        computed_constants: Computed { nodes: computed.len(), bytes: computed_bytes },
-        functions: m.functions.iter().map(|f| format!("{}::{}", f.domain, f.name)).collect(),
+        parameters: Params {
+            tensors: weights.len(),
+            bytes: weights.iter().map(|(_, w)| w.byte_len()).sum(),
+        },
+        computed_constants: Computed {
+            nodes: computed.len(),
+            bytes: computed_bytes,
+        },
+        functions: m
+            .functions
+            .iter()
+            .map(|f| format!("{}::{}", f.domain, f.name))
+            .collect(),
         untyped: report.untyped,
         ops_without_inference: report.unknown_ops,
     }
@@ -123,18 +158,40 @@ fn render(s: &Summary) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "model      {}", s.file);
-    let producer = if s.producer.is_empty() { String::new() } else { format!(", producer {}", s.producer) };
-    let _ = writeln!(o, "format     {} (IR version {}{producer})", s.format, s.ir_version);
-    let opsets: Vec<String> = s.opsets.iter().map(|o| format!("{} {}", o.domain, o.version)).collect();
+    let producer = if s.producer.is_empty() {
+        String::new()
+    } else {
+        format!(", producer {}", s.producer)
+    };
+    let _ = writeln!(
+        o,
+        "format     {} (IR version {}{producer})",
+        s.format, s.ir_version
+    );
+    let opsets: Vec<String> = s
+        .opsets
+        .iter()
+        .map(|o| format!("{} {}", o.domain, o.version))
+        .collect();
     let _ = writeln!(o, "opsets     {}", opsets.join(", "));
     let _ = writeln!(o, "nodes      {} (graph depth {})", s.nodes, s.depth);
     let mut ops: Vec<_> = s.ops.iter().collect();
     ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let ops: Vec<String> = ops.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(o, "ops        {}", ops.join(", "));
-    let _ = writeln!(o, "parameters {} in {} constant tensors", human_bytes(s.parameters.bytes), s.parameters.tensors);
+    let _ = writeln!(
+        o,
+        "parameters {} in {} constant tensors",
+        human_bytes(s.parameters.bytes),
+        s.parameters.tensors
+    );
     if s.computed_constants.nodes > 0 {
-        let _ = writeln!(o, "           + {} computed from constants by {} nodes", human_bytes(s.computed_constants.bytes), s.computed_constants.nodes);
+        let _ = writeln!(
+            o,
+            "           + {} computed from constants by {} nodes",
+            human_bytes(s.computed_constants.bytes),
+            s.computed_constants.nodes
+        );
     }
     for (title, list) in [("inputs", &s.inputs), ("outputs", &s.outputs)] {
         let _ = writeln!(o, "{title}");
@@ -148,9 +205,18 @@ fn render(s: &Summary) -> String {
     if s.untyped.is_empty() {
         let _ = writeln!(o, "types      every tensor has an element type and a rank");
     } else {
-        let _ = writeln!(o, "untyped    {} tensors: {}", s.untyped.len(), s.untyped.join(", "));
+        let _ = writeln!(
+            o,
+            "untyped    {} tensors: {}",
+            s.untyped.len(),
+            s.untyped.join(", ")
+        );
         if !s.ops_without_inference.is_empty() {
-            let _ = writeln!(o, "           (no inference rule for: {})", s.ops_without_inference.join(", "));
+            let _ = writeln!(
+                o,
+                "           (no inference rule for: {})",
+                s.ops_without_inference.join(", ")
+            );
         }
     }
     o
@@ -161,11 +227,14 @@ fn describe(t: &TensorJson) -> String {
     let shape = match &t.shape {
         None => "[?]".to_string(),
         Some(d) => {
-            let dims: Vec<String> = d.iter().map(|v| match v {
-                serde_json::Value::Null => "?".to_string(),
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            }).collect();
+            let dims: Vec<String> = d
+                .iter()
+                .map(|v| match v {
+                    serde_json::Value::Null => "?".to_string(),
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect();
             format!("[{}]", dims.join(","))
         }
     };

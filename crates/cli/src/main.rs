@@ -282,10 +282,36 @@ fn main() -> ExitCode {
     progress::set_quiet(cli.quiet);
     let result = match cli.command {
         Command::Inspect { model, json } => inspect::run(&model, json),
-        Command::Convert { input, output, external_data } => convert::run(&input, &output, external_data),
-        Command::Query { model, devices, allow_disconnected, json } => query::run(&model, &devices, allow_disconnected, json),
-        Command::Optimize { model, devices, level, output, json } => optimize_cmd::run(&model, &devices, level, &output, json),
-        Command::Partition { model, devices, algorithm, allow_disconnected, trace, budget, workdir, external_data, stages, report } => partition_cmd::run(partition_cmd::PartitionArgs {
+        Command::Convert {
+            input,
+            output,
+            external_data,
+        } => convert::run(&input, &output, external_data),
+        Command::Query {
+            model,
+            devices,
+            allow_disconnected,
+            json,
+        } => query::run(&model, &devices, allow_disconnected, json),
+        Command::Optimize {
+            model,
+            devices,
+            level,
+            output,
+            json,
+        } => optimize_cmd::run(&model, &devices, level, &output, json),
+        Command::Partition {
+            model,
+            devices,
+            algorithm,
+            allow_disconnected,
+            trace,
+            budget,
+            workdir,
+            external_data,
+            stages,
+            report,
+        } => partition_cmd::run(partition_cmd::PartitionArgs {
             model: &model,
             devices: &devices,
             algorithm,
@@ -299,16 +325,75 @@ fn main() -> ExitCode {
         }),
         Command::Report { conn, model } => report_cmd::run(&conn, model.as_deref()),
         Command::Check { conn } => check::run(&conn),
-        Command::Gen { nodes, devices, seed, output, part } => gen_cmd::run(gen_cmd::GenArgs { nodes, devices, seed, output: &output, part: part.as_deref() }),
+        Command::Gen {
+            nodes,
+            devices,
+            seed,
+            output,
+            part,
+        } => gen_cmd::run(gen_cmd::GenArgs {
+            nodes,
+            devices,
+            seed,
+            output: &output,
+            part: part.as_deref(),
+        }),
         Command::Conformance { dir, engine, json } => conformance_cmd::run(&dir, &engine, json),
-        Command::Run { conn, inputs, out_dir, engines, requests, json } => {
-            run_cmd::run(run_cmd::RunArgs { conn: &conn, inputs: &inputs, out_dir: &out_dir, engines: &engines, json, requests })
-        }
-        Command::Bench { target, devices, runs, json, partition: true, .. } => bench_partition::run(&target, &devices, runs, json),
-        Command::Bench { target, devices, runs, requests, shapes, engines, json, partition: false } => {
-            bench_cmd::run(bench_cmd::BenchArgs { target: &target, devices: &devices, runs, requests, shapes: &shapes, engines: &engines, json })
-        }
-        Command::Verify { model, conn, devices, boundaries, rtol, atol, seed, shapes, inputs, engines, reference, json } => {
+        Command::Run {
+            conn,
+            inputs,
+            out_dir,
+            engines,
+            requests,
+            json,
+        } => run_cmd::run(run_cmd::RunArgs {
+            conn: &conn,
+            inputs: &inputs,
+            out_dir: &out_dir,
+            engines: &engines,
+            json,
+            requests,
+        }),
+        Command::Bench {
+            target,
+            devices,
+            runs,
+            json,
+            partition: true,
+            ..
+        } => bench_partition::run(&target, &devices, runs, json),
+        Command::Bench {
+            target,
+            devices,
+            runs,
+            requests,
+            shapes,
+            engines,
+            json,
+            partition: false,
+        } => bench_cmd::run(bench_cmd::BenchArgs {
+            target: &target,
+            devices: &devices,
+            runs,
+            requests,
+            shapes: &shapes,
+            engines: &engines,
+            json,
+        }),
+        Command::Verify {
+            model,
+            conn,
+            devices,
+            boundaries,
+            rtol,
+            atol,
+            seed,
+            shapes,
+            inputs,
+            engines,
+            reference,
+            json,
+        } => {
             match verify_cmd::run(verify_cmd::VerifyArgs {
                 model: &model,
                 conn: conn.as_deref(),

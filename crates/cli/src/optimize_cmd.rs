@@ -37,27 +37,58 @@ struct Report {
     warnings: Vec<String>,
 }
 
-pub fn run(model_path: &Path, args: &DeviceArgs, level: OptLevel, out: &Path, json: bool) -> Result<(), Fail> {
+pub fn run(
+    model_path: &Path,
+    args: &DeviceArgs,
+    level: OptLevel,
+    out: &Path,
+    json: bool,
+) -> Result<(), Fail> {
     if args.optimize.is_some() {
-        return Err(Fail::usage("optimize takes --level basic|device, not --optimize"));
+        return Err(Fail::usage(
+            "optimize takes --level basic|device, not --optimize",
+        ));
     }
     if args.part.is_some() {
         return Err(Fail::usage("optimize takes its devices from --devices (a .part file places nodes; it does not choose rewrites)"));
     }
     let (profiles, devices) = profiles(args)?;
     if devices.is_empty() {
-        return Err(Fail::usage("no devices given: use --devices (e.g. --devices cpu or --devices myriad,cpu)"));
+        return Err(Fail::usage(
+            "no devices given: use --devices (e.g. --devices cpu or --devices myriad,cpu)",
+        ));
     }
-    if out.canonicalize().ok().is_some_and(|o| model_path.canonicalize().ok() == Some(o)) {
-        return Err(Fail::input(out, "refusing to overwrite the source model: choose another -o"));
+    if out
+        .canonicalize()
+        .ok()
+        .is_some_and(|o| model_path.canonicalize().ok() == Some(o))
+    {
+        return Err(Fail::input(
+            out,
+            "refusing to overwrite the source model: choose another -o",
+        ));
     }
     let (onnx, model, _) = load_model(model_path)?;
-    let opts = OptimizeOptions { level: level.into(), devices: devices.clone(), profiles: &profiles };
+    let opts = OptimizeOptions {
+        level: level.into(),
+        devices: devices.clone(),
+        profiles: &profiles,
+    };
     let o = optimize(&onnx, &opts).map_err(|e| Fail::input(model_path, e))?;
     o.model.save(out).map_err(|e| Fail::input(out, e))?;
     let g = &o.ir.graph;
     let constant = g.constant_nodes(is_deterministic);
-    let a = assign(g, &profiles, &AssignOptions { devices: devices.clone(), default: None, part: None }, &constant).map_err(|e| Fail::input(model_path, e))?;
+    let a = assign(
+        g,
+        &profiles,
+        &AssignOptions {
+            devices: devices.clone(),
+            default: None,
+            part: None,
+        },
+        &constant,
+    )
+    .map_err(|e| Fail::input(model_path, e))?;
     let groups: Vec<Group> = a.groups.iter().map(|(_, grp)| grp.clone()).collect();
     let mut by_rule = BTreeMap::new();
     for grp in &groups {
@@ -66,8 +97,19 @@ pub fn run(model_path: &Path, args: &DeviceArgs, level: OptLevel, out: &Path, js
     let layers = runtime_layers(g, &constant, &groups, &o.origins)
         .into_iter()
         .map(|l| {
-            let device = g.topo_order().iter().find(|&&n| g.node_label(n) == l.name).and_then(|&n| a.device_name(n)).map(String::from);
-            Layer { name: l.name, op_type: l.op_type, device, rule: l.rule, original: l.original }
+            let device = g
+                .topo_order()
+                .iter()
+                .find(|&&n| g.node_label(n) == l.name)
+                .and_then(|&n| a.device_name(n))
+                .map(String::from);
+            Layer {
+                name: l.name,
+                op_type: l.op_type,
+                device,
+                rule: l.rule,
+                original: l.original,
+            }
         })
         .collect();
     let report = Report {
@@ -85,7 +127,10 @@ pub fn run(model_path: &Path, args: &DeviceArgs, level: OptLevel, out: &Path, js
         warnings: a.warnings,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(Fail::usage)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(Fail::usage)?
+        );
         return Ok(());
     }
     print_view(&report, out);
@@ -93,14 +138,44 @@ pub fn run(model_path: &Path, args: &DeviceArgs, level: OptLevel, out: &Path, js
 }
 
 fn print_view(r: &Report, out: &Path) {
-    let wn = r.layers.iter().map(|l| l.name.len()).max().unwrap_or(5).clamp(5, 40);
-    let wt = r.layers.iter().map(|l| l.op_type.len()).max().unwrap_or(4).max(4);
-    println!("{:<wn$}  {:<wt$}  {:<8}  original layers", "layer", "type", "device");
+    let wn = r
+        .layers
+        .iter()
+        .map(|l| l.name.len())
+        .max()
+        .unwrap_or(5)
+        .clamp(5, 40);
+    let wt = r
+        .layers
+        .iter()
+        .map(|l| l.op_type.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<wn$}  {:<wt$}  {:<8}  original layers",
+        "layer", "type", "device"
+    );
     for l in &r.layers {
         let fused = l.rule.map(|x| format!("  [{x}]")).unwrap_or_default();
-        println!("{:<wn$}  {:<wt$}  {:<8}  {}{fused}", l.name, l.op_type, l.device.as_deref().unwrap_or("-"), l.original.join(", "));
+        println!(
+            "{:<wn$}  {:<wt$}  {:<8}  {}{fused}",
+            l.name,
+            l.op_type,
+            l.device.as_deref().unwrap_or("-"),
+            l.original.join(", ")
+        );
     }
-    let list = |m: &BTreeMap<&str, usize>| if m.is_empty() { "none".to_string() } else { m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ") };
+    let list = |m: &BTreeMap<&str, usize>| {
+        if m.is_empty() {
+            "none".to_string()
+        } else {
+            m.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
     println!(
         "\n{} nodes → {} ({} runtime layers); rewrites: {}; fused groups: {}",
         r.nodes_before,

@@ -43,35 +43,77 @@ fn reason(p: Placement) -> &'static str {
     }
 }
 
-pub fn run(model: &Path, args: &DeviceArgs, allow_disconnected: bool, json: bool) -> Result<(), Fail> {
+pub fn run(
+    model: &Path,
+    args: &DeviceArgs,
+    allow_disconnected: bool,
+    json: bool,
+) -> Result<(), Fail> {
     let l = load_and_assign(model, args)?;
     let (profiles, _) = profiles(args)?;
     let g = &l.model.graph;
     let a = &l.assignment;
-    let mut counts: std::collections::BTreeMap<String, usize> = a.devices.iter().map(|d| (d.clone(), 0)).collect();
+    let mut counts: std::collections::BTreeMap<String, usize> =
+        a.devices.iter().map(|d| (d.clone(), 0)).collect();
     let mut rows = Vec::with_capacity(g.nodes.len());
     for &n in g.topo_order() {
         let device = a.device_name(n).map(String::from);
         if let Some(d) = &device {
             *counts.entry(d.clone()).or_default() += 1;
         }
-        rows.push(NodeRow { name: g.node_label(n).to_string(), op: g.node(n).op_type.clone(), device, reason: reason(a.placement[n.index()]) });
+        rows.push(NodeRow {
+            name: g.node_label(n).to_string(),
+            op: g.node(n).op_type.clone(),
+            device,
+            reason: reason(a.placement[n.index()]),
+        });
     }
     let constant_nodes = rows.iter().filter(|r| r.device.is_none()).count();
-    let coverage = coverage(g, a, &profiles, &l.constant, allow_disconnected).map_err(|e| Fail::input(model, format!("internal error, the partition is invalid: {e}")))?;
-    let q = Query { devices: a.devices.clone(), nodes: rows, counts, constant_nodes, coverage };
+    let coverage = coverage(g, a, &profiles, &l.constant, allow_disconnected).map_err(|e| {
+        Fail::input(
+            model,
+            format!("internal error, the partition is invalid: {e}"),
+        )
+    })?;
+    let q = Query {
+        devices: a.devices.clone(),
+        nodes: rows,
+        counts,
+        constant_nodes,
+        coverage,
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&q).map_err(|e| Fail::usage(e))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&q).map_err(|e| Fail::usage(e))?
+        );
         return Ok(());
     }
-    let w = q.nodes.iter().map(|r| r.name.len()).max().unwrap_or(4).clamp(4, 48);
+    let w = q
+        .nodes
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 48);
     let wo = q.nodes.iter().map(|r| r.op.len()).max().unwrap_or(2).max(2);
     println!("{:<w$}  {:<wo$}  {:<10}  reason", "node", "op", "device");
     for r in &q.nodes {
-        println!("{:<w$}  {:<wo$}  {:<10}  {}", r.name, r.op, r.device.as_deref().unwrap_or("(copied)"), r.reason);
+        println!(
+            "{:<w$}  {:<wo$}  {:<10}  {}",
+            r.name,
+            r.op,
+            r.device.as_deref().unwrap_or("(copied)"),
+            r.reason
+        );
     }
     let per: Vec<String> = q.counts.iter().map(|(d, c)| format!("{d} {c}")).collect();
-    println!("\n{} nodes: {}; {} constant nodes copied into the parts that read them", q.nodes.len(), per.join(", "), q.constant_nodes);
+    println!(
+        "\n{} nodes: {}; {} constant nodes copied into the parts that read them",
+        q.nodes.len(),
+        per.join(", "),
+        q.constant_nodes
+    );
     for c in &q.coverage {
         print(c);
     }

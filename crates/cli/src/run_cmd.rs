@@ -18,7 +18,9 @@ pub fn runtime_fail(e: RuntimeError) -> Fail {
 /// The source model a connection file names, typed.
 pub fn load_source(conn_path: &Path) -> Result<(OnnxModel, Model), Fail> {
     let conn = read_conn(conn_path).map_err(runtime_fail)?;
-    let dir = conn_path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = conn_path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let onnx = OnnxModel::load(dir.join(&conn.source.file))?;
     let mut model = to_ir(&onnx)?;
     infer_types(&mut model);
@@ -40,7 +42,16 @@ pub struct RunArgs<'a> {
 }
 
 fn file_name(tensor: &str) -> String {
-    tensor.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    tensor
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 pub fn run(a: RunArgs) -> Result<(), Fail> {
@@ -54,7 +65,9 @@ pub fn run(a: RunArgs) -> Result<(), Fail> {
         let r = run_pipelined(&mut parts, vec![feeds.clone(); a.requests]).map_err(runtime_fail)?;
         stats = r.stats;
         // Pipelining must not change a single bit: compare with a plain run.
-        let plain = parts.run(feeds, &mut vec![PartStats::default(); parts.sessions.len()]).map_err(runtime_fail)?;
+        let plain = parts
+            .run(feeds, &mut vec![PartStats::default(); parts.sessions.len()])
+            .map_err(runtime_fail)?;
         for (i, v) in r.values.iter().enumerate() {
             for o in &parts.conn.source.outputs {
                 if v.get(o) != plain.get(o) {
@@ -63,16 +76,23 @@ pub fn run(a: RunArgs) -> Result<(), Fail> {
             }
         }
         if !a.json {
-            println!("{} requests pipelined in {:.3} ms; every output identical to a sequential run", a.requests, r.wall.as_secs_f64() * 1e3);
+            println!(
+                "{} requests pipelined in {:.3} ms; every output identical to a sequential run",
+                a.requests,
+                r.wall.as_secs_f64() * 1e3
+            );
         }
         plain
     } else {
         parts.run(feeds, &mut stats).map_err(runtime_fail)?
     };
-    std::fs::create_dir_all(a.out_dir).map_err(|e| Fail::input(a.out_dir, format!("cannot write: {e}")))?;
+    std::fs::create_dir_all(a.out_dir)
+        .map_err(|e| Fail::input(a.out_dir, format!("cannot write: {e}")))?;
     let mut written = Vec::new();
     for o in &parts.conn.source.outputs {
-        let t = values.get(o).ok_or_else(|| Fail::input(a.conn, format!("no part produced the model output '{o}'")))?;
+        let t = values.get(o).ok_or_else(|| {
+            Fail::input(a.conn, format!("no part produced the model output '{o}'"))
+        })?;
         let path = a.out_dir.join(format!("{}.npy", file_name(o)));
         write_npy(&path, t).map_err(runtime_fail)?;
         written.push((o.clone(), path, t.shape.clone()));

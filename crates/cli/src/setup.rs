@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use cleave_assign::{assign, AssignOptions, Assignment, PartFile};
 use std::collections::BTreeMap;
 
+use clap::{Args, ValueEnum};
 use cleave_device::Profiles;
 use cleave_fuse::{optimize, Level, OptimizeOptions};
 use cleave_ir::Model;
 use cleave_onnx::{infer_types, is_deterministic, to_ir, OnnxModel};
-use clap::{Args, ValueEnum};
 
 use crate::Fail;
 
@@ -18,7 +18,12 @@ pub struct DeviceArgs {
     /// Devices in priority order, e.g. `myriad,cpu` (as OpenVINO's HETERO:MYRIAD,CPU): a node
     /// goes to the first one whose profile runs it. With --part, overrides its `backends`.
     /// An entry ending in .toml is a profile file: its device is used.
-    #[arg(long, visible_alias = "backends", value_delimiter = ',', value_name = "A,B,...")]
+    #[arg(
+        long,
+        visible_alias = "backends",
+        value_delimiter = ',',
+        value_name = "A,B,..."
+    )]
     pub devices: Vec<String>,
     /// ONE circle-partitioner rule file: [partition] backends/default/comply, [OPCODE], [OPNAME].
     #[arg(long, value_name = "FILE.part")]
@@ -82,7 +87,11 @@ pub fn profiles(args: &DeviceArgs) -> Result<(Profiles, Vec<String>), Fail> {
     let mut devices = Vec::with_capacity(args.devices.len());
     for d in &args.devices {
         if d.ends_with(".toml") {
-            devices.push(profiles.load(std::path::Path::new(d)).map_err(|e| Fail::input(e.path(), &e))?);
+            devices.push(
+                profiles
+                    .load(std::path::Path::new(d))
+                    .map_err(|e| Fail::input(e.path(), &e))?,
+            );
         } else {
             devices.push(d.clone());
         }
@@ -93,7 +102,9 @@ pub fn profiles(args: &DeviceArgs) -> Result<(Profiles, Vec<String>), Fail> {
     let mut seen = std::collections::HashSet::new();
     for d in &devices {
         if d.is_empty() || !seen.insert(d) {
-            return Err(Fail::usage(format!("--devices: '{d}' is empty or listed twice")));
+            return Err(Fail::usage(format!(
+                "--devices: '{d}' is empty or listed twice"
+            )));
         }
     }
     Ok((profiles, devices))
@@ -103,31 +114,61 @@ pub fn load_and_assign(model_path: &std::path::Path, args: &DeviceArgs) -> Resul
     let (profiles, devices) = profiles(args)?;
     let part = match &args.part {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| Fail::input(path, format!("cannot read: {e}")))?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Fail::input(path, format!("cannot read: {e}")))?;
             let backends = (!devices.is_empty()).then_some(devices.as_slice());
-            Some(PartFile::parse(&text, path, backends, args.default.as_deref()).map_err(|e| Fail::input(e.path(), &e))?)
+            Some(
+                PartFile::parse(&text, path, backends, args.default.as_deref())
+                    .map_err(|e| Fail::input(e.path(), &e))?,
+            )
         }
         None => None,
     };
     if part.is_none() && devices.is_empty() {
-        return Err(Fail::usage("no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part"));
+        return Err(Fail::usage(
+            "no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part",
+        ));
     }
     let (mut onnx, mut model, mut constant) = load_model(model_path)?;
     let mut rewritten = None;
     if let Some(level) = args.optimize {
-        let list = part.as_ref().map_or(devices.clone(), |p| p.backends.clone());
-        let o = optimize(&onnx, &OptimizeOptions { level: level.into(), devices: list, profiles: &profiles }).map_err(|e| Fail::input(model_path, e))?;
-        rewritten = Some(Rewritten { applied: o.applied, nodes_before: model.graph.nodes.len() });
+        let list = part
+            .as_ref()
+            .map_or(devices.clone(), |p| p.backends.clone());
+        let o = optimize(
+            &onnx,
+            &OptimizeOptions {
+                level: level.into(),
+                devices: list,
+                profiles: &profiles,
+            },
+        )
+        .map_err(|e| Fail::input(model_path, e))?;
+        rewritten = Some(Rewritten {
+            applied: o.applied,
+            nodes_before: model.graph.nodes.len(),
+        });
         onnx = o.model;
         model = o.ir;
         constant = model.graph.constant_nodes(is_deterministic);
     }
-    let opts = AssignOptions { devices, default: args.default.clone(), part: part.as_ref() };
-    let assignment = assign(&model.graph, &profiles, &opts, &constant).map_err(|e| Fail::input(model_path, e))?;
+    let opts = AssignOptions {
+        devices,
+        default: args.default.clone(),
+        part: part.as_ref(),
+    };
+    let assignment = assign(&model.graph, &profiles, &opts, &constant)
+        .map_err(|e| Fail::input(model_path, e))?;
     for w in &assignment.warnings {
         eprintln!("cleave: warning: {}: {w}", model_path.display());
     }
-    Ok(Loaded { onnx, model, assignment, constant, rewritten })
+    Ok(Loaded {
+        onnx,
+        model,
+        assignment,
+        constant,
+        rewritten,
+    })
 }
 
 /// Loads, checks and types a model; marks the nodes that compute constants.

@@ -26,7 +26,8 @@ pub struct VerifyArgs<'a> {
 
 /// Returns whether every compared tensor is within tolerance.
 pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
-    let tmp = tempfile::tempdir().map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
+    let tmp = tempfile::tempdir()
+        .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let conn_path: PathBuf = match a.conn {
         Some(c) => c.to_path_buf(),
         None => crate::partition_cmd::partition_into(a.model, a.devices, tmp.path(), false)?,
@@ -43,7 +44,14 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     };
     let same = |p: &Path| p.canonicalize().ok();
     if same(&onnx.path) != same(a.model) {
-        return Err(Fail::input(&conn_path, format!("partitions {}, not {}", onnx.path.display(), a.model.display())));
+        return Err(Fail::input(
+            &conn_path,
+            format!(
+                "partitions {}, not {}",
+                onnx.path.display(),
+                a.model.display()
+            ),
+        ));
     }
     let g = &model.graph;
     let feeds = inputs::gather(g, a.inputs, a.shapes, a.seed, true)?;
@@ -52,7 +60,13 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
 
     // The tensors to compare: the model's outputs, and with --boundaries every tensor that
     // crosses between parts.
-    let mut names: Vec<(String, bool)> = parts.conn.source.outputs.iter().map(|o| (o.clone(), true)).collect();
+    let mut names: Vec<(String, bool)> = parts
+        .conn
+        .source
+        .outputs
+        .iter()
+        .map(|o| (o.clone(), true))
+        .collect();
     if a.boundaries {
         for p in &parts.conn.parts {
             for t in p.inputs.iter().chain(&p.outputs) {
@@ -60,13 +74,21 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
                     if model.graph.find(t).is_some() {
                         names.push((t.clone(), false));
                     } else if !rewritten {
-                        return Err(Fail::input(&conn_path, format!("boundary tensor '{t}' is not in the source model")));
+                        return Err(Fail::input(
+                            &conn_path,
+                            format!("boundary tensor '{t}' is not in the source model"),
+                        ));
                     }
                 }
             }
         }
     }
-    let reference = EngineKind::parse(a.reference).ok_or_else(|| Fail::usage(format!("--reference '{}': engines are tract, ort", a.reference)))?;
+    let reference = EngineKind::parse(a.reference).ok_or_else(|| {
+        Fail::usage(format!(
+            "--reference '{}': engines are tract, ort",
+            a.reference
+        ))
+    })?;
     let engine = reference.engine().map_err(runtime_fail)?;
     let mut whole = if a.boundaries {
         let extra: Vec<_> = names.iter().filter_map(|(n, _)| g.find(n)).collect();
@@ -88,9 +110,21 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     bar.finish_and_clear();
     let mut report = Report::default();
     for (name, is_output) in names {
-        let want = expected.iter().find(|(n, _)| *n == name).map(|(_, t)| t).ok_or_else(|| Fail::input(a.model, format!("the whole model did not produce '{name}'")))?;
-        let have = got.get(&name).ok_or_else(|| Fail::input(&conn_path, format!("no part produced '{name}'")))?;
-        report.rows.push(Row { tensor: name, is_output, diff: have.diff(want, a.rtol, a.atol) });
+        let want = expected
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| t)
+            .ok_or_else(|| {
+                Fail::input(a.model, format!("the whole model did not produce '{name}'"))
+            })?;
+        let have = got
+            .get(&name)
+            .ok_or_else(|| Fail::input(&conn_path, format!("no part produced '{name}'")))?;
+        report.rows.push(Row {
+            tensor: name,
+            is_output,
+            diff: have.diff(want, a.rtol, a.atol),
+        });
     }
     print(&report, a.rtol, a.atol, a.json, reference.name());
     Ok(report.passed())
@@ -109,11 +143,30 @@ fn print(r: &Report, rtol: f64, atol: f64, json: bool, reference: &str) {
         }
         return;
     }
-    let w = r.rows.iter().map(|x| x.tensor.len()).max().unwrap_or(6).max(6);
-    println!("{:<w$}  {:<8}  {:>10}  {:>10}  status", "tensor", "kind", "max abs", "max rel");
+    let w = r
+        .rows
+        .iter()
+        .map(|x| x.tensor.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    println!(
+        "{:<w$}  {:<8}  {:>10}  {:>10}  status",
+        "tensor", "kind", "max abs", "max rel"
+    );
     for x in &r.rows {
-        let status = if x.diff.beyond == 0 { "ok".to_string() } else { format!("{} elements beyond tolerance", x.diff.beyond) };
-        println!("{:<w$}  {:<8}  {:>10.3e}  {:>10.3e}  {status}", x.tensor, if x.is_output { "output" } else { "boundary" }, x.diff.max_abs, x.diff.max_rel);
+        let status = if x.diff.beyond == 0 {
+            "ok".to_string()
+        } else {
+            format!("{} elements beyond tolerance", x.diff.beyond)
+        };
+        println!(
+            "{:<w$}  {:<8}  {:>10.3e}  {:>10.3e}  {status}",
+            x.tensor,
+            if x.is_output { "output" } else { "boundary" },
+            x.diff.max_abs,
+            x.diff.max_rel
+        );
     }
     let bad = r.rows.iter().filter(|x| x.diff.beyond > 0).count();
     if bad == 0 {

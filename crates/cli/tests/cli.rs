@@ -4,7 +4,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use cleave_onnx::proto::{self, tensor_proto, ModelProto, OperatorSetIdProto, TensorProto, ValueInfoProto};
+use cleave_onnx::proto::{
+    self, tensor_proto, ModelProto, OperatorSetIdProto, TensorProto, ValueInfoProto,
+};
 use cleave_testdata::{light, onnx_files, SUITES};
 use common::*;
 use prost::Message;
@@ -22,7 +24,13 @@ fn convert_gives_identical_bytes_for_every_suite_model() {
             bad.push(format!("{}: {}", f.display(), stderr(&o)));
         }
     }
-    assert!(bad.is_empty(), "{} of {} differ: {:?}", bad.len(), files.len(), &bad[..bad.len().min(5)]);
+    assert!(
+        bad.is_empty(),
+        "{} of {} differ: {:?}",
+        bad.len(),
+        files.len(),
+        &bad[..bad.len().min(5)]
+    );
 }
 
 #[test]
@@ -32,13 +40,23 @@ fn inspect_reports_resnet50() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(text.contains("nodes      415 "), "{text}");
-    assert!(text.contains("gpu_0/data_0  float32[1,3,224,224]"), "{text}");
-    assert!(text.contains("every tensor has an element type and a rank"), "{text}");
+    assert!(
+        text.contains("gpu_0/data_0  float32[1,3,224,224]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("every tensor has an element type and a rank"),
+        "{text}"
+    );
 
     let o = cleave(&[os("inspect"), path.as_os_str(), os("--json")]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["nodes"], 415);
-    assert_eq!(j["inputs"].as_array().unwrap().len(), 1, "initializers listed as inputs must not count");
+    assert_eq!(
+        j["inputs"].as_array().unwrap().len(),
+        1,
+        "initializers listed as inputs must not count"
+    );
     assert_eq!(j["inputs"][0]["name"], "gpu_0/data_0");
     assert_eq!(j["inputs"][0]["dtype"], "float32");
     assert_eq!(j["inputs"][0]["shape"], serde_json::json!([1, 3, 224, 224]));
@@ -51,15 +69,28 @@ fn inspect_reports_resnet50() {
 #[test]
 fn inspect_lists_tensors_it_cannot_type() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut m = model(vec![node("mystery", "FrobnicateOp", &["x"], &["y"]), node("r", "Relu", &["y"], &["z"])], vec![], "z");
+    let mut m = model(
+        vec![
+            node("mystery", "FrobnicateOp", &["x"], &["y"]),
+            node("r", "Relu", &["y"], &["z"]),
+        ],
+        vec![],
+        "z",
+    );
     m.graph.as_mut().unwrap().output.clear();
-    m.graph.as_mut().unwrap().output.push(ValueInfoProto { name: Some("z".into()), ..Default::default() });
+    m.graph.as_mut().unwrap().output.push(ValueInfoProto {
+        name: Some("z".into()),
+        ..Default::default()
+    });
     let p = write(tmp.path(), "m.onnx", &m.encode_to_vec());
     let o = cleave(&[os("inspect"), p.as_os_str(), os("--json")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["untyped"], serde_json::json!(["y", "z"]));
-    assert_eq!(j["ops_without_inference"], serde_json::json!(["FrobnicateOp"]));
+    assert_eq!(
+        j["ops_without_inference"],
+        serde_json::json!(["FrobnicateOp"])
+    );
 }
 
 #[test]
@@ -80,16 +111,41 @@ fn bad_inputs_get_one_line_and_exit_code_2() {
     let garbage = write(d, "garbage.onnx", &noise);
     let resnet = std::fs::read(light("light_resnet50")).unwrap();
     let half = write(d, "half.onnx", &resnet[..resnet.len() / 2]);
-    let undefined = write(d, "undefined.onnx", &model(vec![node("adder", "Add", &["x", "ghost"], &["y"])], vec![], "y").encode_to_vec());
+    let undefined = write(
+        d,
+        "undefined.onnx",
+        &model(
+            vec![node("adder", "Add", &["x", "ghost"], &["y"])],
+            vec![],
+            "y",
+        )
+        .encode_to_vec(),
+    );
     let cyclic = write(
         d,
         "cyclic.onnx",
-        &model(vec![node("first", "Add", &["x", "t2"], &["t1"]), node("second", "Relu", &["t1"], &["t2"])], vec![], "t2").encode_to_vec(),
+        &model(
+            vec![
+                node("first", "Add", &["x", "t2"], &["t1"]),
+                node("second", "Relu", &["t1"], &["t2"]),
+            ],
+            vec![],
+            "t2",
+        )
+        .encode_to_vec(),
     );
     let dup = write(
         d,
         "dup.onnx",
-        &model(vec![node("a", "Relu", &["x"], &["y"]), node("b", "Neg", &["x"], &["y"])], vec![], "y").encode_to_vec(),
+        &model(
+            vec![
+                node("a", "Relu", &["x"], &["y"]),
+                node("b", "Neg", &["x"], &["y"]),
+            ],
+            vec![],
+            "y",
+        )
+        .encode_to_vec(),
     );
     let missing = d.join("does-not-exist.onnx");
 
@@ -105,13 +161,25 @@ fn bad_inputs_get_one_line_and_exit_code_2() {
     for (file, cause) in cases {
         for cmd in ["inspect", "convert"] {
             let out = d.join("out.onnx");
-            let o = if cmd == "inspect" { cleave(&[os(cmd), file.as_os_str()]) } else { cleave(&[os(cmd), file.as_os_str(), out.as_os_str()]) };
+            let o = if cmd == "inspect" {
+                cleave(&[os(cmd), file.as_os_str()])
+            } else {
+                cleave(&[os(cmd), file.as_os_str(), out.as_os_str()])
+            };
             assert_bad_input(&o, file, cause);
-            assert!(!out.exists(), "convert wrote output for a bad model {}", file.display());
+            assert!(
+                !out.exists(),
+                "convert wrote output for a bad model {}",
+                file.display()
+            );
         }
     }
     let cyc = stderr(&cleave(&[os("inspect"), cyclic.as_os_str()]));
-    assert!(cyc.contains("'first' -[t1]-> 'second' -[t2]-> 'first'") || cyc.contains("'second' -[t2]-> 'first' -[t1]-> 'second'"), "{cyc}");
+    assert!(
+        cyc.contains("'first' -[t1]-> 'second' -[t2]-> 'first'")
+            || cyc.contains("'second' -[t2]-> 'first' -[t1]-> 'second'"),
+        "{cyc}"
+    );
 }
 
 #[test]
@@ -124,21 +192,34 @@ fn convert_to_an_unwritable_place_fails_cleanly() {
 }
 
 fn external_model(dir: &Path) -> (PathBuf, Vec<u8>) {
-    let weights: Vec<u8> = (0..16u32).flat_map(|i| (i as f32 * 0.5 - 3.0).to_le_bytes()).collect();
+    let weights: Vec<u8> = (0..16u32)
+        .flat_map(|i| (i as f32 * 0.5 - 3.0).to_le_bytes())
+        .collect();
     let mut blob = vec![0xAAu8; 100]; // data need not start at offset 0
     blob.extend_from_slice(&weights);
     std::fs::create_dir_all(dir.join("data")).unwrap();
     std::fs::write(dir.join("data/w.bin"), &blob).unwrap();
-    let kv = |k: &str, v: &str| proto::StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    let kv = |k: &str, v: &str| proto::StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    };
     let w = TensorProto {
         name: Some("w".into()),
         dims: vec![4, 4],
         data_type: Some(tensor_proto::DataType::Float as i32),
         data_location: Some(tensor_proto::DataLocation::External as i32),
-        external_data: vec![kv("location", "data/w.bin"), kv("offset", "100"), kv("length", "64")],
+        external_data: vec![
+            kv("location", "data/w.bin"),
+            kv("offset", "100"),
+            kv("length", "64"),
+        ],
         ..Default::default()
     };
-    let m = model(vec![node("mm", "MatMul", &["x", "w"], &["y"])], vec![w], "y");
+    let m = model(
+        vec![node("mm", "MatMul", &["x", "w"], &["y"])],
+        vec![w],
+        "y",
+    );
     let p = dir.join("ext.onnx");
     std::fs::write(&p, m.encode_to_vec()).unwrap();
     (p, weights)
@@ -153,7 +234,14 @@ fn external_data_stays_external_and_is_read_lazily() {
     let m = cleave_onnx::OnnxModel::load(&src).unwrap();
     let ir = cleave_onnx::to_ir(&m).unwrap();
     let (_, w) = ir.graph.weights().next().unwrap();
-    assert!(matches!(w.data, cleave_ir::WeightData::External { offset: 100, length: Some(64), .. }));
+    assert!(matches!(
+        w.data,
+        cleave_ir::WeightData::External {
+            offset: 100,
+            length: Some(64),
+            ..
+        }
+    ));
     assert_eq!(&cleave_onnx::read_weight(w).unwrap()[..], &weights[..]);
 
     // Convert into another folder: same model bytes, the weights file carried along.
@@ -182,24 +270,60 @@ fn convert_moves_weights_out_to_one_file_and_back_in() {
     let src = example("tiny_cnn.onnx");
     let shared = tmp.path().join("ext/t.onnx");
     std::fs::create_dir_all(shared.parent().unwrap()).unwrap();
-    let o = cleave(&[os("convert"), src.as_os_str(), shared.as_os_str(), os("--external-data"), os("shared")]);
+    let o = cleave(&[
+        os("convert"),
+        src.as_os_str(),
+        shared.as_os_str(),
+        os("--external-data"),
+        os("shared"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     // conv2.w, the one tensor of 1 KiB or more, now lies in t.weights beside the model.
-    assert_eq!(std::fs::metadata(tmp.path().join("ext/t.weights")).unwrap().len(), 2304);
+    assert_eq!(
+        std::fs::metadata(tmp.path().join("ext/t.weights"))
+            .unwrap()
+            .len(),
+        2304
+    );
     let m = cleave_onnx::OnnxModel::load(&shared).unwrap();
     let g = m.proto.graph.as_ref().unwrap();
-    let external: Vec<&str> = g.initializer.iter().filter(|t| !t.external_data.is_empty()).map(|t| t.name()).collect();
+    let external: Vec<&str> = g
+        .initializer
+        .iter()
+        .filter(|t| !t.external_data.is_empty())
+        .map(|t| t.name())
+        .collect();
     assert_eq!(external, ["conv2.w"]);
     let bytes = |m: &cleave_onnx::OnnxModel| -> Vec<Vec<u8>> {
         let g = m.proto.graph.as_ref().unwrap();
-        g.initializer.iter().map(|t| cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, m).unwrap()).unwrap().to_vec()).collect()
+        g.initializer
+            .iter()
+            .map(|t| {
+                cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, m).unwrap())
+                    .unwrap()
+                    .to_vec()
+            })
+            .collect()
     };
-    assert_eq!(bytes(&m), bytes(&cleave_onnx::OnnxModel::load(&src).unwrap()));
+    assert_eq!(
+        bytes(&m),
+        bytes(&cleave_onnx::OnnxModel::load(&src).unwrap())
+    );
 
     let back = tmp.path().join("back.onnx");
-    let o = cleave(&[os("convert"), shared.as_os_str(), back.as_os_str(), os("--external-data"), os("inline")]);
+    let o = cleave(&[
+        os("convert"),
+        shared.as_os_str(),
+        back.as_os_str(),
+        os("--external-data"),
+        os("inline"),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&src).unwrap(), "weights back inside give the source's bytes");
+    assert_eq!(
+        std::fs::read(&back).unwrap(),
+        std::fs::read(&src).unwrap(),
+        "weights back inside give the source's bytes"
+    );
 }
 
 #[test]
@@ -211,14 +335,21 @@ fn external_data_outside_the_model_folder_is_refused() {
     t.external_data[0].value = Some("../../etc/passwd".into());
     let evil = write(tmp.path(), "evil.onnx", &m.encode_to_vec());
     let o = cleave(&[os("inspect"), evil.as_os_str()]);
-    assert_bad_input(&o, &evil, "must be a relative path inside the model's folder");
+    assert_bad_input(
+        &o,
+        &evil,
+        "must be a relative path inside the model's folder",
+    );
 }
 
 #[test]
 fn help_explains_the_commands() {
     let o = cleave(&[os("--help")]);
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(text.contains("inspect") && text.contains("convert"), "{text}");
+    assert!(
+        text.contains("inspect") && text.contains("convert"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -229,14 +360,23 @@ fn model_local_functions_are_kept() {
         domain: Some("local".into()),
         input: vec!["a".into()],
         output: vec!["b".into()],
-        node: vec![node("inner_relu", "Relu", &["a"], &["r"]), node("inner_neg", "Neg", &["r"], &["b"])],
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        node: vec![
+            node("inner_relu", "Relu", &["a"], &["r"]),
+            node("inner_neg", "Neg", &["r"], &["b"]),
+        ],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
         ..Default::default()
     };
     let mut call = node("call", "ScaledRelu", &["x"], &["y"]);
     call.domain = Some("local".into());
     let mut m = model(vec![call], vec![], "y");
-    m.opset_import.push(OperatorSetIdProto { domain: Some("local".into()), version: Some(1) });
+    m.opset_import.push(OperatorSetIdProto {
+        domain: Some("local".into()),
+        version: Some(1),
+    });
     m.functions.push(body);
     let p = write(tmp.path(), "fn.onnx", &m.encode_to_vec());
 

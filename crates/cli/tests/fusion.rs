@@ -12,13 +12,30 @@ use cleave_testdata::{light_random, LIGHT_MODELS};
 use common::*;
 
 fn python(script: &str, args: &[&std::ffi::OsStr]) -> String {
-    let o = Command::new("python3").arg(repo().join("scripts").join(script)).args(args).output().expect("python3 (scripts/requirements-test.txt)");
-    assert!(o.status.success(), "{script}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("python3")
+        .arg(repo().join("scripts").join(script))
+        .args(args)
+        .output()
+        .expect("python3 (scripts/requirements-test.txt)");
+    assert!(
+        o.status.success(),
+        "{script}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 fn optimize(model: &Path, devices: &str, out: &Path) -> serde_json::Value {
-    let o = cleave(&[os("optimize"), model.as_os_str(), os("--devices"), os(devices), os("-o"), out.as_os_str(), os("--json")]);
+    let o = cleave(&[
+        os("optimize"),
+        model.as_os_str(),
+        os("--devices"),
+        os(devices),
+        os("-o"),
+        out.as_os_str(),
+        os("--json"),
+    ]);
     serde_json::from_str(&ok(&o)).unwrap()
 }
 
@@ -26,14 +43,19 @@ fn optimize(model: &Path, devices: &str, out: &Path) -> serde_json::Value {
 fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
     let dir = tempfile::tempdir().unwrap();
     python("make_fusion_models.py", &[dir.path().as_os_str()]);
-    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("expected.json")).unwrap()).unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("expected.json")).unwrap())
+            .unwrap();
     let cases = expected.as_object().unwrap();
     assert!(cases.len() >= 15);
     for (name, case) in cases {
         let src = dir.path().join(format!("{name}.onnx"));
         let out = dir.path().join(format!("{name}.opt.onnx"));
         let report = optimize(&src, case["devices"].as_str().unwrap(), &out);
-        assert_eq!(report["applied"], case["applied"], "{name}: rewrites applied");
+        assert_eq!(
+            report["applied"], case["applied"],
+            "{name}: rewrites applied"
+        );
         let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
         assert!(line.starts_with("ok "), "{name}: {line}");
     }
@@ -42,11 +64,29 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
     let nodes = &m.proto.graph.as_ref().unwrap().node;
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].op_type(), "Conv");
-    assert_eq!(nodes[0].attribute.iter().find(|a| a.name() == "group").and_then(|a| a.i), Some(3));
+    assert_eq!(
+        nodes[0]
+            .attribute
+            .iter()
+            .find(|a| a.name() == "group")
+            .and_then(|a| a.i),
+        Some(3)
+    );
     // Tiles carry OpenVINO's @soc=M/N names.
     let m = cleave_onnx::OnnxModel::load(dir.path().join("tile_conv.opt.onnx")).unwrap();
-    let names: Vec<&str> = m.proto.graph.as_ref().unwrap().node.iter().map(|n| n.name()).collect();
-    assert!(names.contains(&"big@soc=1/2") && names.contains(&"big@soc=2/2"), "{names:?}");
+    let names: Vec<&str> = m
+        .proto
+        .graph
+        .as_ref()
+        .unwrap()
+        .node
+        .iter()
+        .map(|n| n.name())
+        .collect();
+    assert!(
+        names.contains(&"big@soc=1/2") && names.contains(&"big@soc=2/2"),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -82,18 +122,47 @@ fn partition_with_optimize_cuts_the_rewritten_model_and_keeps_groups_whole() {
     std::fs::write(&part, "[partition]\nbackends=myriad,cpu\ndefault=myriad\ncomply=opcode\n[OPCODE]\nCONCAT=cpu\nSOFTMAX=cpu\n").unwrap();
     let src = light_random("light_inception_v1");
     let work = dir.path().join("work");
-    let out = ok(&cleave(&[os("partition"), src.as_os_str(), os("--part"), part.as_os_str(), os("--optimize"), os("device"), os("--report"), os("-o"), work.as_os_str()]));
-    assert!(out.contains("rewritten before assignment: 144 nodes"), "{out}");
-    assert!(out.contains("fused groups, each kept whole in one part: vpu_conv_activation"), "{out}");
+    let out = ok(&cleave(&[
+        os("partition"),
+        src.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("--optimize"),
+        os("device"),
+        os("--report"),
+        os("-o"),
+        work.as_os_str(),
+    ]));
+    assert!(
+        out.contains("rewritten before assignment: 144 nodes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fused groups, each kept whole in one part: vpu_conv_activation"),
+        "{out}"
+    );
     let html = std::fs::read_to_string(work.join("light_inception_v1.report.html")).unwrap();
-    assert!(html.contains("<section id=\"fused\">") && html.contains("(vpu_conv_activation)"), "the report lists the fused groups");
+    assert!(
+        html.contains("<section id=\"fused\">") && html.contains("(vpu_conv_activation)"),
+        "the report lists the fused groups"
+    );
     let conn = work.join("light_inception_v1.conn.json");
     let text = std::fs::read_to_string(&conn).unwrap();
-    assert!(text.contains("light_inception_v1.optimized/light_inception_v1.onnx"), "conn.json names the rewritten model: {text}");
+    assert!(
+        text.contains("light_inception_v1.optimized/light_inception_v1.onnx"),
+        "conn.json names the rewritten model: {text}"
+    );
     let line = python("check_parts.py", &[conn.as_os_str()]);
     assert!(line.contains("match onnxruntime"), "{line}");
     // And the rewritten model computes what the source does.
-    let line = python("check_optimized.py", &[src.as_os_str(), work.join("light_inception_v1.optimized/light_inception_v1.onnx").as_os_str()]);
+    let line = python(
+        "check_optimized.py",
+        &[
+            src.as_os_str(),
+            work.join("light_inception_v1.optimized/light_inception_v1.onnx")
+                .as_os_str(),
+        ],
+    );
     assert!(line.starts_with("ok "), "{line}");
 }
 
@@ -101,13 +170,37 @@ fn partition_with_optimize_cuts_the_rewritten_model_and_keeps_groups_whole() {
 fn a_rule_pinning_one_member_dissolves_the_group_with_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let part = dir.path().join("pin.part");
-    std::fs::write(&part, "[partition]\nbackends=cpu,npu\ndefault=cpu\ncomply=opname\n[OPNAME]\nrelu1=npu\n").unwrap();
-    let o = cleave(&[os("query"), example("tiny_cnn.onnx").as_os_str(), os("--part"), part.as_os_str()]);
+    std::fs::write(
+        &part,
+        "[partition]\nbackends=cpu,npu\ndefault=cpu\ncomply=opname\n[OPNAME]\nrelu1=npu\n",
+    )
+    .unwrap();
+    let o = cleave(&[
+        os("query"),
+        example("tiny_cnn.onnx").as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+    ]);
     let table = ok(&o);
     let err = stderr(&o);
-    assert!(err.contains("warning") && err.contains("conv1 + relu1 (conv_simple) dissolved: [OPNAME] puts relu1 on npu"), "{err}");
-    assert!(table.lines().any(|l| l.starts_with("relu1") && l.contains("npu")), "{table}");
-    assert!(table.lines().any(|l| l.starts_with("relu2") && l.contains("fused group") || l.starts_with("relu2") && l.contains("cpu")), "{table}");
+    assert!(
+        err.contains("warning")
+            && err.contains("conv1 + relu1 (conv_simple) dissolved: [OPNAME] puts relu1 on npu"),
+        "{err}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("relu1") && l.contains("npu")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("relu2") && l.contains("fused group")
+                || l.starts_with("relu2") && l.contains("cpu")),
+        "{table}"
+    );
 }
 
 #[test]
@@ -116,15 +209,42 @@ fn optimize_refuses_to_overwrite_its_source_and_unknown_rules() {
     let src = dir.path().join("m.onnx");
     std::fs::copy(example("tiny_cnn.onnx"), &src).unwrap();
     let before = std::fs::read(&src).unwrap();
-    let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), os("cpu"), os("-o"), src.as_os_str()]);
+    let o = cleave(&[
+        os("optimize"),
+        src.as_os_str(),
+        os("--devices"),
+        os("cpu"),
+        os("-o"),
+        src.as_os_str(),
+    ]);
     assert_bad_input(&o, &src, "refusing to overwrite the source model");
     assert_eq!(std::fs::read(&src).unwrap(), before);
     let profile = dir.path().join("npu.toml");
-    std::fs::write(&profile, "name = \"npu\"\nall_ops = true\n[fuse]\nrules = [\"conv_relu\"]\n").unwrap();
-    let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), profile.as_os_str(), os("-o"), dir.path().join("o.onnx").as_os_str()]);
+    std::fs::write(
+        &profile,
+        "name = \"npu\"\nall_ops = true\n[fuse]\nrules = [\"conv_relu\"]\n",
+    )
+    .unwrap();
+    let o = cleave(&[
+        os("optimize"),
+        src.as_os_str(),
+        os("--devices"),
+        profile.as_os_str(),
+        os("-o"),
+        dir.path().join("o.onnx").as_os_str(),
+    ]);
     assert_bad_input(&o, &src, "unknown fusion rule 'conv_relu'");
     // --optimize belongs to query/partition; optimize has --level.
-    let o = cleave(&[os("optimize"), src.as_os_str(), os("--devices"), os("cpu"), os("--optimize"), os("basic"), os("-o"), dir.path().join("o.onnx").as_os_str()]);
+    let o = cleave(&[
+        os("optimize"),
+        src.as_os_str(),
+        os("--devices"),
+        os("cpu"),
+        os("--optimize"),
+        os("basic"),
+        os("-o"),
+        dir.path().join("o.onnx").as_os_str(),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--level"), "{}", stderr(&o));
 }
@@ -134,7 +254,15 @@ fn verify_with_optimize_compares_the_parts_with_the_untouched_source() {
     // Joins and tiles on myriad, the rest on the CPU; every boundary tensor that also exists
     // in the source, and every output, must match the source run whole (in tract).
     let src = light_random("light_squeezenet");
-    let o = cleave(&[os("verify"), src.as_os_str(), os("--devices"), os("myriad,cpu"), os("--optimize"), os("device"), os("--boundaries")]);
+    let o = cleave(&[
+        os("verify"),
+        src.as_os_str(),
+        os("--devices"),
+        os("myriad,cpu"),
+        os("--optimize"),
+        os("device"),
+        os("--boundaries"),
+    ]);
     let out = ok(&o);
     assert!(out.contains("tensors match the whole model"), "{out}");
 }

@@ -12,19 +12,34 @@ use common::*;
 use prost::Message;
 
 fn partition(model: &Path, work: &Path, extra: &[&str]) -> String {
-    let mut args = vec![os("partition"), model.as_os_str(), os("-o"), work.as_os_str()];
+    let mut args = vec![
+        os("partition"),
+        model.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ];
     args.extend(extra.iter().map(os));
     ok(&cleave(&args))
 }
 
 fn conn(work: &Path, stem: &str) -> ConnFile {
-    ConnFile::from_json(&std::fs::read_to_string(work.join(format!("{stem}.conn.json"))).unwrap()).unwrap()
+    ConnFile::from_json(&std::fs::read_to_string(work.join(format!("{stem}.conn.json"))).unwrap())
+        .unwrap()
 }
 
 /// The onnx checker on every part, and onnxruntime on parts vs whole, every boundary tensor.
 fn oracle(conn_json: &Path) -> String {
-    let o = Command::new("python3").arg(repo().join("scripts/check_parts.py")).arg(conn_json).output().expect("python3 (scripts/requirements-test.txt)");
-    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("python3")
+        .arg(repo().join("scripts/check_parts.py"))
+        .arg(conn_json)
+        .output()
+        .expect("python3 (scripts/requirements-test.txt)");
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -41,12 +56,27 @@ fn strs(v: &[String]) -> Vec<&str> {
 #[test]
 fn instance_norm_div_on_acl_cl_gives_ones_three_parts() {
     let tmp = tempfile::tempdir().unwrap();
-    let part = write_part(tmp.path(), "div.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nDIV=acl_cl\n");
+    let part = write_part(
+        tmp.path(),
+        "div.part",
+        "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nDIV=acl_cl\n",
+    );
     let work = tmp.path().join("work");
-    partition(&example("instance_norm.onnx"), &work, &["--part", part.to_str().unwrap()]);
+    partition(
+        &example("instance_norm.onnx"),
+        &work,
+        &["--part", part.to_str().unwrap()],
+    );
     let c = conn(&work, "instance_norm");
     let files: Vec<&str> = c.parts.iter().map(|p| p.file.as_str()).collect();
-    assert_eq!(files, ["instance_norm.00001_cpu.onnx", "instance_norm.00002_acl_cl.onnx", "instance_norm.00003_cpu.onnx"]);
+    assert_eq!(
+        files,
+        [
+            "instance_norm.00001_cpu.onnx",
+            "instance_norm.00002_acl_cl.onnx",
+            "instance_norm.00003_cpu.onnx"
+        ]
+    );
     // ONE's structure: part 1 hands Sub and Pow to the Div part, which hands Div on.
     assert_eq!(strs(&c.parts[0].inputs), ["input"]);
     assert_eq!(strs(&c.parts[0].outputs), ["centered", "std"]);
@@ -54,10 +84,16 @@ fn instance_norm_div_on_acl_cl_gives_ones_three_parts() {
     assert_eq!(strs(&c.parts[1].outputs), ["normed"]);
     assert_eq!(strs(&c.parts[2].inputs), ["normed"]);
     assert_eq!(strs(&c.parts[2].outputs), ["output"]);
-    assert_eq!(c.source.file, format!("{}/examples/instance_norm.onnx", relative_repo(&work)));
+    assert_eq!(
+        c.source.file,
+        format!("{}/examples/instance_norm.onnx", relative_repo(&work))
+    );
     let ini = std::fs::read_to_string(work.join("instance_norm.conn.ini")).unwrap();
     assert!(ini.contains("[models]\nm1=instance_norm.00001_cpu.onnx\nm2=instance_norm.00002_acl_cl.onnx\nm3=instance_norm.00003_cpu.onnx\n\n"), "{ini}");
-    ok(&cleave(&[os("check"), work.join("instance_norm.conn.json").as_os_str()]));
+    ok(&cleave(&[
+        os("check"),
+        work.join("instance_norm.conn.json").as_os_str(),
+    ]));
     oracle(&work.join("instance_norm.conn.json"));
 }
 
@@ -65,7 +101,11 @@ fn instance_norm_div_on_acl_cl_gives_ones_three_parts() {
 fn relative_repo(work: &Path) -> String {
     let w = work.canonicalize().unwrap();
     let r = repo().canonicalize().unwrap();
-    let common = w.components().zip(r.components()).take_while(|(a, b)| a == b).count();
+    let common = w
+        .components()
+        .zip(r.components())
+        .take_while(|(a, b)| a == b)
+        .count();
     let mut out = PathBuf::new();
     for _ in common..w.components().count() {
         out.push("..");
@@ -79,10 +119,21 @@ fn relative_repo(work: &Path) -> String {
 #[test]
 fn instance_norm_add_on_acl_cl_gives_four_parts_where_one_gives_five() {
     let tmp = tempfile::tempdir().unwrap();
-    let part = write_part(tmp.path(), "add.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nADD=acl_cl\n");
+    let part = write_part(
+        tmp.path(),
+        "add.part",
+        "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nADD=acl_cl\n",
+    );
     let work = tmp.path().join("work");
-    let out = partition(&example("instance_norm.onnx"), &work, &["--part", part.to_str().unwrap()]);
-    assert!(out.contains(": 4 parts on cpu,acl_cl") && out.contains("ONE's rule would give 5"), "{out}");
+    let out = partition(
+        &example("instance_norm.onnx"),
+        &work,
+        &["--part", part.to_str().unwrap()],
+    );
+    assert!(
+        out.contains(": 4 parts on cpu,acl_cl") && out.contains("ONE's rule would give 5"),
+        "{out}"
+    );
     assert_eq!(conn(&work, "instance_norm").parts.len(), 4);
     oracle(&work.join("instance_norm.conn.json"));
 }
@@ -98,27 +149,58 @@ fn seed_model(dir: &Path) -> PathBuf {
         node("6", "Relu", &["t5"], &["t6"]),
         node("7", "Relu", &["t6"], &["t7"]),
     ];
-    write(dir, "seed.onnx", &model(nodes, vec![], "t7").encode_to_vec())
+    write(
+        dir,
+        "seed.onnx",
+        &model(nodes, vec![], "t7").encode_to_vec(),
+    )
 }
 
 #[test]
 fn seed_example_with_both_algorithms() {
     let tmp = tempfile::tempdir().unwrap();
     let m = seed_model(tmp.path());
-    let part = write_part(tmp.path(), "seed.part", "[partition]\nbackends=A,B\ndefault=A\ncomply=opname\n[OPNAME]\n4=B\n");
+    let part = write_part(
+        tmp.path(),
+        "seed.part",
+        "[partition]\nbackends=A,B\ndefault=A\ncomply=opname\n[OPNAME]\n4=B\n",
+    );
     let p = part.to_str().unwrap();
 
     let work = tmp.path().join("ov");
-    let out = partition(&m, &work, &["--part", p, "--algorithm", "openvino", "--trace"]);
-    for line in ["1. Select root [1]", "7. Failed to merge [4]", "8. Rollback [7]", "10. Rollback [5]", "Select best subgraph: [3,5,6,7] on A"] {
+    let out = partition(
+        &m,
+        &work,
+        &["--part", p, "--algorithm", "openvino", "--trace"],
+    );
+    for line in [
+        "1. Select root [1]",
+        "7. Failed to merge [4]",
+        "8. Rollback [7]",
+        "10. Rollback [5]",
+        "Select best subgraph: [3,5,6,7] on A",
+    ] {
         assert!(out.contains(line), "missing {line} in\n{out}");
     }
     let c = conn(&work, "seed");
     let files: Vec<&str> = c.parts.iter().map(|p| p.file.as_str()).collect();
-    assert_eq!(files, ["seed.00001_A.onnx", "seed.00002_B.onnx", "seed.00003_A.onnx"]);
+    assert_eq!(
+        files,
+        [
+            "seed.00001_A.onnx",
+            "seed.00002_B.onnx",
+            "seed.00003_A.onnx"
+        ]
+    );
     let names = |f: &str| -> Vec<String> {
         let m = cleave_onnx::OnnxModel::load(work.join(f)).unwrap();
-        m.proto.graph.unwrap().node.iter().map(|n| n.name().to_string()).collect()
+        m.proto
+            .graph
+            .unwrap()
+            .node
+            .iter()
+            .map(|n| n.name().to_string())
+            .collect()
     };
     assert_eq!(names("seed.00001_A.onnx"), ["1", "2"]);
     assert_eq!(names("seed.00002_B.onnx"), ["4"]);
@@ -128,7 +210,10 @@ fn seed_example_with_both_algorithms() {
     let work = tmp.path().join("default");
     partition(&m, &work, &["--part", p]);
     assert_eq!(conn(&work, "seed").parts.len(), 3);
-    ok(&cleave(&[os("check"), work.join("seed.conn.json").as_os_str()]));
+    ok(&cleave(&[
+        os("check"),
+        work.join("seed.conn.json").as_os_str(),
+    ]));
     oracle(&work.join("seed.conn.json"));
 }
 
@@ -147,28 +232,60 @@ impl Rng {
 fn light_models_with_random_three_backend_assignments_reproduce_every_tensor() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = Rng(20261122);
-    let mut table = vec![format!("{:<20} {:>6} {:>6} {:>10} {:>12}", "model", "nodes", "parts", "ONE rule", "epoch greedy")];
+    let mut table = vec![format!(
+        "{:<20} {:>6} {:>6} {:>10} {:>12}",
+        "model", "nodes", "parts", "ONE rule", "epoch greedy"
+    )];
     for name in LIGHT_MODELS {
         let m = light_random(name);
-        let q: serde_json::Value = serde_json::from_str(&ok(&cleave(&[os("query"), m.as_os_str(), os("--devices"), os("cpu"), os("--json")]))).unwrap();
-        let mut text = String::from("[partition]\nbackends=cpu,npu,gpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\n");
+        let q: serde_json::Value = serde_json::from_str(&ok(&cleave(&[
+            os("query"),
+            m.as_os_str(),
+            os("--devices"),
+            os("cpu"),
+            os("--json"),
+        ])))
+        .unwrap();
+        let mut text = String::from(
+            "[partition]\nbackends=cpu,npu,gpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\n",
+        );
         let mut placed = 0;
         for n in q["nodes"].as_array().unwrap() {
             if n["device"].is_null() {
                 continue; // computes a constant: copied, not placed
             }
             placed += 1;
-            text.push_str(&format!("{}={}\n", n["name"].as_str().unwrap(), ["cpu", "npu", "gpu"][(rng.next() % 3) as usize]));
+            text.push_str(&format!(
+                "{}={}\n",
+                n["name"].as_str().unwrap(),
+                ["cpu", "npu", "gpu"][(rng.next() % 3) as usize]
+            ));
         }
         let part = write_part(tmp.path(), &format!("{name}.part"), &text);
         let work = tmp.path().join(name);
         let out = partition(&m, &work, &["--part", part.to_str().unwrap()]);
         let first = out.lines().next().unwrap();
-        let parts = first.split(": ").nth(1).and_then(|s| s.split(' ').next()).unwrap().to_string();
-        let one = first.split("ONE's rule would give ").nth(1).and_then(|s| s.split(',').next()).unwrap().to_string();
+        let parts = first
+            .split(": ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .unwrap()
+            .to_string();
+        let one = first
+            .split("ONE's rule would give ")
+            .nth(1)
+            .and_then(|s| s.split(',').next())
+            .unwrap()
+            .to_string();
         let epoch = first.split("the epoch greedy ").nth(1).unwrap().to_string();
-        assert!(parts.parse::<usize>().unwrap() <= one.parse().unwrap() && parts.parse::<usize>().unwrap() <= epoch.parse().unwrap(), "{first}");
-        table.push(format!("{name:<20} {placed:>6} {parts:>6} {one:>10} {epoch:>12}"));
+        assert!(
+            parts.parse::<usize>().unwrap() <= one.parse().unwrap()
+                && parts.parse::<usize>().unwrap() <= epoch.parse().unwrap(),
+            "{first}"
+        );
+        table.push(format!(
+            "{name:<20} {placed:>6} {parts:>6} {one:>10} {epoch:>12}"
+        ));
         let conn_json = work.join(format!("{name}.conn.json"));
         ok(&cleave(&[os("check"), conn_json.as_os_str()]));
         oracle(&conn_json);
@@ -181,10 +298,20 @@ fn light_models_with_random_three_backend_assignments_reproduce_every_tensor() {
 #[test]
 fn unsupported_layer_stops_with_the_vpu_message() {
     let tmp = tempfile::tempdir().unwrap();
-    let m = write(tmp.path(), "neg.onnx", &model(vec![node("negate", "Neg", &["x"], &["y"])], vec![], "y").encode_to_vec());
+    let m = write(
+        tmp.path(),
+        "neg.onnx",
+        &model(vec![node("negate", "Neg", &["x"], &["y"])], vec![], "y").encode_to_vec(),
+    );
     let o = cleave(&[os("query"), m.as_os_str(), os("--devices"), os("myriad")]);
     assert_bad_input(&o, &m, "[MYRIAD] Cannot convert layer negate due to unsupported layer type Neg; add a fallback device that supports it, e.g. --devices myriad,cpu");
-    let o = cleave(&[os("query"), m.as_os_str(), os("--devices"), os("myriad,cpu"), os("--json")]);
+    let o = cleave(&[
+        os("query"),
+        m.as_os_str(),
+        os("--devices"),
+        os("myriad,cpu"),
+        os("--json"),
+    ]);
     let j: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
     assert_eq!(j["nodes"][0]["device"], "cpu");
 }
@@ -196,23 +323,60 @@ fn bad_rules_and_places_get_one_line_and_exit_code_2() {
     let m = example("instance_norm.onnx");
     let work = d.join("work");
     let cases = [
-        ("unknown.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=npu\n", "unknown backend 'npu'"),
-        ("default.part", "[partition]\nbackends=cpu,acl_cl\ndefault=gpu\n", "default 'gpu' is not one of the backends"),
-        ("malformed.part", "[partition\nbackends=cpu\n", "line 1: section header"),
-        ("noequals.part", "[partition]\nbackends cpu\n", "line 2: 'backends cpu' is neither"),
+        (
+            "unknown.part",
+            "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=npu\n",
+            "unknown backend 'npu'",
+        ),
+        (
+            "default.part",
+            "[partition]\nbackends=cpu,acl_cl\ndefault=gpu\n",
+            "default 'gpu' is not one of the backends",
+        ),
+        (
+            "malformed.part",
+            "[partition\nbackends=cpu\n",
+            "line 1: section header",
+        ),
+        (
+            "noequals.part",
+            "[partition]\nbackends cpu\n",
+            "line 2: 'backends cpu' is neither",
+        ),
     ];
     for (name, text, cause) in cases {
         let p = write_part(d, name, text);
-        let o = cleave(&[os("partition"), m.as_os_str(), os("--part"), p.as_os_str(), os("-o"), work.as_os_str()]);
+        let o = cleave(&[
+            os("partition"),
+            m.as_os_str(),
+            os("--part"),
+            p.as_os_str(),
+            os("-o"),
+            work.as_os_str(),
+        ]);
         assert_bad_input(&o, &p, cause);
     }
     let missing = d.join("missing.onnx");
-    let o = cleave(&[os("partition"), missing.as_os_str(), os("--devices"), os("cpu"), os("-o"), work.as_os_str()]);
+    let o = cleave(&[
+        os("partition"),
+        missing.as_os_str(),
+        os("--devices"),
+        os("cpu"),
+        os("-o"),
+        work.as_os_str(),
+    ]);
     assert_bad_input(&o, &missing, "No such file");
     // A WORKDIR that cannot be created: its parent is a file.
     let blocker = write(d, "blocker", b"not a folder");
     let unwritable = blocker.join("work");
-    let o = cleave(&[os("partition"), m.as_os_str(), os("--devices"), os("cpu"), os("-o"), unwritable.as_os_str()]);
+    let o = cleave(&[
+        os("partition"),
+        m.as_os_str(),
+        os("--devices"),
+        os("cpu"),
+        os("-o"),
+        unwritable.as_os_str(),
+    ]);
     assert_bad_input(&o, &unwritable, "cannot write");
     let o = cleave(&[os("partition"), m.as_os_str(), os("-o"), work.as_os_str()]);
     assert_eq!(o.status.code(), Some(2));
@@ -228,22 +392,47 @@ fn workdir_keeps_foreign_files_and_the_source_is_untouched() {
     // Partition into the model's own folder, holding a user's file and a stale part.
     std::fs::write(tmp.path().join("notes.txt"), "mine").unwrap();
     std::fs::write(tmp.path().join("instance_norm.00007_cpu.onnx"), "stale").unwrap();
-    let part = write_part(tmp.path(), "div.part", "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n");
+    let part = write_part(
+        tmp.path(),
+        "div.part",
+        "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n",
+    );
     partition(&src, tmp.path(), &["--part", part.to_str().unwrap()]);
     assert_eq!(std::fs::read(&src).unwrap(), before);
-    assert_eq!(std::fs::read_to_string(tmp.path().join("notes.txt")).unwrap(), "mine");
-    assert!(!tmp.path().join("instance_norm.00007_cpu.onnx").exists(), "stale part left behind");
-    assert_eq!(conn(tmp.path(), "instance_norm").source.file, "instance_norm.onnx");
-    let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("notes.txt")).unwrap(),
+        "mine"
+    );
+    assert!(
+        !tmp.path().join("instance_norm.00007_cpu.onnx").exists(),
+        "stale part left behind"
+    );
+    assert_eq!(
+        conn(tmp.path(), "instance_norm").source.file,
+        "instance_norm.onnx"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
     assert!(leftovers.is_empty());
 }
 
 #[test]
 fn symbolic_batch_survives_in_part_boundaries() {
     let tmp = tempfile::tempdir().unwrap();
-    let part = write_part(tmp.path(), "p.part", "[partition]\nbackends=cpu,npu\ndefault=cpu\n[OPCODE]\nConv=npu\n");
+    let part = write_part(
+        tmp.path(),
+        "p.part",
+        "[partition]\nbackends=cpu,npu\ndefault=cpu\n[OPCODE]\nConv=npu\n",
+    );
     let work = tmp.path().join("w");
-    partition(&example("tiny_cnn.onnx"), &work, &["--part", part.to_str().unwrap()]);
+    partition(
+        &example("tiny_cnn.onnx"),
+        &work,
+        &["--part", part.to_str().unwrap()],
+    );
     let c = conn(&work, "tiny_cnn");
     assert!(c.parts.len() >= 3, "{c:?}");
     for p in &c.parts {
@@ -251,16 +440,29 @@ fn symbolic_batch_survives_in_part_boundaries() {
         let ir = cleave_onnx::to_ir(&m).unwrap();
         for &v in ir.graph.inputs.iter().chain(&ir.graph.outputs) {
             let ty = &ir.graph.value(v).ty;
-            assert_eq!(ty.shape.as_ref().unwrap()[0], cleave_ir::Dim::Param("batch".into()), "{}: {} is {ty}", p.file, ir.graph.value(v).name);
+            assert_eq!(
+                ty.shape.as_ref().unwrap()[0],
+                cleave_ir::Dim::Param("batch".into()),
+                "{}: {} is {ty}",
+                p.file,
+                ir.graph.value(v).name
+            );
         }
     }
-    let o = Command::new("python3").arg(repo().join("scripts/check_parts.py")).arg(work.join("tiny_cnn.conn.json")).args(["--shape", "input=2,3,16,16"]).output().unwrap();
+    let o = Command::new("python3")
+        .arg(repo().join("scripts/check_parts.py"))
+        .arg(work.join("tiny_cnn.conn.json"))
+        .args(["--shape", "input=2,3,16,16"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
 fn bool_input(name: &str) -> cleave_onnx::proto::ValueInfoProto {
     let mut v = float_input(name, &[]);
-    if let Some(cleave_onnx::proto::type_proto::Value::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+    if let Some(cleave_onnx::proto::type_proto::Value::TensorType(t)) =
+        v.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
         t.elem_type = Some(cleave_onnx::proto::tensor_proto::DataType::Bool as i32);
     }
     v
@@ -269,7 +471,12 @@ fn bool_input(name: &str) -> cleave_onnx::proto::ValueInfoProto {
 fn branch(name: &str, op: &str) -> cleave_onnx::proto::GraphProto {
     cleave_onnx::proto::GraphProto {
         name: Some(name.into()),
-        node: vec![node(&format!("{name}_op"), op, &["t"], &[&format!("{name}_out")])],
+        node: vec![node(
+            &format!("{name}_op"),
+            op,
+            &["t"],
+            &[&format!("{name}_out")],
+        )],
         output: vec![float_input(&format!("{name}_out"), &[1, 4])],
         ..Default::default()
     }
@@ -279,18 +486,38 @@ fn branch(name: &str, op: &str) -> cleave_onnx::proto::GraphProto {
 fn a_subgraph_node_is_atomic_and_its_outer_reads_are_part_inputs() {
     use cleave_onnx::proto::{attribute_proto::AttributeType, AttributeProto};
     let tmp = tempfile::tempdir().unwrap();
-    let graph_attr = |name: &str, g| AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Graph as i32), g: Some(g), ..Default::default() };
+    let graph_attr = |name: &str, g| AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    };
     let mut if_node = node("choose", "If", &["cond"], &["y"]);
-    if_node.attribute = vec![graph_attr("then_branch", branch("then", "Relu")), graph_attr("else_branch", branch("else", "Neg"))];
-    let mut m = model(vec![node("pre", "Neg", &["x"], &["t"]), if_node], vec![], "y");
+    if_node.attribute = vec![
+        graph_attr("then_branch", branch("then", "Relu")),
+        graph_attr("else_branch", branch("else", "Neg")),
+    ];
+    let mut m = model(
+        vec![node("pre", "Neg", &["x"], &["t"]), if_node],
+        vec![],
+        "y",
+    );
     m.graph.as_mut().unwrap().input.push(bool_input("cond"));
     let path = write(tmp.path(), "if.onnx", &m.encode_to_vec());
-    let part = write_part(tmp.path(), "if.part", "[partition]\nbackends=A,B\ndefault=B\ncomply=opname\n[OPNAME]\npre=A\n");
+    let part = write_part(
+        tmp.path(),
+        "if.part",
+        "[partition]\nbackends=A,B\ndefault=B\ncomply=opname\n[OPNAME]\npre=A\n",
+    );
     let work = tmp.path().join("w");
     partition(&path, &work, &["--part", part.to_str().unwrap()]);
     let c = conn(&work, "if");
     assert_eq!(c.parts.len(), 2);
-    assert_eq!(strs(&c.parts[0].outputs), ["t"], "the If body's read of t must leave part 1");
+    assert_eq!(
+        strs(&c.parts[0].outputs),
+        ["t"],
+        "the If body's read of t must leave part 1"
+    );
     let mut ins = strs(&c.parts[1].inputs);
     ins.sort();
     assert_eq!(ins, ["cond", "t"]);
@@ -301,17 +528,45 @@ fn a_subgraph_node_is_atomic_and_its_outer_reads_are_part_inputs() {
 fn a_quantize_dequantize_pair_is_never_cut() {
     use cleave_onnx::proto::{tensor_proto::DataType, TensorProto};
     let tmp = tempfile::tempdir().unwrap();
-    let scalar = |name: &str, dt: DataType, raw: Vec<u8>| TensorProto { name: Some(name.into()), data_type: Some(dt as i32), raw_data: Some(raw.into()), ..Default::default() };
-    let inits = vec![scalar("scale", DataType::Float, 0.05f32.to_le_bytes().to_vec()), scalar("zp", DataType::Uint8, vec![128])];
+    let scalar = |name: &str, dt: DataType, raw: Vec<u8>| TensorProto {
+        name: Some(name.into()),
+        data_type: Some(dt as i32),
+        raw_data: Some(raw.into()),
+        ..Default::default()
+    };
+    let inits = vec![
+        scalar("scale", DataType::Float, 0.05f32.to_le_bytes().to_vec()),
+        scalar("zp", DataType::Uint8, vec![128]),
+    ];
     let nodes = vec![
         node("quant", "QuantizeLinear", &["x", "scale", "zp"], &["q"]),
-        node("dequant", "DequantizeLinear", &["q", "scale", "zp"], &["dq"]),
+        node(
+            "dequant",
+            "DequantizeLinear",
+            &["q", "scale", "zp"],
+            &["dq"],
+        ),
         node("act", "Relu", &["dq"], &["y"]),
     ];
-    let path = write(tmp.path(), "qdq.onnx", &model(nodes, inits, "y").encode_to_vec());
+    let path = write(
+        tmp.path(),
+        "qdq.onnx",
+        &model(nodes, inits, "y").encode_to_vec(),
+    );
     // The rule pins the QuantizeLinear to A; its DequantizeLinear would fall to the default B.
-    let part = write_part(tmp.path(), "q.part", "[partition]\nbackends=A,B\ndefault=B\ncomply=opname\n[OPNAME]\nquant=A\n");
-    let q: serde_json::Value = serde_json::from_str(&ok(&cleave(&[os("query"), path.as_os_str(), os("--part"), part.as_os_str(), os("--json")]))).unwrap();
+    let part = write_part(
+        tmp.path(),
+        "q.part",
+        "[partition]\nbackends=A,B\ndefault=B\ncomply=opname\n[OPNAME]\nquant=A\n",
+    );
+    let q: serde_json::Value = serde_json::from_str(&ok(&cleave(&[
+        os("query"),
+        path.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("--json"),
+    ])))
+    .unwrap();
     assert_eq!(q["nodes"][1]["device"], "A");
     assert_eq!(q["nodes"][1]["reason"], "Q/DQ pair");
     let work = tmp.path().join("w");
@@ -326,7 +581,17 @@ fn a_quantize_dequantize_pair_is_never_cut() {
 fn weight_bytes(model: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     let m = cleave_onnx::OnnxModel::load(model).unwrap();
     let g = m.proto.graph.as_ref().unwrap();
-    g.initializer.iter().map(|t| (t.name().to_string(), cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, &m).unwrap()).unwrap().to_vec())).collect()
+    g.initializer
+        .iter()
+        .map(|t| {
+            (
+                t.name().to_string(),
+                cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, &m).unwrap())
+                    .unwrap()
+                    .to_vec(),
+            )
+        })
+        .collect()
 }
 
 /// Initializers of a part that read external data, with their locations.
@@ -336,7 +601,17 @@ fn external_locations(part: &Path) -> Vec<(String, String)> {
     g.initializer
         .iter()
         .filter(|t| !t.external_data.is_empty())
-        .map(|t| (t.name().to_string(), t.external_data.iter().find(|kv| kv.key() == "location").unwrap().value().to_string()))
+        .map(|t| {
+            (
+                t.name().to_string(),
+                t.external_data
+                    .iter()
+                    .find(|kv| kv.key() == "location")
+                    .unwrap()
+                    .value()
+                    .to_string(),
+            )
+        })
         .collect()
 }
 
@@ -359,11 +634,28 @@ fn shared_weights_copy_the_sources_data_file_and_pass_the_checker_onnxruntime_an
     assert_eq!(weight_bytes(&src), want);
     let work = tmp.path().join("work");
     let rules = example("tiny_cnn.part");
-    let text = partition(&src, &work, &["--part", rules.to_str().unwrap(), "--external-data", "shared"]);
+    let text = partition(
+        &src,
+        &work,
+        &[
+            "--part",
+            rules.to_str().unwrap(),
+            "--external-data",
+            "shared",
+        ],
+    );
     assert!(text.contains("tiny_cnn.weights (8 tensors, 3880 bytes), a copy of the source's data file, offsets kept"), "{text}");
     // Not a hard link: onnx's loader refuses data files with more than one link, the source's too.
-    assert_eq!(std::fs::metadata(tmp.path().join("src/tiny_cnn.data")).unwrap().nlink(), 1);
-    assert_eq!(std::fs::read(work.join("tiny_cnn.weights")).unwrap(), std::fs::read(tmp.path().join("src/tiny_cnn.data")).unwrap());
+    assert_eq!(
+        std::fs::metadata(tmp.path().join("src/tiny_cnn.data"))
+            .unwrap()
+            .nlink(),
+        1
+    );
+    assert_eq!(
+        std::fs::read(work.join("tiny_cnn.weights")).unwrap(),
+        std::fs::read(tmp.path().join("src/tiny_cnn.data")).unwrap()
+    );
 
     let c = conn(&work, "tiny_cnn");
     assert!(c.parts.len() >= 2, "{c:?}");
@@ -372,8 +664,16 @@ fn shared_weights_copy_the_sources_data_file_and_pass_the_checker_onnxruntime_an
         let part = work.join(&p.file);
         let got = weight_bytes(&part);
         let locations = external_locations(&part);
-        assert_eq!(locations.len(), got.len(), "{}: every weight external", p.file);
-        assert!(locations.iter().all(|(_, l)| l == "tiny_cnn.weights"), "{locations:?}");
+        assert_eq!(
+            locations.len(),
+            got.len(),
+            "{}: every weight external",
+            p.file
+        );
+        assert!(
+            locations.iter().all(|(_, l)| l == "tiny_cnn.weights"),
+            "{locations:?}"
+        );
         for (name, bytes) in &got {
             assert_eq!(Some(bytes), want.get(name), "{}: {name}", p.file);
         }
@@ -387,7 +687,20 @@ fn shared_weights_copy_the_sources_data_file_and_pass_the_checker_onnxruntime_an
     // cleave's own engines, and the boundary probe of a source whose data is external.
     let conn_json = work.join("tiny_cnn.conn.json");
     for engines in ["npu=tract,cpu=tract", "npu=ort,cpu=ort"] {
-        let o = cleave(&[os("verify"), src.as_os_str(), conn_json.as_os_str(), os("--boundaries"), os("--engine"), os(engines), os("--shape"), os("input=2,3,16,16"), os("--rtol"), os("1e-3"), os("--atol"), os("1e-4")]);
+        let o = cleave(&[
+            os("verify"),
+            src.as_os_str(),
+            conn_json.as_os_str(),
+            os("--boundaries"),
+            os("--engine"),
+            os(engines),
+            os("--shape"),
+            os("input=2,3,16,16"),
+            os("--rtol"),
+            os("1e-3"),
+            os("--atol"),
+            os("1e-4"),
+        ]);
         let out = ok(&o);
         assert!(out.contains("tensors match"), "{engines}: {out}");
     }
@@ -399,11 +712,26 @@ fn inline_parts_of_an_external_source_hold_their_bytes_and_drop_a_stale_shared_f
     let src = tiny_cnn_external(&tmp.path().join("src"));
     let rules = example("tiny_cnn.part");
     let work = tmp.path().join("work");
-    partition(&src, &work, &["--part", rules.to_str().unwrap(), "--external-data", "shared"]);
+    partition(
+        &src,
+        &work,
+        &[
+            "--part",
+            rules.to_str().unwrap(),
+            "--external-data",
+            "shared",
+        ],
+    );
     assert!(work.join("tiny_cnn.weights").is_file());
     partition(&src, &work, &["--part", rules.to_str().unwrap()]);
-    assert!(!work.join("tiny_cnn.weights").exists(), "the shared file of the earlier run is left behind");
-    assert!(tmp.path().join("src/tiny_cnn.data").is_file(), "the source's data file must stay");
+    assert!(
+        !work.join("tiny_cnn.weights").exists(),
+        "the shared file of the earlier run is left behind"
+    );
+    assert!(
+        tmp.path().join("src/tiny_cnn.data").is_file(),
+        "the source's data file must stay"
+    );
     let want = weight_bytes(&src);
     for p in &conn(&work, "tiny_cnn").parts {
         let part = work.join(&p.file);
@@ -420,9 +748,21 @@ fn shared_weights_of_an_embedded_source_are_streamed_out() {
     let tmp = tempfile::tempdir().unwrap();
     let rules = example("tiny_cnn.part");
     let work = tmp.path().join("work");
-    let text = partition(&example("tiny_cnn.onnx"), &work, &["--part", rules.to_str().unwrap(), "--external-data", "shared"]);
+    let text = partition(
+        &example("tiny_cnn.onnx"),
+        &work,
+        &[
+            "--part",
+            rules.to_str().unwrap(),
+            "--external-data",
+            "shared",
+        ],
+    );
     // Only conv2.w reaches 1 KiB; smaller tensors stay inside their parts.
-    assert!(text.contains("tiny_cnn.weights (1 tensors, 2304 bytes), streamed from the source"), "{text}");
+    assert!(
+        text.contains("tiny_cnn.weights (1 tensors, 2304 bytes), streamed from the source"),
+        "{text}"
+    );
     let want = weight_bytes(&example("tiny_cnn.onnx"));
     let mut external = Vec::new();
     for p in &conn(&work, "tiny_cnn").parts {
@@ -432,6 +772,9 @@ fn shared_weights_of_an_embedded_source_are_streamed_out() {
             assert_eq!(Some(&bytes), want.get(&name), "{}: {name}", p.file);
         }
     }
-    assert_eq!(external, [("conv2.w".to_string(), "tiny_cnn.weights".to_string())]);
+    assert_eq!(
+        external,
+        [("conv2.w".to_string(), "tiny_cnn.weights".to_string())]
+    );
     oracle(&work.join("tiny_cnn.conn.json"));
 }

@@ -15,7 +15,11 @@ use common::{assert_bad_input, cleave, ok, os};
 const INSTALL: &str = "install it with `apt-get install -y chromium graphviz` (as .ci/run does)";
 
 fn tool(name: &str) -> PathBuf {
-    let found = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|d| d.join(name)).find(|p| p.is_file());
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
     found.unwrap_or_else(|| panic!("`{name}` not found on PATH: {INSTALL}"))
 }
 
@@ -50,7 +54,15 @@ window.addEventListener('load', function () {
     std::fs::write(&page, format!("{}{PROBE}{}", &html[..at], &html[at..])).unwrap();
     let profile = tempfile::tempdir().unwrap();
     let out = Command::new(tool("chromium"))
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=10000",
+        ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg("--dump-dom")
         .arg(format!("file://{}", page.display()))
@@ -59,18 +71,41 @@ window.addEventListener('load', function () {
     let dom = String::from_utf8_lossy(&out.stdout);
     let log = String::from_utf8_lossy(&out.stderr);
     const MARK: &str = "<pre id=\"cleave-probe\">";
-    let start = dom.find(MARK).unwrap_or_else(|| panic!("the probe did not run (exit {:?}): {log}", out.status.code())) + MARK.len();
+    let start = dom.find(MARK).unwrap_or_else(|| {
+        panic!(
+            "the probe did not run (exit {:?}): {log}",
+            out.status.code()
+        )
+    }) + MARK.len();
     let end = dom[start..].find("</pre>").unwrap() + start;
-    let json = dom[start..end].replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&");
+    let json = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
     let mut probe: Probe = serde_json::from_str(&json).unwrap();
-    probe.errors.extend(log.lines().filter(|l| l.contains("CONSOLE") && (l.contains("Uncaught") || l.contains("Error"))).map(String::from));
+    probe.errors.extend(
+        log.lines()
+            .filter(|l| l.contains("CONSOLE") && (l.contains("Uncaught") || l.contains("Error")))
+            .map(String::from),
+    );
     probe
 }
 
 fn dot_clusters(dot_file: &Path) -> usize {
-    let out = Command::new(tool("dot")).arg("-Tsvg").arg(dot_file).output().unwrap();
-    assert!(out.status.success(), "dot -Tsvg {} failed: {}", dot_file.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).matches("class=\"cluster\"").count()
+    let out = Command::new(tool("dot"))
+        .arg("-Tsvg")
+        .arg(dot_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dot -Tsvg {} failed: {}",
+        dot_file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .matches("class=\"cluster\"")
+        .count()
 }
 
 struct Views {
@@ -88,7 +123,13 @@ fn partition_with_report(model: &Path, work: &Path, devices: &[&str]) -> Views {
     let stdout = ok(&cleave(&args));
     let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
     let read = |ext: &str| std::fs::read_to_string(work.join(format!("{stem}.{ext}"))).unwrap();
-    Views { conn: ConnFile::from_json(&read("conn.json")).unwrap(), md: read("partition.md"), dot: work.join(format!("{stem}.dot")), html: read("report.html"), stdout }
+    Views {
+        conn: ConnFile::from_json(&read("conn.json")).unwrap(),
+        md: read("partition.md"),
+        dot: work.join(format!("{stem}.dot")),
+        html: read("report.html"),
+        stdout,
+    }
 }
 
 fn placed(stdout: &str) -> usize {
@@ -101,18 +142,45 @@ fn placed(stdout: &str) -> usize {
 fn check_views(v: &Views, work: &Path, stem: &str, devices: usize) {
     let parts = v.conn.parts.len();
     let nodes = placed(&v.stdout);
-    let backends: std::collections::BTreeSet<_> = v.conn.parts.iter().map(|p| p.backend.clone().unwrap()).collect();
+    let backends: std::collections::BTreeSet<_> = v
+        .conn
+        .parts
+        .iter()
+        .map(|p| p.backend.clone().unwrap())
+        .collect();
     assert_eq!(backends.len(), devices, "{:?}", v.conn.parts);
-    assert!(v.stdout.contains(&format!("report: {parts} parts")), "{}", v.stdout);
+    assert!(
+        v.stdout.contains(&format!("report: {parts} parts")),
+        "{}",
+        v.stdout
+    );
 
-    let mermaid_parts = if nodes > 300 { v.md.lines().filter(|l| l.starts_with("    p") && !l.contains("-->")).count() } else { v.md.matches("\n    subgraph p").count() };
+    let mermaid_parts = if nodes > 300 {
+        v.md.lines()
+            .filter(|l| l.starts_with("    p") && !l.contains("-->"))
+            .count()
+    } else {
+        v.md.matches("\n    subgraph p").count()
+    };
     assert_eq!(mermaid_parts, parts, "{}", v.md);
     assert_eq!(v.md.matches("\nclassDef dev_").count(), devices);
-    assert_eq!(dot_clusters(&v.dot), parts, "dot draws one cluster per part");
+    assert_eq!(
+        dot_clusters(&v.dot),
+        parts,
+        "dot draws one cluster per part"
+    );
 
     let probe = chromium_probe(&v.html, work);
-    assert!(probe.errors.is_empty(), "console errors: {:?}", probe.errors);
-    assert_eq!((probe.boxes, probe.tables, probe.clusters, probe.nodes), (parts, parts, parts, nodes), "{probe:?}");
+    assert!(
+        probe.errors.is_empty(),
+        "console errors: {:?}",
+        probe.errors
+    );
+    assert_eq!(
+        (probe.boxes, probe.tables, probe.clusters, probe.nodes),
+        (parts, parts, parts, nodes),
+        "{probe:?}"
+    );
 
     let conn_json = work.join(format!("{stem}.conn.json"));
     let html_before = v.html.clone();
@@ -120,7 +188,10 @@ fn check_views(v: &Views, work: &Path, stem: &str, devices: usize) {
     let out = ok(&cleave(&[os("report"), conn_json.as_os_str()]));
     assert!(out.contains(&format!("report: {parts} parts")), "{out}");
     let html_after = std::fs::read_to_string(work.join(format!("{stem}.report.html"))).unwrap();
-    let first_difference = html_after.bytes().zip(html_before.bytes()).position(|(a, b)| a != b);
+    let first_difference = html_after
+        .bytes()
+        .zip(html_before.bytes())
+        .position(|(a, b)| a != b);
     assert!(html_after == html_before, "report from the written files differs from partition --report from byte {first_difference:?}");
 }
 
@@ -131,7 +202,11 @@ fn resnet50_on_two_devices() {
     let part = tmp.path().join("two.part");
     std::fs::write(&part, "[partition]\nbackends=myriad,cpu\ndefault=myriad\ncomply=opcode\n\n[OPCODE]\nMaxPool=cpu\nAveragePool=cpu\nReshape=cpu\nGemm=cpu\nSoftmax=cpu\n").unwrap();
     let work = tmp.path().join("out");
-    let v = partition_with_report(&light("light_resnet50"), &work, &["--part", part.to_str().unwrap()]);
+    let v = partition_with_report(
+        &light("light_resnet50"),
+        &work,
+        &["--part", part.to_str().unwrap()],
+    );
     check_views(&v, &work, "light_resnet50", 2);
 }
 
@@ -141,7 +216,11 @@ fn densenet121_on_three_devices() {
     let part = tmp.path().join("three.part");
     std::fs::write(&part, "[partition]\nbackends=npu,gpu,cpu\ndefault=npu\ncomply=opcode\n\n[OPCODE]\nMaxPool=cpu\nAveragePool=gpu\nGlobalAveragePool=gpu\n").unwrap();
     let work = tmp.path().join("out");
-    let v = partition_with_report(&light("light_densenet121"), &work, &["--part", part.to_str().unwrap()]);
+    let v = partition_with_report(
+        &light("light_densenet121"),
+        &work,
+        &["--part", part.to_str().unwrap()],
+    );
     check_views(&v, &work, "light_densenet121", 3);
 }
 
@@ -149,14 +228,22 @@ fn densenet121_on_three_devices() {
 #[test]
 fn the_chromium_probe_sees_errors_and_missing_boxes() {
     let tmp = tempfile::tempdir().unwrap();
-    let v = partition_with_report(&common::example("tiny_cnn.onnx"), tmp.path(), &["--part", common::example("tiny_cnn.part").to_str().unwrap()]);
+    let v = partition_with_report(
+        &common::example("tiny_cnn.onnx"),
+        tmp.path(),
+        &["--part", common::example("tiny_cnn.part").to_str().unwrap()],
+    );
     let parts = v.conn.parts.len();
     let clean = chromium_probe(&v.html, tmp.path());
     assert!(clean.errors.is_empty() && clean.boxes == parts, "{clean:?}");
 
-    let broken = v.html.replace("</main>", "</main><script>undefinedFunction();</script>");
+    let broken = v
+        .html
+        .replace("</main>", "</main><script>undefinedFunction();</script>");
     assert!(!chromium_probe(&broken, tmp.path()).errors.is_empty());
-    let one_less = v.html.replacen("<g class=\"part-box\"", "<g class=\"gone\"", 1);
+    let one_less = v
+        .html
+        .replacen("<g class=\"part-box\"", "<g class=\"gone\"", 1);
     assert_eq!(chromium_probe(&one_less, tmp.path()).boxes, parts - 1);
 }
 
@@ -164,11 +251,24 @@ fn the_chromium_probe_sees_errors_and_missing_boxes() {
 fn report_refuses_a_missing_or_foreign_partition() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("nope.conn.json");
-    assert_bad_input(&cleave(&[os("report"), missing.as_os_str()]), &missing, "cannot read");
+    assert_bad_input(
+        &cleave(&[os("report"), missing.as_os_str()]),
+        &missing,
+        "cannot read",
+    );
 
-    partition_with_report(&common::example("tiny_cnn.onnx"), tmp.path(), &["--part", common::example("tiny_cnn.part").to_str().unwrap()]);
+    partition_with_report(
+        &common::example("tiny_cnn.onnx"),
+        tmp.path(),
+        &["--part", common::example("tiny_cnn.part").to_str().unwrap()],
+    );
     let conn = tmp.path().join("tiny_cnn.conn.json");
     let other = light("light_squeezenet");
-    let o = cleave(&[os("report"), conn.as_os_str(), os("--model"), other.as_os_str()]);
+    let o = cleave(&[
+        os("report"),
+        conn.as_os_str(),
+        os("--model"),
+        other.as_os_str(),
+    ]);
     assert_bad_input(&o, &conn, "differ from the model's");
 }

@@ -24,42 +24,94 @@ fn part_file(dir: &Path, text: &str) -> String {
 /// part boundary between them (Conv on npu, the rest on cpu) prevents the fold, so tract's
 /// whole-model and parts differ by float rounding there (measured up to 9.4e-4 absolute on
 /// resnet50's boundaries, 2e-6 on its output).
-const TRACT_FOLDS_BATCHNORM: [&str; 4] = ["light_densenet121", "light_inception_v2", "light_resnet50", "light_shufflenet"];
+const TRACT_FOLDS_BATCHNORM: [&str; 4] = [
+    "light_densenet121",
+    "light_inception_v2",
+    "light_resnet50",
+    "light_shufflenet",
+];
 
 fn verify_json(args: &[&str]) -> serde_json::Value {
     let o = run(args);
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", String::from_utf8_lossy(&o.stdout), stderr(&o)));
-    assert_eq!(o.status.code(), Some(if j["passed"] == true { 0 } else { 1 }));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", String::from_utf8_lossy(&o.stdout), stderr(&o)));
+    assert_eq!(
+        o.status.code(),
+        Some(if j["passed"] == true { 0 } else { 1 })
+    );
     j
 }
 
 fn max_abs(j: &serde_json::Value, kind: &str) -> f64 {
-    j["tensors"].as_array().unwrap().iter().filter(|t| t["kind"] == kind).map(|t| t["max_abs"].as_f64().unwrap()).fold(0.0, f64::max)
+    j["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"] == kind)
+        .map(|t| t["max_abs"].as_f64().unwrap())
+        .fold(0.0, f64::max)
 }
 
 #[test]
 fn verify_with_boundaries_passes_on_every_randomised_light_model() {
     let tmp = tempfile::tempdir().unwrap();
-    let rules = part_file(tmp.path(), "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n");
+    let rules = part_file(
+        tmp.path(),
+        "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n",
+    );
     for name in LIGHT_MODELS {
         let m = light_random(name);
         let m = m.to_str().unwrap();
         // ONNX Runtime with graph rewrites off computes each op the same way in whole and
         // parts: every boundary tensor must be bit-identical.
-        let j = verify_json(&["verify", m, "--part", &rules, "--boundaries", "--engine", "npu=ort,cpu=ort", "--reference", "ort", "--json"]);
+        let j = verify_json(&[
+            "verify",
+            m,
+            "--part",
+            &rules,
+            "--boundaries",
+            "--engine",
+            "npu=ort,cpu=ort",
+            "--reference",
+            "ort",
+            "--json",
+        ]);
         assert_eq!(j["passed"], true, "{name}: {j}");
-        let boundaries = j["tensors"].as_array().unwrap().iter().filter(|t| t["kind"] == "boundary").count();
-        assert!(boundaries >= 2, "{name}: a Conv/rest split must have boundary tensors");
+        let boundaries = j["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["kind"] == "boundary")
+            .count();
+        assert!(
+            boundaries >= 2,
+            "{name}: a Conv/rest split must have boundary tensors"
+        );
         assert_eq!(max_abs(&j, "boundary"), 0.0, "{name}: {j}");
         assert_eq!(max_abs(&j, "output"), 0.0, "{name}: {j}");
         // tract, the default engine: default tolerances, except where it folds BatchNorm.
         let j = if TRACT_FOLDS_BATCHNORM.contains(&name) {
-            verify_json(&["verify", m, "--part", &rules, "--boundaries", "--rtol", "1e-3", "--atol", "1e-3", "--json"])
+            verify_json(&[
+                "verify",
+                m,
+                "--part",
+                &rules,
+                "--boundaries",
+                "--rtol",
+                "1e-3",
+                "--atol",
+                "1e-3",
+                "--json",
+            ])
         } else {
             verify_json(&["verify", m, "--part", &rules, "--boundaries", "--json"])
         };
         assert_eq!(j["passed"], true, "{name} on tract: {j}");
-        eprintln!("{name}: tract max abs diff {:.3e} on boundaries, {:.3e} on outputs", max_abs(&j, "boundary"), max_abs(&j, "output"));
+        eprintln!(
+            "{name}: tract max abs diff {:.3e} on boundaries, {:.3e} on outputs",
+            max_abs(&j, "boundary"),
+            max_abs(&j, "output")
+        );
     }
 }
 
@@ -67,33 +119,73 @@ fn verify_with_boundaries_passes_on_every_randomised_light_model() {
 fn verify_sees_a_miswired_part() {
     // Swap the two boundary tensors a part receives: the parts still run, the values differ.
     let tmp = tempfile::tempdir().unwrap();
-    let rules = part_file(tmp.path(), "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n");
+    let rules = part_file(
+        tmp.path(),
+        "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n",
+    );
     let work = tmp.path().join("w");
-    ok(&run(&["partition", example("instance_norm.onnx").to_str().unwrap(), "--part", &rules, "-o", work.to_str().unwrap()]));
+    ok(&run(&[
+        "partition",
+        example("instance_norm.onnx").to_str().unwrap(),
+        "--part",
+        &rules,
+        "-o",
+        work.to_str().unwrap(),
+    ]));
     let div = work.join("instance_norm.00002_acl_cl.onnx");
     let mut m = cleave_onnx::OnnxModel::load(&div).unwrap();
     let node = &mut m.proto.graph.as_mut().unwrap().node[0];
     node.input.swap(0, 1);
     m.save(&div).unwrap();
     let conn = work.join("instance_norm.conn.json");
-    let o = run(&["verify", example("instance_norm.onnx").to_str().unwrap(), conn.to_str().unwrap(), "--boundaries"]);
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = run(&[
+        "verify",
+        example("instance_norm.onnx").to_str().unwrap(),
+        conn.to_str().unwrap(),
+        "--boundaries",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     assert!(String::from_utf8_lossy(&o.stdout).contains("beyond tolerance"));
 }
 
 #[test]
 fn verify_mixes_onnx_runtime_and_tract() {
     let tmp = tempfile::tempdir().unwrap();
-    let rules = part_file(tmp.path(), "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n");
+    let rules = part_file(
+        tmp.path(),
+        "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n",
+    );
     for name in ["light_squeezenet", "light_resnet50"] {
         let m = light_random(name);
         // Two engines never round alike: tolerances for engine-to-engine comparison.
         let loose = ["--rtol", "1e-3", "--atol", "1e-3"];
-        let mut args = vec!["verify", m.to_str().unwrap(), "--part", &rules, "--boundaries", "--engine", "npu=tract,cpu=ort"];
+        let mut args = vec![
+            "verify",
+            m.to_str().unwrap(),
+            "--part",
+            &rules,
+            "--boundaries",
+            "--engine",
+            "npu=tract,cpu=ort",
+        ];
         args.extend(loose);
         let out = ok(&run(&args));
         assert!(out.contains("tensors match"), "{name}: {out}");
-        let mut args = vec!["verify", m.to_str().unwrap(), "--part", &rules, "--engine", "npu=ort,cpu=tract", "--reference", "ort"];
+        let mut args = vec![
+            "verify",
+            m.to_str().unwrap(),
+            "--part",
+            &rules,
+            "--engine",
+            "npu=ort,cpu=tract",
+            "--reference",
+            "ort",
+        ];
         args.extend(loose);
         let out = ok(&run(&args));
         assert!(out.contains("tensors match"), "{name}: {out}");
@@ -103,9 +195,19 @@ fn verify_mixes_onnx_runtime_and_tract() {
 #[test]
 fn run_reproduces_onnxruntime_in_python_on_instance_norm() {
     let tmp = tempfile::tempdir().unwrap();
-    let rules = part_file(tmp.path(), "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n");
+    let rules = part_file(
+        tmp.path(),
+        "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n",
+    );
     let work = tmp.path().join("w");
-    ok(&run(&["partition", example("instance_norm.onnx").to_str().unwrap(), "--part", &rules, "-o", work.to_str().unwrap()]));
+    ok(&run(&[
+        "partition",
+        example("instance_norm.onnx").to_str().unwrap(),
+        "--part",
+        &rules,
+        "-o",
+        work.to_str().unwrap(),
+    ]));
     let input = tmp.path().join("input.npy");
     let want = tmp.path().join("want.npy");
     let script = "import sys, numpy as np, onnxruntime as ort\n\
@@ -113,19 +215,41 @@ fn run_reproduces_onnxruntime_in_python_on_instance_norm() {
         np.save(sys.argv[2], x)\n\
         s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n\
         np.save(sys.argv[3], s.run(None, {'input': x})[0])\n";
-    let st = Command::new("python3").args(["-c", script]).arg(example("instance_norm.onnx")).arg(&input).arg(&want).status().unwrap();
+    let st = Command::new("python3")
+        .args(["-c", script])
+        .arg(example("instance_norm.onnx"))
+        .arg(&input)
+        .arg(&want)
+        .status()
+        .unwrap();
     assert!(st.success());
     let out_dir = tmp.path().join("out");
     let conn = work.join("instance_norm.conn.json");
-    ok(&run(&["run", conn.to_str().unwrap(), "--input", &format!("input={}", input.display()), "-o", out_dir.to_str().unwrap()]));
+    ok(&run(&[
+        "run",
+        conn.to_str().unwrap(),
+        "--input",
+        &format!("input={}", input.display()),
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]));
     let cmp = "import sys, numpy as np\n\
         a, b = np.load(sys.argv[1]), np.load(sys.argv[2])\n\
         assert a.shape == b.shape, (a.shape, b.shape)\n\
         d = float(np.abs(a - b).max())\n\
         print(d)\n\
         sys.exit(0 if d <= 1e-5 else 1)\n";
-    let o = Command::new("python3").args(["-c", cmp]).arg(out_dir.join("output.npy")).arg(&want).output().unwrap();
-    assert!(o.status.success(), "max abs diff {}", String::from_utf8_lossy(&o.stdout));
+    let o = Command::new("python3")
+        .args(["-c", cmp])
+        .arg(out_dir.join("output.npy"))
+        .arg(&want)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "max abs diff {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 #[test]
@@ -133,14 +257,37 @@ fn pipelined_stages_match_a_sequential_run() {
     let tmp = tempfile::tempdir().unwrap();
     let m = light_random("light_squeezenet");
     let work = tmp.path().join("w");
-    let out = ok(&run(&["partition", m.to_str().unwrap(), "--stages", "2", "-o", work.to_str().unwrap()]));
+    let out = ok(&run(&[
+        "partition",
+        m.to_str().unwrap(),
+        "--stages",
+        "2",
+        "-o",
+        work.to_str().unwrap(),
+    ]));
     assert!(out.contains("2 pipeline stages"), "{out}");
     let conn = work.join("light_squeezenet.conn.json");
-    ok(&run(&["verify", m.to_str().unwrap(), conn.to_str().unwrap(), "--boundaries"]));
+    ok(&run(&[
+        "verify",
+        m.to_str().unwrap(),
+        conn.to_str().unwrap(),
+        "--boundaries",
+    ]));
     let x = tmp.path().join("x.npy");
-    let t = cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 3, 224, 224], 5).unwrap();
+    let t =
+        cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 3, 224, 224], 5).unwrap();
     cleave_runtime::write_npy(&x, &t).unwrap();
-    let out = ok(&run(&["run", conn.to_str().unwrap(), "--input", &format!("data_0={}", x.display()), "--requests", "4", "-o", tmp.path().to_str().unwrap(), "--json"]));
+    let out = ok(&run(&[
+        "run",
+        conn.to_str().unwrap(),
+        "--input",
+        &format!("data_0={}", x.display()),
+        "--requests",
+        "4",
+        "-o",
+        tmp.path().to_str().unwrap(),
+        "--json",
+    ]));
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     let parts = j["parts"].as_array().unwrap();
     assert_eq!(parts.len(), 2);
@@ -155,52 +302,123 @@ fn pipelined_stages_match_a_sequential_run() {
 fn bad_runtime_inputs_get_one_line_and_exit_code_2() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let rules = part_file(d, "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n");
+    let rules = part_file(
+        d,
+        "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n",
+    );
     let work = d.join("w");
-    ok(&run(&["partition", example("instance_norm.onnx").to_str().unwrap(), "--part", &rules, "-o", work.to_str().unwrap()]));
+    ok(&run(&[
+        "partition",
+        example("instance_norm.onnx").to_str().unwrap(),
+        "--part",
+        &rules,
+        "-o",
+        work.to_str().unwrap(),
+    ]));
     let conn = work.join("instance_norm.conn.json");
     let c = conn.to_str().unwrap();
 
     // A missing input.
     let o = run(&["run", c]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("input 'input' not given"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("input 'input' not given"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(stderr(&o).lines().count(), 1);
 
     // Wrong dtype, wrong shape.
     let wrong = d.join("wrong.npy");
-    cleave_runtime::write_npy(&wrong, &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F64, &[1, 4, 8, 8], 1).unwrap()).unwrap();
-    assert_bad_input(&run(&["run", c, "--input", &format!("input={}", wrong.display())]), &wrong, "element type is float64, the model wants float32");
-    cleave_runtime::write_npy(&wrong, &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 4, 8], 1).unwrap()).unwrap();
-    assert_bad_input(&run(&["run", c, "--input", &format!("input={}", wrong.display())]), &wrong, "shape is [1, 4, 8]");
+    cleave_runtime::write_npy(
+        &wrong,
+        &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F64, &[1, 4, 8, 8], 1).unwrap(),
+    )
+    .unwrap();
+    assert_bad_input(
+        &run(&["run", c, "--input", &format!("input={}", wrong.display())]),
+        &wrong,
+        "element type is float64, the model wants float32",
+    );
+    cleave_runtime::write_npy(
+        &wrong,
+        &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 4, 8], 1).unwrap(),
+    )
+    .unwrap();
+    assert_bad_input(
+        &run(&["run", c, "--input", &format!("input={}", wrong.display())]),
+        &wrong,
+        "shape is [1, 4, 8]",
+    );
 
     // A corrupt .npy.
     let corrupt = write(d, "corrupt.npy", b"\x93NUMPY\x01\x00garbage");
-    assert_bad_input(&run(&["run", c, "--input", &format!("input={}", corrupt.display())]), &corrupt, "not a valid .npy file");
+    assert_bad_input(
+        &run(&["run", c, "--input", &format!("input={}", corrupt.display())]),
+        &corrupt,
+        "not a valid .npy file",
+    );
 
     let good = d.join("good.npy");
-    cleave_runtime::write_npy(&good, &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 4, 8, 8], 1).unwrap()).unwrap();
+    cleave_runtime::write_npy(
+        &good,
+        &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 4, 8, 8], 1).unwrap(),
+    )
+    .unwrap();
     let input = format!("input={}", good.display());
 
     // A conn.json that names an unknown tensor: no part can run.
     let text = std::fs::read_to_string(&conn).unwrap();
     let bad_conn = work.join("unknown.conn.json");
-    std::fs::write(&bad_conn, text.replace("\"inputs\" : [ \"normed\" ]", "\"inputs\" : [ \"no_such_tensor\" ]")).unwrap();
-    assert_bad_input(&run(&["run", bad_conn.to_str().unwrap(), "--input", &input]), &bad_conn, "model partition or configuration has problems");
+    std::fs::write(
+        &bad_conn,
+        text.replace(
+            "\"inputs\" : [ \"normed\" ]",
+            "\"inputs\" : [ \"no_such_tensor\" ]",
+        ),
+    )
+    .unwrap();
+    assert_bad_input(
+        &run(&["run", bad_conn.to_str().unwrap(), "--input", &input]),
+        &bad_conn,
+        "model partition or configuration has problems",
+    );
 
     // A missing part file.
     std::fs::remove_file(work.join("instance_norm.00003_cpu.onnx")).unwrap();
-    assert_bad_input(&run(&["run", c, "--input", &input]), &conn, "instance_norm.00003_cpu.onnx is missing");
+    assert_bad_input(
+        &run(&["run", c, "--input", &input]),
+        &conn,
+        "instance_norm.00003_cpu.onnx is missing",
+    );
 }
 
 #[test]
 fn bench_reports_three_modes_and_their_ratios() {
     let tmp = tempfile::tempdir().unwrap();
     let m = light_random("light_squeezenet");
-    let rules = part_file(tmp.path(), "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n");
-    let out = ok(&run(&["bench", m.to_str().unwrap(), "--part", &rules, "--runs", "3", "--requests", "2", "--json"]));
+    let rules = part_file(
+        tmp.path(),
+        "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n",
+    );
+    let out = ok(&run(&[
+        "bench",
+        m.to_str().unwrap(),
+        "--part",
+        &rules,
+        "--runs",
+        "3",
+        "--requests",
+        "2",
+        "--json",
+    ]));
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let modes: Vec<&str> = j["modes"].as_array().unwrap().iter().map(|m| m["mode"].as_str().unwrap()).collect();
+    let modes: Vec<&str> = j["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mode"].as_str().unwrap())
+        .collect();
     assert_eq!(modes, ["monolithic", "partitioned", "pipelined"]);
     assert!(j["sequential_over_monolithic"].as_f64().unwrap() > 0.0);
     assert!(j["pipelined_speedup"].as_f64().unwrap() > 0.0);
@@ -217,20 +435,41 @@ fn onnx_runtime_missing_is_reported_with_the_fix() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
-    assert!(e.contains("ONNX Runtime is unavailable") && e.contains("scripts/fetch-ort.sh"), "{e}");
+    assert!(
+        e.contains("ONNX Runtime is unavailable") && e.contains("scripts/fetch-ort.sh"),
+        "{e}"
+    );
 }
 
 /// The node-test pass counts may only go up: `tests/conformance-baseline.json` holds them.
 #[test]
 fn node_test_conformance_does_not_drop_below_the_baseline() {
-    let baseline: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance-baseline.json")).unwrap()).unwrap();
+    let baseline: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance-baseline.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
     let node = cleave_testdata::dir().join("node");
     for engine in ["tract", "ort"] {
-        let out = ok(&run(&["conformance", node.to_str().unwrap(), "--engine", engine, "--json"]));
+        let out = ok(&run(&[
+            "conformance",
+            node.to_str().unwrap(),
+            "--engine",
+            engine,
+            "--json",
+        ]));
         let j: serde_json::Value = serde_json::from_str(&out).unwrap();
         let passed = j["passed"].as_u64().unwrap();
-        eprintln!("{engine}: {passed} passed, {} failed, {} unsupported of {}", j["failed"], j["unsupported"], j["total"]);
+        eprintln!(
+            "{engine}: {passed} passed, {} failed, {} unsupported of {}",
+            j["failed"], j["unsupported"], j["total"]
+        );
         let floor = baseline[engine]["passed"].as_u64().unwrap();
-        assert!(passed >= floor, "{engine}: {passed} node tests pass, the baseline is {floor}");
+        assert!(
+            passed >= floor,
+            "{engine}: {passed} node tests pass, the baseline is {floor}"
+        );
     }
 }

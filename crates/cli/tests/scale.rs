@@ -14,7 +14,17 @@ fn gen(dir: &Path, nodes: usize, devices: usize, seed: u64) -> std::path::PathBu
     let n = nodes.to_string();
     let d = devices.to_string();
     let s = seed.to_string();
-    ok(&cleave(&[os("gen"), os("--nodes"), os(&n), os("--devices"), os(&d), os("--seed"), os(&s), os("-o"), model.as_os_str()]));
+    ok(&cleave(&[
+        os("gen"),
+        os("--nodes"),
+        os(&n),
+        os("--devices"),
+        os(&d),
+        os("--seed"),
+        os(&s),
+        os("-o"),
+        model.as_os_str(),
+    ]));
     model
 }
 
@@ -37,8 +47,18 @@ assert sorted(rules) == sorted(names), "the .part file does not place exactly th
 assert set(rules.values()) <= set(backends)
 print(len(names), len(set(rules.values())))
 "#;
-    let o = Command::new("python3").args(["-c", script]).arg(model).arg(part).output().expect("python3 with onnx");
-    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("python3")
+        .args(["-c", script])
+        .arg(model)
+        .arg(part)
+        .output()
+        .expect("python3 with onnx");
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
@@ -69,13 +89,30 @@ fn generated_models_partition_into_valid_parts() {
         let model = gen(dir.path(), nodes, devices, seed);
         let work = dir.path().join(format!("out_{seed}"));
         let part = model.with_extension("part");
-        let out = ok(&cleave(&[os("partition"), model.as_os_str(), os("--part"), part.as_os_str(), os("-o"), work.as_os_str(), os("--quiet")]));
+        let out = ok(&cleave(&[
+            os("partition"),
+            model.as_os_str(),
+            os("--part"),
+            part.as_os_str(),
+            os("-o"),
+            work.as_os_str(),
+            os("--quiet"),
+        ]));
         assert!(out.contains("parts on"), "{out}");
         let stem = model.file_stem().unwrap().to_str().unwrap();
         let conn = work.join(format!("{stem}.conn.json"));
         ok(&cleave(&[os("check"), conn.as_os_str()]));
-        let o = Command::new("python3").arg(repo().join("scripts/check_parts.py")).arg(&conn).output().unwrap();
-        assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let o = Command::new("python3")
+            .arg(repo().join("scripts/check_parts.py"))
+            .arg(&conn)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }
 
@@ -84,7 +121,14 @@ fn partition_bench_reports_its_figures_as_json() {
     let dir = tempfile::tempdir().unwrap();
     let model = gen(dir.path(), 600, 2, 5);
     // The .part file beside the model is found without --part.
-    let out = ok(&cleave(&[os("bench"), os("--partition"), model.as_os_str(), os("--runs"), os("3"), os("--json")]));
+    let out = ok(&cleave(&[
+        os("bench"),
+        os("--partition"),
+        model.as_os_str(),
+        os("--runs"),
+        os("3"),
+        os("--json"),
+    ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(v["nodes"], 600);
     assert_eq!(v["units"], 600);
@@ -93,28 +137,60 @@ fn partition_bench_reports_its_figures_as_json() {
         assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {out}");
     }
     let ratio = v["partition_s"].as_f64().unwrap() / v["toposort_s"].as_f64().unwrap();
-    assert!((ratio - v["ratio"].as_f64().unwrap()).abs() < 1e-6 * ratio, "{out}");
+    assert!(
+        (ratio - v["ratio"].as_f64().unwrap()).abs() < 1e-6 * ratio,
+        "{out}"
+    );
     let parts = v["parts"].as_u64().unwrap();
     assert!(parts >= 2 && parts < 600, "{out}");
     // 600 units is within the openvino algorithm's range: it ran, and found no fewer parts
     // than a valid partition needs (at least one per device).
-    assert!(v["openvino_parts"].as_u64().is_some_and(|p| p >= 2), "{out}");
+    assert!(
+        v["openvino_parts"].as_u64().is_some_and(|p| p >= 2),
+        "{out}"
+    );
     if cfg!(target_os = "linux") {
-        assert!(v["peak_bytes_per_node"].as_f64().is_some_and(|b| b > 0.0), "{out}");
+        assert!(
+            v["peak_bytes_per_node"].as_f64().is_some_and(|b| b > 0.0),
+            "{out}"
+        );
     }
     // Plain text names the same figures.
-    let text = ok(&cleave(&[os("bench"), os("--partition"), model.as_os_str(), os("--runs"), os("1")]));
-    assert!(text.contains("ratio") && text.contains("Kahn toposort") && text.contains("openvino algorithm"), "{text}");
+    let text = ok(&cleave(&[
+        os("bench"),
+        os("--partition"),
+        model.as_os_str(),
+        os("--runs"),
+        os("1"),
+    ]));
+    assert!(
+        text.contains("ratio")
+            && text.contains("Kahn toposort")
+            && text.contains("openvino algorithm"),
+        "{text}"
+    );
 }
 
 #[test]
 fn gen_refuses_zero_nodes_and_a_missing_folder() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.onnx");
-    let o = cleave(&[os("gen"), os("--nodes"), os("0"), os("-o"), model.as_os_str()]);
+    let o = cleave(&[
+        os("gen"),
+        os("--nodes"),
+        os("0"),
+        os("-o"),
+        model.as_os_str(),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!model.exists());
     let missing = dir.path().join("no/such/m.onnx");
-    let o = cleave(&[os("gen"), os("--nodes"), os("10"), os("-o"), missing.as_os_str()]);
+    let o = cleave(&[
+        os("gen"),
+        os("--nodes"),
+        os("10"),
+        os("-o"),
+        missing.as_os_str(),
+    ]);
     assert_bad_input(&o, &missing, "");
 }

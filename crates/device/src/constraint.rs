@@ -36,14 +36,27 @@ pub struct Constraint {
 impl Constraint {
     /// `None` when the node satisfies every condition, else why not.
     pub fn violation(&self, g: &Graph, node: &Node) -> Option<String> {
-        let computed_inputs = node.inputs.iter().flatten().filter(|&&v| !matches!(g.value(v).def, ValueDef::Weight(_)));
-        let tensors: Vec<_> = computed_inputs.chain(node.outputs.iter().flatten()).copied().collect();
+        let computed_inputs = node
+            .inputs
+            .iter()
+            .flatten()
+            .filter(|&&v| !matches!(g.value(v).def, ValueDef::Weight(_)));
+        let tensors: Vec<_> = computed_inputs
+            .chain(node.outputs.iter().flatten())
+            .copied()
+            .collect();
         if let Some(allowed) = &self.dtypes {
             for &v in &tensors {
                 let value = g.value(v);
                 match value.ty.elem {
                     Some(e) if allowed.iter().any(|a| *a == e.name()) => {}
-                    Some(e) => return Some(format!("element type {e} of '{}' is not one of {}", value.name, allowed.join(", "))),
+                    Some(e) => {
+                        return Some(format!(
+                            "element type {e} of '{}' is not one of {}",
+                            value.name,
+                            allowed.join(", ")
+                        ))
+                    }
                     None => return Some(format!("element type of '{}' is unknown", value.name)),
                 }
             }
@@ -59,36 +72,55 @@ impl Constraint {
         if let Some(max) = self.max_rank {
             for v in node.inputs.iter().flatten().map(|&v| g.value(v)) {
                 match v.ty.rank() {
-                    Some(r) if r > max => return Some(format!("'{}' has rank {r}, more than {max}", v.name)),
+                    Some(r) if r > max => {
+                        return Some(format!("'{}' has rank {r}, more than {max}", v.name))
+                    }
                     _ => {}
                 }
             }
         }
         for name in &self.require_attrs {
             if node.attr(name).is_none() {
-                return Some(format!("attribute {name} is absent and its default is not supported"));
+                return Some(format!(
+                    "attribute {name} is absent and its default is not supported"
+                ));
             }
         }
         for &k in &self.const_inputs {
-            let Some(&Some(v)) = node.inputs.get(k) else { continue };
+            let Some(&Some(v)) = node.inputs.get(k) else {
+                continue;
+            };
             if !is_constant(g, v) {
                 return Some(format!("input {k} ('{}') is not constant", g.value(v).name));
             }
         }
         for (name, allowed) in &self.attrs {
-            let Some(value) = node.attr(name) else { continue };
+            let Some(value) = node.attr(name) else {
+                continue;
+            };
             if allowed.is_empty() {
                 return Some(format!("attribute {name} is not supported"));
             }
             if !allowed.iter().any(|a| attr_matches(value, a)) {
-                return Some(format!("attribute {name}={} is not one of {}", show(value), allowed.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")));
+                return Some(format!(
+                    "attribute {name}={} is not one of {}",
+                    show(value),
+                    allowed
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
             }
         }
         if self.static_shape {
             for &v in &tensors {
                 let value = g.value(v);
                 if value.ty.static_dims().is_none() {
-                    return Some(format!("'{}' has a dynamic shape ({})", value.name, value.ty));
+                    return Some(format!(
+                        "'{}' has a dynamic shape ({})",
+                        value.name, value.ty
+                    ));
                 }
             }
         }
@@ -114,7 +146,10 @@ fn is_constant(g: &Graph, v: ValueId) -> bool {
                     continue;
                 }
                 let node = g.node(*p);
-                if seen.len() > CONSTANT_WALK_LIMIT || node.has_subgraphs() || !cleave_onnx::is_deterministic(node) {
+                if seen.len() > CONSTANT_WALK_LIMIT
+                    || node.has_subgraphs()
+                    || !cleave_onnx::is_deterministic(node)
+                {
                     return false;
                 }
                 stack.extend(node.all_inputs());
@@ -130,7 +165,9 @@ fn attr_matches(v: &AttrValue, want: &toml::Value) -> bool {
         (AttrValue::Float(f), toml::Value::Float(w)) => (f64::from(*f) - w).abs() < 1e-6,
         (AttrValue::Float(f), toml::Value::Integer(w)) => f64::from(*f) == *w as f64,
         (AttrValue::String(s), toml::Value::String(w)) => s.as_ref() == w.as_bytes(),
-        (AttrValue::Ints(v), toml::Value::Array(w)) => v.len() == w.len() && v.iter().zip(w).all(|(a, b)| b.as_integer() == Some(*a)),
+        (AttrValue::Ints(v), toml::Value::Array(w)) => {
+            v.len() == w.len() && v.iter().zip(w).all(|(a, b)| b.as_integer() == Some(*a))
+        }
         _ => false,
     }
 }

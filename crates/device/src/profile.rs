@@ -16,7 +16,10 @@ const COREML_MLPROGRAM: &str = include_str!("profiles/coreml-mlprogram.toml");
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     #[error("cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("bad profile: {message}")]
     Parse { path: PathBuf, message: String },
 }
@@ -81,7 +84,10 @@ pub enum Verdict {
 
 impl Profile {
     pub fn parse(text: &str, path: &Path) -> Result<Profile, ProfileError> {
-        let f: ProfileFile = toml::from_str(text).map_err(|e| ProfileError::Parse { path: path.to_path_buf(), message: one_line(&e.to_string()) })?;
+        let f: ProfileFile = toml::from_str(text).map_err(|e| ProfileError::Parse {
+            path: path.to_path_buf(),
+            message: one_line(&e.to_string()),
+        })?;
         let mut ops = BTreeMap::new();
         for (key, c) in f.ops {
             let (domain, op) = match key.rsplit_once("::") {
@@ -90,7 +96,14 @@ impl Profile {
             };
             ops.insert((domain, op), c);
         }
-        Ok(Profile { name: f.name, description: f.description, all_ops: f.all_ops, defaults: f.defaults, ops, fuse: f.fuse })
+        Ok(Profile {
+            name: f.name,
+            description: f.description,
+            all_ops: f.all_ops,
+            defaults: f.defaults,
+            ops,
+            fuse: f.fuse,
+        })
     }
 
     pub fn check(&self, g: &Graph, node: &Node) -> Verdict {
@@ -109,29 +122,63 @@ impl Profile {
     /// The same op list with every checkable condition dropped (notes kept): support by op
     /// type alone, as ONNX Runtime's usability checker judges it.
     pub fn without_constraints(&self) -> Profile {
-        let strip = |c: &Constraint| Constraint { note: c.note.clone(), ..Constraint::default() };
-        Profile { defaults: strip(&self.defaults), ops: self.ops.iter().map(|(k, c)| (k.clone(), strip(c))).collect(), ..self.clone() }
+        let strip = |c: &Constraint| Constraint {
+            note: c.note.clone(),
+            ..Constraint::default()
+        };
+        Profile {
+            defaults: strip(&self.defaults),
+            ops: self
+                .ops
+                .iter()
+                .map(|(k, c)| (k.clone(), strip(c)))
+                .collect(),
+            ..self.clone()
+        }
     }
 
     /// Limitations the profile states for this op but cannot check.
     pub fn note(&self, node: &Node) -> Option<&str> {
-        self.ops.get(&(normalise_domain(&node.domain), node.op_type.clone())).and_then(|c| c.note.as_deref())
+        self.ops
+            .get(&(normalise_domain(&node.domain), node.op_type.clone()))
+            .and_then(|c| c.note.as_deref())
     }
 }
 
 fn normalise_domain(d: &str) -> String {
-    if d == "ai.onnx" { String::new() } else { d.to_string() }
+    if d == "ai.onnx" {
+        String::new()
+    } else {
+        d.to_string()
+    }
 }
 
 fn merge(defaults: &Constraint, own: Option<&Constraint>) -> Constraint {
-    let Some(own) = own else { return defaults.clone() };
+    let Some(own) = own else {
+        return defaults.clone();
+    };
     Constraint {
         dtypes: own.dtypes.clone().or_else(|| defaults.dtypes.clone()),
         ranks: own.ranks.clone().or_else(|| defaults.ranks.clone()),
         max_rank: own.max_rank.or(defaults.max_rank),
-        attrs: defaults.attrs.iter().chain(&own.attrs).map(|(k, v)| (k.clone(), v.clone())).collect(),
-        require_attrs: defaults.require_attrs.iter().chain(&own.require_attrs).cloned().collect(),
-        const_inputs: defaults.const_inputs.iter().chain(&own.const_inputs).copied().collect(),
+        attrs: defaults
+            .attrs
+            .iter()
+            .chain(&own.attrs)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        require_attrs: defaults
+            .require_attrs
+            .iter()
+            .chain(&own.require_attrs)
+            .cloned()
+            .collect(),
+        const_inputs: defaults
+            .const_inputs
+            .iter()
+            .chain(&own.const_inputs)
+            .copied()
+            .collect(),
         static_shape: defaults.static_shape || own.static_shape,
         note: own.note.clone(),
     }
@@ -160,7 +207,8 @@ impl Profiles {
         ];
         for (text, file) in builtins {
             // The built-ins are compiled in and covered by tests; a parse failure is a bug.
-            let p = Profile::parse(text, Path::new(file)).unwrap_or_else(|e| panic!("built-in {file}: {e}"));
+            let p = Profile::parse(text, Path::new(file))
+                .unwrap_or_else(|e| panic!("built-in {file}: {e}"));
             map.insert(p.name.clone(), p);
         }
         Profiles { map }
@@ -168,7 +216,10 @@ impl Profiles {
 
     /// Loads a profile file; returns the name it defines.
     pub fn load(&mut self, path: &Path) -> Result<String, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let p = Profile::parse(&text, path)?;
         let name = p.name.clone();
         self.map.insert(name.clone(), p);
@@ -177,7 +228,13 @@ impl Profiles {
 
     /// Every profile with its conditions dropped (see [`Profile::without_constraints`]).
     pub fn without_constraints(&self) -> Profiles {
-        Profiles { map: self.map.iter().map(|(k, p)| (k.clone(), p.without_constraints())).collect() }
+        Profiles {
+            map: self
+                .map
+                .iter()
+                .map(|(k, p)| (k.clone(), p.without_constraints()))
+                .collect(),
+        }
     }
 
     /// Adds a profile built in code (overrides one of the same name).
@@ -210,7 +267,14 @@ mod tests {
     fn graph(op: &str, dims: &[i64], attrs: Vec<cleave_ir::Attribute>) -> Graph {
         let mut b = GraphBuilder::new("g");
         b.input("x", TensorType::fixed(ElemType::F32, dims));
-        b.node(NodeSpec { name: "n".into(), op_type: op.into(), inputs: vec!["x".into()], outputs: vec!["y".into()], attrs, ..Default::default() });
+        b.node(NodeSpec {
+            name: "n".into(),
+            op_type: op.into(),
+            inputs: vec!["x".into()],
+            outputs: vec!["y".into()],
+            attrs,
+            ..Default::default()
+        });
         b.value_type("y", TensorType::fixed(ElemType::F32, dims));
         b.output("y");
         b.finish(false).unwrap()
@@ -221,7 +285,10 @@ mod tests {
         let p = Profiles::builtin();
         let g = graph("SomethingExotic", &[1, 2], vec![]);
         assert_eq!(p.check("cpu", &g, &g.nodes[0]), Verdict::Supported);
-        assert_eq!(p.check("npu_without_profile", &g, &g.nodes[0]), Verdict::Supported);
+        assert_eq!(
+            p.check("npu_without_profile", &g, &g.nodes[0]),
+            Verdict::Supported
+        );
         assert_eq!(p.check("myriad", &g, &g.nodes[0]), Verdict::UnsupportedOp);
     }
 
@@ -231,7 +298,9 @@ mod tests {
         let g4 = graph("Pad", &[1, 3, 8, 8], vec![]);
         assert_eq!(p.check("myriad", &g4, &g4.nodes[0]), Verdict::Supported);
         let g3 = graph("Pad", &[3, 8, 8], vec![]);
-        assert!(matches!(p.check("myriad", &g3, &g3.nodes[0]), Verdict::Constraint(r) if r.contains("rank 3")));
+        assert!(
+            matches!(p.check("myriad", &g3, &g3.nodes[0]), Verdict::Constraint(r) if r.contains("rank 3"))
+        );
     }
 
     #[test]
@@ -248,10 +317,15 @@ mod tests {
         let p = Profile::parse(text, Path::new("npu.toml")).unwrap();
         let g = graph("Relu", &[2], vec![]);
         assert_eq!(p.check(&g, &g.nodes[0]), Verdict::Supported);
-        let linear = cleave_ir::Attribute { name: "mode".into(), value: cleave_ir::AttrValue::String("linear".into()) };
+        let linear = cleave_ir::Attribute {
+            name: "mode".into(),
+            value: cleave_ir::AttrValue::String("linear".into()),
+        };
         let g = graph("Resize", &[2], vec![linear]);
         // float32 breaks the default dtype list before the attribute is looked at.
-        assert!(matches!(p.check(&g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("float32")));
+        assert!(
+            matches!(p.check(&g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("float32"))
+        );
         let e = Profile::parse("name = \"x\"\nbogus = 1\n", Path::new("x.toml")).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
     }
@@ -261,12 +335,22 @@ mod tests {
         let dims: Vec<i64> = [1, 3, 8, 8, 8, 8][..rank].to_vec();
         let mut b = GraphBuilder::new("g");
         b.input("x", TensorType::fixed(ElemType::F32, &dims));
-        let w = cleave_ir::Weight { elem: ElemType::F32, dims: vec![1], data: cleave_ir::WeightData::Bytes(vec![0u8; 4].into()) };
+        let w = cleave_ir::Weight {
+            elem: ElemType::F32,
+            dims: vec![1],
+            data: cleave_ir::WeightData::Bytes(vec![0u8; 4].into()),
+        };
         b.weight("w0", w);
         match weight {
             "weight" => {}
             "computed" => {
-                b.node(NodeSpec { name: "r".into(), op_type: "Relu".into(), inputs: vec!["w0".into()], outputs: vec!["w1".into()], ..Default::default() });
+                b.node(NodeSpec {
+                    name: "r".into(),
+                    op_type: "Relu".into(),
+                    inputs: vec!["w0".into()],
+                    outputs: vec!["w1".into()],
+                    ..Default::default()
+                });
             }
             _ => {
                 b.input("w2", TensorType::fixed(ElemType::F32, &[1]));
@@ -277,7 +361,13 @@ mod tests {
             "computed" => "w1",
             _ => "w2",
         };
-        b.node(NodeSpec { name: "c".into(), op_type: "Conv".into(), inputs: vec!["x".into(), w.into()], outputs: vec!["y".into()], ..Default::default() });
+        b.node(NodeSpec {
+            name: "c".into(),
+            op_type: "Conv".into(),
+            inputs: vec!["x".into(), w.into()],
+            outputs: vec!["y".into()],
+            ..Default::default()
+        });
         // Static shapes: NNAPI's profile wants them.
         b.value_type("w1", TensorType::fixed(ElemType::F32, &[1]));
         b.value_type("y", TensorType::fixed(ElemType::F32, &dims));
@@ -294,39 +384,90 @@ mod tests {
     fn ep_profiles_check_constant_weights_and_ranks() {
         let p = Profiles::builtin();
         // NNAPI: "Only 2D Conv is supported. Weights and bias should be constant."
-        assert_eq!(verdict(&p, "nnapi", &conv_with("weight", 4)), Verdict::Supported);
-        assert_eq!(verdict(&p, "nnapi", &conv_with("computed", 4)), Verdict::Supported, "computed from weights alone is constant");
-        assert!(matches!(verdict(&p, "nnapi", &conv_with("input", 4)), Verdict::Constraint(r) if r.contains("input 1 ('w2') is not constant")));
-        assert!(matches!(verdict(&p, "nnapi", &conv_with("weight", 3)), Verdict::Constraint(r) if r.contains("rank 3")));
+        assert_eq!(
+            verdict(&p, "nnapi", &conv_with("weight", 4)),
+            Verdict::Supported
+        );
+        assert_eq!(
+            verdict(&p, "nnapi", &conv_with("computed", 4)),
+            Verdict::Supported,
+            "computed from weights alone is constant"
+        );
+        assert!(
+            matches!(verdict(&p, "nnapi", &conv_with("input", 4)), Verdict::Constraint(r) if r.contains("input 1 ('w2') is not constant"))
+        );
+        assert!(
+            matches!(verdict(&p, "nnapi", &conv_with("weight", 3)), Verdict::Constraint(r) if r.contains("rank 3"))
+        );
         // CoreML: "Only 1D/2D Conv" takes rank 3 as well; MLProgram only wants a constant bias.
-        assert_eq!(verdict(&p, "coreml", &conv_with("weight", 3)), Verdict::Supported);
-        assert_eq!(verdict(&p, "coreml-mlprogram", &conv_with("input", 4)), Verdict::Supported);
+        assert_eq!(
+            verdict(&p, "coreml", &conv_with("weight", 3)),
+            Verdict::Supported
+        );
+        assert_eq!(
+            verdict(&p, "coreml-mlprogram", &conv_with("input", 4)),
+            Verdict::Supported
+        );
         // CoreML's maximum rank of 5 is checked on every input.
         let relu6 = graph("Relu", &[1, 1, 1, 1, 1, 2], vec![]);
-        assert!(matches!(p.check("coreml", &relu6, &relu6.nodes[0]), Verdict::Constraint(r) if r.contains("more than 5")));
+        assert!(
+            matches!(p.check("coreml", &relu6, &relu6.nodes[0]), Verdict::Constraint(r) if r.contains("more than 5"))
+        );
         let relu5 = graph("Relu", &[1, 1, 1, 1, 2], vec![]);
-        assert_eq!(p.check("coreml", &relu5, &relu5.nodes[0]), Verdict::Supported);
+        assert_eq!(
+            p.check("coreml", &relu5, &relu5.nodes[0]),
+            Verdict::Supported
+        );
         // Without constraints only the op type counts.
         let bare = p.without_constraints();
-        assert_eq!(verdict(&bare, "nnapi", &conv_with("input", 3)), Verdict::Supported);
-        assert!(bare.get("nnapi").unwrap().note(&conv_with("weight", 4).nodes[0]).is_none());
+        assert_eq!(
+            verdict(&bare, "nnapi", &conv_with("input", 3)),
+            Verdict::Supported
+        );
+        assert!(bare
+            .get("nnapi")
+            .unwrap()
+            .note(&conv_with("weight", 4).nodes[0])
+            .is_none());
         let pad = graph("Pad", &[1, 1, 2, 2], vec![]);
-        assert_eq!(bare.get("nnapi").unwrap().note(&pad.nodes[0]), Some("Input pads values should be non-negative."), "notes survive");
+        assert_eq!(
+            bare.get("nnapi").unwrap().note(&pad.nodes[0]),
+            Some("Input pads values should be non-negative."),
+            "notes survive"
+        );
     }
 
     #[test]
     fn required_and_forbidden_attributes() {
         let p = Profiles::builtin();
-        let s = |n: &str, v: &str| cleave_ir::Attribute { name: n.into(), value: cleave_ir::AttrValue::String(v.as_bytes().to_vec().into()) };
+        let s = |n: &str, v: &str| cleave_ir::Attribute {
+            name: n.into(),
+            value: cleave_ir::AttrValue::String(v.as_bytes().to_vec().into()),
+        };
         // CoreML Resize: coordinate_transformation_mode must be asymmetric, and its default is not.
         let g = graph("Resize", &[1, 3, 8, 8], vec![s("mode", "nearest")]);
-        assert!(matches!(p.check("coreml", &g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("coordinate_transformation_mode is absent")));
-        let g = graph("Resize", &[1, 3, 8, 8], vec![s("mode", "nearest"), s("coordinate_transformation_mode", "asymmetric"), s("nearest_mode", "floor")]);
+        assert!(
+            matches!(p.check("coreml", &g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("coordinate_transformation_mode is absent"))
+        );
+        let g = graph(
+            "Resize",
+            &[1, 3, 8, 8],
+            vec![
+                s("mode", "nearest"),
+                s("coordinate_transformation_mode", "asymmetric"),
+                s("nearest_mode", "floor"),
+            ],
+        );
         assert_eq!(p.check("coreml", &g, &g.nodes[0]), Verdict::Supported);
         // CoreML Shape: "Attribute `end` is not supported" (an empty list of allowed values).
-        let end = cleave_ir::Attribute { name: "end".into(), value: cleave_ir::AttrValue::Int(2) };
+        let end = cleave_ir::Attribute {
+            name: "end".into(),
+            value: cleave_ir::AttrValue::Int(2),
+        };
         let g = graph("Shape", &[1, 3], vec![end]);
-        assert!(matches!(p.check("coreml", &g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("attribute end is not supported")));
+        assert!(
+            matches!(p.check("coreml", &g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("attribute end is not supported"))
+        );
         let g = graph("Shape", &[1, 3], vec![]);
         assert_eq!(p.check("coreml", &g, &g.nodes[0]), Verdict::Supported);
     }

@@ -28,7 +28,14 @@ fn array(items: &[String]) -> String {
     if items.is_empty() {
         "[]".to_string()
     } else {
-        format!("[ {} ]", items.iter().map(|s| quote(s)).collect::<Vec<_>>().join(", "))
+        format!(
+            "[ {} ]",
+            items
+                .iter()
+                .map(|s| quote(s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     }
 }
 
@@ -46,8 +53,16 @@ fn model_json(m: &ConnModel, indent: &str) -> String {
 
 impl ConnFile {
     pub fn to_json(&self) -> String {
-        let parts: Vec<String> = self.parts.iter().map(|p| format!("    {}", model_json(p, "    "))).collect();
-        format!("{{\n  \"source\" : {},\n  \"parts\" : [\n{}\n  ]\n}}\n", model_json(&self.source, "  "), parts.join(",\n"))
+        let parts: Vec<String> = self
+            .parts
+            .iter()
+            .map(|p| format!("    {}", model_json(p, "    ")))
+            .collect();
+        format!(
+            "{{\n  \"source\" : {},\n  \"parts\" : [\n{}\n  ]\n}}\n",
+            model_json(&self.source, "  "),
+            parts.join(",\n")
+        )
     }
 
     pub fn to_ini(&self) -> String {
@@ -93,11 +108,27 @@ mod tests {
             backend: None,
         };
         ConnFile {
-            source: m("Net_InstanceNorm_003.circle", &["Input"], &["Add_as_terminal"]),
+            source: m(
+                "Net_InstanceNorm_003.circle",
+                &["Input"],
+                &["Add_as_terminal"],
+            ),
             parts: vec![
-                m("Net_InstanceNorm_003.00001_cpu.circle", &["Input"], &["Pow", "Sub"]),
-                m("Net_InstanceNorm_003.00002_acl_cl.circle", &["Sub", "Pow"], &["Div"]),
-                m("Net_InstanceNorm_003.00003_cpu.circle", &["Div"], &["Add_as_terminal"]),
+                m(
+                    "Net_InstanceNorm_003.00001_cpu.circle",
+                    &["Input"],
+                    &["Pow", "Sub"],
+                ),
+                m(
+                    "Net_InstanceNorm_003.00002_acl_cl.circle",
+                    &["Sub", "Pow"],
+                    &["Div"],
+                ),
+                m(
+                    "Net_InstanceNorm_003.00003_cpu.circle",
+                    &["Div"],
+                    &["Add_as_terminal"],
+                ),
             ],
         }
     }

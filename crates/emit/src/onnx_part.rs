@@ -4,8 +4,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use cleave_ir::{Dim, Model, TensorType, ValueId};
 use cleave_onnx::proto::{
-    tensor_proto::DataLocation, tensor_shape_proto::dimension, tensor_shape_proto::Dimension, type_proto, FunctionProto, GraphProto, ModelProto,
-    NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    tensor_proto::DataLocation, tensor_shape_proto::dimension, tensor_shape_proto::Dimension,
+    type_proto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, TensorShapeProto,
+    TypeProto, ValueInfoProto,
 };
 use cleave_onnx::{elem_to_code, OnnxModel, WeightsFile};
 use cleave_partition::Plan;
@@ -15,7 +16,12 @@ use crate::write::EmitError;
 /// Builds part `k` (0-based) of `plan` from the source model: its nodes (placed and copied
 /// constants) in source order, the initializers and model-local functions it uses, typed
 /// inputs and outputs, and everything model-level (IR version, opsets, producer, metadata).
-pub fn part_model(source: &OnnxModel, model: &Model, plan: &Plan, k: usize) -> Result<ModelProto, EmitError> {
+pub fn part_model(
+    source: &OnnxModel,
+    model: &Model,
+    plan: &Plan,
+    k: usize,
+) -> Result<ModelProto, EmitError> {
     part_model_with(&SourceIndex::new(source)?, model, plan, k, None)
 }
 
@@ -34,16 +40,51 @@ pub(crate) struct SourceIndex<'a> {
 
 impl<'a> SourceIndex<'a> {
     pub(crate) fn new(source: &'a OnnxModel) -> Result<SourceIndex<'a>, EmitError> {
-        let sg = source.proto.graph.as_ref().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
-        let declared = sg.input.iter().chain(sg.output.iter()).chain(sg.value_info.iter()).map(|v| (v.name(), v)).collect();
-        let value_info = sg.value_info.iter().enumerate().map(|(i, v)| (v.name(), i)).collect();
-        let initializer = sg.initializer.iter().enumerate().map(|(i, t)| (t.name(), i)).collect();
-        let sparse = sg.sparse_initializer.iter().enumerate().filter_map(|(i, s)| s.values.as_ref().map(|v| (v.name(), i))).collect();
-        Ok(SourceIndex { source, sg, declared, value_info, initializer, sparse })
+        let sg = source
+            .proto
+            .graph
+            .as_ref()
+            .ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+        let declared = sg
+            .input
+            .iter()
+            .chain(sg.output.iter())
+            .chain(sg.value_info.iter())
+            .map(|v| (v.name(), v))
+            .collect();
+        let value_info = sg
+            .value_info
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.name(), i))
+            .collect();
+        let initializer = sg
+            .initializer
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name(), i))
+            .collect();
+        let sparse = sg
+            .sparse_initializer
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.values.as_ref().map(|v| (v.name(), i)))
+            .collect();
+        Ok(SourceIndex {
+            source,
+            sg,
+            declared,
+            value_info,
+            initializer,
+            sparse,
+        })
     }
 
     /// Positions of `names` in one of the index's lists, in source order.
-    fn positions<'n>(list: &HashMap<&str, usize>, names: impl Iterator<Item = &'n str>) -> Vec<usize> {
+    fn positions<'n>(
+        list: &HashMap<&str, usize>,
+        names: impl Iterator<Item = &'n str>,
+    ) -> Vec<usize> {
         let mut at: Vec<usize> = names.filter_map(|n| list.get(n).copied()).collect();
         at.sort_unstable();
         at.dedup();
@@ -53,14 +94,28 @@ impl<'a> SourceIndex<'a> {
 
 /// [`part_model`] whose initializers found in `shared` reference that file instead of holding
 /// their bytes.
-pub(crate) fn part_model_with(index: &SourceIndex, model: &Model, plan: &Plan, k: usize, shared: Option<&WeightsFile>) -> Result<ModelProto, EmitError> {
+pub(crate) fn part_model_with(
+    index: &SourceIndex,
+    model: &Model,
+    plan: &Plan,
+    k: usize,
+    shared: Option<&WeightsFile>,
+) -> Result<ModelProto, EmitError> {
     let (source, sg) = (index.source, index.sg);
     let sp = &source.proto;
     let g = &model.graph;
     let part = &plan.parts[k];
-    let mut node_ids: Vec<_> = part.nodes.iter().chain(&part.constant_nodes).copied().collect();
+    let mut node_ids: Vec<_> = part
+        .nodes
+        .iter()
+        .chain(&part.constant_nodes)
+        .copied()
+        .collect();
     node_ids.sort_unstable();
-    let nodes: Vec<NodeProto> = node_ids.iter().map(|n| sg.node[n.index()].clone()).collect();
+    let nodes: Vec<NodeProto> = node_ids
+        .iter()
+        .map(|n| sg.node[n.index()].clone())
+        .collect();
 
     let typed = |v: ValueId| -> Result<ValueInfoProto, EmitError> {
         let value = g.value(v);
@@ -70,7 +125,11 @@ pub(crate) fn part_model_with(index: &SourceIndex, model: &Model, plan: &Plan, k
             }
         }
         if !value.ty.is_complete() {
-            return Err(EmitError::Untyped { part: k + 1, tensor: value.name.clone(), ty: value.ty.to_string() });
+            return Err(EmitError::Untyped {
+                part: k + 1,
+                tensor: value.name.clone(),
+                ty: value.ty.to_string(),
+            });
         }
         Ok(value_info(&value.name, &value.ty))
     };
@@ -84,7 +143,10 @@ pub(crate) fn part_model_with(index: &SourceIndex, model: &Model, plan: &Plan, k
             None => initializer.push(inline_external(t, source)?),
         }
     }
-    let sparse_initializer = SourceIndex::positions(&index.sparse, weight_names()).into_iter().map(|i| sg.sparse_initializer[i].clone()).collect();
+    let sparse_initializer = SourceIndex::positions(&index.sparse, weight_names())
+        .into_iter()
+        .map(|i| sg.sparse_initializer[i].clone())
+        .collect();
 
     let mut input = Vec::with_capacity(part.inputs.len());
     for &v in &part.inputs {
@@ -93,10 +155,18 @@ pub(crate) fn part_model_with(index: &SourceIndex, model: &Model, plan: &Plan, k
     if sp.ir_version() < 4 {
         // Before IR version 4 the checker wants every initializer listed as an input.
         for t in &initializer {
-            let vi = index.declared.get(t.name()).map(|d| (*d).clone()).unwrap_or_else(|| {
-                let ty = TensorType::fixed(cleave_onnx::elem_from_code(t.data_type()).unwrap_or(cleave_ir::ElemType::F32), &t.dims);
-                value_info(t.name(), &ty)
-            });
+            let vi = index
+                .declared
+                .get(t.name())
+                .map(|d| (*d).clone())
+                .unwrap_or_else(|| {
+                    let ty = TensorType::fixed(
+                        cleave_onnx::elem_from_code(t.data_type())
+                            .unwrap_or(cleave_ir::ElemType::F32),
+                        &t.dims,
+                    );
+                    value_info(t.name(), &ty)
+                });
             input.push(vi);
         }
     }
@@ -104,14 +174,34 @@ pub(crate) fn part_model_with(index: &SourceIndex, model: &Model, plan: &Plan, k
     for &v in &part.outputs {
         output.push(typed(v)?);
     }
-    let produced: BTreeSet<&str> = nodes.iter().flat_map(|n| n.output.iter().map(String::as_str)).collect();
-    let outputs: BTreeSet<&str> = part.outputs.iter().map(|&v| g.value(v).name.as_str()).collect();
-    let value_info = SourceIndex::positions(&index.value_info, produced.iter().copied().filter(|n| !outputs.contains(n)))
-        .into_iter()
-        .map(|i| sg.value_info[i].clone())
+    let produced: BTreeSet<&str> = nodes
+        .iter()
+        .flat_map(|n| n.output.iter().map(String::as_str))
         .collect();
-    let quantization_annotation =
-        sg.quantization_annotation.iter().filter(|q| produced.contains(q.tensor_name()) || part.inputs.iter().any(|&v| g.value(v).name == q.tensor_name())).cloned().collect();
+    let outputs: BTreeSet<&str> = part
+        .outputs
+        .iter()
+        .map(|&v| g.value(v).name.as_str())
+        .collect();
+    let value_info = SourceIndex::positions(
+        &index.value_info,
+        produced.iter().copied().filter(|n| !outputs.contains(n)),
+    )
+    .into_iter()
+    .map(|i| sg.value_info[i].clone())
+    .collect();
+    let quantization_annotation = sg
+        .quantization_annotation
+        .iter()
+        .filter(|q| {
+            produced.contains(q.tensor_name())
+                || part
+                    .inputs
+                    .iter()
+                    .any(|&v| g.value(v).name == q.tensor_name())
+        })
+        .cloned()
+        .collect();
 
     let graph = GraphProto {
         node: nodes,
@@ -126,7 +216,11 @@ pub(crate) fn part_model_with(index: &SourceIndex, model: &Model, plan: &Plan, k
         metadata_props: sg.metadata_props.clone(),
     };
     let functions = used_functions(&graph.node, &sp.functions);
-    Ok(ModelProto { graph: Some(graph), functions, ..model_level(sp) })
+    Ok(ModelProto {
+        graph: Some(graph),
+        functions,
+        ..model_level(sp)
+    })
 }
 
 /// Everything of the model but its graph and functions.
@@ -149,7 +243,9 @@ fn model_level(sp: &ModelProto) -> ModelProto {
 
 fn complete(t: &TypeProto) -> bool {
     match &t.value {
-        Some(type_proto::Value::TensorType(tt)) => tt.elem_type.is_some_and(|e| e != 0) && tt.shape.is_some(),
+        Some(type_proto::Value::TensorType(tt)) => {
+            tt.elem_type.is_some_and(|e| e != 0) && tt.shape.is_some()
+        }
         Some(_) => true,
         None => false,
     }
@@ -173,7 +269,10 @@ pub(crate) fn value_info(name: &str, ty: &TensorType) -> ValueInfoProto {
     ValueInfoProto {
         name: Some(name.to_string()),
         r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: ty.elem.map(elem_to_code), shape })),
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: ty.elem.map(elem_to_code),
+                shape,
+            })),
             denotation: None,
         }),
         doc_string: None,
@@ -188,7 +287,8 @@ fn inline_external(t: &TensorProto, source: &OnnxModel) -> Result<TensorProto, E
         return Ok(t.clone());
     }
     let ir = cleave_onnx::to_ir_weight(t, source).map_err(|e| EmitError::Source(e.to_string()))?;
-    let bytes = cleave_onnx::read_weight(&ir).map_err(|e| EmitError::Source(format!("tensor '{}': {e}", t.name())))?;
+    let bytes = cleave_onnx::read_weight(&ir)
+        .map_err(|e| EmitError::Source(format!("tensor '{}': {e}", t.name())))?;
     let mut out = t.clone();
     out.data_location = None;
     out.external_data.clear();
@@ -203,7 +303,10 @@ fn used_functions(nodes: &[NodeProto], all: &[FunctionProto]) -> Vec<FunctionPro
     let mut stack: Vec<&NodeProto> = nodes.iter().collect();
     while let Some(n) = stack.pop() {
         let key = (n.domain().to_string(), n.op_type().to_string());
-        if let Some(f) = all.iter().find(|f| f.domain() == key.0 && f.name() == key.1) {
+        if let Some(f) = all
+            .iter()
+            .find(|f| f.domain() == key.0 && f.name() == key.1)
+        {
             if want.insert(key) {
                 stack.extend(f.node.iter());
             }
@@ -214,21 +317,35 @@ fn used_functions(nodes: &[NodeProto], all: &[FunctionProto]) -> Vec<FunctionPro
             }
         }
     }
-    all.iter().filter(|f| want.contains(&(f.domain().to_string(), f.name().to_string()))).cloned().collect()
+    all.iter()
+        .filter(|f| want.contains(&(f.domain().to_string(), f.name().to_string())))
+        .cloned()
+        .collect()
 }
 
 /// The source model with `extra` tensors added as graph outputs, typed, so an engine computes
 /// them: the reference for comparing boundary tensors.
-pub fn with_outputs(source: &OnnxModel, model: &Model, extra: &[ValueId]) -> Result<ModelProto, EmitError> {
+pub fn with_outputs(
+    source: &OnnxModel,
+    model: &Model,
+    extra: &[ValueId],
+) -> Result<ModelProto, EmitError> {
     let mut m = source.proto.clone();
-    let g = m.graph.as_mut().ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+    let g = m
+        .graph
+        .as_mut()
+        .ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
     for &v in extra {
         let value = model.graph.value(v);
         if g.output.iter().any(|o| o.name() == value.name) {
             continue;
         }
         if !value.ty.is_complete() {
-            return Err(EmitError::Untyped { part: 0, tensor: value.name.clone(), ty: value.ty.to_string() });
+            return Err(EmitError::Untyped {
+                part: 0,
+                tensor: value.name.clone(),
+                ty: value.ty.to_string(),
+            });
         }
         g.output.push(value_info(&value.name, &value.ty));
     }

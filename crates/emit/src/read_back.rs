@@ -13,7 +13,10 @@ use crate::conn::ConnFile;
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error("cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("not a connection file: {message}")]
     Json { path: PathBuf, message: String },
     #[error(transparent)]
@@ -27,7 +30,10 @@ pub enum CheckError {
 impl CheckError {
     pub fn path(&self) -> &Path {
         match self {
-            CheckError::Read { path, .. } | CheckError::Json { path, .. } | CheckError::Mismatch { path, .. } | CheckError::Invalid { path, .. } => path,
+            CheckError::Read { path, .. }
+            | CheckError::Json { path, .. }
+            | CheckError::Mismatch { path, .. }
+            | CheckError::Invalid { path, .. } => path,
             CheckError::Onnx(e) => e.path(),
         }
     }
@@ -46,7 +52,9 @@ pub fn backend_of(file: &str, key: Option<&str>) -> String {
         return b.to_string();
     }
     let stem = file.strip_suffix(".onnx").unwrap_or(file);
-    stem.rsplit_once('.').and_then(|(_, tail)| tail.split_once('_')).map_or_else(|| "?".to_string(), |(_, b)| b.to_string())
+    stem.rsplit_once('.')
+        .and_then(|(_, tail)| tail.split_once('_'))
+        .map_or_else(|| "?".to_string(), |(_, b)| b.to_string())
 }
 
 pub fn check_conn(conn_path: &Path) -> Result<CheckReport, CheckError> {
@@ -69,24 +77,56 @@ pub struct ReadPartition {
 /// Reads a partition back from its connection file and proves it (as `cleave check` does).
 /// The source model is `model` when given, else the connection file's `source.file`.
 pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPartition, CheckError> {
-    let text = std::fs::read_to_string(conn_path).map_err(|source| CheckError::Read { path: conn_path.to_path_buf(), source })?;
-    let conn = ConnFile::from_json(&text).map_err(|e| CheckError::Json { path: conn_path.to_path_buf(), message: e.to_string() })?;
-    let dir = conn_path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let mismatch = |message: String| CheckError::Mismatch { path: conn_path.to_path_buf(), message };
+    let text = std::fs::read_to_string(conn_path).map_err(|source| CheckError::Read {
+        path: conn_path.to_path_buf(),
+        source,
+    })?;
+    let conn = ConnFile::from_json(&text).map_err(|e| CheckError::Json {
+        path: conn_path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let dir = conn_path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let mismatch = |message: String| CheckError::Mismatch {
+        path: conn_path.to_path_buf(),
+        message,
+    };
 
-    let source = OnnxModel::load(model.map_or_else(|| dir.join(&conn.source.file), Path::to_path_buf))?;
+    let source =
+        OnnxModel::load(model.map_or_else(|| dir.join(&conn.source.file), Path::to_path_buf))?;
     let model = to_ir(&source)?;
     let g = &model.graph;
-    let by_output: HashMap<&str, NodeId> =
-        g.nodes.iter().enumerate().filter_map(|(i, n)| n.outputs.iter().flatten().next().map(|&v| (g.value(v).name.as_str(), NodeId(i as u32)))).collect();
+    let by_output: HashMap<&str, NodeId> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| {
+            n.outputs
+                .iter()
+                .flatten()
+                .next()
+                .map(|&v| (g.value(v).name.as_str(), NodeId(i as u32)))
+        })
+        .collect();
     let tensor = |name: &str, what: &str, file: &str| -> Result<ValueId, CheckError> {
-        g.find(name).ok_or_else(|| mismatch(format!("{file}: {what} '{name}' is not a tensor of the source model")))
+        g.find(name).ok_or_else(|| {
+            mismatch(format!(
+                "{file}: {what} '{name}' is not a tensor of the source model"
+            ))
+        })
     };
-    let names = |ids: &[ValueId]| -> Vec<String> { ids.iter().map(|&v| g.value(v).name.clone()).collect() };
+    let names =
+        |ids: &[ValueId]| -> Vec<String> { ids.iter().map(|&v| g.value(v).name.clone()).collect() };
     let real_inputs = names(&g.inputs);
     let real_outputs = names(&g.outputs);
-    if sorted(&conn.source.inputs) != sorted(&real_inputs) || sorted(&conn.source.outputs) != sorted(&real_outputs) {
-        return Err(mismatch(format!("source inputs/outputs {:?} → {:?} differ from the model's {:?} → {:?}", conn.source.inputs, conn.source.outputs, real_inputs, real_outputs)));
+    if sorted(&conn.source.inputs) != sorted(&real_inputs)
+        || sorted(&conn.source.outputs) != sorted(&real_outputs)
+    {
+        return Err(mismatch(format!(
+            "source inputs/outputs {:?} → {:?} differ from the model's {:?} → {:?}",
+            conn.source.inputs, conn.source.outputs, real_inputs, real_outputs
+        )));
     }
 
     let constant = g.constant_nodes(is_deterministic);
@@ -97,31 +137,71 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
     let mut parts = Vec::new();
     for (k, cp) in conn.parts.iter().enumerate() {
         let backend = backend_of(&cp.file, cp.backend.as_deref());
-        let d = devices.iter().position(|x| *x == backend).unwrap_or_else(|| {
-            devices.push(backend.clone());
-            devices.len() - 1
-        }) as u16;
+        let d = devices
+            .iter()
+            .position(|x| *x == backend)
+            .unwrap_or_else(|| {
+                devices.push(backend.clone());
+                devices.len() - 1
+            }) as u16;
         let pm = OnnxModel::load(dir.join(&cp.file))?;
         let pir = to_ir(&pm)?;
         let pg = &pir.graph;
-        if sorted(&names_of(pg, &pg.inputs)) != sorted(&cp.inputs) || sorted(&names_of(pg, &pg.outputs)) != sorted(&cp.outputs) {
-            return Err(mismatch(format!("{}: the model's inputs/outputs differ from those the connection file lists", cp.file)));
+        if sorted(&names_of(pg, &pg.inputs)) != sorted(&cp.inputs)
+            || sorted(&names_of(pg, &pg.outputs)) != sorted(&cp.outputs)
+        {
+            return Err(mismatch(format!(
+                "{}: the model's inputs/outputs differ from those the connection file lists",
+                cp.file
+            )));
         }
-        let mut part = Part { device: d, nodes: Vec::new(), constant_nodes: Vec::new(), weights: Vec::new(), inputs: Vec::new(), outputs: Vec::new() };
+        let mut part = Part {
+            device: d,
+            nodes: Vec::new(),
+            constant_nodes: Vec::new(),
+            weights: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
         for pn in &pg.nodes {
-            let Some(first) = pn.outputs.iter().flatten().next() else { continue };
+            let Some(first) = pn.outputs.iter().flatten().next() else {
+                continue;
+            };
             let out_name = pg.value(*first).name.as_str();
-            let &src = by_output.get(out_name).ok_or_else(|| mismatch(format!("{}: node '{out_name}' is not in the source model", cp.file)))?;
+            let &src = by_output.get(out_name).ok_or_else(|| {
+                mismatch(format!(
+                    "{}: node '{out_name}' is not in the source model",
+                    cp.file
+                ))
+            })?;
             if g.node(src).op_type != pn.op_type {
-                return Err(mismatch(format!("{}: node '{out_name}' is {} here but {} in the source", cp.file, pn.op_type, g.node(src).op_type)));
+                return Err(mismatch(format!(
+                    "{}: node '{out_name}' is {} here but {} in the source",
+                    cp.file,
+                    pn.op_type,
+                    g.node(src).op_type
+                )));
             }
-            let makes_output = g.node(src).outputs.iter().flatten().any(|v| graph_outputs.contains(v));
+            let makes_output = g
+                .node(src)
+                .outputs
+                .iter()
+                .flatten()
+                .any(|v| graph_outputs.contains(v));
             if constant[src.index()] && !makes_output {
                 part.constant_nodes.push(src);
                 continue;
             }
             if let Some(other) = placed_in[src.index()] {
-                return Err(CheckError::Invalid { path: conn_path.to_path_buf(), message: format!("node '{}' is in parts {} and {}", g.node_label(src), other + 1, k + 1) });
+                return Err(CheckError::Invalid {
+                    path: conn_path.to_path_buf(),
+                    message: format!(
+                        "node '{}' is in parts {} and {}",
+                        g.node_label(src),
+                        other + 1,
+                        k + 1
+                    ),
+                });
             }
             placed_in[src.index()] = Some(k);
             placement[src.index()] = Placement::Device(d, Reason::Default);
@@ -137,14 +217,29 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
     }
     // Nodes that should run somewhere but are in no part.
     for (i, c) in constant.iter().enumerate() {
-        let makes_output = g.nodes[i].outputs.iter().flatten().any(|v| graph_outputs.contains(v));
+        let makes_output = g.nodes[i]
+            .outputs
+            .iter()
+            .flatten()
+            .any(|v| graph_outputs.contains(v));
         if (!c || makes_output) && placed_in[i].is_none() {
             placement[i] = Placement::Device(0, Reason::Default);
         }
     }
-    let plan = Plan { devices: devices.clone(), parts };
-    let assignment = Assignment { devices, placement, groups: Vec::new(), warnings: Vec::new() };
-    validate(g, &assignment, &plan).map_err(|e| CheckError::Invalid { path: conn_path.to_path_buf(), message: e.to_string() })?;
+    let plan = Plan {
+        devices: devices.clone(),
+        parts,
+    };
+    let assignment = Assignment {
+        devices,
+        placement,
+        groups: Vec::new(),
+        warnings: Vec::new(),
+    };
+    validate(g, &assignment, &plan).map_err(|e| CheckError::Invalid {
+        path: conn_path.to_path_buf(),
+        message: e.to_string(),
+    })?;
     Ok(ReadPartition { conn, model, plan })
 }
 

@@ -38,16 +38,24 @@ pub fn find_groups(g: &Graph, constant: &[bool], rules: &[Rule]) -> Vec<Group> {
             continue;
         }
         let found = match view.op(n) {
-            "Conv" if on(Rule::ConvSimple) || on(Rule::ConvDepthwise) || on(Rule::ConvSum) => cpu_conv(&view, n, rules),
-            "AveragePool" if on(Rule::PoolFakeQuantize) => fake_quantize(&view, n).map(|q| (Rule::PoolFakeQuantize, vec![n, q.0, q.1])),
-            "Gemm" | "MatMul" if on(Rule::FcActivation) => {
-                view.sole_consumer(n).filter(|&a| is_activation(&view, a)).map(|a| (Rule::FcActivation, vec![n, a]))
+            "Conv" if on(Rule::ConvSimple) || on(Rule::ConvDepthwise) || on(Rule::ConvSum) => {
+                cpu_conv(&view, n, rules)
             }
+            "AveragePool" if on(Rule::PoolFakeQuantize) => {
+                fake_quantize(&view, n).map(|q| (Rule::PoolFakeQuantize, vec![n, q.0, q.1]))
+            }
+            "Gemm" | "MatMul" if on(Rule::FcActivation) => view
+                .sole_consumer(n)
+                .filter(|&a| is_activation(&view, a))
+                .map(|a| (Rule::FcActivation, vec![n, a])),
             _ => None,
         }
         .or_else(|| vpu(&view, n, rules));
         if let Some((rule, nodes)) = found {
-            if nodes.iter().all(|m| !claimed[m.index()] && !view.is_constant_node(*m)) {
+            if nodes
+                .iter()
+                .all(|m| !claimed[m.index()] && !view.is_constant_node(*m))
+            {
                 for m in &nodes {
                     claimed[m.index()] = true;
                 }
@@ -66,7 +74,10 @@ fn cpu_conv(view: &View, conv: NodeId, rules: &[Rule]) -> Option<(Rule, Vec<Node
     extend_simple(view, &mut chain);
     if rules.contains(&Rule::ConvDepthwise) {
         let last = *chain.last()?;
-        if let Some(dw) = view.sole_consumer(last).filter(|&d| is_depthwise(view, d, last)) {
+        if let Some(dw) = view
+            .sole_consumer(last)
+            .filter(|&d| is_depthwise(view, d, last))
+        {
             chain.push(dw);
             rule = Rule::ConvDepthwise;
             extend_simple(view, &mut chain);
@@ -74,7 +85,10 @@ fn cpu_conv(view: &View, conv: NodeId, rules: &[Rule]) -> Option<(Rule, Vec<Node
     }
     if rules.contains(&Rule::ConvSum) {
         let last = *chain.last()?;
-        if let Some(add) = view.sole_consumer(last).filter(|&a| is_legal_sum(view, conv, last, a)) {
+        if let Some(add) = view
+            .sole_consumer(last)
+            .filter(|&a| is_legal_sum(view, conv, last, a))
+        {
             chain.push(add);
             rule = Rule::ConvSum;
             extend_simple(view, &mut chain);
@@ -87,8 +101,12 @@ fn cpu_conv(view: &View, conv: NodeId, rules: &[Rule]) -> Option<(Rule, Vec<Node
 /// while each is the sole reader of the chain's tensor.
 fn extend_simple(view: &View, chain: &mut Vec<NodeId>) {
     while let Some(last) = chain.last().copied() {
-        let Some(next) = view.sole_consumer(last) else { return };
-        let Some(x) = view.single_output(last) else { return };
+        let Some(next) = view.sole_consumer(last) else {
+            return;
+        };
+        let Some(x) = view.single_output(last) else {
+            return;
+        };
         if view.op(next) == "QuantizeLinear" {
             match fake_quantize(view, last) {
                 Some((q, dq)) => chain.extend([q, dq]),
@@ -109,8 +127,15 @@ fn is_simple(view: &View, n: NodeId, x: ValueId) -> bool {
     }
     match view.op(n) {
         "Relu" | "Elu" | "Sigmoid" => true,
-        "Clip" => node.inputs.iter().skip(1).flatten().all(|&v| view.is_const(v)),
-        "PRelu" => view.input(n, 1).is_some_and(|s| view.is_const(s) && per_channel(view, s, x)),
+        "Clip" => node
+            .inputs
+            .iter()
+            .skip(1)
+            .flatten()
+            .all(|&v| view.is_const(v)),
+        "PRelu" => view
+            .input(n, 1)
+            .is_some_and(|s| view.is_const(s) && per_channel(view, s, x)),
         "Mul" | "Add" => {
             let other = match (view.input(n, 0), view.input(n, 1)) {
                 (Some(a), Some(b)) if a == x && b != x => b,
@@ -126,7 +151,9 @@ fn is_simple(view: &View, n: NodeId, x: ValueId) -> bool {
 /// A constant broadcast over channels only: one value, or C values on axis 1, so the result
 /// has the shape of `x` (a ScaleShift).
 fn per_channel(view: &View, c: ValueId, x: ValueId) -> bool {
-    let (Some(cd), Some(rank)) = (view.dims(c), view.rank(x)) else { return false };
+    let (Some(cd), Some(rank)) = (view.dims(c), view.rank(x)) else {
+        return false;
+    };
     let count: i64 = cd.iter().product();
     if count == 1 {
         return cd.len() <= rank;
@@ -137,21 +164,48 @@ fn per_channel(view: &View, c: ValueId, x: ValueId) -> bool {
     let mut padded = vec![1; rank - cd.len()];
     padded.extend(cd);
     let channels = view.channels(x);
-    padded.iter().enumerate().all(|(i, &d)| if i == 1 { Some(d) == channels } else { d == 1 })
+    padded
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| if i == 1 { Some(d) == channels } else { d == 1 })
 }
 
 /// `n`'s output → QuantizeLinear → DequantizeLinear, both with constant parameters: ONNX's
 /// spelling of FakeQuantize.
 fn fake_quantize(view: &View, n: NodeId) -> Option<(NodeId, NodeId)> {
-    let q = view.sole_consumer(n).filter(|&q| view.op(q) == "QuantizeLinear")?;
-    let dq = view.sole_consumer(q).filter(|&d| view.op(d) == "DequantizeLinear")?;
-    let params_const = |m: NodeId| view.node(m).inputs.iter().skip(1).flatten().all(|&v| view.is_const(v));
-    (view.input(q, 0) == view.single_output(n) && view.input(dq, 0) == view.single_output(q) && params_const(q) && params_const(dq)).then_some((q, dq))
+    let q = view
+        .sole_consumer(n)
+        .filter(|&q| view.op(q) == "QuantizeLinear")?;
+    let dq = view
+        .sole_consumer(q)
+        .filter(|&d| view.op(d) == "DequantizeLinear")?;
+    let params_const = |m: NodeId| {
+        view.node(m)
+            .inputs
+            .iter()
+            .skip(1)
+            .flatten()
+            .all(|&v| view.is_const(v))
+    };
+    (view.input(q, 0) == view.single_output(n)
+        && view.input(dq, 0) == view.single_output(q)
+        && params_const(q)
+        && params_const(dq))
+    .then_some((q, dq))
 }
 
 fn is_activation(view: &View, n: NodeId) -> bool {
-    matches!(view.op(n), "Relu" | "Elu" | "Sigmoid" | "Tanh" | "LeakyRelu" | "HardSigmoid" | "Softplus")
-        || (view.op(n) == "Clip" && view.node(n).inputs.iter().skip(1).flatten().all(|&v| view.is_const(v)))
+    matches!(
+        view.op(n),
+        "Relu" | "Elu" | "Sigmoid" | "Tanh" | "LeakyRelu" | "HardSigmoid" | "Softplus"
+    ) || (view.op(n) == "Clip"
+        && view
+            .node(n)
+            .inputs
+            .iter()
+            .skip(1)
+            .flatten()
+            .all(|&v| view.is_const(v)))
 }
 
 /// A Conv reading `prev`'s output whose group equals its input and output channels.
@@ -159,7 +213,10 @@ fn is_depthwise(view: &View, dw: NodeId, prev: NodeId) -> bool {
     if view.op(dw) != "Conv" || view.input(dw, 0) != view.single_output(prev) {
         return false;
     }
-    let (Some(w), Some(group)) = (view.input(dw, 1).and_then(|w| view.dims(w)), Some(view.int_attr(dw, "group").unwrap_or(1))) else {
+    let (Some(w), Some(group)) = (
+        view.input(dw, 1).and_then(|w| view.dims(w)),
+        Some(view.int_attr(dw, "group").unwrap_or(1)),
+    ) else {
         return false;
     };
     let c_in = view.input(dw, 0).and_then(|x| view.channels(x));
@@ -173,7 +230,9 @@ fn is_legal_sum(view: &View, conv: NodeId, last: NodeId, add: NodeId) -> bool {
     if !matches!(view.op(add), "Add" | "Sum") || view.node(add).inputs.len() != 2 {
         return false;
     }
-    let Some(x) = view.single_output(last) else { return false };
+    let Some(x) = view.single_output(last) else {
+        return false;
+    };
     let other = match (view.input(add, 0), view.input(add, 1)) {
         (Some(a), Some(b)) if a == x && b != x => b,
         (Some(a), Some(b)) if b == x && a != x => a,
@@ -192,21 +251,41 @@ fn vpu(view: &View, n: NodeId, rules: &[Rule]) -> Option<(Rule, Vec<NodeId>)> {
     let next = view.sole_consumer(n)?;
     let reads = view.input(next, 0) == view.single_output(n);
     let (op, next_op) = (view.op(n), view.op(next));
-    let relu_like = matches!(next_op, "Relu" | "LeakyRelu") || (next_op == "Clip" && is_activation(view, next));
+    let relu_like =
+        matches!(next_op, "Relu" | "LeakyRelu") || (next_op == "Clip" && is_activation(view, next));
     let found = match op {
-        "Conv" if on(Rule::VpuConvPool) && next_op == "MaxPool" && conv_3x3_s1_p1(view, n) && pool_2x2_s2_p0(view, next) => Rule::VpuConvPool,
+        "Conv"
+            if on(Rule::VpuConvPool)
+                && next_op == "MaxPool"
+                && conv_3x3_s1_p1(view, n)
+                && pool_2x2_s2_p0(view, next) =>
+        {
+            Rule::VpuConvPool
+        }
         "Conv" if on(Rule::VpuConvActivation) && relu_like => Rule::VpuConvActivation,
-        "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool" if on(Rule::VpuPoolRelu) && next_op == "Relu" => Rule::VpuPoolRelu,
+        "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool"
+            if on(Rule::VpuPoolRelu) && next_op == "Relu" =>
+        {
+            Rule::VpuPoolRelu
+        }
         "Gemm" if on(Rule::VpuFcRelu) && next_op == "Relu" => Rule::VpuFcRelu,
-        "Add" | "Mul" | "Max" if on(Rule::VpuEltwiseActivation) && relu_like => Rule::VpuEltwiseActivation,
+        "Add" | "Mul" | "Max" if on(Rule::VpuEltwiseActivation) && relu_like => {
+            Rule::VpuEltwiseActivation
+        }
         _ => return None,
     };
     reads.then_some((found, vec![n, next]))
 }
 
 fn conv_3x3_s1_p1(view: &View, n: NodeId) -> bool {
-    let Some(s) = view.conv_signature(n) else { return false };
-    s.kernel == [3, 3] && s.strides == [1, 1] && s.dilations == [1, 1] && s.pads == [1, 1, 1, 1] && s.auto_pad == "NOTSET"
+    let Some(s) = view.conv_signature(n) else {
+        return false;
+    };
+    s.kernel == [3, 3]
+        && s.strides == [1, 1]
+        && s.dilations == [1, 1]
+        && s.pads == [1, 1, 1, 1]
+        && s.auto_pad == "NOTSET"
 }
 
 fn pool_2x2_s2_p0(view: &View, n: NodeId) -> bool {
@@ -214,6 +293,13 @@ fn pool_2x2_s2_p0(view: &View, n: NodeId) -> bool {
     let s = view.ints_attr(n, "strides").unwrap_or(&[1, 1]);
     let p = view.ints_attr(n, "pads").unwrap_or(&[0, 0, 0, 0]);
     let auto_pad = view.str_attr(n, "auto_pad").unwrap_or("NOTSET");
-    let dil_ok = view.ints_attr(n, "dilations").is_none_or(|d| d.iter().all(|&x| x == 1));
-    k == Some(&[2, 2][..]) && s == [2, 2] && p == [0, 0, 0, 0] && auto_pad == "NOTSET" && dil_ok && view.int_attr(n, "ceil_mode").unwrap_or(0) == 0
+    let dil_ok = view
+        .ints_attr(n, "dilations")
+        .is_none_or(|d| d.iter().all(|&x| x == 1));
+    k == Some(&[2, 2][..])
+        && s == [2, 2]
+        && p == [0, 0, 0, 0]
+        && auto_pad == "NOTSET"
+        && dil_ok
+        && view.int_attr(n, "ceil_mode").unwrap_or(0) == 0
 }

@@ -17,5 +17,7 @@ mod rules;
 mod tensor;
 
 pub use groups::{find_groups, Group};
-pub use rewrite::{optimize, runtime_layers, Level, OptimizeError, OptimizeOptions, Optimized, RuntimeLayer};
+pub use rewrite::{
+    optimize, runtime_layers, Level, OptimizeError, OptimizeOptions, Optimized, RuntimeLayer,
+};
 pub use rules::{Rule, UnknownRule};

@@ -13,7 +13,11 @@ pub(crate) struct View<'a> {
 
 impl<'a> View<'a> {
     pub fn new(g: &'a Graph, constant: &'a [bool]) -> Self {
-        View { g, constant, outputs: g.outputs.iter().copied().collect() }
+        View {
+            g,
+            constant,
+            outputs: g.outputs.iter().copied().collect(),
+        }
     }
 
     pub fn node(&self, n: NodeId) -> &'a Node {
@@ -22,7 +26,11 @@ impl<'a> View<'a> {
 
     pub fn op(&self, n: NodeId) -> &'a str {
         let node = self.g.node(n);
-        if node.domain.is_empty() || node.domain == "ai.onnx" { &node.op_type } else { "" }
+        if node.domain.is_empty() || node.domain == "ai.onnx" {
+            &node.op_type
+        } else {
+            ""
+        }
     }
 
     pub fn is_constant_node(&self, n: NodeId) -> bool {
@@ -64,7 +72,14 @@ impl<'a> View<'a> {
             return None;
         }
         let c = value.consumers[0];
-        let explicit = self.g.node(c).inputs.iter().flatten().filter(|&&i| i == v).count();
+        let explicit = self
+            .g
+            .node(c)
+            .inputs
+            .iter()
+            .flatten()
+            .filter(|&&i| i == v)
+            .count();
         (explicit > 0 && !self.g.node(c).implicit_inputs.contains(&v)).then_some(c)
     }
 
@@ -118,9 +133,13 @@ impl<'a> View<'a> {
         let auto_pad = self.str_attr(n, "auto_pad").unwrap_or("NOTSET").to_string();
         Some(ConvSignature {
             kernel: w[2..].to_vec(),
-            strides: self.ints_attr(n, "strides").map_or(ones.clone(), <[i64]>::to_vec),
+            strides: self
+                .ints_attr(n, "strides")
+                .map_or(ones.clone(), <[i64]>::to_vec),
             dilations: self.ints_attr(n, "dilations").map_or(ones, <[i64]>::to_vec),
-            pads: self.ints_attr(n, "pads").map_or(vec![0; 2 * spatial], <[i64]>::to_vec),
+            pads: self
+                .ints_attr(n, "pads")
+                .map_or(vec![0; 2 * spatial], <[i64]>::to_vec),
             auto_pad,
             group: self.int_attr(n, "group").unwrap_or(1),
             in_per_group: w[1],

@@ -77,12 +77,18 @@ impl Rule {
     }
 
     pub fn parse(name: &str) -> Result<Rule, UnknownRule> {
-        Rule::ALL.into_iter().find(|r| r.name() == name).ok_or_else(|| UnknownRule(name.to_string()))
+        Rule::ALL
+            .into_iter()
+            .find(|r| r.name() == name)
+            .ok_or_else(|| UnknownRule(name.to_string()))
     }
 
     /// Rewrites change the graph; the others only group nodes.
     pub fn is_rewrite(self) -> bool {
-        matches!(self, Rule::GroupConv | Rule::IdentityPower | Rule::Join | Rule::Tile)
+        matches!(
+            self,
+            Rule::GroupConv | Rule::IdentityPower | Rule::Join | Rule::Tile
+        )
     }
 
     pub fn parse_all(names: &[String]) -> Result<Vec<Rule>, UnknownRule> {
@@ -100,6 +106,9 @@ mod tests {
             assert_eq!(Rule::parse(r.name()).unwrap(), r);
         }
         let e = Rule::parse("conv_relu").unwrap_err().to_string();
-        assert!(e.contains("conv_relu") && e.contains("conv_simple") && e.contains("tile"), "{e}");
+        assert!(
+            e.contains("conv_relu") && e.contains("conv_simple") && e.contains("tile"),
+            "{e}"
+        );
     }
 }

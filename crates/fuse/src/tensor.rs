@@ -7,11 +7,17 @@ use cleave_onnx::proto::TensorProto;
 /// The raw little-endian bytes of a weight, read from an external file if need be.
 pub(crate) fn bytes_of(w: &Weight) -> Option<Bytes> {
     let b = cleave_onnx::read_weight(w).ok()?;
-    (Some(b.len() as u64) == w.elem.bits().map(|bits| w.element_count() * u64::from(bits) / 8)).then_some(b)
+    (Some(b.len() as u64)
+        == w.elem
+            .bits()
+            .map(|bits| w.element_count() * u64::from(bits) / 8))
+    .then_some(b)
 }
 
 pub(crate) fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -48,5 +54,10 @@ pub(crate) fn tensor(name: &str, elem: ElemType, dims: &[i64], raw: Vec<u8>) -> 
 }
 
 pub(crate) fn i64_tensor(name: &str, v: &[i64]) -> TensorProto {
-    tensor(name, ElemType::I64, &[v.len() as i64], v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    tensor(
+        name,
+        ElemType::I64,
+        &[v.len() as i64],
+        v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    )
 }

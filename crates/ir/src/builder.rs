@@ -38,7 +38,13 @@ struct Table {
 }
 
 impl Table {
-    fn define(&mut self, name: &str, ty: TensorType, def: ValueDef, who: impl Fn() -> String) -> Result<ValueId, GraphError> {
+    fn define(
+        &mut self,
+        name: &str,
+        ty: TensorType,
+        def: ValueDef,
+        who: impl Fn() -> String,
+    ) -> Result<ValueId, GraphError> {
         if let Some(&old) = self.names.get(name) {
             return Err(GraphError::DuplicateProducer {
                 tensor: name.to_string(),
@@ -47,7 +53,12 @@ impl Table {
             });
         }
         let id = ValueId(self.values.len() as u32);
-        self.values.push(Value { name: name.to_string(), ty, def, consumers: Vec::new() });
+        self.values.push(Value {
+            name: name.to_string(),
+            ty,
+            def,
+            consumers: Vec::new(),
+        });
         self.names.insert(name.to_string(), id);
         Ok(id)
     }
@@ -69,7 +80,12 @@ impl Table {
             return None;
         }
         let id = ValueId(self.values.len() as u32);
-        self.values.push(Value { name: name.to_string(), ty: TensorType::default(), def: ValueDef::Outer, consumers: Vec::new() });
+        self.values.push(Value {
+            name: name.to_string(),
+            ty: TensorType::default(),
+            def: ValueDef::Outer,
+            consumers: Vec::new(),
+        });
         self.names.insert(name.to_string(), id);
         self.outer.push(id);
         Some(id)
@@ -78,7 +94,10 @@ impl Table {
 
 impl GraphBuilder {
     pub fn new(name: impl Into<String>) -> Self {
-        GraphBuilder { name: name.into(), ..Default::default() }
+        GraphBuilder {
+            name: name.into(),
+            ..Default::default()
+        }
     }
 
     pub fn input(&mut self, name: impl Into<String>, ty: TensorType) -> &mut Self {
@@ -112,8 +131,20 @@ impl GraphBuilder {
     /// With `allow_outer`, names defined nowhere in this graph are reads from an enclosing
     /// scope (subgraphs); otherwise they are errors.
     pub fn finish(self, allow_outer: bool) -> Result<Graph, GraphError> {
-        let GraphBuilder { name, inputs, weights, nodes, outputs, mut types } = self;
-        let mut t = Table { values: Vec::new(), names: HashMap::new(), outer: Vec::new(), allow_outer };
+        let GraphBuilder {
+            name,
+            inputs,
+            weights,
+            nodes,
+            outputs,
+            mut types,
+        } = self;
+        let mut t = Table {
+            values: Vec::new(),
+            names: HashMap::new(),
+            outer: Vec::new(),
+            allow_outer,
+        };
         let mut graph_inputs = Vec::with_capacity(inputs.len());
         for (n, ty) in inputs {
             let id = t.define(&n, ty, ValueDef::Input, || "a graph input".to_string())?;
@@ -121,7 +152,9 @@ impl GraphBuilder {
         }
         for (n, w) in weights {
             let ty = w.ty();
-            t.define(&n, ty, ValueDef::Weight(w), || "a constant (initializer)".to_string())?;
+            t.define(&n, ty, ValueDef::Weight(w), || {
+                "a constant (initializer)".to_string()
+            })?;
         }
         // Outputs first, so a node may read a tensor produced further down the list.
         let mut out_ids = Vec::with_capacity(nodes.len());
@@ -172,7 +205,9 @@ impl GraphBuilder {
         }
         let mut graph_outputs = Vec::with_capacity(outputs.len());
         for o in &outputs {
-            let id = t.resolve(o).ok_or_else(|| GraphError::UndefinedOutput { tensor: o.clone() })?;
+            let id = t
+                .resolve(o)
+                .ok_or_else(|| GraphError::UndefinedOutput { tensor: o.clone() })?;
             graph_outputs.push(id);
         }
         for (n, ty) in types {
@@ -208,14 +243,21 @@ impl GraphBuilder {
 
 fn label(spec: &NodeSpec) -> &str {
     if spec.name.is_empty() {
-        spec.outputs.iter().find(|o| !o.is_empty()).map_or("", String::as_str)
+        spec.outputs
+            .iter()
+            .find(|o| !o.is_empty())
+            .map_or("", String::as_str)
     } else {
         &spec.name
     }
 }
 
 fn undefined(spec: &NodeSpec, tensor: &str) -> GraphError {
-    GraphError::UndefinedTensor { node: label(spec).to_string(), op: spec.op_type.clone(), tensor: tensor.to_string() }
+    GraphError::UndefinedTensor {
+        node: label(spec).to_string(),
+        op: spec.op_type.clone(),
+        tensor: tensor.to_string(),
+    }
 }
 
 fn subgraphs_of(a: &Attribute) -> Vec<&Graph> {
@@ -235,7 +277,11 @@ fn topological_order(g: &Graph) -> Result<Vec<NodeId>, GraphError> {
     let n = g.nodes.len();
     let mut color = vec![WHITE; n];
     let mut order = Vec::with_capacity(n);
-    let inputs: Vec<Vec<ValueId>> = g.nodes.iter().map(|node| node.all_inputs().collect()).collect();
+    let inputs: Vec<Vec<ValueId>> = g
+        .nodes
+        .iter()
+        .map(|node| node.all_inputs().collect())
+        .collect();
     // (node, next input to look at, the tensor through which the parent reached this node)
     let mut stack: Vec<(usize, usize, Option<ValueId>)> = Vec::new();
     for root in 0..n {
@@ -249,7 +295,9 @@ fn topological_order(g: &Graph) -> Result<Vec<NodeId>, GraphError> {
             if next < inputs[node].len() {
                 top.1 += 1;
                 let v = inputs[node][next];
-                let Some(p) = g.value(v).producer() else { continue };
+                let Some(p) = g.value(v).producer() else {
+                    continue;
+                };
                 match color[p.index()] {
                     WHITE => {
                         color[p.index()] = GRAY;
@@ -269,7 +317,12 @@ fn topological_order(g: &Graph) -> Result<Vec<NodeId>, GraphError> {
 }
 
 /// The stack runs consumer → producer; the cycle is reported in data-flow order.
-fn cycle_error(g: &Graph, stack: &[(usize, usize, Option<ValueId>)], start: usize, closing: ValueId) -> GraphError {
+fn cycle_error(
+    g: &Graph,
+    stack: &[(usize, usize, Option<ValueId>)],
+    start: usize,
+    closing: ValueId,
+) -> GraphError {
     let at = stack.iter().position(|e| e.0 == start).unwrap_or(0);
     let mut nodes = vec![g.node_label(NodeId(start as u32)).to_string()];
     let mut tensors = vec![g.value(closing).name.clone()];
@@ -320,7 +373,14 @@ mod tests {
         b.input("x", f32s(&[1]));
         b.node(node("r", "Relu", &["nope"], &["y"]));
         let err = b.finish(false).unwrap_err();
-        assert_eq!(err, GraphError::UndefinedTensor { node: "r".into(), op: "Relu".into(), tensor: "nope".into() });
+        assert_eq!(
+            err,
+            GraphError::UndefinedTensor {
+                node: "r".into(),
+                op: "Relu".into(),
+                tensor: "nope".into()
+            }
+        );
     }
 
     #[test]
@@ -330,11 +390,20 @@ mod tests {
         b.node(node("a", "Relu", &["x"], &["y"]));
         b.node(node("b", "Neg", &["x"], &["y"]));
         let msg = b.finish(false).unwrap_err().to_string();
-        assert!(msg.contains("'y'") && msg.contains("an earlier node") && msg.contains("node 'b' (Neg)"), "{msg}");
+        assert!(
+            msg.contains("'y'")
+                && msg.contains("an earlier node")
+                && msg.contains("node 'b' (Neg)"),
+            "{msg}"
+        );
         let mut b = GraphBuilder::new("g");
         b.input("x", f32s(&[1]));
         b.node(node("a", "Relu", &["x"], &["x"]));
-        assert!(b.finish(false).unwrap_err().to_string().contains("a graph input"));
+        assert!(b
+            .finish(false)
+            .unwrap_err()
+            .to_string()
+            .contains("a graph input"));
     }
 
     #[test]
@@ -378,20 +447,33 @@ mod tests {
         b.input("x", f32s(&[1]));
         b.node(node("p", "Neg", &["x"], &["outer_t"]));
         let mut spec = node("if", "If", &["cond"], &["y"]);
-        spec.attrs.push(Attribute { name: "then_branch".into(), value: crate::AttrValue::Graph(Box::new(body)) });
+        spec.attrs.push(Attribute {
+            name: "then_branch".into(),
+            value: crate::AttrValue::Graph(Box::new(body)),
+        });
         b.node(spec);
         b.output("y");
         let g = b.finish(false).unwrap();
         let if_node = g.node(NodeId(1));
         assert_eq!(if_node.implicit_inputs, vec![g.find("outer_t").unwrap()]);
-        assert_eq!(g.value(g.find("outer_t").unwrap()).consumers, vec![NodeId(1)]);
+        assert_eq!(
+            g.value(g.find("outer_t").unwrap()).consumers,
+            vec![NodeId(1)]
+        );
     }
 
     #[test]
     fn constant_nodes_are_those_fed_only_by_constants() {
         let mut b = GraphBuilder::new("g");
         b.input("x", f32s(&[2]));
-        b.weight("shape", Weight { elem: ElemType::I64, dims: vec![1], data: crate::WeightData::Bytes(2i64.to_le_bytes().to_vec().into()) });
+        b.weight(
+            "shape",
+            Weight {
+                elem: ElemType::I64,
+                dims: vec![1],
+                data: crate::WeightData::Bytes(2i64.to_le_bytes().to_vec().into()),
+            },
+        );
         b.node(node("fill", "ConstantOfShape", &["shape"], &["w"]));
         b.node(node("neg", "Neg", &["w"], &["w2"]));
         b.node(node("rand", "RandomNormal", &[], &["r"]));
@@ -405,6 +487,11 @@ mod tests {
     fn top_level_graph_rejects_undefined_outputs() {
         let mut b = GraphBuilder::new("g");
         b.output("ghost");
-        assert_eq!(b.finish(false).unwrap_err(), GraphError::UndefinedOutput { tensor: "ghost".into() });
+        assert_eq!(
+            b.finish(false).unwrap_err(),
+            GraphError::UndefinedOutput {
+                tensor: "ghost".into()
+            }
+        );
     }
 }

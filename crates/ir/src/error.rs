@@ -2,14 +2,25 @@
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GraphError {
     #[error("node '{node}' ({op}) reads tensor '{tensor}', which is not a graph input, a constant or any node's output")]
-    UndefinedTensor { node: String, op: String, tensor: String },
+    UndefinedTensor {
+        node: String,
+        op: String,
+        tensor: String,
+    },
     #[error("tensor '{tensor}' has two producers: {first} and {second}")]
-    DuplicateProducer { tensor: String, first: String, second: String },
+    DuplicateProducer {
+        tensor: String,
+        first: String,
+        second: String,
+    },
     #[error("graph output '{tensor}' is not defined anywhere in the graph")]
     UndefinedOutput { tensor: String },
     /// `path` alternates node labels and the tensors that join them, ending where it began.
     #[error("graph has a cycle: {}", render_cycle(.nodes, .tensors))]
-    Cycle { nodes: Vec<String>, tensors: Vec<String> },
+    Cycle {
+        nodes: Vec<String>,
+        tensors: Vec<String>,
+    },
 }
 
 fn render_cycle(nodes: &[String], tensors: &[String]) -> String {

@@ -83,7 +83,9 @@ impl Node {
     }
 
     pub fn has_subgraphs(&self) -> bool {
-        self.attrs.iter().any(|a| matches!(a.value, AttrValue::Graph(_) | AttrValue::Graphs(_)))
+        self.attrs
+            .iter()
+            .any(|a| matches!(a.value, AttrValue::Graph(_) | AttrValue::Graphs(_)))
     }
 
     pub fn subgraphs(&self) -> impl Iterator<Item = &Graph> {
@@ -96,7 +98,11 @@ impl Node {
 
     /// Every value the node reads: its explicit inputs, then its subgraphs' outer reads.
     pub fn all_inputs(&self) -> impl Iterator<Item = ValueId> + '_ {
-        self.inputs.iter().flatten().copied().chain(self.implicit_inputs.iter().copied())
+        self.inputs
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.implicit_inputs.iter().copied())
     }
 }
 
@@ -148,11 +154,18 @@ impl Graph {
         if !node.name.is_empty() {
             return &node.name;
         }
-        node.outputs.iter().flatten().next().map_or("", |v| self.value(*v).name.as_str())
+        node.outputs
+            .iter()
+            .flatten()
+            .next()
+            .map_or("", |v| self.value(*v).name.as_str())
     }
 
     pub fn weights(&self) -> impl Iterator<Item = (ValueId, &Weight)> {
-        self.values.iter().enumerate().filter_map(|(i, v)| v.weight().map(|w| (ValueId(i as u32), w)))
+        self.values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.weight().map(|w| (ValueId(i as u32), w)))
     }
 
     /// For each node, whether it computes a constant: all it reads are weights or outputs of

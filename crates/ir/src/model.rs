@@ -33,10 +33,15 @@ pub struct Model {
 impl Model {
     pub fn opset(&self, domain: &str) -> Option<i64> {
         let domain = if domain == "ai.onnx" { "" } else { domain };
-        self.opsets.iter().find(|o| o.domain == domain).map(|o| o.version)
+        self.opsets
+            .iter()
+            .find(|o| o.domain == domain)
+            .map(|o| o.version)
     }
 
     pub fn function(&self, domain: &str, name: &str) -> Option<&Function> {
-        self.functions.iter().find(|f| f.domain == domain && f.name == name)
+        self.functions
+            .iter()
+            .find(|f| f.domain == domain && f.name == name)
     }
 }

@@ -85,7 +85,10 @@ impl ElemType {
 
     pub fn is_float(self) -> bool {
         use ElemType::*;
-        matches!(self, F32 | F16 | F64 | BF16 | F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F4E2M1 | F8E8M0)
+        matches!(
+            self,
+            F32 | F16 | F64 | BF16 | F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F4E2M1 | F8E8M0
+        )
     }
 }
 
@@ -131,7 +134,10 @@ pub struct TensorType {
 
 impl TensorType {
     pub fn new(elem: ElemType, shape: Vec<Dim>) -> Self {
-        TensorType { elem: Some(elem), shape: Some(shape) }
+        TensorType {
+            elem: Some(elem),
+            shape: Some(shape),
+        }
     }
 
     pub fn fixed(elem: ElemType, dims: &[i64]) -> Self {
@@ -154,7 +160,10 @@ impl TensorType {
     /// Bytes of one tensor of this type, when its shape is static and its element sized.
     pub fn byte_size(&self) -> Option<u64> {
         let bits = u64::from(self.elem?.bits()?);
-        let count = self.static_dims()?.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))?;
+        let count = self
+            .static_dims()?
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))?;
         Some(count.checked_mul(bits)?.div_ceil(8))
     }
 }

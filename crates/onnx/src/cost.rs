@@ -4,11 +4,16 @@
 use cleave_ir::{Graph, Node};
 
 fn elements(g: &Graph, v: Option<cleave_ir::ValueId>) -> u64 {
-    v.and_then(|v| g.value(v).ty.static_dims()).map_or(1, |d| d.iter().map(|&x| x.max(1) as u64).product())
+    v.and_then(|v| g.value(v).ty.static_dims())
+        .map_or(1, |d| d.iter().map(|&x| x.max(1) as u64).product())
 }
 
 fn dims(g: &Graph, node: &Node, slot: usize) -> Option<Vec<i64>> {
-    node.inputs.get(slot).copied().flatten().and_then(|v| g.value(v).ty.static_dims())
+    node.inputs
+        .get(slot)
+        .copied()
+        .flatten()
+        .and_then(|v| g.value(v).ty.static_dims())
 }
 
 /// Estimated FLOPs of one node (at least 1): multiply-adds count two.

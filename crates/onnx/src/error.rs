@@ -7,21 +7,38 @@ use cleave_ir::GraphError;
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
     #[error("cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("empty file, not an ONNX model")]
     Empty { path: PathBuf },
     #[error("not an ONNX model or truncated ({source})")]
-    Decode { path: PathBuf, source: prost::DecodeError },
+    Decode {
+        path: PathBuf,
+        source: prost::DecodeError,
+    },
     #[error("not an ONNX model: it has no graph")]
     NoGraph { path: PathBuf },
     #[error("invalid graph: {source}")]
     Graph { path: PathBuf, source: GraphError },
     #[error("invalid graph in function '{function}': {source}")]
-    Function { path: PathBuf, function: String, source: GraphError },
+    Function {
+        path: PathBuf,
+        function: String,
+        source: GraphError,
+    },
     #[error("tensor '{tensor}': external data {reason}")]
-    External { path: PathBuf, tensor: String, reason: String },
+    External {
+        path: PathBuf,
+        tensor: String,
+        reason: String,
+    },
     #[error("cannot write: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("with its weights inside, the model would be {bytes} bytes, over protobuf's 2 GB limit; keep them external")]
     TooLarge { path: PathBuf, bytes: u64 },
 }

@@ -32,7 +32,11 @@ pub(crate) fn external_ref(t: &TensorProto, model_path: &Path) -> Result<Externa
     let mut length = None;
     for kv in &t.external_data {
         let value = kv.value();
-        let number = || value.parse::<u64>().map_err(|_| bad(format!("has a bad {} '{value}'", kv.key())));
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| bad(format!("has a bad {} '{value}'", kv.key())))
+        };
         match kv.key() {
             "location" => location = Some(value.to_string()),
             "offset" => offset = number()?,
@@ -42,14 +46,24 @@ pub(crate) fn external_ref(t: &TensorProto, model_path: &Path) -> Result<Externa
     }
     let location = location.ok_or_else(|| bad("has no location".into()))?;
     check_location(&location).map_err(bad)?;
-    Ok(ExternalRef { location, offset, length })
+    Ok(ExternalRef {
+        location,
+        offset,
+        length,
+    })
 }
 
 /// External locations must stay inside the model's folder, as the ONNX checker demands.
 fn check_location(location: &str) -> Result<(), String> {
     let p = Path::new(location);
-    if location.is_empty() || p.is_absolute() || p.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-        return Err(format!("location '{location}' must be a relative path inside the model's folder"));
+    if location.is_empty()
+        || p.is_absolute()
+        || p.components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "location '{location}' must be a relative path inside the model's folder"
+        ));
     }
     Ok(())
 }
@@ -59,16 +73,27 @@ fn check_location(location: &str) -> Result<(), String> {
 pub fn read_weight(w: &Weight) -> std::io::Result<Bytes> {
     match &w.data {
         WeightData::Bytes(b) => Ok(b.clone()),
-        WeightData::External { path, offset, length } => {
+        WeightData::External {
+            path,
+            offset,
+            length,
+        } => {
             let file = File::open(path)?;
             let size = file.metadata()?.len();
             let len = length.unwrap_or(size.saturating_sub(*offset));
-            let end = offset.checked_add(len).filter(|&e| e <= size).ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("{}: wants bytes {offset}..{} of a {size}-byte file", path.display(), offset.saturating_add(len)),
-                )
-            })?;
+            let end = offset
+                .checked_add(len)
+                .filter(|&e| e <= size)
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "{}: wants bytes {offset}..{} of a {size}-byte file",
+                            path.display(),
+                            offset.saturating_add(len)
+                        ),
+                    )
+                })?;
             if len == 0 {
                 return Ok(Bytes::new());
             }
@@ -84,7 +109,10 @@ pub fn read_weight(w: &Weight) -> std::io::Result<Bytes> {
 }
 
 /// Every external data location the model refers to.
-pub(crate) fn external_locations(model: &ModelProto, model_path: &Path) -> Result<BTreeSet<String>, OnnxError> {
+pub(crate) fn external_locations(
+    model: &ModelProto,
+    model_path: &Path,
+) -> Result<BTreeSet<String>, OnnxError> {
     let mut out = BTreeSet::new();
     let mut err = None;
     let mut visit = |t: &TensorProto| {
@@ -129,7 +157,12 @@ fn visit_nodes(nodes: &[NodeProto], f: &mut impl FnMut(&TensorProto)) {
 }
 
 /// Makes the external files of a model loaded from `src_dir` available beside `out`.
-pub(crate) fn carry_external_files(model: &ModelProto, src_dir: &Path, src_path: &Path, out: &Path) -> Result<(), OnnxError> {
+pub(crate) fn carry_external_files(
+    model: &ModelProto,
+    src_dir: &Path,
+    src_path: &Path,
+    out: &Path,
+) -> Result<(), OnnxError> {
     let locations = external_locations(model, src_path)?;
     if locations.is_empty() {
         return Ok(());
@@ -138,26 +171,39 @@ pub(crate) fn carry_external_files(model: &ModelProto, src_dir: &Path, src_path:
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let write_err = |path: &Path, source| OnnxError::Write { path: path.to_path_buf(), source };
+    let write_err = |path: &Path, source| OnnxError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
     for loc in locations {
         let src = src_dir.join(&loc);
         let dst = out_dir.join(&loc);
-        let src_real = src.canonicalize().map_err(|e| OnnxError::Read { path: src.clone(), source: e })?;
+        let src_real = src.canonicalize().map_err(|e| OnnxError::Read {
+            path: src.clone(),
+            source: e,
+        })?;
         if dst.canonicalize().is_ok_and(|d| d == src_real) {
             continue;
         }
         if let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent).map_err(|e| write_err(parent, e))?;
         }
-        let tmp = dst.with_file_name(format!(".{}.{}.tmp", dst.file_name().map_or("data".into(), |n| n.to_string_lossy()), std::process::id()));
+        let tmp = dst.with_file_name(format!(
+            ".{}.{}.tmp",
+            dst.file_name()
+                .map_or("data".into(), |n| n.to_string_lossy()),
+            std::process::id()
+        ));
         let _ = std::fs::remove_file(&tmp);
         // A copy (copy_file_range: extents shared where the file system can), not a hard link:
         // onnx refuses data files with more than one link as a possible hard-link attack.
         let linked = std::fs::copy(&src_real, &tmp).map(|_| ());
-        linked.and_then(|_| std::fs::rename(&tmp, &dst)).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            write_err(&dst, e)
-        })?;
+        linked
+            .and_then(|_| std::fs::rename(&tmp, &dst))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                write_err(&dst, e)
+            })?;
     }
     Ok(())
 }

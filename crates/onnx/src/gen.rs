@@ -4,8 +4,9 @@
 //! weights to speak of (one shared `axes` initializer) and still runs on any engine.
 
 use crate::proto::{
-    attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto::dimension, type_proto, AttributeProto, GraphProto, ModelProto,
-    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto::dimension,
+    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto,
 };
 
 /// What to generate.
@@ -80,7 +81,12 @@ pub fn generate(opts: GenOptions) -> Generated {
             let (la, lb) = (1 + b.rng.below(2) as usize, 1 + b.rng.below(2) as usize);
             let left_branch = b.chain(cur.clone(), la);
             let right_branch = b.chain(cur, lb);
-            let axis = AttributeProto { name: Some("axis".into()), r#type: Some(AttributeType::Int as i32), i: Some(0), ..Default::default() };
+            let axis = AttributeProto {
+                name: Some("axis".into()),
+                r#type: Some(AttributeType::Int as i32),
+                i: Some(0),
+                ..Default::default()
+            };
             let joined = b.node("Concat", vec![left_branch, right_branch], vec![axis]);
             b.node("ReduceSum", vec![joined, "axes0".to_string()], Vec::new())
         } else if !pool.is_empty() {
@@ -95,7 +101,13 @@ pub fn generate(opts: GenOptions) -> Generated {
         pool.push(cur.clone());
     }
     let out = cur;
-    let axes = TensorProto { name: Some("axes0".into()), dims: vec![1], data_type: Some(DataType::Int64 as i32), int64_data: vec![0], ..Default::default() };
+    let axes = TensorProto {
+        name: Some("axes0".into()),
+        dims: vec![1],
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: vec![0],
+        ..Default::default()
+    };
     let graph = GraphProto {
         name: Some(format!("gen_{n}_{}_{}", backends.len(), opts.seed)),
         node: b.nodes,
@@ -106,20 +118,45 @@ pub fn generate(opts: GenOptions) -> Generated {
     };
     let model = ModelProto {
         ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
         producer_name: Some("cleave gen".into()),
         producer_version: Some(env!("CARGO_PKG_VERSION").into()),
         graph: Some(graph),
         ..Default::default()
     };
-    Generated { model, backends, device: b.device }
+    Generated {
+        model,
+        backends,
+        device: b.device,
+    }
 }
 
 fn row_info(name: &str) -> ValueInfoProto {
     let dim = |v: i64| dimension::Value::DimValue(v);
-    let shape = TensorShapeProto { dim: [1, WIDTH].iter().map(|&v| crate::proto::tensor_shape_proto::Dimension { value: Some(dim(v)), ..Default::default() }).collect() };
-    let tensor = type_proto::Tensor { elem_type: Some(DataType::Float as i32), shape: Some(shape) };
-    ValueInfoProto { name: Some(name.into()), r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(tensor)), ..Default::default() }), ..Default::default() }
+    let shape = TensorShapeProto {
+        dim: [1, WIDTH]
+            .iter()
+            .map(|&v| crate::proto::tensor_shape_proto::Dimension {
+                value: Some(dim(v)),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let tensor = type_proto::Tensor {
+        elem_type: Some(DataType::Float as i32),
+        shape: Some(shape),
+    };
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(tensor)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 struct Builder {
@@ -166,7 +203,11 @@ impl Builder {
             self.region_left = 1 + self.rng.below(2 * REGION_MEAN);
         }
         self.region_left -= 1;
-        let d = if self.rng.below(1000) < FALLBACK_PER_MILLE { self.rng.below(self.devices) } else { self.region_dev };
+        let d = if self.rng.below(1000) < FALLBACK_PER_MILLE {
+            self.rng.below(self.devices)
+        } else {
+            self.region_dev
+        };
         d as u16
     }
 }
@@ -195,7 +236,11 @@ mod tests {
     #[test]
     fn exact_node_count_and_every_tensor_read_once_defined() {
         for n in [1, 2, 5, 7, 100, 1000] {
-            let g = generate(GenOptions { nodes: n, devices: 3, seed: 7 });
+            let g = generate(GenOptions {
+                nodes: n,
+                devices: 3,
+                seed: 7,
+            });
             let graph = g.model.graph.as_ref().unwrap();
             assert_eq!(graph.node.len(), n);
             assert_eq!(g.device.len(), n);
@@ -207,19 +252,43 @@ mod tests {
             }
             let out = graph.output[0].name();
             for node in &graph.node {
-                assert!(read.contains(&node.output[0]) || node.output[0] == out, "{} is never read", node.output[0]);
+                assert!(
+                    read.contains(&node.output[0]) || node.output[0] == out,
+                    "{} is never read",
+                    node.output[0]
+                );
             }
         }
     }
 
     #[test]
     fn same_seed_same_model_and_the_structures_all_occur() {
-        let a = generate(GenOptions { nodes: 2000, devices: 2, seed: 1 });
-        let b = generate(GenOptions { nodes: 2000, devices: 2, seed: 1 });
-        let c = generate(GenOptions { nodes: 2000, devices: 2, seed: 2 });
+        let a = generate(GenOptions {
+            nodes: 2000,
+            devices: 2,
+            seed: 1,
+        });
+        let b = generate(GenOptions {
+            nodes: 2000,
+            devices: 2,
+            seed: 1,
+        });
+        let c = generate(GenOptions {
+            nodes: 2000,
+            devices: 2,
+            seed: 2,
+        });
         assert_eq!(a.model, b.model);
         assert_ne!(a.model, c.model);
-        let ops: std::collections::HashSet<&str> = a.model.graph.as_ref().unwrap().node.iter().map(|n| n.op_type()).collect();
+        let ops: std::collections::HashSet<&str> = a
+            .model
+            .graph
+            .as_ref()
+            .unwrap()
+            .node
+            .iter()
+            .map(|n| n.op_type())
+            .collect();
         for op in ["Add", "Concat", "ReduceSum", "Relu"] {
             assert!(ops.contains(op), "{op} missing");
         }

@@ -34,23 +34,36 @@ impl OnnxModel {
         if bytes.is_empty() {
             return Err(OnnxError::Empty { path });
         }
-        let proto = decode_model(bytes).map_err(|source| OnnxError::Decode { path: path.clone(), source })?;
+        let proto = decode_model(bytes).map_err(|source| OnnxError::Decode {
+            path: path.clone(),
+            source,
+        })?;
         if proto.graph.is_none() {
             return Err(OnnxError::NoGraph { path });
         }
-        Ok(OnnxModel { path, proto, file: None })
+        Ok(OnnxModel {
+            path,
+            proto,
+            file: None,
+        })
     }
 
     /// Another model made from this one (extra outputs, say): same path and external data,
     /// so [`OnnxModel::save`] carries its data files along.
     pub fn derived(&self, proto: ModelProto) -> OnnxModel {
-        OnnxModel { path: self.path.clone(), proto, file: self.file.clone() }
+        OnnxModel {
+            path: self.path.clone(),
+            proto,
+            file: self.file.clone(),
+        }
     }
 
     /// The external data files the model reads (they may not exist).
     pub fn data_files(&self) -> Vec<PathBuf> {
         let base = self.base_dir();
-        external::external_locations(&self.proto, &self.path).map(|ls| ls.into_iter().map(|l| base.join(l)).collect()).unwrap_or_default()
+        external::external_locations(&self.proto, &self.path)
+            .map(|ls| ls.into_iter().map(|l| base.join(l)).collect())
+            .unwrap_or_default()
     }
 
     /// Where `bytes` (a field of `proto`) lies in the model's file, when it is a slice of it.
@@ -94,11 +107,17 @@ pub fn encoded_len(model: &ModelProto) -> usize {
 
 /// The file's contents as shared bytes backed by a read-only memory map.
 pub(crate) fn map_file(path: &Path) -> Result<Bytes, OnnxError> {
-    let read_err = |source| OnnxError::Read { path: path.to_path_buf(), source };
+    let read_err = |source| OnnxError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
     let file = File::open(path).map_err(read_err)?;
     let meta = file.metadata().map_err(read_err)?;
     if meta.is_dir() {
-        return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "is a directory")));
+        return Err(read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "is a directory",
+        )));
     }
     if meta.len() == 0 {
         return Ok(Bytes::new());
@@ -112,15 +131,25 @@ pub(crate) fn map_file(path: &Path) -> Result<Bytes, OnnxError> {
 /// Writes `data` to a temporary file beside `path`, then renames it over `path`, so readers
 /// never see a half-written file and a failed write leaves the old one in place.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), OnnxError> {
-    let write_err = |source| OnnxError::Write { path: path.to_path_buf(), source };
+    let write_err = |source| OnnxError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     let name = path.file_name().ok_or_else(|| {
-        write_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))
+        write_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file name",
+        ))
     })?;
-    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     let result = (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(data)?;

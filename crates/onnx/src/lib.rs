@@ -30,7 +30,7 @@ pub use dtype::{elem_from_code, elem_to_code};
 pub use error::OnnxError;
 pub use external::read_weight;
 pub use infer::{infer_types, InferReport};
-pub use ops::is_deterministic;
 pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
+pub use ops::is_deterministic;
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
 pub use weights_file::{write_weights_file, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES};

@@ -3,7 +3,14 @@
 use cleave_ir::Node;
 
 /// Ops whose result differs from run to run: never folded or copied as constants.
-const NONDETERMINISTIC: &[&str] = &["RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"];
+const NONDETERMINISTIC: &[&str] = &[
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+];
 
 /// Whether the node gives the same outputs for the same inputs every time.
 pub fn is_deterministic(node: &Node) -> bool {

@@ -3,13 +3,19 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use cleave_ir::{AttrValue, Attribute, Dim, ElemType, Function, Graph, GraphBuilder, Model, NodeSpec, Opset, TensorType, Weight, WeightData};
+use cleave_ir::{
+    AttrValue, Attribute, Dim, ElemType, Function, Graph, GraphBuilder, Model, NodeSpec, Opset,
+    TensorType, Weight, WeightData,
+};
 
 use crate::dtype::elem_from_code;
 use crate::error::OnnxError;
 use crate::external::{external_ref, is_external};
 use crate::io::OnnxModel;
-use crate::proto::{attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto};
+use crate::proto::{
+    attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, AttributeProto,
+    GraphProto, NodeProto, TensorProto, TypeProto,
+};
 
 struct Ctx<'a> {
     path: &'a Path,
@@ -19,9 +25,14 @@ struct Ctx<'a> {
 /// Converts a loaded ONNX model to the IR and checks its integrity. Types come from the
 /// file's `value_info`; call [`crate::infer_types`] to fill in the rest.
 pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
-    let ctx = Ctx { path: &m.path, base: m.base_dir() };
+    let ctx = Ctx {
+        path: &m.path,
+        base: m.base_dir(),
+    };
     let p = &m.proto;
-    let g = p.graph.as_ref().ok_or_else(|| OnnxError::NoGraph { path: m.path.clone() })?;
+    let g = p.graph.as_ref().ok_or_else(|| OnnxError::NoGraph {
+        path: m.path.clone(),
+    })?;
     let graph = convert_graph(g, &ctx, false)?;
     let mut functions = Vec::with_capacity(p.functions.len());
     for f in &p.functions {
@@ -45,12 +56,24 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
             function: f.name().to_string(),
             source,
         })?;
-        functions.push(Function { domain: f.domain().to_string(), name: f.name().to_string(), overload: f.overload().to_string(), body });
+        functions.push(Function {
+            domain: f.domain().to_string(),
+            name: f.name().to_string(),
+            overload: f.overload().to_string(),
+            body,
+        });
     }
     Ok(Model {
         format: "onnx",
         format_version: p.ir_version(),
-        opsets: p.opset_import.iter().map(|o| Opset { domain: o.domain().to_string(), version: o.version() }).collect(),
+        opsets: p
+            .opset_import
+            .iter()
+            .map(|o| Opset {
+                domain: o.domain().to_string(),
+                version: o.version(),
+            })
+            .collect(),
         producer: p.producer_name().to_string(),
         graph,
         functions,
@@ -59,15 +82,26 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
 
 fn convert_graph(g: &GraphProto, ctx: &Ctx, allow_outer: bool) -> Result<Graph, OnnxError> {
     let mut b = GraphBuilder::new(g.name());
-    let constants: std::collections::HashSet<&str> =
-        g.initializer.iter().map(|t| t.name()).chain(g.sparse_initializer.iter().filter_map(|s| s.values.as_ref().map(|v| v.name()))).collect();
+    let constants: std::collections::HashSet<&str> = g
+        .initializer
+        .iter()
+        .map(|t| t.name())
+        .chain(
+            g.sparse_initializer
+                .iter()
+                .filter_map(|s| s.values.as_ref().map(|v| v.name())),
+        )
+        .collect();
     for i in &g.input {
         // Before IR version 4 every initializer is also listed as an input; either way a
         // tensor with stored data is a constant, not something the caller feeds.
         if constants.contains(i.name()) {
             continue;
         }
-        b.input(i.name(), i.r#type.as_ref().map(tensor_type).unwrap_or_default());
+        b.input(
+            i.name(),
+            i.r#type.as_ref().map(tensor_type).unwrap_or_default(),
+        );
     }
     for t in &g.initializer {
         b.weight(t.name(), weight(t, ctx)?);
@@ -75,13 +109,25 @@ fn convert_graph(g: &GraphProto, ctx: &Ctx, allow_outer: bool) -> Result<Graph, 
     for s in &g.sparse_initializer {
         if let Some(v) = &s.values {
             let elem = elem_from_code(v.data_type()).unwrap_or(ElemType::Other(0));
-            b.weight(v.name(), Weight { elem, dims: s.dims.clone(), data: WeightData::Opaque });
+            b.weight(
+                v.name(),
+                Weight {
+                    elem,
+                    dims: s.dims.clone(),
+                    data: WeightData::Opaque,
+                },
+            );
         }
     }
     for n in &g.node {
         b.node(node_spec(n, ctx)?);
     }
-    for vi in g.value_info.iter().chain(g.input.iter()).chain(g.output.iter()) {
+    for vi in g
+        .value_info
+        .iter()
+        .chain(g.input.iter())
+        .chain(g.output.iter())
+    {
         if let Some(t) = &vi.r#type {
             b.value_type(vi.name(), tensor_type(t));
         }
@@ -89,13 +135,19 @@ fn convert_graph(g: &GraphProto, ctx: &Ctx, allow_outer: bool) -> Result<Graph, 
     for o in &g.output {
         b.output(o.name());
     }
-    b.finish(allow_outer).map_err(|source| OnnxError::Graph { path: ctx.path.to_path_buf(), source })
+    b.finish(allow_outer).map_err(|source| OnnxError::Graph {
+        path: ctx.path.to_path_buf(),
+        source,
+    })
 }
 
 fn node_spec(n: &NodeProto, ctx: &Ctx) -> Result<NodeSpec, OnnxError> {
     let mut attrs = Vec::with_capacity(n.attribute.len());
     for a in &n.attribute {
-        attrs.push(Attribute { name: a.name().to_string(), value: attr_value(a, ctx)? });
+        attrs.push(Attribute {
+            name: a.name().to_string(),
+            value: attr_value(a, ctx)?,
+        });
     }
     Ok(NodeSpec {
         name: n.name().to_string(),
@@ -130,9 +182,21 @@ fn attr_value(a: &AttributeProto, ctx: &Ctx) -> Result<AttrValue, OnnxError> {
         AttributeType::Floats => AttrValue::Floats(a.floats.clone()),
         AttributeType::Ints => AttrValue::Ints(a.ints.clone()),
         AttributeType::Strings => AttrValue::Strings(a.strings.clone()),
-        AttributeType::Tensors => AttrValue::Tensors(a.tensors.iter().map(|t| weight(t, ctx)).collect::<Result<_, _>>()?),
-        AttributeType::Graphs => AttrValue::Graphs(a.graphs.iter().map(|g| convert_graph(g, ctx, true)).collect::<Result<_, _>>()?),
-        AttributeType::SparseTensor | AttributeType::SparseTensors => AttrValue::Opaque("sparse tensor"),
+        AttributeType::Tensors => AttrValue::Tensors(
+            a.tensors
+                .iter()
+                .map(|t| weight(t, ctx))
+                .collect::<Result<_, _>>()?,
+        ),
+        AttributeType::Graphs => AttrValue::Graphs(
+            a.graphs
+                .iter()
+                .map(|g| convert_graph(g, ctx, true))
+                .collect::<Result<_, _>>()?,
+        ),
+        AttributeType::SparseTensor | AttributeType::SparseTensors => {
+            AttrValue::Opaque("sparse tensor")
+        }
         AttributeType::TypeProto | AttributeType::TypeProtos => AttrValue::Opaque("type"),
         AttributeType::Undefined => AttrValue::Opaque("undefined"),
     })
@@ -187,19 +251,35 @@ pub(crate) fn tensor_type(t: &TypeProto) -> TensorType {
 /// A standalone tensor (a `.pb` file, say) as an IR weight; external data resolves against
 /// `base`, and errors name `path`.
 pub fn weight_from_tensor(t: &TensorProto, path: &Path, base: &Path) -> Result<Weight, OnnxError> {
-    weight(t, &Ctx { path, base: base.to_path_buf() })
+    weight(
+        t,
+        &Ctx {
+            path,
+            base: base.to_path_buf(),
+        },
+    )
 }
 
 /// A tensor of `m`'s file (an initializer, say) as an IR weight, external data resolved.
 pub fn to_ir_weight(t: &TensorProto, m: &OnnxModel) -> Result<Weight, OnnxError> {
-    weight(t, &Ctx { path: &m.path, base: m.base_dir() })
+    weight(
+        t,
+        &Ctx {
+            path: &m.path,
+            base: m.base_dir(),
+        },
+    )
 }
 
 fn weight(t: &TensorProto, ctx: &Ctx) -> Result<Weight, OnnxError> {
     let elem = elem_from_code(t.data_type()).unwrap_or(ElemType::Other(0));
     let data = if is_external(t) {
         let r = external_ref(t, ctx.path)?;
-        WeightData::External { path: ctx.base.join(r.location), offset: r.offset, length: r.length }
+        WeightData::External {
+            path: ctx.base.join(r.location),
+            offset: r.offset,
+            length: r.length,
+        }
     } else if t.segment.is_some() {
         WeightData::Opaque
     } else if let Some(raw) = &t.raw_data {
@@ -209,7 +289,11 @@ fn weight(t: &TensorProto, ctx: &Ctx) -> Result<Weight, OnnxError> {
     } else {
         typed_bytes(t, elem)
     };
-    Ok(Weight { elem, dims: t.dims.clone(), data })
+    Ok(Weight {
+        elem,
+        dims: t.dims.clone(),
+        data,
+    })
 }
 
 /// Weights stored in the typed repeated fields, as little-endian bytes. These fields are
@@ -227,9 +311,8 @@ fn typed_bytes(t: &TensorProto, elem: ElemType) -> WeightData {
         U32 => le(&t.uint64_data, |x| (x as u32).to_le_bytes()),
         I32 => le(&t.int32_data, i32::to_le_bytes),
         I16 | U16 | F16 | BF16 => le(&t.int32_data, |x| (x as u16).to_le_bytes()),
-        I8 | U8 | Bool | F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F8E8M0 | U4 | I4 | F4E2M1 | U2 | I2 => {
-            le(&t.int32_data, |x| [x as u8])
-        }
+        I8 | U8 | Bool | F8E4M3FN | F8E4M3FNUZ | F8E5M2 | F8E5M2FNUZ | F8E8M0 | U4 | I4
+        | F4E2M1 | U2 | I2 => le(&t.int32_data, |x| [x as u8]),
         Str | Other(_) => return WeightData::Opaque,
     };
     WeightData::Bytes(b)

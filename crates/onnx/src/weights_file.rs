@@ -54,11 +54,18 @@ impl WeightsFile {
     /// `t` reading its bytes from this file, or `None` when `t` stays inside the model.
     pub fn reference(&self, t: &TensorProto) -> Option<TensorProto> {
         let &(offset, length) = self.at.get(t.name())?;
-        let kv = |k: &str, v: String| StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+        let kv = |k: &str, v: String| StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v),
+        };
         let mut out = t.clone();
         out.raw_data = None;
         out.data_location = Some(DataLocation::External as i32);
-        out.external_data = vec![kv("location", self.location.clone()), kv("offset", offset.to_string()), kv("length", length.to_string())];
+        out.external_data = vec![
+            kv("location", self.location.clone()),
+            kv("offset", offset.to_string()),
+            kv("length", length.to_string()),
+        ];
         Some(out)
     }
 
@@ -70,7 +77,11 @@ impl WeightsFile {
 /// Where a tensor's bytes are now.
 enum Origin {
     /// `length` bytes at `offset` of a file: an external data file, or the model file itself.
-    File { path: PathBuf, offset: u64, length: u64 },
+    File {
+        path: PathBuf,
+        offset: u64,
+        length: u64,
+    },
     /// Bytes of a model that was not loaded from a file.
     Memory(Bytes),
 }
@@ -81,26 +92,59 @@ enum Origin {
 /// every other tensor already lies in one external data file of the source, `out` is a copy of
 /// that file with the same offsets (see [`WeightsSource::WholeFile`]).
 /// `None` when no tensor is large enough to leave the model: no file is written.
-pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Path, min_bytes: u64) -> Result<Option<WeightsFile>, OnnxError> {
+pub fn write_weights_file(
+    source: &OnnxModel,
+    tensors: &[&TensorProto],
+    out: &Path,
+    min_bytes: u64,
+) -> Result<Option<WeightsFile>, OnnxError> {
     let base = source.base_dir();
     let mut plan: Vec<(&str, Origin)> = Vec::new();
     for t in tensors {
         if is_external(t) {
             let r = external_ref(t, &source.path)?;
             let path = base.join(&r.location);
-            let size = std::fs::metadata(&path).map_err(|e| OnnxError::Read { path: path.clone(), source: e })?.len();
+            let size = std::fs::metadata(&path)
+                .map_err(|e| OnnxError::Read {
+                    path: path.clone(),
+                    source: e,
+                })?
+                .len();
             let length = r.length.unwrap_or(size.saturating_sub(r.offset));
             if r.offset.checked_add(length).is_none_or(|end| end > size) {
                 return Err(OnnxError::External {
                     path: source.path.clone(),
                     tensor: t.name().to_string(),
-                    reason: format!("wants bytes {}..{} of {}, which has {size}", r.offset, r.offset.saturating_add(length), path.display()),
+                    reason: format!(
+                        "wants bytes {}..{} of {}, which has {size}",
+                        r.offset,
+                        r.offset.saturating_add(length),
+                        path.display()
+                    ),
                 });
             }
-            plan.push((t.name(), Origin::File { path, offset: r.offset, length }));
-        } else if let Some(raw) = t.raw_data.as_ref().filter(|r| r.len() as u64 >= min_bytes.max(1)) {
+            plan.push((
+                t.name(),
+                Origin::File {
+                    path,
+                    offset: r.offset,
+                    length,
+                },
+            ));
+        } else if let Some(raw) = t
+            .raw_data
+            .as_ref()
+            .filter(|r| r.len() as u64 >= min_bytes.max(1))
+        {
             match source.file_offset(raw) {
-                Some(offset) => plan.push((t.name(), Origin::File { path: source.path.clone(), offset, length: raw.len() as u64 })),
+                Some(offset) => plan.push((
+                    t.name(),
+                    Origin::File {
+                        path: source.path.clone(),
+                        offset,
+                        length: raw.len() as u64,
+                    },
+                )),
                 None => plan.push((t.name(), Origin::Memory(raw.clone()))),
             }
         }
@@ -108,10 +152,13 @@ pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Pa
     if plan.is_empty() {
         return Ok(None);
     }
-    let location = out.file_name().map(|n| n.to_string_lossy().into_owned()).ok_or_else(|| OnnxError::Write {
-        path: out.to_path_buf(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
-    })?;
+    let location = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| OnnxError::Write {
+            path: out.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
+        })?;
     let tensor_bytes = plan
         .iter()
         .map(|(_, f)| match f {
@@ -121,20 +168,47 @@ pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Pa
         .sum();
 
     // The files the source reads; `out` may only be one of them when it is left as it is.
-    let mut inputs: Vec<PathBuf> = plan.iter().filter_map(|(_, f)| if let Origin::File { path, .. } = f { Some(path.clone()) } else { None }).collect();
+    let mut inputs: Vec<PathBuf> = plan
+        .iter()
+        .filter_map(|(_, f)| {
+            if let Origin::File { path, .. } = f {
+                Some(path.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
     inputs.sort();
     inputs.dedup();
     let real = |p: &Path| p.canonicalize().ok();
     let out_real = real(out);
 
-    if let ([only], true) = (inputs.as_slice(), plan.iter().all(|(_, f)| matches!(f, Origin::File { .. }))) {
+    if let ([only], true) = (
+        inputs.as_slice(),
+        plan.iter().all(|(_, f)| matches!(f, Origin::File { .. })),
+    ) {
         if *only != source.path {
             let at = plan
                 .iter()
-                .filter_map(|(name, f)| if let Origin::File { offset, length, .. } = f { Some((name.to_string(), (*offset, *length))) } else { None })
+                .filter_map(|(name, f)| {
+                    if let Origin::File { offset, length, .. } = f {
+                        Some((name.to_string(), (*offset, *length)))
+                    } else {
+                        None
+                    }
+                })
                 .collect();
-            let done = |how| WeightsFile { path: out.to_path_buf(), location: location.clone(), source: how, tensor_bytes, at };
-            let only_real = only.canonicalize().map_err(|e| OnnxError::Read { path: only.clone(), source: e })?;
+            let done = |how| WeightsFile {
+                path: out.to_path_buf(),
+                location: location.clone(),
+                source: how,
+                tensor_bytes,
+                at,
+            };
+            let only_real = only.canonicalize().map_err(|e| OnnxError::Read {
+                path: only.clone(),
+                source: e,
+            })?;
             if out_real.as_ref() == Some(&only_real) {
                 return Ok(Some(done(WeightsSource::Existing)));
             }
@@ -147,23 +221,36 @@ pub fn write_weights_file(source: &OnnxModel, tensors: &[&TensorProto], out: &Pa
         if inputs.iter().any(|p| real(p).as_ref() == Some(o)) {
             return Err(OnnxError::Write {
                 path: out.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "the source model reads this file; choose another output folder"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "the source model reads this file; choose another output folder",
+                ),
             });
         }
     }
     let at = stream(&plan, out)?;
-    Ok(Some(WeightsFile { path: out.to_path_buf(), location, source: WeightsSource::Copied, tensor_bytes, at }))
+    Ok(Some(WeightsFile {
+        path: out.to_path_buf(),
+        location,
+        source: WeightsSource::Copied,
+        tensor_bytes,
+        at,
+    }))
 }
 
 fn tmp_beside(out: &Path) -> PathBuf {
-    let name = out.file_name().map_or_else(|| "weights".into(), |n| n.to_string_lossy().into_owned());
+    let name = out
+        .file_name()
+        .map_or_else(|| "weights".into(), |n| n.to_string_lossy().into_owned());
     out.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
 fn copy_atomic(src: &Path, out: &Path) -> std::io::Result<()> {
     let tmp = tmp_beside(out);
     let _ = std::fs::remove_file(&tmp);
-    let r = std::fs::copy(src, &tmp).and_then(|_| File::open(&tmp)?.sync_all()).and_then(|_| std::fs::rename(&tmp, out));
+    let r = std::fs::copy(src, &tmp)
+        .and_then(|_| File::open(&tmp)?.sync_all())
+        .and_then(|_| std::fs::rename(&tmp, out));
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -176,7 +263,10 @@ fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u
     let mut at = HashMap::with_capacity(plan.len());
     let mut sources: HashMap<&Path, File> = HashMap::new();
     let result = (|| -> Result<(), OnnxError> {
-        let write_err = |e| OnnxError::Write { path: out.to_path_buf(), source: e };
+        let write_err = |e| OnnxError::Write {
+            path: out.to_path_buf(),
+            source: e,
+        };
         let mut dst = File::create(&tmp).map_err(write_err)?;
         let mut pos = 0u64;
         for (name, from) in plan {
@@ -188,14 +278,24 @@ fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u
                     dst.write_all(b).map_err(write_err)?;
                     b.len() as u64
                 }
-                Origin::File { path, offset, length } => {
-                    let read_err = |e| OnnxError::Read { path: path.clone(), source: e };
+                Origin::File {
+                    path,
+                    offset,
+                    length,
+                } => {
+                    let read_err = |e| OnnxError::Read {
+                        path: path.clone(),
+                        source: e,
+                    };
                     let src = match sources.entry(path.as_path()) {
                         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(v) => v.insert(File::open(path).map_err(read_err)?),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(File::open(path).map_err(read_err)?)
+                        }
                     };
                     src.seek(SeekFrom::Start(*offset)).map_err(read_err)?;
-                    let copied = std::io::copy(&mut Read::take(&*src, *length), &mut dst).map_err(write_err)?;
+                    let copied = std::io::copy(&mut Read::take(&*src, *length), &mut dst)
+                        .map_err(write_err)?;
                     if copied != *length {
                         return Err(read_err(std::io::Error::new(
                             std::io::ErrorKind::UnexpectedEof,
@@ -222,8 +322,14 @@ fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u
 impl OnnxModel {
     /// This model with its main graph's initializers of `min_bytes` or more moved into `data`
     /// (see [`write_weights_file`]); save it in `data`'s folder.
-    pub fn externalized(&self, data: &Path, min_bytes: u64) -> Result<(OnnxModel, Option<WeightsFile>), OnnxError> {
-        let Some(g) = &self.proto.graph else { return Ok((self.derived(self.proto.clone()), None)) };
+    pub fn externalized(
+        &self,
+        data: &Path,
+        min_bytes: u64,
+    ) -> Result<(OnnxModel, Option<WeightsFile>), OnnxError> {
+        let Some(g) = &self.proto.graph else {
+            return Ok((self.derived(self.proto.clone()), None));
+        };
         let tensors: Vec<&TensorProto> = g.initializer.iter().collect();
         let weights = write_weights_file(self, &tensors, data, min_bytes)?;
         let mut proto = self.proto.clone();
@@ -247,7 +353,11 @@ impl OnnxModel {
                     continue;
                 }
                 let w = crate::to_ir::to_ir_weight(t, self)?;
-                let bytes = crate::external::read_weight(&w).map_err(|e| OnnxError::External { path: self.path.clone(), tensor: t.name().to_string(), reason: e.to_string() })?;
+                let bytes = crate::external::read_weight(&w).map_err(|e| OnnxError::External {
+                    path: self.path.clone(),
+                    tensor: t.name().to_string(),
+                    reason: e.to_string(),
+                })?;
                 t.data_location = None;
                 t.external_data.clear();
                 t.raw_data = Some(bytes);
@@ -255,7 +365,10 @@ impl OnnxModel {
         }
         let n = crate::io::encoded_len(&proto);
         if n > i32::MAX as usize {
-            return Err(OnnxError::TooLarge { path: self.path.clone(), bytes: n as u64 });
+            return Err(OnnxError::TooLarge {
+                path: self.path.clone(),
+                bytes: n as u64,
+            });
         }
         Ok(self.derived(proto))
     }
@@ -279,7 +392,17 @@ mod tests {
     fn weights(path: &Path) -> Vec<(String, Vec<u8>)> {
         let m = OnnxModel::load(path).unwrap();
         let g = m.proto.graph.as_ref().unwrap();
-        g.initializer.iter().map(|t| (t.name().to_string(), crate::read_weight(&crate::to_ir_weight(t, &m).unwrap()).unwrap().to_vec())).collect()
+        g.initializer
+            .iter()
+            .map(|t| {
+                (
+                    t.name().to_string(),
+                    crate::read_weight(&crate::to_ir_weight(t, &m).unwrap())
+                        .unwrap()
+                        .to_vec(),
+                )
+            })
+            .collect()
     }
 
     fn save(m: &OnnxModel, out: &Path) {
@@ -297,7 +420,11 @@ mod tests {
         }
         let in_memory = OnnxModel::from_bytes(file.into(), tiny_cnn()).unwrap();
         let t = &in_memory.proto.graph.as_ref().unwrap().initializer[0];
-        assert_eq!(in_memory.file_offset(t.raw_data.as_ref().unwrap()), None, "not loaded from the file: no offset in it");
+        assert_eq!(
+            in_memory.file_offset(t.raw_data.as_ref().unwrap()),
+            None,
+            "not loaded from the file: no offset in it"
+        );
     }
 
     #[test]
@@ -312,40 +439,70 @@ mod tests {
         save(&ext, &out);
         let back = OnnxModel::load(&out).unwrap();
         for t in &back.proto.graph.as_ref().unwrap().initializer {
-            assert!(is_external(t) && t.raw_data.is_none(), "{} still inside", t.name());
+            assert!(
+                is_external(t) && t.raw_data.is_none(),
+                "{} still inside",
+                t.name()
+            );
             let r = external_ref(t, &out).unwrap();
             assert_eq!((r.location.as_str(), r.offset % ALIGN), ("t.weights", 0));
         }
         assert_eq!(weights(&out), want);
 
         let inl = back.internalized().unwrap();
-        assert!(inl.proto.graph.as_ref().unwrap().initializer.iter().all(|t| !is_external(t)));
+        assert!(inl
+            .proto
+            .graph
+            .as_ref()
+            .unwrap()
+            .initializer
+            .iter()
+            .all(|t| !is_external(t)));
         let out2 = tmp.path().join("inline/t.onnx");
         std::fs::create_dir_all(out2.parent().unwrap()).unwrap();
         save(&inl, &out2);
         assert_eq!(weights(&out2), want);
         // Same tensors as the source, byte for byte, once the weights are back inside.
-        assert_eq!(std::fs::read(&out2).unwrap(), std::fs::read(tiny_cnn()).unwrap());
+        assert_eq!(
+            std::fs::read(&out2).unwrap(),
+            std::fs::read(tiny_cnn()).unwrap()
+        );
     }
 
     #[test]
     fn small_tensors_stay_inside_the_model() {
         let tmp = tempfile::tempdir().unwrap();
         let src = OnnxModel::load(tiny_cnn()).unwrap();
-        let (ext, w) = src.externalized(&tmp.path().join("t.weights"), MIN_EXTERNAL_BYTES).unwrap();
-        let external: Vec<&str> = ext.proto.graph.as_ref().unwrap().initializer.iter().filter(|t| is_external(t)).map(|t| t.name()).collect();
+        let (ext, w) = src
+            .externalized(&tmp.path().join("t.weights"), MIN_EXTERNAL_BYTES)
+            .unwrap();
+        let external: Vec<&str> = ext
+            .proto
+            .graph
+            .as_ref()
+            .unwrap()
+            .initializer
+            .iter()
+            .filter(|t| is_external(t))
+            .map(|t| t.name())
+            .collect();
         assert_eq!(external, ["conv2.w"], "only conv2.w has 1 KiB or more");
         assert_eq!(w.unwrap().tensor_bytes, 2304);
     }
 
     /// A model reading `w0` and `w1` from external files `files[0]` and `files[1]` in `dir`.
     fn two_tensor_model(dir: &Path, files: [&str; 2]) -> (PathBuf, Vec<Vec<u8>>) {
-        let kv = |k: &str, v: String| StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+        let kv = |k: &str, v: String| StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v),
+        };
         let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
         let mut tensors = Vec::new();
         let mut data = Vec::new();
         for (i, f) in files.iter().enumerate() {
-            let bytes: Vec<u8> = (0..64u32).flat_map(|k| ((k + 100 * i as u32) as f32).to_le_bytes()).collect();
+            let bytes: Vec<u8> = (0..64u32)
+                .flat_map(|k| ((k + 100 * i as u32) as f32).to_le_bytes())
+                .collect();
             let offset = match blobs.iter_mut().find(|(n, _)| n == f) {
                 Some((_, b)) => {
                     b.extend_from_slice(&[7; 3]); // unaligned on purpose
@@ -363,7 +520,11 @@ mod tests {
                 dims: vec![64],
                 data_type: Some(1),
                 data_location: Some(DataLocation::External as i32),
-                external_data: vec![kv("location", f.to_string()), kv("offset", offset.to_string()), kv("length", "256".into())],
+                external_data: vec![
+                    kv("location", f.to_string()),
+                    kv("offset", offset.to_string()),
+                    kv("length", "256".into()),
+                ],
                 ..Default::default()
             });
             data.push(bytes);
@@ -371,7 +532,15 @@ mod tests {
         for (f, b) in &blobs {
             std::fs::write(dir.join(f), b).unwrap();
         }
-        let m = ModelProto { ir_version: Some(8), graph: Some(GraphProto { name: Some("g".into()), initializer: tensors, ..Default::default() }), ..Default::default() };
+        let m = ModelProto {
+            ir_version: Some(8),
+            graph: Some(GraphProto {
+                name: Some("g".into()),
+                initializer: tensors,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
         let p = dir.join("m.onnx");
         std::fs::write(&p, m.encode_to_vec()).unwrap();
         (p, data)
@@ -387,12 +556,36 @@ mod tests {
         let (ext, w) = m.externalized(&work.join("s.weights"), 0).unwrap();
         assert_eq!(w.unwrap().source, WeightsSource::WholeFile);
         // A copy, not a hard link: onnx refuses data files with more than one link.
-        assert_eq!(std::fs::metadata(tmp.path().join("d.bin")).unwrap().nlink(), 1);
-        assert_eq!(std::fs::read(work.join("s.weights")).unwrap(), std::fs::read(tmp.path().join("d.bin")).unwrap());
-        let offsets: Vec<u64> = ext.proto.graph.as_ref().unwrap().initializer.iter().map(|t| external_ref(t, &p).unwrap().offset).collect();
-        assert_eq!(offsets, [0, 259], "the source's offsets, unaligned as they were");
+        assert_eq!(
+            std::fs::metadata(tmp.path().join("d.bin")).unwrap().nlink(),
+            1
+        );
+        assert_eq!(
+            std::fs::read(work.join("s.weights")).unwrap(),
+            std::fs::read(tmp.path().join("d.bin")).unwrap()
+        );
+        let offsets: Vec<u64> = ext
+            .proto
+            .graph
+            .as_ref()
+            .unwrap()
+            .initializer
+            .iter()
+            .map(|t| external_ref(t, &p).unwrap().offset)
+            .collect();
+        assert_eq!(
+            offsets,
+            [0, 259],
+            "the source's offsets, unaligned as they were"
+        );
         save(&ext, &work.join("s.onnx"));
-        assert_eq!(weights(&work.join("s.onnx")).into_iter().map(|(_, b)| b).collect::<Vec<_>>(), data);
+        assert_eq!(
+            weights(&work.join("s.onnx"))
+                .into_iter()
+                .map(|(_, b)| b)
+                .collect::<Vec<_>>(),
+            data
+        );
 
         // Into the source's own folder under the data file's own name: left as it is.
         let (_, w) = m.externalized(&tmp.path().join("d.bin"), 0).unwrap();
@@ -411,12 +604,21 @@ mod tests {
         assert_eq!((w.source, w.tensor_bytes), (WeightsSource::Copied, 512));
         assert_eq!(std::fs::metadata(&out).unwrap().len(), ALIGN + 256);
         save(&ext, &tmp.path().join("w/s.onnx"));
-        assert_eq!(weights(&tmp.path().join("w/s.onnx")).into_iter().map(|(_, b)| b).collect::<Vec<_>>(), data);
+        assert_eq!(
+            weights(&tmp.path().join("w/s.onnx"))
+                .into_iter()
+                .map(|(_, b)| b)
+                .collect::<Vec<_>>(),
+            data
+        );
 
         // Writing over a file the source reads would break the source: refused, file intact.
         let before = std::fs::read(tmp.path().join("a.bin")).unwrap();
         let e = m.externalized(&tmp.path().join("a.bin"), 0).unwrap_err();
-        assert!(e.to_string().contains("the source model reads this file"), "{e}");
+        assert!(
+            e.to_string().contains("the source model reads this file"),
+            "{e}"
+        );
         assert_eq!(std::fs::read(tmp.path().join("a.bin")).unwrap(), before);
     }
 
@@ -426,8 +628,13 @@ mod tests {
         let (p, _) = two_tensor_model(tmp.path(), ["a.bin", "b.bin"]);
         std::fs::write(tmp.path().join("b.bin"), [0u8; 10]).unwrap();
         let m = OnnxModel::load(&p).unwrap();
-        let e = m.externalized(&tmp.path().join("s.weights"), 0).unwrap_err();
-        assert!(matches!(&e, OnnxError::External { tensor, .. } if tensor == "w1"), "{e}");
+        let e = m
+            .externalized(&tmp.path().join("s.weights"), 0)
+            .unwrap_err();
+        assert!(
+            matches!(&e, OnnxError::External { tensor, .. } if tensor == "w1"),
+            "{e}"
+        );
         assert!(!tmp.path().join("s.weights").exists());
     }
 }

@@ -19,9 +19,19 @@ fn load_inferred(path: &Path) -> (cleave_ir::Model, cleave_onnx::InferReport) {
 fn every_tensor_of_the_light_models_is_typed() {
     for name in LIGHT_MODELS {
         let (ir, report) = load_inferred(&light(name));
-        assert!(report.untyped.is_empty(), "{name}: untyped {:?} (ops without rules: {:?})", report.untyped, report.unknown_ops);
+        assert!(
+            report.untyped.is_empty(),
+            "{name}: untyped {:?} (ops without rules: {:?})",
+            report.untyped,
+            report.unknown_ops
+        );
         for v in &ir.graph.values {
-            assert!(v.ty.elem.is_some() && v.ty.shape.is_some(), "{name}: {} is {}", v.name, v.ty);
+            assert!(
+                v.ty.elem.is_some() && v.ty.shape.is_some(),
+                "{name}: {} is {}",
+                v.name,
+                v.ty
+            );
         }
     }
 }
@@ -33,7 +43,11 @@ fn resnet50_shapes_are_static_down_to_the_softmax() {
     let ty = |n: &str| g.value(g.find(n).unwrap()).ty.to_string();
     assert_eq!(ty("gpu_0/data_0"), "float32[1,3,224,224]");
     assert_eq!(ty("gpu_0/softmax_1"), "float32[1,1000]");
-    let static_count = g.values.iter().filter(|v| v.ty.static_dims().is_some()).count();
+    let static_count = g
+        .values
+        .iter()
+        .filter(|v| v.ty.static_dims().is_some())
+        .count();
     assert_eq!(static_count, g.values.len());
 }
 
@@ -56,7 +70,11 @@ fn onnx_oracle(paths: &[std::path::PathBuf], dir: &Path) -> Vec<HashMap<String, 
         .map(|i| {
             let m = OnnxModel::load(dir.join(format!("{i}.onnx"))).unwrap();
             let ir = to_ir(&m).unwrap();
-            ir.graph.values.iter().map(|v| (v.name.clone(), v.ty.clone())).collect()
+            ir.graph
+                .values
+                .iter()
+                .map(|v| (v.name.clone(), v.ty.clone()))
+                .collect()
         })
         .collect()
 }
@@ -83,7 +101,11 @@ fn agree(ours: &TensorType, theirs: &TensorType) -> bool {
 fn inferred_types_match_onnx_shape_inference() {
     let tmp = tempfile::tempdir().unwrap();
     let mut files: Vec<_> = LIGHT_MODELS.iter().map(|n| light(n)).collect();
-    files.extend(onnx_files(&["pytorch-converted", "pytorch-operator", "simple"]));
+    files.extend(onnx_files(&[
+        "pytorch-converted",
+        "pytorch-operator",
+        "simple",
+    ]));
     let mut compared = 0;
     let mut mismatches = Vec::new();
     let oracles = onnx_oracle(&files, tmp.path());
@@ -93,12 +115,26 @@ fn inferred_types_match_onnx_shape_inference() {
             if let Some(theirs) = oracle.get(&v.name) {
                 compared += 1;
                 if !agree(&v.ty, theirs) {
-                    mismatches.push(format!("{}: {} ours {} onnx {}", f.display(), v.name, v.ty, theirs));
+                    mismatches.push(format!(
+                        "{}: {} ours {} onnx {}",
+                        f.display(),
+                        v.name,
+                        v.ty,
+                        theirs
+                    ));
                 }
             }
         }
     }
-    eprintln!("compared {compared} tensor types over {} models", files.len());
+    eprintln!(
+        "compared {compared} tensor types over {} models",
+        files.len()
+    );
     assert!(compared > 5000, "only {compared} tensors compared");
-    assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }

@@ -7,16 +7,27 @@ use cleave_testdata::{onnx_files, SUITES};
 #[test]
 fn every_suite_model_round_trips_to_identical_bytes() {
     let files = onnx_files(&SUITES);
-    assert!(files.len() > 1800, "expected ~1900 models, found {}", files.len());
+    assert!(
+        files.len() > 1800,
+        "expected ~1900 models, found {}",
+        files.len()
+    );
     let mut differ = Vec::new();
     for f in &files {
         let bytes = std::fs::read(f).unwrap();
-        let model = decode_model(Bytes::from(bytes.clone())).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let model = decode_model(Bytes::from(bytes.clone()))
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         if encode_model(&model) != bytes {
             differ.push(f.display().to_string());
         }
     }
-    assert!(differ.is_empty(), "{} of {} files changed on round trip, e.g. {:?}", differ.len(), files.len(), &differ[..differ.len().min(5)]);
+    assert!(
+        differ.is_empty(),
+        "{} of {} files changed on round trip, e.g. {:?}",
+        differ.len(),
+        files.len(),
+        &differ[..differ.len().min(5)]
+    );
 }
 
 #[test]
@@ -50,10 +61,28 @@ fn raw_weights_are_slices_of_the_mapped_file() {
     let lo = ptrs.iter().map(|p| p.0).min().unwrap();
     let hi = ptrs.iter().map(|p| p.0 + p.1).max().unwrap();
     for (p, len) in &ptrs {
-        let proto_w = m.proto.graph.as_ref().unwrap().initializer.iter().find(|t| t.raw_data.as_ref().is_some_and(|r| r.as_ptr() as usize == *p));
-        assert!(proto_w.is_some_and(|t| t.raw_data.as_ref().unwrap().len() == *len), "IR weight is not the proto's buffer");
+        let proto_w = m
+            .proto
+            .graph
+            .as_ref()
+            .unwrap()
+            .initializer
+            .iter()
+            .find(|t| {
+                t.raw_data
+                    .as_ref()
+                    .is_some_and(|r| r.as_ptr() as usize == *p)
+            });
+        assert!(
+            proto_w.is_some_and(|t| t.raw_data.as_ref().unwrap().len() == *len),
+            "IR weight is not the proto's buffer"
+        );
         checked += 1;
     }
     assert!(checked > 20);
-    assert!(hi - lo <= size, "weights span {} bytes, more than the {size}-byte file: they were copied", hi - lo);
+    assert!(
+        hi - lo <= size,
+        "weights span {} bytes, more than the {size}-byte file: they were copied",
+        hi - lo
+    );
 }

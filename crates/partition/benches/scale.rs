@@ -9,12 +9,26 @@ use cleave_partition::{kahn_order, partition_default, Options, UnitGraph};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 fn unit_graph(nodes: usize) -> UnitGraph {
-    let g = generate(GenOptions { nodes, devices: 2, seed: 0 });
+    let g = generate(GenOptions {
+        nodes,
+        devices: 2,
+        seed: 0,
+    });
     let bytes = encode_model(&g.model);
-    let onnx = OnnxModel::from_bytes(bytes.into(), "gen.onnx".into()).expect("a generated model decodes");
+    let onnx =
+        OnnxModel::from_bytes(bytes.into(), "gen.onnx".into()).expect("a generated model decodes");
     let model = to_ir(&onnx).expect("a generated model is a valid graph");
-    let placement = g.device.iter().map(|&d| Placement::Device(d, Reason::OpName)).collect();
-    let a = Assignment { devices: g.backends, placement, groups: Vec::new(), warnings: Vec::new() };
+    let placement = g
+        .device
+        .iter()
+        .map(|&d| Placement::Device(d, Reason::OpName))
+        .collect();
+    let a = Assignment {
+        devices: g.backends,
+        placement,
+        groups: Vec::new(),
+        warnings: Vec::new(),
+    };
     UnitGraph::from_assignment(&model.graph, &a, &[])
 }
 
@@ -24,8 +38,12 @@ fn scale(c: &mut Criterion) {
     for n in [10_000usize, 100_000, 1_000_000] {
         let g = unit_graph(n);
         group.throughput(Throughput::Elements(n as u64));
-        group.bench_with_input(BenchmarkId::new("partition_default", n), &g, |b, g| b.iter(|| partition_default(g, Options::default())));
-        group.bench_with_input(BenchmarkId::new("kahn_toposort", n), &g, |b, g| b.iter(|| kahn_order(g)));
+        group.bench_with_input(BenchmarkId::new("partition_default", n), &g, |b, g| {
+            b.iter(|| partition_default(g, Options::default()))
+        });
+        group.bench_with_input(BenchmarkId::new("kahn_toposort", n), &g, |b, g| {
+            b.iter(|| kahn_order(g))
+        });
     }
     group.finish();
 }

@@ -25,7 +25,11 @@ impl Dag {
     /// producers are kept (passes that need readers build them with [`Dag::readers`]).
     pub fn new(g: &UnitGraph, contract: bool) -> Dag {
         let n = g.len();
-        let order = if g.is_ordered() { None } else { Some(g.order()) };
+        let order = if g.is_ordered() {
+            None
+        } else {
+            Some(g.order())
+        };
         let mut vertex_of = vec![u32::MAX; n];
         let mut device = Vec::with_capacity(n);
         // Capacities are upper bounds: untouched pages of a vector cost nothing.
@@ -37,7 +41,10 @@ impl Dag {
             let producers = g.pred(u);
             // A unit joins its producer's vertex when it is that producer's only reader.
             if let [p] = producers {
-                if contract && g.succ(*p).len() == 1 && g.device[*p as usize] == g.device[u as usize] {
+                if contract
+                    && g.succ(*p).len() == 1
+                    && g.device[*p as usize] == g.device[u as usize]
+                {
                     vertex_of[u as usize] = vertex_of[*p as usize];
                     continue;
                 }
@@ -51,7 +58,13 @@ impl Dag {
             pred.extend(producers.iter().map(|&p| vertex_of[p as usize]));
         }
         pred_at.push(pred.len() as u32);
-        Dag { device, pred_at, pred, vertex_of, roots_on_first_device }
+        Dag {
+            device,
+            pred_at,
+            pred,
+            vertex_of,
+            roots_on_first_device,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -87,7 +100,10 @@ impl Dag {
 
     /// A partition of the vertices (`part(v)` dense in `0..count`) as one of the source units.
     pub fn expand(&self, part: impl Fn(u32) -> u32, count: usize) -> Partition {
-        Partition { part_of: self.vertex_of.iter().map(|&v| part(v)).collect(), count }
+        Partition {
+            part_of: self.vertex_of.iter().map(|&v| part(v)).collect(),
+            count,
+        }
     }
 
     /// Labels of the source units as labels of the vertices (units of one vertex must
@@ -108,7 +124,10 @@ mod tests {
     #[test]
     fn chains_contract_and_branches_stay() {
         // 0→1→2 on one device is a chain; 2 forks to 3 and 4, joined at 5; 6 is on another device.
-        let g = UnitGraph::from_edges(vec![0, 0, 0, 0, 0, 0, 1], &[(0, 1), (1, 2), (2, 3), (2, 4), (3, 5), (4, 5), (5, 6)]);
+        let g = UnitGraph::from_edges(
+            vec![0, 0, 0, 0, 0, 0, 1],
+            &[(0, 1), (1, 2), (2, 3), (2, 4), (3, 5), (4, 5), (5, 6)],
+        );
         let d = Dag::new(&g, true);
         assert_eq!(d.len(), 5);
         assert_eq!(d.vertex_of, vec![0, 0, 0, 1, 2, 3, 4]);

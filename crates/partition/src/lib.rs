@@ -70,7 +70,10 @@ pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
     if !reference::epochs_are_forward_levels(&d) {
         add(reference::epochs(&d));
     }
-    let best = starts.iter().map(|s| (s, merge::merge(s, opts.allow_disconnected))).min_by_key(|(_, m)| m.count);
+    let best = starts
+        .iter()
+        .map(|s| (s, merge::merge(s, opts.allow_disconnected)))
+        .min_by_key(|(_, m)| m.count);
     match best {
         Some((s, m)) => d.expand(|v| m.part_of[s.part_of[v as usize] as usize], m.count),
         None => Partition::singletons(g),
@@ -80,5 +83,8 @@ pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
 /// What ONE's rule and the epoch greedy would give on the same graph (for reports).
 pub fn reference_counts(g: &UnitGraph) -> References {
     let d = dag::Dag::new(g, true);
-    References { one_rule: reference::one_rule_groups(&d).1, epoch_greedy: reference::epochs(&d).count() }
+    References {
+        one_rule: reference::one_rule_groups(&d).1,
+        epoch_greedy: reference::epochs(&d).count(),
+    }
 }

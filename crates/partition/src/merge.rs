@@ -81,12 +81,17 @@ impl Quotient {
         // Kahn's order, lowest part first where there is a choice: parts are numbered by
         // their earliest vertex, so neighbours in the graph stay near each other in the order.
         // When every edge already climbs (as ONE's groups do), that order is the numbering.
-        let order: Vec<u32> = if (0..k).all(|a| arena[succ_at[a].0 as usize..(succ_at[a].0 + succ_at[a].1) as usize].iter().all(|&b| b as usize > a))
-        {
+        let order: Vec<u32> = if (0..k).all(|a| {
+            arena[succ_at[a].0 as usize..(succ_at[a].0 + succ_at[a].1) as usize]
+                .iter()
+                .all(|&b| b as usize > a)
+        }) {
             (0..k as u32).collect()
         } else {
-            let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> =
-                (0..k as u32).filter(|&x| indeg[x as usize] == 0).map(std::cmp::Reverse).collect();
+            let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> = (0..k as u32)
+                .filter(|&x| indeg[x as usize] == 0)
+                .map(std::cmp::Reverse)
+                .collect();
             let mut order = Vec::with_capacity(k);
             while let Some(std::cmp::Reverse(x)) = ready.pop() {
                 order.push(x);
@@ -100,7 +105,11 @@ impl Quotient {
             }
             order
         };
-        debug_assert_eq!(order.len(), k, "merge_neighbours needs an acyclic partition");
+        debug_assert_eq!(
+            order.len(),
+            k,
+            "merge_neighbours needs an acyclic partition"
+        );
         let mut pos = vec![0u32; k];
         for (i, &x) in order.iter().enumerate() {
             pos[x as usize] = i as u32;
@@ -157,8 +166,10 @@ impl Quotient {
     fn join_lists(&mut self, a: u32, b: u32) {
         let ((sa, la), (sb, lb)) = (self.succ_at[a as usize], self.succ_at[b as usize]);
         let start = self.arena.len() as u32;
-        self.arena.extend_from_within(sa as usize..(sa + la) as usize);
-        self.arena.extend_from_within(sb as usize..(sb + lb) as usize);
+        self.arena
+            .extend_from_within(sa as usize..(sa + la) as usize);
+        self.arena
+            .extend_from_within(sb as usize..(sb + lb) as usize);
         self.succ_at[a as usize] = (start, la + lb);
         self.succ_at[b as usize] = (0, 0);
     }
@@ -273,7 +284,11 @@ impl Quotient {
                 indeg[s as usize] += 1;
             }
         }
-        let devices = roots.iter().map(|&x| self.device[x as usize] as usize + 1).max().unwrap_or(0);
+        let devices = roots
+            .iter()
+            .map(|&x| self.device[x as usize] as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut ready: Vec<BinaryHeap<Reverse<(u32, u32)>>> = vec![BinaryHeap::new(); devices];
         for &x in &roots {
             if indeg[x as usize] == 0 {
@@ -281,7 +296,11 @@ impl Quotient {
             }
         }
         let mut queue = Vec::new();
-        while let Some(dev) = (0..devices).filter_map(|d| ready[d].peek().map(|r| (r.0, d))).min().map(|(_, d)| d) {
+        while let Some(dev) = (0..devices)
+            .filter_map(|d| ready[d].peek().map(|r| (r.0, d)))
+            .min()
+            .map(|(_, d)| d)
+        {
             queue.extend(ready[dev].drain().map(|r| r.0 .1));
             let mut epoch: Vec<u32> = Vec::new();
             while let Some(x) = queue.pop() {
@@ -294,7 +313,8 @@ impl Quotient {
                         if self.device[s as usize] as usize == dev {
                             queue.push(s);
                         } else {
-                            ready[self.device[s as usize] as usize].push(Reverse((self.pos[s as usize], s)));
+                            ready[self.device[s as usize] as usize]
+                                .push(Reverse((self.pos[s as usize], s)));
                         }
                     }
                 }
@@ -303,7 +323,8 @@ impl Quotient {
             let start = self.arena.len() as u32;
             for &x in &epoch {
                 let (at, len) = std::mem::take(&mut self.succ_at[x as usize]);
-                self.arena.extend_from_within(at as usize..(at + len) as usize);
+                self.arena
+                    .extend_from_within(at as usize..(at + len) as usize);
                 self.sets.union(epoch[0], x);
             }
             self.succ_at[epoch[0] as usize] = (start, self.arena.len() as u32 - start);
@@ -323,7 +344,10 @@ pub fn merge_neighbours(g: &UnitGraph, p: &Partition, allow_disconnected: bool) 
     let d = Dag::new(g, false);
     let start = Start::from_labels(&d, &d.restrict(&p.part_of));
     let merged = merge(&start, allow_disconnected);
-    d.expand(|v| merged.part_of[start.part_of[v as usize] as usize], merged.count)
+    d.expand(
+        |v| merged.part_of[start.part_of[v as usize] as usize],
+        merged.count,
+    )
 }
 
 /// The merged parts of a start's parts: `part_of[start part]`, dense in `0..count`.
@@ -397,5 +421,8 @@ pub(crate) fn merge(start: &Start, allow_disconnected: bool) -> Merged {
             dense[r]
         })
         .collect();
-    Merged { part_of, count: count as usize }
+    Merged {
+        part_of,
+        count: count as usize,
+    }
 }

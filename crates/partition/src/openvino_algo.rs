@@ -17,7 +17,10 @@ pub struct OpenVinoOptions {
 
 impl Default for OpenVinoOptions {
     fn default() -> Self {
-        OpenVinoOptions { time_budget: Duration::from_secs(10), max_units: 20_000 }
+        OpenVinoOptions {
+            time_budget: Duration::from_secs(10),
+            max_units: 20_000,
+        }
     }
 }
 
@@ -37,7 +40,10 @@ struct Bits {
 impl Bits {
     fn new(rows: usize, cols: usize) -> Bits {
         let words = cols.div_ceil(64);
-        Bits { words, data: vec![0; rows * words] }
+        Bits {
+            words,
+            data: vec![0; rows * words],
+        }
     }
     fn row(&self, r: usize) -> &[u64] {
         &self.data[r * self.words..(r + 1) * self.words]
@@ -58,7 +64,13 @@ impl Run<'_> {
     fn list(&self, units: &[u32]) -> String {
         let mut u = units.to_vec();
         u.sort_unstable();
-        format!("[{}]", u.iter().map(|&x| self.labels[x as usize].as_str()).collect::<Vec<_>>().join(","))
+        format!(
+            "[{}]",
+            u.iter()
+                .map(|&x| self.labels[x as usize].as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        )
     }
 
     /// The seed's global condition for subgraph `s`: no node outside it that is rejected (or
@@ -91,7 +103,13 @@ impl Run<'_> {
             }
         }
         if !bad.is_empty() {
-            (false, format!("There are self-references throughout a node {}, reject", self.list(&bad)))
+            (
+                false,
+                format!(
+                    "There are self-references throughout a node {}, reject",
+                    self.list(&bad)
+                ),
+            )
         } else if !unknown.is_empty() {
             (true, format!("There are possible self-references throughout a node {} but they are not known yet, ok", self.list(&unknown)))
         } else {
@@ -103,7 +121,8 @@ impl Run<'_> {
         *k += 1;
         self.trace.push(format!("{k}. {what}"));
         self.trace.push(format!("    * Subgraph: {}", self.list(s)));
-        self.trace.push(format!("    * Rejected: {}", self.list(rejected)));
+        self.trace
+            .push(format!("    * Rejected: {}", self.list(rejected)));
         self.trace.push(format!("    * Global condition: {cond}"));
     }
 
@@ -115,7 +134,13 @@ impl Run<'_> {
         let mut s = vec![root];
         let mut rejected: Vec<u32> = Vec::new();
         let (_, cond) = self.global_condition(&s, &rejected, taken);
-        self.step(&mut k, format!("Select root [{}]", self.labels[root as usize]), &s, &rejected, &cond);
+        self.step(
+            &mut k,
+            format!("Select root [{}]", self.labels[root as usize]),
+            &s,
+            &rejected,
+            &cond,
+        );
         let mut stack: Vec<(u32, usize)> = vec![(root, 0)];
         while let Some(&mut (t, ref mut next)) = stack.last_mut() {
             if !s.contains(&t) {
@@ -146,19 +171,35 @@ impl Run<'_> {
                 rejected.push(last);
                 let (now_ok, cond) = self.global_condition(&s, &rejected, taken);
                 ok = now_ok;
-                self.step(&mut k, format!("Rollback [{}]", self.labels[last as usize]), &s, &rejected, &cond);
+                self.step(
+                    &mut k,
+                    format!("Rollback [{}]", self.labels[last as usize]),
+                    &s,
+                    &rejected,
+                    &cond,
+                );
             }
         }
-        self.trace.push(format!("{}. There are no nodes to merge **end**", k + 1));
+        self.trace
+            .push(format!("{}. There are no nodes to merge **end**", k + 1));
         s
     }
 }
 
 /// Runs the seed algorithm. `labels` name units in the trace; `device_names` name devices.
-pub fn openvino(g: &UnitGraph, labels: &[String], device_names: &[String], opts: &OpenVinoOptions, trace: &mut Vec<String>) -> Result<Partition, OpenVinoError> {
+pub fn openvino(
+    g: &UnitGraph,
+    labels: &[String],
+    device_names: &[String],
+    opts: &OpenVinoOptions,
+    trace: &mut Vec<String>,
+) -> Result<Partition, OpenVinoError> {
     let n = g.len();
     if n > opts.max_units {
-        return Err(OpenVinoError::TooLarge { units: n, max: opts.max_units });
+        return Err(OpenVinoError::TooLarge {
+            units: n,
+            max: opts.max_units,
+        });
     }
     let start = Instant::now();
     let mut reach = Bits::new(n, n);
@@ -177,7 +218,12 @@ pub fn openvino(g: &UnitGraph, labels: &[String], device_names: &[String], opts:
             row[s / 64] |= 1 << (s % 64);
         }
     }
-    let mut run = Run { g, labels, reach, trace };
+    let mut run = Run {
+        g,
+        labels,
+        reach,
+        trace,
+    };
     let mut taken = vec![false; n];
     let mut part_of = vec![u32::MAX; n];
     let mut selected = 0u32;
@@ -190,16 +236,36 @@ pub fn openvino(g: &UnitGraph, labels: &[String], device_names: &[String], opts:
             let mut built = vec![false; n];
             loop {
                 if start.elapsed() > opts.time_budget {
-                    return Err(OpenVinoError::OutOfTime { budget_s: opts.time_budget.as_secs_f64(), selected: selected as usize });
+                    return Err(OpenVinoError::OutOfTime {
+                        budget_s: opts.time_budget.as_secs_f64(),
+                        selected: selected as usize,
+                    });
                 }
-                let roots: Vec<u32> = order.iter().copied().filter(|&u| g.device[u as usize] == d && !taken[u as usize] && !built[u as usize]).collect();
+                let roots: Vec<u32> = order
+                    .iter()
+                    .copied()
+                    .filter(|&u| {
+                        g.device[u as usize] == d && !taken[u as usize] && !built[u as usize]
+                    })
+                    .collect();
                 let Some(&root) = roots.first() else {
-                    if candidates.iter().any(|c| c.0 == d) || !order.iter().any(|&u| g.device[u as usize] == d && !taken[u as usize]) {
-                        run.trace.push(format!("Possible roots for {}: [] no roots", device_names.get(d as usize).map_or("?", String::as_str)));
+                    if candidates.iter().any(|c| c.0 == d)
+                        || !order
+                            .iter()
+                            .any(|&u| g.device[u as usize] == d && !taken[u as usize])
+                    {
+                        run.trace.push(format!(
+                            "Possible roots for {}: [] no roots",
+                            device_names.get(d as usize).map_or("?", String::as_str)
+                        ));
                     }
                     break;
                 };
-                run.trace.push(format!("Possible roots for {}: {}", device_names.get(d as usize).map_or("?", String::as_str), run.list(&roots)));
+                run.trace.push(format!(
+                    "Possible roots for {}: {}",
+                    device_names.get(d as usize).map_or("?", String::as_str),
+                    run.list(&roots)
+                ));
                 let s = run.grow(root, d, &taken);
                 for &x in &s {
                     built[x as usize] = true;
@@ -207,10 +273,23 @@ pub fn openvino(g: &UnitGraph, labels: &[String], device_names: &[String], opts:
                 candidates.push((d, s));
             }
         }
-        let Some(best) = candidates.iter().enumerate().max_by_key(|(i, c)| (c.1.len(), std::cmp::Reverse(*i))).map(|(_, c)| c.clone()) else { break };
+        let Some(best) = candidates
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, c)| (c.1.len(), std::cmp::Reverse(*i)))
+            .map(|(_, c)| c.clone())
+        else {
+            break;
+        };
         let all: Vec<String> = candidates.iter().map(|c| run.list(&c.1)).collect();
         run.trace.push(format!("Subgraphs: {}", all.join(", ")));
-        run.trace.push(format!("Select best subgraph: {} on {}", run.list(&best.1), device_names.get(best.0 as usize).map_or("?", String::as_str)));
+        run.trace.push(format!(
+            "Select best subgraph: {} on {}",
+            run.list(&best.1),
+            device_names
+                .get(best.0 as usize)
+                .map_or("?", String::as_str)
+        ));
         for &x in &best.1 {
             taken[x as usize] = true;
             part_of[x as usize] = selected;
@@ -218,10 +297,14 @@ pub fn openvino(g: &UnitGraph, labels: &[String], device_names: &[String], opts:
         selected += 1;
         let rest: Vec<u32> = (0..n as u32).filter(|&u| !taken[u as usize]).collect();
         if !rest.is_empty() {
-            run.trace.push(format!("Repeat with remaining nodes {}", run.list(&rest)));
+            run.trace
+                .push(format!("Repeat with remaining nodes {}", run.list(&rest)));
         }
     }
-    Ok(Partition { part_of, count: selected as usize })
+    Ok(Partition {
+        part_of,
+        count: selected as usize,
+    })
 }
 
 #[cfg(test)]
@@ -231,7 +314,10 @@ mod tests {
     /// The seed's example: 1→2, 2→3, 2→4, 3→5, 4→5, 5→6, 6→7; all on the first device but 4.
     fn seed_example() -> (UnitGraph, Vec<String>) {
         let dev = vec![0, 0, 0, 1, 0, 0, 0];
-        let g = UnitGraph::from_edges(dev, &[(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (4, 5), (5, 6)]);
+        let g = UnitGraph::from_edges(
+            dev,
+            &[(0, 1), (1, 2), (1, 3), (2, 4), (3, 4), (4, 5), (5, 6)],
+        );
         (g, (1..=7).map(|i| i.to_string()).collect())
     }
 
@@ -239,8 +325,22 @@ mod tests {
     fn reproduces_the_seed_example() {
         let (g, labels) = seed_example();
         let mut trace = Vec::new();
-        let p = openvino(&g, &labels, &["A".into(), "B".into()], &OpenVinoOptions::default(), &mut trace).unwrap();
-        let parts: Vec<Vec<u32>> = (0..p.count as u32).map(|k| (0..7).filter(|&u| p.part_of[u as usize] == k).map(|u| u + 1).collect()).collect();
+        let p = openvino(
+            &g,
+            &labels,
+            &["A".into(), "B".into()],
+            &OpenVinoOptions::default(),
+            &mut trace,
+        )
+        .unwrap();
+        let parts: Vec<Vec<u32>> = (0..p.count as u32)
+            .map(|k| {
+                (0..7)
+                    .filter(|&u| p.part_of[u as usize] == k)
+                    .map(|u| u + 1)
+                    .collect()
+            })
+            .collect();
         assert_eq!(parts, vec![vec![3, 5, 6, 7], vec![1, 2], vec![4]]);
         let text = trace.join("\n");
         for line in [
@@ -265,7 +365,10 @@ mod tests {
     #[test]
     fn refuses_graphs_above_its_limit() {
         let (g, labels) = seed_example();
-        let opts = OpenVinoOptions { max_units: 3, ..Default::default() };
+        let opts = OpenVinoOptions {
+            max_units: 3,
+            ..Default::default()
+        };
         let e = openvino(&g, &labels, &[], &opts, &mut Vec::new()).unwrap_err();
         assert_eq!(e, OpenVinoError::TooLarge { units: 7, max: 3 });
     }

@@ -40,7 +40,12 @@ impl Plan {
     }
 
     /// Maps a partition of `ug` (built from `g` and `a`) to parts of `g`.
-    pub fn build(g: &Graph, a: &Assignment, ug: &UnitGraph, p: &Partition) -> Result<Plan, PlanError> {
+    pub fn build(
+        g: &Graph,
+        a: &Assignment,
+        ug: &UnitGraph,
+        p: &Partition,
+    ) -> Result<Plan, PlanError> {
         let mut part_of_node = vec![u32::MAX; g.nodes.len()];
         for (u, nodes) in ug.nodes.iter().enumerate() {
             for n in nodes {
@@ -73,7 +78,10 @@ impl Plan {
                 users[d as usize].push(me as u32);
             }
         }
-        let mut ready: std::collections::BTreeSet<(usize, u32)> = (0..k as u32).filter(|&x| indeg[x as usize] == 0).map(|x| (first_pos[x as usize], x)).collect();
+        let mut ready: std::collections::BTreeSet<(usize, u32)> = (0..k as u32)
+            .filter(|&x| indeg[x as usize] == 0)
+            .map(|x| (first_pos[x as usize], x))
+            .collect();
         let mut number = vec![u32::MAX; k];
         let mut next = 0;
         while let Some(&(pos, x)) = ready.iter().next() {
@@ -94,7 +102,14 @@ impl Plan {
             *x = number[*x as usize];
         }
         let mut parts: Vec<Part> = (0..k)
-            .map(|_| Part { device: 0, nodes: Vec::new(), constant_nodes: Vec::new(), weights: Vec::new(), inputs: Vec::new(), outputs: Vec::new() })
+            .map(|_| Part {
+                device: 0,
+                nodes: Vec::new(),
+                constant_nodes: Vec::new(),
+                weights: Vec::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+            })
             .collect();
         for (i, &x) in part_of_node.iter().enumerate() {
             if x != u32::MAX {
@@ -109,11 +124,20 @@ impl Plan {
         for (x, part) in parts.iter_mut().enumerate() {
             fill_boundary(g, &part_of_node, x as u32, part, &graph_outputs);
         }
-        Ok(Plan { devices: a.devices.clone(), parts })
+        Ok(Plan {
+            devices: a.devices.clone(),
+            parts,
+        })
     }
 }
 
-fn fill_boundary(g: &Graph, part_of_node: &[u32], me: u32, part: &mut Part, graph_outputs: &HashSet<ValueId>) {
+fn fill_boundary(
+    g: &Graph,
+    part_of_node: &[u32],
+    me: u32,
+    part: &mut Part,
+    graph_outputs: &HashSet<ValueId>,
+) {
     let mut consts: HashSet<NodeId> = HashSet::new();
     let mut weights: Vec<ValueId> = Vec::new();
     let mut inputs: Vec<ValueId> = Vec::new();

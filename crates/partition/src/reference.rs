@@ -25,7 +25,13 @@ pub fn epoch_greedy(g: &UnitGraph) -> Partition {
 /// or backwards from the outputs); each same-device, same-level connected region is a part.
 /// Edges between parts always climb a level, so the part graph has no cycle.
 pub fn device_levels(g: &UnitGraph, forward: bool) -> Partition {
-    on_units(g, |d| if forward { forward_levels(d) } else { backward_levels(d) })
+    on_units(g, |d| {
+        if forward {
+            forward_levels(d)
+        } else {
+            backward_levels(d)
+        }
+    })
 }
 
 fn on_units(g: &UnitGraph, construct: impl Fn(&Dag) -> Start) -> Partition {
@@ -45,7 +51,12 @@ pub(crate) fn one_rule_groups(d: &Dag) -> (Vec<u32>, usize) {
         let preds = d.pred(v);
         let dev = d.device[v as usize];
         let joined = match preds.first().map(|&p| group[p as usize]) {
-            Some(f) if group_dev[f as usize] == dev && preds.iter().all(|&p| group[p as usize] == f) => Some(f),
+            Some(f)
+                if group_dev[f as usize] == dev
+                    && preds.iter().all(|&p| group[p as usize] == f) =>
+            {
+                Some(f)
+            }
             _ => None,
         };
         group[v as usize] = joined.unwrap_or_else(|| {
@@ -91,7 +102,10 @@ pub(crate) fn epochs(d: &Dag) -> Start {
 fn two_device_epochs(d: &Dag) -> Option<impl Fn(u16) -> u32> {
     let first = *d.device.first()?;
     let other = d.device.iter().copied().find(|&x| x != first);
-    d.device.iter().all(|&x| x == first || Some(x) == other).then_some(move |dev| u32::from(dev != first))
+    d.device
+        .iter()
+        .all(|&x| x == first || Some(x) == other)
+        .then_some(move |dev| u32::from(dev != first))
 }
 
 /// Whether the epoch greedy's parts are the forward levels' (two devices at most, every root
@@ -104,7 +118,9 @@ pub(crate) fn epochs_are_forward_levels(d: &Dag) -> bool {
 fn simulated_epochs(d: &Dag) -> Vec<u32> {
     let devices = d.device.iter().copied().max().map_or(0, |m| m as usize + 1);
     let (at, succ) = d.readers();
-    let mut indeg: Vec<u32> = (0..d.len() as u32).map(|v| d.pred(v).len() as u32).collect();
+    let mut indeg: Vec<u32> = (0..d.len() as u32)
+        .map(|v| d.pred(v).len() as u32)
+        .collect();
     // Ready vertices per device, earliest first: the next epoch's device is that of the
     // earliest ready vertex, and the epoch takes every ready vertex of that device.
     let mut ready: Vec<BinaryHeap<Reverse<u32>>> = vec![BinaryHeap::new(); devices];
@@ -116,7 +132,11 @@ fn simulated_epochs(d: &Dag) -> Vec<u32> {
     let mut epoch = vec![0u32; d.len()];
     let mut current = 0;
     let mut queue = Vec::new();
-    while let Some(dev) = (0..devices).filter_map(|x| ready[x].peek().map(|r| (r.0, x))).min().map(|(_, x)| x) {
+    while let Some(dev) = (0..devices)
+        .filter_map(|x| ready[x].peek().map(|r| (r.0, x)))
+        .min()
+        .map(|(_, x)| x)
+    {
         queue.extend(ready[dev].drain().map(|r| r.0));
         while let Some(v) = queue.pop() {
             epoch[v as usize] = current;
@@ -144,7 +164,20 @@ mod tests {
     /// pow, div, mul, add_beta.
     fn instance_norm_add() -> UnitGraph {
         let dev = vec![0, 0, 0, 0, 1, 0, 0, 0, 1];
-        UnitGraph::from_edges(dev, &[(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (1, 6), (6, 7), (7, 8)])
+        UnitGraph::from_edges(
+            dev,
+            &[
+                (0, 1),
+                (1, 2),
+                (2, 3),
+                (3, 4),
+                (4, 5),
+                (5, 6),
+                (1, 6),
+                (6, 7),
+                (7, 8),
+            ],
+        )
     }
 
     #[test]
@@ -159,7 +192,12 @@ mod tests {
     #[test]
     fn references_are_valid() {
         let g = instance_norm_add();
-        for p in [one_rule(&g), epoch_greedy(&g), device_levels(&g, true), device_levels(&g, false)] {
+        for p in [
+            one_rule(&g),
+            epoch_greedy(&g),
+            device_levels(&g, true),
+            device_levels(&g, false),
+        ] {
             assert!(g.is_valid(&p, true), "{p:?}");
         }
     }
@@ -179,8 +217,13 @@ mod tests {
         for _ in 0..3000 {
             let n = 2 + (next() % 40) as u32;
             let devices = 1 + (next() % 2) as u16;
-            let device: Vec<u16> = (0..n).map(|_| (next() % u64::from(devices)) as u16).collect();
-            let edges: Vec<(u32, u32)> = (1..n).flat_map(|j| (0..j).map(move |i| (i, j))).filter(|_| next() % 100 < 12).collect();
+            let device: Vec<u16> = (0..n)
+                .map(|_| (next() % u64::from(devices)) as u16)
+                .collect();
+            let edges: Vec<(u32, u32)> = (1..n)
+                .flat_map(|j| (0..j).map(move |i| (i, j)))
+                .filter(|_| next() % 100 < 12)
+                .collect();
             let g = UnitGraph::from_edges(device, &edges);
             let d = Dag::new(&g, true);
             let root = two_device_epochs(&d).expect("two devices at most");
@@ -192,6 +235,9 @@ mod tests {
                 assert_eq!(forward_levels(&d).part_of, slow.part_of);
             }
         }
-        assert!((100..2900).contains(&shortcuts), "{shortcuts}: both cases must be seen");
+        assert!(
+            (100..2900).contains(&shortcuts),
+            "{shortcuts}: both cases must be seen"
+        );
     }
 }

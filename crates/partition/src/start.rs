@@ -40,7 +40,11 @@ impl Start {
             let dev = d.device[v as usize];
             let preds = d.pred(v);
             if let Some(root) = climb {
-                level[v as usize] = preds.iter().map(|&p| level[p as usize] + u32::from(d.device[p as usize] != dev)).max().unwrap_or_else(|| root(dev));
+                level[v as usize] = preds
+                    .iter()
+                    .map(|&p| level[p as usize] + u32::from(d.device[p as usize] != dev))
+                    .max()
+                    .unwrap_or_else(|| root(dev));
             }
             let lv = level[v as usize];
             let mut joined = false;
@@ -80,7 +84,11 @@ impl Start {
                 }
             }
         }
-        Start { part_of, device, cross }
+        Start {
+            part_of,
+            device,
+            cross,
+        }
     }
 
     /// Dense parts from sets joined by `union_min` (every set's root is its least vertex),
@@ -102,6 +110,10 @@ impl Start {
         for (a, b) in &mut cross {
             (*a, *b) = (part_of[*a as usize], part_of[*b as usize]);
         }
-        Start { part_of, device, cross }
+        Start {
+            part_of,
+            device,
+            cross,
+        }
     }
 }

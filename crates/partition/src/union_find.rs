@@ -5,7 +5,9 @@ pub(crate) struct UnionFind {
 
 impl UnionFind {
     pub fn new(n: usize) -> UnionFind {
-        UnionFind { parent: (0..n as u32).collect() }
+        UnionFind {
+            parent: (0..n as u32).collect(),
+        }
     }
 
     pub fn find(&mut self, x: u32) -> u32 {

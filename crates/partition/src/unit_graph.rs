@@ -33,7 +33,10 @@ pub struct Partition {
 
 impl Partition {
     pub fn singletons(g: &UnitGraph) -> Partition {
-        Partition { part_of: (0..g.len() as u32).collect(), count: g.len() }
+        Partition {
+            part_of: (0..g.len() as u32).collect(),
+            count: g.len(),
+        }
     }
 
     /// Renumbers arbitrary labels to `0..count` in order of first appearance.
@@ -60,7 +63,10 @@ impl Partition {
                 }));
             }
         }
-        Partition { part_of, count: count as usize }
+        Partition {
+            part_of,
+            count: count as usize,
+        }
     }
 }
 
@@ -68,7 +74,9 @@ impl Partition {
 /// measured against, one pass over the edges. A shorter result means a cycle.
 pub fn kahn_order(g: &UnitGraph) -> Vec<u32> {
     let mut indeg: Vec<u32> = g.pred_at.windows(2).map(|w| w[1] - w[0]).collect();
-    let mut stack: Vec<u32> = (0..g.len() as u32).filter(|&u| indeg[u as usize] == 0).collect();
+    let mut stack: Vec<u32> = (0..g.len() as u32)
+        .filter(|&u| indeg[u as usize] == 0)
+        .collect();
     let mut order = Vec::with_capacity(g.len());
     while let Some(u) = stack.pop() {
         order.push(u);
@@ -161,9 +169,22 @@ impl UnitGraph {
                 fill[a as usize] += 1;
             }
         }
-        let mut g = UnitGraph { device, succ_at, succ, pred_at, pred, nodes: vec![Vec::new(); n], topo: Vec::new(), ordered: false };
+        let mut g = UnitGraph {
+            device,
+            succ_at,
+            succ,
+            pred_at,
+            pred,
+            nodes: vec![Vec::new(); n],
+            topo: Vec::new(),
+            ordered: false,
+        };
         g.ordered = (0..n as u32).all(|u| g.pred(u).iter().all(|&p| p < u));
-        g.topo = if g.ordered { (0..n as u32).collect() } else { g.topological_positions() };
+        g.topo = if g.ordered {
+            (0..n as u32).collect()
+        } else {
+            g.topological_positions()
+        };
         g
     }
 
@@ -182,7 +203,11 @@ impl UnitGraph {
         }
         for &(x, y) in glue {
             let (ux, uy) = (unit_of[x.index()], unit_of[y.index()]);
-            if ux == u32::MAX || uy == u32::MAX || ux == uy || device[ux as usize] != device[uy as usize] {
+            if ux == u32::MAX
+                || uy == u32::MAX
+                || ux == uy
+                || device[ux as usize] != device[uy as usize]
+            {
                 continue;
             }
             let moved = std::mem::take(&mut nodes[uy as usize]);
@@ -227,8 +252,10 @@ impl UnitGraph {
     fn topological_positions(&self) -> Vec<u32> {
         let n = self.len();
         let mut indeg: Vec<usize> = (0..n as u32).map(|u| self.pred(u).len()).collect();
-        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> =
-            (0..n as u32).filter(|&u| indeg[u as usize] == 0).map(std::cmp::Reverse).collect();
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> = (0..n as u32)
+            .filter(|&u| indeg[u as usize] == 0)
+            .map(std::cmp::Reverse)
+            .collect();
         let mut pos = vec![u32::MAX; n];
         let mut next = 0;
         while let Some(std::cmp::Reverse(u)) = ready.pop() {

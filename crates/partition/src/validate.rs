@@ -12,10 +12,21 @@ pub enum ValidationError {
     #[error("node '{node}' is in no part")]
     NotPlaced { node: String },
     #[error("node '{node}' is in parts {first} and {second}")]
-    PlacedTwice { node: String, first: usize, second: usize },
+    PlacedTwice {
+        node: String,
+        first: usize,
+        second: usize,
+    },
     #[error("part {part} runs on {device}, but node '{node}' is assigned to {assigned}")]
-    WrongDevice { part: usize, device: String, node: String, assigned: String },
-    #[error("part {part} holds node '{node}', which computes a constant and is copied, not placed")]
+    WrongDevice {
+        part: usize,
+        device: String,
+        node: String,
+        assigned: String,
+    },
+    #[error(
+        "part {part} holds node '{node}', which computes a constant and is copied, not placed"
+    )]
     ConstantPlaced { part: usize, node: String },
     #[error("part {part} copies constant node '{node}' but nothing in it reads that")]
     ConstantUnused { part: usize, node: String },
@@ -37,11 +48,20 @@ pub fn validate(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), Validation
     for (i, part) in plan.parts.iter().enumerate() {
         for &n in &part.nodes {
             if let Some(&first) = owner.get(&n) {
-                return Err(ValidationError::PlacedTwice { node: label(n), first: first + 1, second: i + 1 });
+                return Err(ValidationError::PlacedTwice {
+                    node: label(n),
+                    first: first + 1,
+                    second: i + 1,
+                });
             }
             owner.insert(n, i);
             match a.placement[n.index()] {
-                Placement::Constant => return Err(ValidationError::ConstantPlaced { part: i + 1, node: label(n) }),
+                Placement::Constant => {
+                    return Err(ValidationError::ConstantPlaced {
+                        part: i + 1,
+                        node: label(n),
+                    })
+                }
                 Placement::Device(d, _) if d != part.device => {
                     return Err(ValidationError::WrongDevice {
                         part: i + 1,
@@ -56,27 +76,45 @@ pub fn validate(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), Validation
     }
     for (i, p) in a.placement.iter().enumerate() {
         if p.device().is_some() && !owner.contains_key(&NodeId(i as u32)) {
-            return Err(ValidationError::NotPlaced { node: label(NodeId(i as u32)) });
+            return Err(ValidationError::NotPlaced {
+                node: label(NodeId(i as u32)),
+            });
         }
     }
     let mut available: HashSet<ValueId> = HashSet::new();
     for (i, part) in plan.parts.iter().enumerate() {
-        let inside: HashSet<NodeId> = part.nodes.iter().chain(&part.constant_nodes).copied().collect();
+        let inside: HashSet<NodeId> = part
+            .nodes
+            .iter()
+            .chain(&part.constant_nodes)
+            .copied()
+            .collect();
         let inputs: HashSet<ValueId> = part.inputs.iter().copied().collect();
         for &v in &part.inputs {
             let from_model = matches!(g.value(v).def, ValueDef::Input | ValueDef::Outer);
             if !from_model && !available.contains(&v) {
-                return Err(ValidationError::InputNotReady { part: i + 1, tensor: name(v) });
+                return Err(ValidationError::InputNotReady {
+                    part: i + 1,
+                    tensor: name(v),
+                });
             }
         }
         for &c in &part.constant_nodes {
             if a.placement[c.index()] != Placement::Constant {
-                return Err(ValidationError::ConstantUnused { part: i + 1, node: label(c) });
+                return Err(ValidationError::ConstantUnused {
+                    part: i + 1,
+                    node: label(c),
+                });
             }
             // A constant pinned to a part by name may only hand its value on.
-            let read = g.node(c).outputs.iter().flatten().any(|&o| part.outputs.contains(&o) || g.value(o).consumers.iter().any(|r| inside.contains(r)));
+            let read = g.node(c).outputs.iter().flatten().any(|&o| {
+                part.outputs.contains(&o) || g.value(o).consumers.iter().any(|r| inside.contains(r))
+            });
             if !read {
-                return Err(ValidationError::ConstantUnused { part: i + 1, node: label(c) });
+                return Err(ValidationError::ConstantUnused {
+                    part: i + 1,
+                    node: label(c),
+                });
             }
         }
         for &n in &inside {
@@ -87,7 +125,10 @@ pub fn validate(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), Validation
                     ValueDef::Input | ValueDef::Outer => inputs.contains(&v),
                 };
                 if !ok {
-                    return Err(ValidationError::MissingInput { part: i + 1, tensor: name(v) });
+                    return Err(ValidationError::MissingInput {
+                        part: i + 1,
+                        tensor: name(v),
+                    });
                 }
             }
         }

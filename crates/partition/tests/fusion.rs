@@ -6,7 +6,9 @@ use std::path::Path;
 use bytes::Bytes;
 use cleave_assign::{assign, AssignOptions, PartFile};
 use cleave_device::{Profile, Profiles};
-use cleave_ir::{AttrValue, Attribute, ElemType, Graph, GraphBuilder, NodeSpec, TensorType, Weight, WeightData};
+use cleave_ir::{
+    AttrValue, Attribute, ElemType, Graph, GraphBuilder, NodeSpec, TensorType, Weight, WeightData,
+};
 use cleave_partition::{partition_default, validate, Options, Plan, UnitGraph};
 use proptest::prelude::*;
 
@@ -17,7 +19,13 @@ const MAP: [i64; 4] = [1, 4, 8, 8];
 fn build(spec: &[(usize, usize, usize)], extra_outputs: &[usize]) -> Graph {
     let mut b = GraphBuilder::new("g");
     b.input("x", TensorType::fixed(ElemType::F32, &MAP));
-    let name = |i: i64| if i < 0 { "x".to_string() } else { format!("t{i}") };
+    let name = |i: i64| {
+        if i < 0 {
+            "x".to_string()
+        } else {
+            format!("t{i}")
+        }
+    };
     for (i, &(op, back1, back2)) in spec.iter().enumerate() {
         let i = i as i64;
         let a = name(i - 1 - back1 as i64);
@@ -26,19 +34,41 @@ fn build(spec: &[(usize, usize, usize)], extra_outputs: &[usize]) -> Graph {
         match OPS[op] {
             "Conv" => {
                 let w = format!("W{i}");
-                let data: Vec<u8> = (0..144).flat_map(|k| (k as f32 * 0.1 - i as f32).to_le_bytes()).collect();
-                b.weight(w.as_str(), Weight { elem: ElemType::F32, dims: vec![4, 4, 3, 3], data: WeightData::Bytes(Bytes::from(data)) });
+                let data: Vec<u8> = (0..144)
+                    .flat_map(|k| (k as f32 * 0.1 - i as f32).to_le_bytes())
+                    .collect();
+                b.weight(
+                    w.as_str(),
+                    Weight {
+                        elem: ElemType::F32,
+                        dims: vec![4, 4, 3, 3],
+                        data: WeightData::Bytes(Bytes::from(data)),
+                    },
+                );
                 inputs.push(w);
-                attrs.push(Attribute { name: "pads".into(), value: AttrValue::Ints(vec![1, 1, 1, 1]) });
+                attrs.push(Attribute {
+                    name: "pads".into(),
+                    value: AttrValue::Ints(vec![1, 1, 1, 1]),
+                });
             }
             "Add" => {
                 let other = name(i - 1 - back2 as i64);
                 inputs.push(if other == a { "x".to_string() } else { other });
             }
-            "MaxPool" => attrs.push(Attribute { name: "kernel_shape".into(), value: AttrValue::Ints(vec![1, 1]) }),
+            "MaxPool" => attrs.push(Attribute {
+                name: "kernel_shape".into(),
+                value: AttrValue::Ints(vec![1, 1]),
+            }),
             _ => {}
         }
-        b.node(NodeSpec { name: format!("n{i}"), op_type: OPS[op].into(), inputs, outputs: vec![name(i)], attrs, ..Default::default() });
+        b.node(NodeSpec {
+            name: format!("n{i}"),
+            op_type: OPS[op].into(),
+            inputs,
+            outputs: vec![name(i)],
+            attrs,
+            ..Default::default()
+        });
         b.value_type(name(i).as_str(), TensorType::fixed(ElemType::F32, &MAP));
     }
     b.output(name(spec.len() as i64 - 1).as_str());
@@ -51,13 +81,25 @@ fn build(spec: &[(usize, usize, usize)], extra_outputs: &[usize]) -> Graph {
 }
 
 fn npu_profile(supported: &[bool], vpu_rules: bool) -> Profile {
-    let ops: Vec<String> = OPS.iter().zip(supported).filter(|(_, s)| **s).map(|(o, _)| format!("{o} = {{}}")).collect();
+    let ops: Vec<String> = OPS
+        .iter()
+        .zip(supported)
+        .filter(|(_, s)| **s)
+        .map(|(o, _)| format!("{o} = {{}}"))
+        .collect();
     let rules = if vpu_rules {
         r#"["vpu_conv_pool", "vpu_conv_activation", "vpu_pool_relu", "vpu_eltwise_activation"]"#
     } else {
         r#"["conv_simple", "conv_depthwise", "conv_sum"]"#
     };
-    Profile::parse(&format!("name = \"npu\"\n[ops]\n{}\n[fuse]\nrules = {rules}\n", ops.join("\n")), Path::new("npu.toml")).unwrap()
+    Profile::parse(
+        &format!(
+            "name = \"npu\"\n[ops]\n{}\n[fuse]\nrules = {rules}\n",
+            ops.join("\n")
+        ),
+        Path::new("npu.toml"),
+    )
+    .unwrap()
 }
 
 proptest! {
@@ -106,4 +148,3 @@ proptest! {
         }
     }
 }
-

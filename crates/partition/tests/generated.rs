@@ -6,14 +6,33 @@
 use cleave_assign::{Assignment, Placement, Reason};
 use cleave_onnx::gen::{generate, GenOptions};
 use cleave_onnx::{encode_model, to_ir, OnnxModel};
-use cleave_partition::{device_levels, epoch_greedy, merge_neighbours, one_rule, partition_default, Options, UnitGraph};
+use cleave_partition::{
+    device_levels, epoch_greedy, merge_neighbours, one_rule, partition_default, Options, UnitGraph,
+};
 
 fn unit_graph(nodes: usize, devices: usize, seed: u64) -> UnitGraph {
-    let g = generate(GenOptions { nodes, devices, seed });
+    let g = generate(GenOptions {
+        nodes,
+        devices,
+        seed,
+    });
     let onnx = OnnxModel::from_bytes(encode_model(&g.model).into(), "gen.onnx".into()).unwrap();
     let model = to_ir(&onnx).unwrap();
-    let placement = g.device.iter().map(|&d| Placement::Device(d, Reason::OpName)).collect();
-    UnitGraph::from_assignment(&model.graph, &Assignment { devices: g.backends, placement, groups: Vec::new(), warnings: Vec::new() }, &[])
+    let placement = g
+        .device
+        .iter()
+        .map(|&d| Placement::Device(d, Reason::OpName))
+        .collect();
+    UnitGraph::from_assignment(
+        &model.graph,
+        &Assignment {
+            devices: g.backends,
+            placement,
+            groups: Vec::new(),
+            warnings: Vec::new(),
+        },
+        &[],
+    )
 }
 
 #[test]
@@ -24,14 +43,33 @@ fn generated_models_partition_validly_and_never_worse_than_the_references() {
         assert!(g.is_valid(&best, true), "{nodes} nodes: invalid partition");
         let (one, epoch) = (one_rule(&g), epoch_greedy(&g));
         assert!(g.is_valid(&one, true) && g.is_valid(&epoch, true));
-        assert!(best.count <= one.count && best.count <= epoch.count, "{nodes}: {} vs one {} epoch {}", best.count, one.count, epoch.count);
+        assert!(
+            best.count <= one.count && best.count <= epoch.count,
+            "{nodes}: {} vs one {} epoch {}",
+            best.count,
+            one.count,
+            epoch.count
+        );
         // The same portfolio through the public, uncontracted entry points: contraction
         // changes nothing the constructions see.
-        let portfolio =
-            [device_levels(&g, true), device_levels(&g, false), one, epoch].iter().map(|p| merge_neighbours(&g, p, false).count).min().unwrap();
+        let portfolio = [
+            device_levels(&g, true),
+            device_levels(&g, false),
+            one,
+            epoch,
+        ]
+        .iter()
+        .map(|p| merge_neighbours(&g, p, false).count)
+        .min()
+        .unwrap();
         assert_eq!(best.count, portfolio, "{nodes} nodes");
         // A generated model has far fewer parts than units: the test says something.
-        assert!(best.count * 4 < g.len(), "{} parts for {} units", best.count, g.len());
+        assert!(
+            best.count * 4 < g.len(),
+            "{} parts for {} units",
+            best.count,
+            g.len()
+        );
     }
 }
 
@@ -55,9 +93,23 @@ fn disconnected_parts_join_by_epochs_on_large_part_graphs() {
     // minutes, for the same 3117 parts), so the epochs group them first, in linear time.
     let g = unit_graph(60_000, 3, 5);
     let connected = partition_default(&g, Options::default());
-    assert!(connected.count > 1024, "{} parts: the test needs a large part graph", connected.count);
-    let loose = partition_default(&g, Options { allow_disconnected: true });
+    assert!(
+        connected.count > 1024,
+        "{} parts: the test needs a large part graph",
+        connected.count
+    );
+    let loose = partition_default(
+        &g,
+        Options {
+            allow_disconnected: true,
+        },
+    );
     assert!(g.is_valid(&loose, false), "invalid disconnected partition");
     // A sequential net has few unrelated same-device parts to join, but it has some.
-    assert!(loose.count < connected.count, "{} disconnected parts for {} connected", loose.count, connected.count);
+    assert!(
+        loose.count < connected.count,
+        "{} disconnected parts for {} connected",
+        loose.count,
+        connected.count
+    );
 }

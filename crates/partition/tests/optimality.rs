@@ -49,7 +49,10 @@ fn optimum(g: &UnitGraph) -> usize {
             return;
         }
         if u == g.len() {
-            let p = Partition { part_of: labels.clone(), count: dev_of.len() };
+            let p = Partition {
+                part_of: labels.clone(),
+                count: dev_of.len(),
+            };
             if g.is_valid(&p, true) {
                 *best = dev_of.len();
             }
@@ -96,7 +99,10 @@ fn default_hits_the_brute_force_optimum_on_small_graphs() {
         let g = dag(n, devices, &bits, &dev);
         let ours = partition_default(&g, Options::default()).count;
         let best = optimum(&g);
-        assert!(ours >= best, "brute force found more parts than the heuristic: oracle bug");
+        assert!(
+            ours >= best,
+            "brute force found more parts than the heuristic: oracle bug"
+        );
         one_hits += usize::from(one_rule(&g).count == best);
         epoch_hits += usize::from(epoch_greedy(&g).count == best);
         if ours == best {
@@ -109,14 +115,30 @@ fn default_hits_the_brute_force_optimum_on_small_graphs() {
     eprintln!("default partitioner hit the optimum on {hits}/{trials} graphs ({:.1} %); misses by {gaps:?}", share * 100.0);
     eprintln!("for comparison: ONE's rule {one_hits}/{trials}, epoch greedy {epoch_hits}/{trials}");
     // The oracle must be able to tell a good partitioner from a poor one.
-    assert!(one_hits < trials * 9 / 10, "the random graphs are too easy to judge anything");
+    assert!(
+        one_hits < trials * 9 / 10,
+        "the random graphs are too easy to judge anything"
+    );
     assert!(share >= 0.95, "optimum share {share:.3} below 0.95");
 }
 
 #[test]
 fn oracle_agrees_with_the_instance_norm_example() {
     // ONE's Net_InstanceNorm_003 with ADD on acl_cl: ONE gives 5 parts, 4 is the optimum.
-    let g = UnitGraph::from_edges(vec![0, 0, 0, 0, 1, 0, 0, 0, 1], &[(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (1, 6), (6, 7), (7, 8)]);
+    let g = UnitGraph::from_edges(
+        vec![0, 0, 0, 0, 1, 0, 0, 0, 1],
+        &[
+            (0, 1),
+            (1, 2),
+            (2, 3),
+            (3, 4),
+            (4, 5),
+            (5, 6),
+            (1, 6),
+            (6, 7),
+            (7, 8),
+        ],
+    );
     assert_eq!(optimum(&g), 4);
     assert_eq!(one_rule(&g).count, 5);
 }

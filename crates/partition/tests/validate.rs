@@ -5,14 +5,27 @@ use cleave_ir::{ElemType, Graph, GraphBuilder, NodeId, NodeSpec, TensorType, Wei
 use cleave_partition::{partition_default, validate, Options, Plan, UnitGraph, ValidationError};
 
 fn spec(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeSpec {
-    NodeSpec { name: name.into(), op_type: op.into(), inputs: ins.iter().map(|s| s.to_string()).collect(), outputs: outs.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+    NodeSpec {
+        name: name.into(),
+        op_type: op.into(),
+        inputs: ins.iter().map(|s| s.to_string()).collect(),
+        outputs: outs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
 }
 
 /// x → a(A) → b(B) → c(A) → y, with a constant `k` computed by `fill` and read by `c`.
 fn graph() -> (Graph, Assignment) {
     let mut b = GraphBuilder::new("g");
     b.input("x", TensorType::fixed(ElemType::F32, &[2]));
-    b.weight("shape", Weight { elem: ElemType::I64, dims: vec![1], data: WeightData::Bytes(2i64.to_le_bytes().to_vec().into()) });
+    b.weight(
+        "shape",
+        Weight {
+            elem: ElemType::I64,
+            dims: vec![1],
+            data: WeightData::Bytes(2i64.to_le_bytes().to_vec().into()),
+        },
+    );
     b.node(spec("a", "Relu", &["x"], &["ta"]));
     b.node(spec("b", "Neg", &["ta"], &["tb"]));
     b.node(spec("fill", "ConstantOfShape", &["shape"], &["k"]));
@@ -20,7 +33,12 @@ fn graph() -> (Graph, Assignment) {
     b.output("y");
     let g = b.finish(false).unwrap();
     let dev = |d| Placement::Device(d, Reason::OpName);
-    let a = Assignment { devices: vec!["A".into(), "B".into()], placement: vec![dev(0), dev(1), Placement::Constant, dev(0)], groups: Vec::new(), warnings: Vec::new() };
+    let a = Assignment {
+        devices: vec!["A".into(), "B".into()],
+        placement: vec![dev(0), dev(1), Placement::Constant, dev(0)],
+        groups: Vec::new(),
+        warnings: Vec::new(),
+    };
     (g, a)
 }
 
@@ -46,33 +64,57 @@ fn every_broken_plan_is_caught() {
 
     let mut p = good.clone();
     p.parts.swap(0, 1);
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::InputNotReady { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::InputNotReady { .. })
+    ));
 
     let mut p = good.clone();
     p.parts[2].nodes.push(NodeId(0));
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::PlacedTwice { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::PlacedTwice { .. })
+    ));
 
     let mut p = good.clone();
     p.parts[1].nodes.clear();
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::NotPlaced { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::NotPlaced { .. })
+    ));
 
     let mut p = good.clone();
     p.parts[1].device = 0;
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::WrongDevice { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::WrongDevice { .. })
+    ));
 
     let mut p = good.clone();
     p.parts[0].constant_nodes.push(NodeId(2));
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::ConstantUnused { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::ConstantUnused { .. })
+    ));
 
     let mut p = good.clone();
     p.parts[2].constant_nodes.clear();
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::MissingInput { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::MissingInput { .. })
+    ));
 
     let mut p = good.clone();
     p.parts[2].outputs.clear();
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::OutputNotProduced { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::OutputNotProduced { .. })
+    ));
 
     let mut p = good;
     p.parts[2].nodes.push(NodeId(2));
-    assert!(matches!(validate(&g, &a, &p), Err(ValidationError::ConstantPlaced { .. })));
+    assert!(matches!(
+        validate(&g, &a, &p),
+        Err(ValidationError::ConstantPlaced { .. })
+    ));
 }

@@ -3,22 +3,40 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error("cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot write: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{message}")]
     BadTensor { path: PathBuf, message: String },
     #[error("{engine} cannot run it: {message}")]
-    Engine { path: PathBuf, engine: &'static str, message: String },
+    Engine {
+        path: PathBuf,
+        engine: &'static str,
+        message: String,
+    },
     /// The engine cannot load or compile the model (an op or type it lacks).
     #[error("{engine} does not support it: {message}")]
-    Unsupported { path: PathBuf, engine: &'static str, message: String },
+    Unsupported {
+        path: PathBuf,
+        engine: &'static str,
+        message: String,
+    },
     #[error("ONNX Runtime is unavailable: {message}")]
     OrtUnavailable { message: String },
     #[error("model partition or configuration has problems: no part can run, {detail}")]
     Stuck { path: PathBuf, detail: String },
     #[error("input '{name}': {message}")]
-    Input { path: PathBuf, name: String, message: String },
+    Input {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
     #[error("{0}")]
     Onnx(#[from] cleave_onnx::OnnxError),
     #[error("{message}")]

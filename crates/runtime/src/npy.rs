@@ -29,14 +29,35 @@ fn descr(e: ElemType) -> Option<&'static str> {
 
 fn elem_of(d: &str) -> Option<ElemType> {
     let d = d.replace('=', "<");
-    [ElemType::F32, ElemType::F64, ElemType::F16, ElemType::I64, ElemType::I32, ElemType::I16, ElemType::I8, ElemType::U8, ElemType::U16, ElemType::U32, ElemType::U64, ElemType::Bool]
-        .into_iter()
-        .find(|&e| descr(e) == Some(d.as_str()) || descr(e).map(|x| x.replace('|', "<")) == Some(d.clone()))
+    [
+        ElemType::F32,
+        ElemType::F64,
+        ElemType::F16,
+        ElemType::I64,
+        ElemType::I32,
+        ElemType::I16,
+        ElemType::I8,
+        ElemType::U8,
+        ElemType::U16,
+        ElemType::U32,
+        ElemType::U64,
+        ElemType::Bool,
+    ]
+    .into_iter()
+    .find(|&e| {
+        descr(e) == Some(d.as_str()) || descr(e).map(|x| x.replace('|', "<")) == Some(d.clone())
+    })
 }
 
 pub fn read_npy(path: &Path) -> Result<HostTensor, RuntimeError> {
-    let bytes = std::fs::read(path).map_err(|source| RuntimeError::Read { path: path.to_path_buf(), source })?;
-    parse(&bytes).map_err(|message| RuntimeError::BadTensor { path: path.to_path_buf(), message: format!("not a valid .npy file: {message}") })
+    let bytes = std::fs::read(path).map_err(|source| RuntimeError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&bytes).map_err(|message| RuntimeError::BadTensor {
+        path: path.to_path_buf(),
+        message: format!("not a valid .npy file: {message}"),
+    })
 }
 
 fn parse(b: &[u8]) -> Result<HostTensor, String> {
@@ -51,44 +72,83 @@ fn parse(b: &[u8]) -> Result<HostTensor, String> {
     let header = b.get(start..start + header_len).ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "header is not text")?;
     let field = |key: &str| -> Result<&str, String> {
-        let at = header.find(&format!("'{key}'")).ok_or(format!("header has no '{key}'"))?;
+        let at = header
+            .find(&format!("'{key}'"))
+            .ok_or(format!("header has no '{key}'"))?;
         let rest = &header[at + key.len() + 2..];
-        let rest = rest.trim_start().strip_prefix(':').ok_or("bad header")?.trim_start();
+        let rest = rest
+            .trim_start()
+            .strip_prefix(':')
+            .ok_or("bad header")?
+            .trim_start();
         Ok(rest)
     };
     let d = field("descr")?;
-    let d = d.strip_prefix('\'').and_then(|r| r.split('\'').next()).ok_or("bad descr")?;
+    let d = d
+        .strip_prefix('\'')
+        .and_then(|r| r.split('\'').next())
+        .ok_or("bad descr")?;
     if d.starts_with('>') {
         return Err(format!("big-endian data ('{d}') is not supported"));
     }
     let elem = elem_of(d).ok_or(format!("element type '{d}' is not supported"))?;
     if field("fortran_order")?.starts_with("True") {
-        return Err("Fortran-ordered arrays are not supported; save with np.ascontiguousarray".into());
+        return Err(
+            "Fortran-ordered arrays are not supported; save with np.ascontiguousarray".into(),
+        );
     }
     let shape_text = field("shape")?;
-    let shape_text = shape_text.strip_prefix('(').and_then(|r| r.split(')').next()).ok_or("bad shape")?;
+    let shape_text = shape_text
+        .strip_prefix('(')
+        .and_then(|r| r.split(')').next())
+        .ok_or("bad shape")?;
     let shape: Vec<usize> = shape_text
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| format!("bad dimension '{s}'")))
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|_| format!("bad dimension '{s}'"))
+        })
         .collect::<Result<_, _>>()?;
-    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("shape overflows")?;
-    let size = descr(elem).and_then(|x| x[2..].parse::<usize>().ok()).unwrap_or(1);
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or("shape overflows")?;
+    let size = descr(elem)
+        .and_then(|x| x[2..].parse::<usize>().ok())
+        .unwrap_or(1);
     let need = count.checked_mul(size).ok_or("shape overflows")?;
     let data = &b[start + header_len..];
     if data.len() != need {
-        return Err(format!("holds {} data bytes, its header ({d}, {shape:?}) says {need}", data.len()));
+        return Err(format!(
+            "holds {} data bytes, its header ({d}, {shape:?}) says {need}",
+            data.len()
+        ));
     }
-    Ok(HostTensor { elem, shape, data: data.to_vec() })
+    Ok(HostTensor {
+        elem,
+        shape,
+        data: data.to_vec(),
+    })
 }
 
 pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), RuntimeError> {
-    let d = descr(t.elem).ok_or_else(|| RuntimeError::BadTensor { path: path.to_path_buf(), message: format!("{} tensors cannot be written as .npy", t.elem) })?;
+    let d = descr(t.elem).ok_or_else(|| RuntimeError::BadTensor {
+        path: path.to_path_buf(),
+        message: format!("{} tensors cannot be written as .npy", t.elem),
+    })?;
     let shape = match t.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", t.shape[0]),
-        _ => format!("({})", t.shape.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            t.shape
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let mut header = format!("{{'descr': '{d}', 'fortran_order': False, 'shape': {shape}, }}");
     // Data starts on a 64-byte boundary; the header ends with a newline.
@@ -101,7 +161,10 @@ pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), RuntimeError> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&t.data);
-    cleave_onnx::write_atomic(path, &out).map_err(|e| RuntimeError::Write { path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) })
+    cleave_onnx::write_atomic(path, &out).map_err(|e| RuntimeError::Write {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 #[cfg(test)]
@@ -112,16 +175,28 @@ mod tests {
     fn round_trips_and_rejects_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.npy");
-        let t = HostTensor { elem: ElemType::F32, shape: vec![2, 3], data: (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect() };
+        let t = HostTensor {
+            elem: ElemType::F32,
+            shape: vec![2, 3],
+            data: (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect(),
+        };
         write_npy(&p, &t).unwrap();
         assert_eq!(read_npy(&p).unwrap(), t);
         let raw = std::fs::read(&p).unwrap();
-        assert_eq!((raw.len() - t.data.len()) % 64, 0, "data must start 64-byte aligned");
+        assert_eq!(
+            (raw.len() - t.data.len()) % 64,
+            0,
+            "data must start 64-byte aligned"
+        );
         std::fs::write(&p, &raw[..raw.len() - 3]).unwrap();
         assert!(read_npy(&p).unwrap_err().to_string().contains("data bytes"));
         std::fs::write(&p, b"garbage").unwrap();
         assert!(read_npy(&p).unwrap_err().to_string().contains("magic"));
-        let s = HostTensor { elem: ElemType::I64, shape: vec![], data: 7i64.to_le_bytes().to_vec() };
+        let s = HostTensor {
+            elem: ElemType::I64,
+            shape: vec![],
+            data: 7i64.to_le_bytes().to_vec(),
+        };
         write_npy(&p, &s).unwrap();
         assert_eq!(read_npy(&p).unwrap(), s);
     }

@@ -29,13 +29,25 @@ pub struct PartStats {
 }
 
 pub fn read_conn(path: &Path) -> Result<ConnFile, RuntimeError> {
-    let text = std::fs::read_to_string(path).map_err(|source| RuntimeError::Read { path: path.to_path_buf(), source })?;
-    ConnFile::from_json(&text).map_err(|e| RuntimeError::Conn { path: path.to_path_buf(), message: format!("not a connection file: {e}") })
+    let text = std::fs::read_to_string(path).map_err(|source| RuntimeError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    ConnFile::from_json(&text).map_err(|e| RuntimeError::Conn {
+        path: path.to_path_buf(),
+        message: format!("not a connection file: {e}"),
+    })
 }
 
-pub fn load_parts(conn_path: &Path, engines: &EngineMap, single_thread: bool) -> Result<LoadedParts, RuntimeError> {
+pub fn load_parts(
+    conn_path: &Path,
+    engines: &EngineMap,
+    single_thread: bool,
+) -> Result<LoadedParts, RuntimeError> {
     let conn = read_conn(conn_path)?;
-    let dir = conn_path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = conn_path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let mut backends = Vec::new();
     let mut kinds = Vec::new();
     let mut sessions = Vec::new();
@@ -48,35 +60,70 @@ pub fn load_parts(conn_path: &Path, engines: &EngineMap, single_thread: bool) ->
         }
         let path = dir.join(&p.file);
         if !path.is_file() {
-            return Err(RuntimeError::Conn { path: conn_path.to_path_buf(), message: format!("part file {} is missing", path.display()) });
+            return Err(RuntimeError::Conn {
+                path: conn_path.to_path_buf(),
+                message: format!("part file {} is missing", path.display()),
+            });
         }
         sessions.push(made[&kind].load(&path, single_thread)?);
         backends.push(backend);
         kinds.push(kind);
     }
-    Ok(LoadedParts { conn_path: conn_path.to_path_buf(), conn, backends, engines: kinds, sessions })
+    Ok(LoadedParts {
+        conn_path: conn_path.to_path_buf(),
+        conn,
+        backends,
+        engines: kinds,
+        sessions,
+    })
 }
 
 impl LoadedParts {
     /// Runs every part once, in any order whose inputs are ready, and returns every tensor
     /// produced (source inputs included). Stops with ONE's message when no part can run.
-    pub fn run(&mut self, inputs: Vec<(String, HostTensor)>, stats: &mut [PartStats]) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+    pub fn run(
+        &mut self,
+        inputs: Vec<(String, HostTensor)>,
+        stats: &mut [PartStats],
+    ) -> Result<HashMap<String, HostTensor>, RuntimeError> {
         let mut values: HashMap<String, HostTensor> = inputs.into_iter().collect();
         let mut done = vec![false; self.sessions.len()];
         while done.iter().any(|d| !d) {
-            let ready = (0..self.sessions.len()).find(|&k| !done[k] && self.conn.parts[k].inputs.iter().all(|i| values.contains_key(i)));
+            let ready = (0..self.sessions.len()).find(|&k| {
+                !done[k]
+                    && self.conn.parts[k]
+                        .inputs
+                        .iter()
+                        .all(|i| values.contains_key(i))
+            });
             let Some(k) = ready else {
                 let mut missing = Vec::new();
-                for (k, part) in self.conn.parts.iter().enumerate().filter(|(k, _)| !done[*k]) {
+                for (k, part) in self
+                    .conn
+                    .parts
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| !done[*k])
+                {
                     for i in part.inputs.iter().filter(|i| !values.contains_key(*i)) {
-                        missing.push(format!("{} needs '{i}', which nothing produces", self.conn.parts[k].file));
+                        missing.push(format!(
+                            "{} needs '{i}', which nothing produces",
+                            self.conn.parts[k].file
+                        ));
                     }
                 }
                 missing.truncate(3);
-                return Err(RuntimeError::Stuck { path: self.conn_path.clone(), detail: missing.join(", ") });
+                return Err(RuntimeError::Stuck {
+                    path: self.conn_path.clone(),
+                    detail: missing.join(", "),
+                });
             };
             let part = &self.conn.parts[k];
-            let feed: Vec<(String, HostTensor)> = part.inputs.iter().map(|i| (i.clone(), values[i].clone())).collect();
+            let feed: Vec<(String, HostTensor)> = part
+                .inputs
+                .iter()
+                .map(|i| (i.clone(), values[i].clone()))
+                .collect();
             let start = Instant::now();
             let out = self.sessions[k].run(&feed)?;
             if let Some(s) = stats.get_mut(k) {
@@ -88,7 +135,13 @@ impl LoadedParts {
             }
             for o in &part.outputs {
                 if !values.contains_key(o) {
-                    return Err(RuntimeError::Conn { path: self.conn_path.clone(), message: format!("{} did not produce '{o}', which the connection file lists", part.file) });
+                    return Err(RuntimeError::Conn {
+                        path: self.conn_path.clone(),
+                        message: format!(
+                            "{} did not produce '{o}', which the connection file lists",
+                            part.file
+                        ),
+                    });
                 }
             }
             done[k] = true;

@@ -28,14 +28,20 @@ impl HostTensor {
 
     /// The type this tensor has, to check against a declared one.
     pub fn ty(&self) -> TensorType {
-        TensorType::fixed(self.elem, &self.shape.iter().map(|&d| d as i64).collect::<Vec<_>>())
+        TensorType::fixed(
+            self.elem,
+            &self.shape.iter().map(|&d| d as i64).collect::<Vec<_>>(),
+        )
     }
 
     /// Whether it fits a declared type: same element type, same rank, equal fixed dims.
     pub fn fits(&self, want: &TensorType) -> Result<(), String> {
         if let Some(e) = want.elem {
             if e != self.elem {
-                return Err(format!("element type is {}, the model wants {e}", self.elem));
+                return Err(format!(
+                    "element type is {}, the model wants {e}",
+                    self.elem
+                ));
             }
         }
         if let Some(dims) = &want.shape {
@@ -55,16 +61,40 @@ impl HostTensor {
     pub fn to_f64(&self) -> Option<Vec<f64>> {
         let d = &self.data;
         Some(match self.elem {
-            ElemType::F32 => d.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-            ElemType::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
-            ElemType::I64 => d.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64).collect(),
-            ElemType::I32 => d.chunks_exact(4).map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-            ElemType::I16 => d.chunks_exact(2).map(|c| f64::from(i16::from_le_bytes([c[0], c[1]]))).collect(),
-            ElemType::U16 => d.chunks_exact(2).map(|c| f64::from(u16::from_le_bytes([c[0], c[1]]))).collect(),
+            ElemType::F32 => d
+                .chunks_exact(4)
+                .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+            ElemType::F64 => d
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+            ElemType::I64 => d
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64)
+                .collect(),
+            ElemType::I32 => d
+                .chunks_exact(4)
+                .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+            ElemType::I16 => d
+                .chunks_exact(2)
+                .map(|c| f64::from(i16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            ElemType::U16 => d
+                .chunks_exact(2)
+                .map(|c| f64::from(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
             ElemType::U8 | ElemType::Bool => d.iter().map(|&x| f64::from(x)).collect(),
             ElemType::I8 => d.iter().map(|&x| f64::from(x as i8)).collect(),
-            ElemType::U32 => d.chunks_exact(4).map(|c| f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-            ElemType::U64 => d.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64).collect(),
+            ElemType::U32 => d
+                .chunks_exact(4)
+                .map(|c| f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+            ElemType::U64 => d
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64)
+                .collect(),
             _ => return None,
         })
     }
@@ -73,11 +103,19 @@ impl HostTensor {
     /// every element as beyond tolerance.
     pub fn diff(&self, expected: &HostTensor, rtol: f64, atol: f64) -> Diff {
         if self.elem != expected.elem || self.shape != expected.shape {
-            return Diff { max_abs: f64::INFINITY, max_rel: f64::INFINITY, beyond: expected.len().max(1) };
+            return Diff {
+                max_abs: f64::INFINITY,
+                max_rel: f64::INFINITY,
+                beyond: expected.len().max(1),
+            };
         }
         let (Some(a), Some(b)) = (self.to_f64(), expected.to_f64()) else {
             let same = self.data == expected.data;
-            return Diff { max_abs: if same { 0.0 } else { f64::INFINITY }, max_rel: if same { 0.0 } else { f64::INFINITY }, beyond: usize::from(!same) };
+            return Diff {
+                max_abs: if same { 0.0 } else { f64::INFINITY },
+                max_rel: if same { 0.0 } else { f64::INFINITY },
+                beyond: usize::from(!same),
+            };
         };
         let mut d = Diff::default();
         for (x, y) in a.iter().zip(&b) {
@@ -87,7 +125,13 @@ impl HostTensor {
             }
             let abs = (x - y).abs();
             let abs = if abs.is_nan() { f64::INFINITY } else { abs };
-            let rel = if *y != 0.0 { abs / y.abs() } else if abs == 0.0 { 0.0 } else { f64::INFINITY };
+            let rel = if *y != 0.0 {
+                abs / y.abs()
+            } else if abs == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            };
             d.max_abs = d.max_abs.max(abs);
             d.max_rel = d.max_rel.max(rel);
             if abs > atol + rtol * y.abs() {
@@ -123,12 +167,24 @@ impl HostTensor {
                 }
                 v
             }
-            ElemType::I64 => (0..n).flat_map(|_| ((uniform() * 4.0) as i64).to_le_bytes()).collect(),
-            ElemType::I32 => (0..n).flat_map(|_| ((uniform() * 4.0) as i32).to_le_bytes()).collect(),
+            ElemType::I64 => (0..n)
+                .flat_map(|_| ((uniform() * 4.0) as i64).to_le_bytes())
+                .collect(),
+            ElemType::I32 => (0..n)
+                .flat_map(|_| ((uniform() * 4.0) as i32).to_le_bytes())
+                .collect(),
             ElemType::U8 | ElemType::I8 => (0..n).map(|_| (uniform() * 4.0) as u8).collect(),
             ElemType::Bool => (0..n).map(|_| u8::from(uniform() < 0.5)).collect(),
-            other => return Err(format!("cannot make random {other} data; give this input with --input")),
+            other => {
+                return Err(format!(
+                    "cannot make random {other} data; give this input with --input"
+                ))
+            }
         };
-        Ok(HostTensor { elem, shape: shape.to_vec(), data })
+        Ok(HostTensor {
+            elem,
+            shape: shape.to_vec(),
+            data,
+        })
     }
 }

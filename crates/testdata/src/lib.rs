@@ -5,7 +5,13 @@
 use std::path::{Path, PathBuf};
 
 /// The folders of ONNX's backend test data that cleave's tests use.
-pub const SUITES: [&str; 5] = ["light", "pytorch-converted", "pytorch-operator", "simple", "node"];
+pub const SUITES: [&str; 5] = [
+    "light",
+    "pytorch-converted",
+    "pytorch-operator",
+    "simple",
+    "node",
+];
 
 pub const LIGHT_MODELS: [&str; 9] = [
     "light_bvlc_alexnet",
@@ -23,7 +29,8 @@ pub const LIGHT_MODELS: [&str; 9] = [
 pub fn dir() -> PathBuf {
     let dir = match std::env::var_os("CLEAVE_TEST_DATA") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/cleave/test-data"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/cleave/test-data"),
     };
     if !dir.join("light/light_resnet50.onnx").is_file() || !dir.join("node").is_dir() {
         panic!(
@@ -41,7 +48,11 @@ pub fn light(name: &str) -> PathBuf {
 /// The seeded randomised copy of a light model (see scripts/randomize_light.py).
 pub fn light_random(name: &str) -> PathBuf {
     let p = dir().join("light-random").join(format!("{name}.onnx"));
-    assert!(p.is_file(), "{} missing: run `bash scripts/fetch-test-data.sh`", p.display());
+    assert!(
+        p.is_file(),
+        "{} missing: run `bash scripts/fetch-test-data.sh`",
+        p.display()
+    );
     p
 }
 
@@ -57,7 +68,9 @@ pub fn onnx_files(suites: &[&str]) -> Vec<PathBuf> {
 }
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {

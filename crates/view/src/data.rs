@@ -48,7 +48,10 @@ pub struct PartEdge {
 impl PartEdge {
     /// Total bytes, and whether some tensor has a dynamic size (not counted).
     pub fn bytes(&self) -> (u64, bool) {
-        (self.tensors.iter().filter_map(|t| t.bytes).sum(), self.tensors.iter().any(|t| t.bytes.is_none()))
+        (
+            self.tensors.iter().filter_map(|t| t.bytes).sum(),
+            self.tensors.iter().any(|t| t.bytes.is_none()),
+        )
     }
 }
 
@@ -87,7 +90,10 @@ pub struct Report {
 impl Report {
     /// `conn` lists the parts in the plan's order (as `emit` writes and `check_conn` reads them).
     pub fn build(g: &Graph, plan: &Plan, conn: &ConnFile, model: &str) -> Report {
-        let tensor = |v: ValueId| Tensor { name: g.value(v).name.clone(), bytes: g.value(v).ty.byte_size() };
+        let tensor = |v: ValueId| Tensor {
+            name: g.value(v).name.clone(),
+            bytes: g.value(v).ty.byte_size(),
+        };
         let mut part_of: HashMap<NodeId, usize> = HashMap::new();
         for (k, p) in plan.parts.iter().enumerate() {
             for &n in &p.nodes {
@@ -99,19 +105,31 @@ impl Report {
         for &n in g.topo_order() {
             if let Some(&k) = part_of.get(&n) {
                 index.insert(n, nodes.len());
-                nodes.push(NodeView { label: g.node_label(n).to_string(), op: g.node(n).op_type.clone(), part: k });
+                nodes.push(NodeView {
+                    label: g.node_label(n).to_string(),
+                    op: g.node(n).op_type.clone(),
+                    part: k,
+                });
             }
         }
         let mut edges: BTreeMap<(usize, usize), Option<u64>> = BTreeMap::new();
         for (&n, &to) in &index {
             for v in g.node(n).all_inputs() {
-                let Some(p) = g.value(v).producer() else { continue };
+                let Some(p) = g.value(v).producer() else {
+                    continue;
+                };
                 let Some(&from) = index.get(&p) else { continue };
                 let b = g.value(v).ty.byte_size();
-                edges.entry((from, to)).and_modify(|x| *x = x.zip(b).map(|(a, b)| a + b)).or_insert(b);
+                edges
+                    .entry((from, to))
+                    .and_modify(|x| *x = x.zip(b).map(|(a, b)| a + b))
+                    .or_insert(b);
             }
         }
-        let edges = edges.into_iter().map(|((a, b), bytes)| (a, b, bytes)).collect();
+        let edges = edges
+            .into_iter()
+            .map(|((a, b), bytes)| (a, b, bytes))
+            .collect();
 
         // Devices in order of first use: a plan read back from files knows only those, and
         // the colours must not depend on where the plan came from.
@@ -121,19 +139,30 @@ impl Report {
                 used.push(p.device);
             }
         }
-        let devices: Vec<String> = used.iter().map(|&d| plan.devices[d as usize].clone()).collect();
+        let devices: Vec<String> = used
+            .iter()
+            .map(|&d| plan.devices[d as usize].clone())
+            .collect();
         let mut parts = Vec::new();
         for (k, p) in plan.parts.iter().enumerate() {
             let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
             for &n in &p.nodes {
                 *hist.entry(g.node(n).op_type.as_str()).or_default() += 1;
             }
-            let mut ops: Vec<(String, usize)> = hist.into_iter().map(|(o, c)| (o.to_string(), c)).collect();
+            let mut ops: Vec<(String, usize)> =
+                hist.into_iter().map(|(o, c)| (o.to_string(), c)).collect();
             ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            let mut node_idx: Vec<usize> = p.nodes.iter().filter_map(|n| index.get(n).copied()).collect();
+            let mut node_idx: Vec<usize> = p
+                .nodes
+                .iter()
+                .filter_map(|n| index.get(n).copied())
+                .collect();
             node_idx.sort_unstable();
             parts.push(PartView {
-                file: conn.parts.get(k).map_or_else(|| format!("part {}", k + 1), |c| c.file.clone()),
+                file: conn
+                    .parts
+                    .get(k)
+                    .map_or_else(|| format!("part {}", k + 1), |c| c.file.clone()),
                 device: used.iter().position(|&d| d == p.device).unwrap_or(0),
                 nodes: node_idx,
                 ops,
@@ -154,23 +183,48 @@ impl Report {
         let mut grouped: BTreeMap<(Option<usize>, Option<usize>), Vec<Tensor>> = BTreeMap::new();
         for (k, p) in plan.parts.iter().enumerate() {
             for v in sorted(&p.inputs) {
-                grouped.entry((made_by.get(&v).copied(), Some(k))).or_default().push(tensor(v));
+                grouped
+                    .entry((made_by.get(&v).copied(), Some(k)))
+                    .or_default()
+                    .push(tensor(v));
             }
         }
         for &v in &g.outputs {
-            grouped.entry((made_by.get(&v).copied(), None)).or_default().push(tensor(v));
+            grouped
+                .entry((made_by.get(&v).copied(), None))
+                .or_default()
+                .push(tensor(v));
         }
         // `None → None` would be a model input that is also an output: no part involved.
-        let part_edges = grouped.into_iter().filter(|((a, b), _)| a.is_some() || b.is_some()).map(|((from, to), tensors)| PartEdge { from, to, tensors }).collect();
+        let part_edges = grouped
+            .into_iter()
+            .filter(|((a, b), _)| a.is_some() || b.is_some())
+            .map(|((from, to), tensors)| PartEdge { from, to, tensors })
+            .collect();
 
         let mut input_uses = Vec::new();
         for (i, &v) in g.inputs.iter().enumerate() {
-            let mut readers: Vec<usize> = g.value(v).consumers.iter().filter_map(|c| index.get(c).copied()).collect();
+            let mut readers: Vec<usize> = g
+                .value(v)
+                .consumers
+                .iter()
+                .filter_map(|c| index.get(c).copied())
+                .collect();
             readers.sort_unstable();
             readers.dedup();
             input_uses.extend(readers.into_iter().map(|n| (i, n)));
         }
-        let output_from = g.outputs.iter().enumerate().filter_map(|(o, &v)| g.value(v).producer().and_then(|p| index.get(&p)).map(|&n| (n, o))).collect();
+        let output_from = g
+            .outputs
+            .iter()
+            .enumerate()
+            .filter_map(|(o, &v)| {
+                g.value(v)
+                    .producer()
+                    .and_then(|p| index.get(&p))
+                    .map(|&n| (n, o))
+            })
+            .collect();
 
         Report {
             model: model.to_string(),
@@ -194,12 +248,26 @@ impl Report {
     /// Tensors crossing between parts (model inputs and outputs excluded), each once.
     pub fn boundary(&self) -> Vec<&Tensor> {
         let mut seen = HashSet::new();
-        self.part_edges.iter().filter(|e| e.from.is_some() && e.to.is_some()).flat_map(|e| &e.tensors).filter(|t| seen.insert(t.name.as_str())).collect()
+        self.part_edges
+            .iter()
+            .filter(|e| e.from.is_some() && e.to.is_some())
+            .flat_map(|e| &e.tensors)
+            .filter(|t| seen.insert(t.name.as_str()))
+            .collect()
     }
 
     /// Parts per device, in device order.
     pub fn parts_per_device(&self) -> Vec<(&str, usize)> {
-        self.devices.iter().enumerate().map(|(d, name)| (name.as_str(), self.parts.iter().filter(|p| p.device == d).count())).collect()
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(d, name)| {
+                (
+                    name.as_str(),
+                    self.parts.iter().filter(|p| p.device == d).count(),
+                )
+            })
+            .collect()
     }
 }
 
@@ -225,7 +293,11 @@ fn param_bytes(g: &Graph, nodes: &[NodeId], part_of: &HashMap<NodeId, usize>) ->
                 ValueDef::Input | ValueDef::Outer => false,
             };
             if constant && seen.insert(v) {
-                total += value.ty.byte_size().or_else(|| value.weight().map(|w| w.byte_len())).unwrap_or(0);
+                total += value
+                    .ty
+                    .byte_size()
+                    .or_else(|| value.weight().map(|w| w.byte_len()))
+                    .unwrap_or(0);
             }
         }
     }

@@ -27,10 +27,18 @@ pub fn to_dot(r: &Report) -> String {
     let _ = writeln!(s, "digraph {} {{", q(&r.model));
     s.push_str("  rankdir=TB;\n  fontname=\"Helvetica\";\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9, color=\"#606060\"];\n");
     for (i, t) in r.inputs.iter().enumerate() {
-        let _ = writeln!(s, "  in{i} [shape=oval, style=filled, fillcolor=white, label={}];", q(&format!("{}\n{}", t.name, opt_bytes(t.bytes))));
+        let _ = writeln!(
+            s,
+            "  in{i} [shape=oval, style=filled, fillcolor=white, label={}];",
+            q(&format!("{}\n{}", t.name, opt_bytes(t.bytes)))
+        );
     }
     for (o, t) in r.outputs.iter().enumerate() {
-        let _ = writeln!(s, "  out{o} [shape=oval, style=filled, fillcolor=white, label={}];", q(&format!("{}\n{}", t.name, opt_bytes(t.bytes))));
+        let _ = writeln!(
+            s,
+            "  out{o} [shape=oval, style=filled, fillcolor=white, label={}];",
+            q(&format!("{}\n{}", t.name, opt_bytes(t.bytes)))
+        );
     }
     if r.nodes.len() > NODE_VIEW_LIMIT {
         part_graph(r, &mut s);
@@ -45,8 +53,21 @@ fn node_graph(r: &Report, s: &mut String) {
     for (k, p) in r.parts.iter().enumerate() {
         let d = p.device;
         let _ = writeln!(s, "  subgraph cluster_p{} {{", k + 1);
-        let _ = writeln!(s, "    label={};", q(&format!("{} · {} · {}", k + 1, r.devices[d], count(p.nodes.len(), "node"))));
-        let _ = writeln!(s, "    style=\"rounded\"; color={}; penwidth=2;", q(stroke(d)));
+        let _ = writeln!(
+            s,
+            "    label={};",
+            q(&format!(
+                "{} · {} · {}",
+                k + 1,
+                r.devices[d],
+                count(p.nodes.len(), "node")
+            ))
+        );
+        let _ = writeln!(
+            s,
+            "    style=\"rounded\"; color={}; penwidth=2;",
+            q(stroke(d))
+        );
         for &n in &p.nodes {
             let node = &r.nodes[n];
             let _ = writeln!(
@@ -64,7 +85,11 @@ fn node_graph(r: &Report, s: &mut String) {
         if r.nodes[a].part == r.nodes[b].part {
             let _ = writeln!(s, "  n{a} -> n{b};");
         } else {
-            let _ = writeln!(s, "  n{a} -> n{b} [label={}, penwidth=2, color=\"#303030\"];", q(&opt_bytes(bytes)));
+            let _ = writeln!(
+                s,
+                "  n{a} -> n{b} [label={}, penwidth=2, color=\"#303030\"];",
+                q(&opt_bytes(bytes))
+            );
         }
     }
     for &(i, n) in &r.input_uses {
@@ -81,7 +106,13 @@ fn part_graph(r: &Report, s: &mut String) {
         let _ = writeln!(
             s,
             "  subgraph cluster_p{k1} {{ style=invis; p{k1} [label={}, fillcolor={}, color={}]; }}",
-            q(&format!("{} · {}\n{} · {}", k + 1, r.devices[d], count(p.nodes.len(), "node"), params(p.param_bytes))),
+            q(&format!(
+                "{} · {}\n{} · {}",
+                k + 1,
+                r.devices[d],
+                count(p.nodes.len(), "node"),
+                params(p.param_bytes)
+            )),
             q(fill(d)),
             q(stroke(d)),
             k1 = k + 1

@@ -81,7 +81,12 @@ pub fn to_html(r: &Report) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{} · cleave partition</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<main>\n",
         xml(&r.model)
     );
-    let _ = writeln!(s, "<h1>Partition of {}</h1>\n<p class=\"summary\">{}</p>", xml(&r.model), xml(&summary_line(r)));
+    let _ = writeln!(
+        s,
+        "<h1>Partition of {}</h1>\n<p class=\"summary\">{}</p>",
+        xml(&r.model),
+        xml(&summary_line(r))
+    );
     s.push_str("<ul class=\"legend\">");
     for (d, (name, n)) in r.parts_per_device().into_iter().enumerate() {
         let _ = write!(s, "<li><span class=\"swatch\" style=\"background:{};border-color:{}\"></span>{} · {n} part{}</li>", fill(d), stroke(d), xml(name), if n == 1 { "" } else { "s" });
@@ -102,9 +107,17 @@ pub fn to_html(r: &Report) -> String {
     if let Some(groups) = &r.fused {
         s.push_str("<section id=\"fused\">\n<h2>Fused groups</h2>\n<table><tr><th>group</th><th class=\"n\">part</th><th>nodes</th></tr>\n");
         for g in groups {
-            let part = g.nodes.first().map_or(String::new(), |&n| (r.nodes[n].part + 1).to_string());
+            let part = g
+                .nodes
+                .first()
+                .map_or(String::new(), |&n| (r.nodes[n].part + 1).to_string());
             let names: Vec<String> = g.nodes.iter().map(|&n| xml(&r.nodes[n].label)).collect();
-            let _ = writeln!(s, "<tr><td>{}</td><td class=\"n\">{part}</td><td class=\"t\">{}</td></tr>", xml(&g.name), names.join(", "));
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td class=\"n\">{part}</td><td class=\"t\">{}</td></tr>",
+                xml(&g.name),
+                names.join(", ")
+            );
         }
         s.push_str("</table>\n</section>\n");
     }
@@ -136,7 +149,11 @@ fn defs(s: &mut String) {
 /// A downward cubic from the bottom of one box to the top of another.
 fn curve(x1: f64, y1: f64, x2: f64, y2: f64) -> String {
     let dy = (y2 - y1).max(20.0) / 2.0;
-    format!("M{x1:.1},{y1:.1} C{x1:.1},{:.1} {x2:.1},{:.1} {x2:.1},{y2:.1}", y1 + dy, y2 - dy)
+    format!(
+        "M{x1:.1},{y1:.1} C{x1:.1},{:.1} {x2:.1},{:.1} {x2:.1},{y2:.1}",
+        y1 + dy,
+        y2 - dy
+    )
 }
 
 fn part_svg(r: &Report, s: &mut String) {
@@ -147,16 +164,42 @@ fn part_svg(r: &Report, s: &mut String) {
         .parts
         .iter()
         .enumerate()
-        .map(|(i, p)| (format!("{} · {}", i + 1, r.devices[p.device]), format!("{} · {}", count(p.nodes.len(), "node"), params(p.param_bytes))))
+        .map(|(i, p)| {
+            (
+                format!("{} · {}", i + 1, r.devices[p.device]),
+                format!(
+                    "{} · {}",
+                    count(p.nodes.len(), "node"),
+                    params(p.param_bytes)
+                ),
+            )
+        })
         .collect();
     labels.push(("model inputs".into(), count(r.inputs.len(), "tensor")));
     labels.push(("model outputs".into(), count(r.outputs.len(), "tensor")));
-    let widths: Vec<f64> = labels.iter().map(|(a, b)| text_width(a, 14.0).max(text_width(b, 12.0)) + 28.0).map(|w| w.max(150.0)).collect();
-    let ends: Vec<(usize, usize)> = r.part_edges.iter().map(|e| (e.from.unwrap_or(inp), e.to.unwrap_or(out))).collect();
+    let widths: Vec<f64> = labels
+        .iter()
+        .map(|(a, b)| text_width(a, 14.0).max(text_width(b, 12.0)) + 28.0)
+        .map(|w| w.max(150.0))
+        .collect();
+    let ends: Vec<(usize, usize)> = r
+        .part_edges
+        .iter()
+        .map(|e| (e.from.unwrap_or(inp), e.to.unwrap_or(out)))
+        .collect();
     // Edge labels sit beside their edge, so the layers can stay close.
-    let spacing = Spacing { node_height: 48.0, gap_x: 60.0, gap_y: 40.0, margin: 24.0 };
+    let spacing = Spacing {
+        node_height: 48.0,
+        gap_x: 60.0,
+        gap_y: 40.0,
+        margin: 24.0,
+    };
     let mut l = layered(&widths, &ends, spacing);
-    let label_room = r.part_edges.iter().map(|e| text_width(&edge_text(e), 12.0) + 12.0).fold(0.0, f64::max);
+    let label_room = r
+        .part_edges
+        .iter()
+        .map(|e| text_width(&edge_text(e), 12.0) + 12.0)
+        .fold(0.0, f64::max);
     let right = (0..k + 2).map(|i| l.x[i]).fold(0.0, f64::max) + label_room + spacing.margin;
     l.width = l.width.max(right);
     let h = spacing.node_height / 2.0;
@@ -204,7 +247,10 @@ fn part_svg(r: &Report, s: &mut String) {
     }
     // Labels last, so no box covers them.
     for (e, &(a, b)) in r.part_edges.iter().zip(&ends) {
- let (mx, my) = ((l.x[a] + l.x[b]) / 2.0 + 8.0, (l.y[a] + h + l.y[b] - h) / 2.0 + 4.0);
+        let (mx, my) = (
+            (l.x[a] + l.x[b]) / 2.0 + 8.0,
+            (l.y[a] + h + l.y[b] - h) / 2.0 + 4.0,
+        );
         let _ = writeln!(
             s,
             "<text class=\"edge-label\" x=\"{mx:.1}\" y=\"{my:.1}\" text-anchor=\"start\" font-size=\"12\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"4\" fill=\"#262626\">{}</text>",
@@ -223,7 +269,10 @@ struct Ends<'a> {
 
 impl<'a> Ends<'a> {
     fn new(r: &'a Report) -> Ends<'a> {
-        let mut ends = Ends { from: HashMap::new(), to: HashMap::new() };
+        let mut ends = Ends {
+            from: HashMap::new(),
+            to: HashMap::new(),
+        };
         for e in &r.part_edges {
             for t in &e.tensors {
                 if let Some(k) = e.to {
@@ -241,7 +290,12 @@ impl<'a> Ends<'a> {
 fn part_table(r: &Report, ends: &Ends, k: usize, s: &mut String) {
     let p = &r.parts[k];
     let d = p.device;
-    let _ = writeln!(s, "<article class=\"part\" id=\"part-{n}\" data-part=\"{n}\" style=\"border-left-color:{}\">", stroke(d), n = k + 1);
+    let _ = writeln!(
+        s,
+        "<article class=\"part\" id=\"part-{n}\" data-part=\"{n}\" style=\"border-left-color:{}\">",
+        stroke(d),
+        n = k + 1
+    );
     let _ = writeln!(s, "<h3><span class=\"swatch\" style=\"background:{};border-color:{}\"></span>Part {} · {}</h3>", fill(d), stroke(d), k + 1, xml(&r.devices[d]));
     let _ = writeln!(
         s,
@@ -256,14 +310,34 @@ fn part_table(r: &Report, ends: &Ends, k: usize, s: &mut String) {
         let _ = write!(s, "<li>{} ×{c}</li>", xml(op));
     }
     s.push_str("</ul>\n<table><tr><th></th><th>boundary tensor</th><th>from / to</th><th class=\"n\">bytes</th></tr>\n");
-    let part_name = |x: Option<usize>, model: &str| x.map_or_else(|| model.to_string(), |j| format!("part {}", j + 1));
+    let part_name = |x: Option<usize>, model: &str| {
+        x.map_or_else(|| model.to_string(), |j| format!("part {}", j + 1))
+    };
     for t in &p.inputs {
         let from = ends.from.get(&(k, t.name.as_str())).copied().flatten();
-        let _ = writeln!(s, "<tr><td>in</td><td class=\"t\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>", xml(&t.name), part_name(from, "model input"), opt_bytes(t.bytes));
+        let _ = writeln!(
+            s,
+            "<tr><td>in</td><td class=\"t\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
+            xml(&t.name),
+            part_name(from, "model input"),
+            opt_bytes(t.bytes)
+        );
     }
     for t in &p.outputs {
-        let to: Vec<String> = ends.to.get(&(k, t.name.as_str())).into_iter().flatten().map(|&to| part_name(to, "model output")).collect();
-        let _ = writeln!(s, "<tr><td>out</td><td class=\"t\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>", xml(&t.name), to.join(", "), opt_bytes(t.bytes));
+        let to: Vec<String> = ends
+            .to
+            .get(&(k, t.name.as_str()))
+            .into_iter()
+            .flatten()
+            .map(|&to| part_name(to, "model output"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<tr><td>out</td><td class=\"t\">{}</td><td>{}</td><td class=\"n\">{}</td></tr>",
+            xml(&t.name),
+            to.join(", "),
+            opt_bytes(t.bytes)
+        );
     }
     s.push_str("</table>\n</article>\n");
 }
@@ -284,20 +358,50 @@ fn node_width(op: &str, label: &str) -> f64 {
 /// Parts are laid out one by one and stacked in their (dependency) order, so clusters never
 /// overlap and every edge between parts points down.
 fn node_svg(r: &Report, s: &mut String) {
-    let spacing = Spacing { node_height: NODE_H, gap_x: 14.0, gap_y: 26.0, margin: 0.0 };
+    let spacing = Spacing {
+        node_height: NODE_H,
+        gap_x: 14.0,
+        gap_y: 26.0,
+        margin: 0.0,
+    };
     let mut local = vec![0usize; r.nodes.len()];
     let mut layouts: Vec<(Layout, Vec<f64>)> = Vec::new();
     for (k, p) in r.parts.iter().enumerate() {
         for (i, &n) in p.nodes.iter().enumerate() {
             local[n] = i;
         }
-        let widths: Vec<f64> = p.nodes.iter().map(|&n| node_width(&r.nodes[n].op, &r.nodes[n].label)).collect();
-        let edges: Vec<(usize, usize)> = r.edges.iter().filter(|(a, b, _)| r.nodes[*a].part == k && r.nodes[*b].part == k).map(|&(a, b, _)| (local[a], local[b])).collect();
-        layouts.push((wrap(&layered(&widths, &edges, spacing), &widths, spacing, WRAP_LAYERS, WRAP_WIDTH), widths));
+        let widths: Vec<f64> = p
+            .nodes
+            .iter()
+            .map(|&n| node_width(&r.nodes[n].op, &r.nodes[n].label))
+            .collect();
+        let edges: Vec<(usize, usize)> = r
+            .edges
+            .iter()
+            .filter(|(a, b, _)| r.nodes[*a].part == k && r.nodes[*b].part == k)
+            .map(|&(a, b, _)| (local[a], local[b]))
+            .collect();
+        layouts.push((
+            wrap(
+                &layered(&widths, &edges, spacing),
+                &widths,
+                spacing,
+                WRAP_LAYERS,
+                WRAP_WIDTH,
+            ),
+            widths,
+        ));
     }
     let io_w = |t: &crate::Tensor| text_width(&shorten(&t.name, 28), 11.0) + 24.0;
     let row_width = |ts: &[crate::Tensor]| ts.iter().map(|t| io_w(t) + 12.0).sum::<f64>();
-    let inner = layouts.iter().enumerate().map(|(k, (l, _))| (l.width + 2.0 * PAD).max(text_width(&cluster_title(r, k), 13.0) + 24.0)).fold(0.0, f64::max).max(row_width(&r.inputs)).max(row_width(&r.outputs)).max(300.0);
+    let inner = layouts
+        .iter()
+        .enumerate()
+        .map(|(k, (l, _))| (l.width + 2.0 * PAD).max(text_width(&cluster_title(r, k), 13.0) + 24.0))
+        .fold(0.0, f64::max)
+        .max(row_width(&r.inputs))
+        .max(row_width(&r.outputs))
+        .max(300.0);
     let width = inner + 2.0 * 20.0;
 
     let mut x = vec![0.0; r.nodes.len()];
@@ -411,6 +515,10 @@ fn row(ts: &[crate::Tensor], width: f64, w: impl Fn(&crate::Tensor) -> f64) -> V
 
 fn cluster_title(r: &Report, k: usize) -> String {
     let p = &r.parts[k];
-    format!("Part {} · {} · {}", k + 1, r.devices[p.device], count(p.nodes.len(), "node"))
+    format!(
+        "Part {} · {} · {}",
+        k + 1,
+        r.devices[p.device],
+        count(p.nodes.len(), "node")
+    )
 }
-

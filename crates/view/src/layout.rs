@@ -42,7 +42,12 @@ pub fn layered(widths: &[f64], edges: &[(usize, usize)], s: Spacing) -> Layout {
         rank[v] = i;
     }
     for &v in &order {
-        layer[v] = preds[v].iter().filter(|&&p| rank[p] < rank[v]).map(|&p| layer[p] + 1).max().unwrap_or(0);
+        layer[v] = preds[v]
+            .iter()
+            .filter(|&&p| rank[p] < rank[v])
+            .map(|&p| layer[p] + 1)
+            .max()
+            .unwrap_or(0);
     }
     let depth = layer.iter().max().map_or(0, |m| m + 1);
     let mut layers: Vec<Vec<usize>> = vec![Vec::new(); depth];
@@ -59,8 +64,16 @@ pub fn layered(widths: &[f64], edges: &[(usize, usize)], s: Spacing) -> Layout {
         let mut shift_sum = 0.0;
         let mut wanting = 0usize;
         for &v in row {
-            let placed: Vec<f64> = preds[v].iter().filter(|&&p| layer[p] < l).map(|&p| x[p]).collect();
-            let min_x = if right.is_finite() { right + s.gap_x + widths[v] / 2.0 } else { widths[v] / 2.0 };
+            let placed: Vec<f64> = preds[v]
+                .iter()
+                .filter(|&&p| layer[p] < l)
+                .map(|&p| x[p])
+                .collect();
+            let min_x = if right.is_finite() {
+                right + s.gap_x + widths[v] / 2.0
+            } else {
+                widths[v] / 2.0
+            };
             let xv = if placed.is_empty() {
                 min_x
             } else {
@@ -83,14 +96,26 @@ pub fn layered(widths: &[f64], edges: &[(usize, usize)], s: Spacing) -> Layout {
             }
         }
     }
-    let left = (0..n).map(|v| x[v] - widths[v] / 2.0).fold(f64::INFINITY, f64::min);
+    let left = (0..n)
+        .map(|v| x[v] - widths[v] / 2.0)
+        .fold(f64::INFINITY, f64::min);
     let left = if left.is_finite() { left } else { 0.0 };
     for xv in &mut x {
         *xv += s.margin - left;
     }
     let width = (0..n).map(|v| x[v] + widths[v] / 2.0).fold(0.0, f64::max) + s.margin;
-    let height = if depth == 0 { 2.0 * s.margin } else { 2.0 * s.margin + depth as f64 * s.node_height + (depth - 1) as f64 * s.gap_y };
-    Layout { x, y, layer, width: width.max(2.0 * s.margin), height }
+    let height = if depth == 0 {
+        2.0 * s.margin
+    } else {
+        2.0 * s.margin + depth as f64 * s.node_height + (depth - 1) as f64 * s.gap_y
+    };
+    Layout {
+        x,
+        y,
+        layer,
+        width: width.max(2.0 * s.margin),
+        height,
+    }
 }
 
 /// Cuts a deep layout into columns of at most `max_layers` layers, side by side, starting a new
@@ -125,10 +150,20 @@ pub fn wrap(l: &Layout, widths: &[f64], s: Spacing, max_layers: usize, max_width
         left += w + column_gap;
         width = width.max(left - column_gap + s.margin);
     }
-    let x: Vec<f64> = (0..n).map(|v| l.x[v] + shift[l.layer[v] / max_layers].0).collect();
-    let y: Vec<f64> = (0..n).map(|v| l.y[v] + shift[l.layer[v] / max_layers].1).collect();
+    let x: Vec<f64> = (0..n)
+        .map(|v| l.x[v] + shift[l.layer[v] / max_layers].0)
+        .collect();
+    let y: Vec<f64> = (0..n)
+        .map(|v| l.y[v] + shift[l.layer[v] / max_layers].1)
+        .collect();
     let height = y.iter().fold(0.0f64, |m, &y| m.max(y)) + s.node_height / 2.0 + s.margin;
-    Layout { x, y, layer: l.layer.clone(), width, height }
+    Layout {
+        x,
+        y,
+        layer: l.layer.clone(),
+        width,
+        height,
+    }
 }
 
 /// Kahn's order, smallest index first among the ready; nodes on a cycle follow in index order.
@@ -167,14 +202,22 @@ fn order_layers(layers: &mut [Vec<usize>], preds: &[Vec<usize>], succs: &[Vec<us
     for sweep in 0..6 {
         let mut trial = layers.to_vec();
         let mut tpos = pos.clone();
-        let rows: Vec<usize> = if sweep % 2 == 0 { (1..trial.len()).collect() } else { (0..trial.len().saturating_sub(1)).rev().collect() };
+        let rows: Vec<usize> = if sweep % 2 == 0 {
+            (1..trial.len()).collect()
+        } else {
+            (0..trial.len().saturating_sub(1)).rev().collect()
+        };
         for l in rows {
             let neighbours = if sweep % 2 == 0 { preds } else { succs };
             let mut keyed: Vec<(f64, usize)> = trial[l]
                 .iter()
                 .map(|&v| {
                     let ns = &neighbours[v];
-                    let key = if ns.is_empty() { tpos[v] } else { ns.iter().map(|&u| tpos[u]).sum::<f64>() / ns.len() as f64 };
+                    let key = if ns.is_empty() {
+                        tpos[v]
+                    } else {
+                        ns.iter().map(|&u| tpos[u]).sum::<f64>() / ns.len() as f64
+                    };
                     (key, v)
                 })
                 .collect();
@@ -204,7 +247,15 @@ fn crossings(layers: &[Vec<usize>], succs: &[Vec<usize>], pos: &[f64]) -> usize 
     }
     let mut total = 0;
     for (l, row) in layers.iter().enumerate() {
-        let mut es: Vec<(f64, f64)> = row.iter().flat_map(|&v| succs[v].iter().filter(|&&w| layer_of[w] == l + 1).map(move |&w| (pos[v], pos[w]))).collect();
+        let mut es: Vec<(f64, f64)> = row
+            .iter()
+            .flat_map(|&v| {
+                succs[v]
+                    .iter()
+                    .filter(|&&w| layer_of[w] == l + 1)
+                    .map(move |&w| (pos[v], pos[w]))
+            })
+            .collect();
         es.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
         for i in 0..es.len() {
             for j in i + 1..es.len() {
@@ -222,7 +273,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const S: Spacing = Spacing { node_height: 20.0, gap_x: 10.0, gap_y: 30.0, margin: 5.0 };
+    const S: Spacing = Spacing {
+        node_height: 20.0,
+        gap_x: 10.0,
+        gap_y: 30.0,
+        margin: 5.0,
+    };
 
     fn check(widths: &[f64], edges: &[(usize, usize)]) -> Layout {
         let l = layered(widths, edges, S);
@@ -230,7 +286,10 @@ mod tests {
             assert!(l.y[b] > l.y[a], "edge {a}->{b} does not point down");
         }
         for a in 0..widths.len() {
-            assert!(l.x[a] - widths[a] / 2.0 >= S.margin - 1e-9 && l.x[a] + widths[a] / 2.0 <= l.width - S.margin + 1e-9);
+            assert!(
+                l.x[a] - widths[a] / 2.0 >= S.margin - 1e-9
+                    && l.x[a] + widths[a] / 2.0 <= l.width - S.margin + 1e-9
+            );
             assert!(l.y[a] + S.node_height / 2.0 <= l.height - S.margin + 1e-9);
             for b in a + 1..widths.len() {
                 if l.layer[a] == l.layer[b] {
@@ -265,13 +324,24 @@ mod tests {
         let l = wrap(&layered(&widths, &edges, S), &widths, S, 30, 200.0);
         // 4 columns of 30, 30, 30, 10 layers, 40 px wide with 30 px between: 3 fit in 200 px,
         // the fourth starts a second row under the first.
-        let columns: std::collections::BTreeSet<i64> = l.x.iter().map(|&x| x.round() as i64).collect();
+        let columns: std::collections::BTreeSet<i64> =
+            l.x.iter().map(|&x| x.round() as i64).collect();
         assert_eq!(columns.len(), 3, "{columns:?}");
-        assert!(l.width <= 200.0 && l.height < 2.0 * 30.0 * 50.0 + 60.0, "{} x {}", l.width, l.height);
+        assert!(
+            l.width <= 200.0 && l.height < 2.0 * 30.0 * 50.0 + 60.0,
+            "{} x {}",
+            l.width,
+            l.height
+        );
         for a in 0..n {
-            assert!(l.x[a] - 20.0 >= S.margin - 1e-9 && l.x[a] + 20.0 <= l.width + 1e-9 && l.y[a] + 10.0 <= l.height + 1e-9);
+            assert!(
+                l.x[a] - 20.0 >= S.margin - 1e-9
+                    && l.x[a] + 20.0 <= l.width + 1e-9
+                    && l.y[a] + 10.0 <= l.height + 1e-9
+            );
             for b in a + 1..n {
-                let apart = (l.x[a] - l.x[b]).abs() >= 40.0 || (l.y[a] - l.y[b]).abs() >= S.node_height;
+                let apart =
+                    (l.x[a] - l.x[b]).abs() >= 40.0 || (l.y[a] - l.y[b]).abs() >= S.node_height;
                 assert!(apart, "nodes {a} and {b} overlap");
             }
         }

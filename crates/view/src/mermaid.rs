@@ -4,7 +4,9 @@
 
 use std::fmt::Write;
 
-use crate::text::{bytes_label, count, fill, human_bytes, ident, opt_bytes, params, shorten, stroke};
+use crate::text::{
+    bytes_label, count, fill, human_bytes, ident, opt_bytes, params, shorten, stroke,
+};
 use crate::{PartEdge, Report, MERMAID_NODE_LIMIT};
 
 /// Mermaid label text: quotes and angle brackets as its entity codes (`#` first, since the
@@ -53,14 +55,30 @@ pub fn to_markdown(r: &Report) -> String {
         node_chart(r, &mut s);
     }
     for (d, name) in r.devices.iter().enumerate() {
-        let _ = writeln!(s, "classDef {} fill:{}, stroke: {}, color: #262626", ident(name), fill(d), stroke(d));
+        let _ = writeln!(
+            s,
+            "classDef {} fill:{}, stroke: {}, color: #262626",
+            ident(name),
+            fill(d),
+            stroke(d)
+        );
     }
     s.push_str("classDef io fill:#FFFFFF, stroke: #9E9E9E, color: #262626\n");
     for (d, name) in r.devices.iter().enumerate() {
         let members: Vec<String> = if r.nodes.len() > MERMAID_NODE_LIMIT {
-            r.parts.iter().enumerate().filter(|(_, p)| p.device == d).map(|(k, _)| format!("p{}", k + 1)).collect()
+            r.parts
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.device == d)
+                .map(|(k, _)| format!("p{}", k + 1))
+                .collect()
         } else {
-            r.nodes.iter().enumerate().filter(|(_, n)| r.parts[n.part].device == d).map(|(i, _)| format!("n{i}")).collect()
+            r.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| r.parts[n.part].device == d)
+                .map(|(i, _)| format!("n{i}"))
+                .collect()
         };
         if !members.is_empty() {
             let _ = writeln!(s, "class {} {}", members.join(","), ident(name));
@@ -69,7 +87,10 @@ pub fn to_markdown(r: &Report) -> String {
     let io: Vec<String> = if r.nodes.len() > MERMAID_NODE_LIMIT {
         vec!["in0".into(), "out0".into()]
     } else {
-        (0..r.inputs.len()).map(|i| format!("in{i}")).chain((0..r.outputs.len()).map(|o| format!("out{o}"))).collect()
+        (0..r.inputs.len())
+            .map(|i| format!("in{i}"))
+            .chain((0..r.outputs.len()).map(|o| format!("out{o}")))
+            .collect()
     };
     if !io.is_empty() {
         let _ = writeln!(s, "class {} io", io.join(","));
@@ -78,7 +99,10 @@ pub fn to_markdown(r: &Report) -> String {
     if let Some(groups) = &r.fused {
         s.push_str("\n## Fused groups\n\n| group | part | nodes |\n|---|---:|---|\n");
         for g in groups {
-            let part = g.nodes.first().map_or(String::new(), |&n| (r.nodes[n].part + 1).to_string());
+            let part = g
+                .nodes
+                .first()
+                .map_or(String::new(), |&n| (r.nodes[n].part + 1).to_string());
             let names: Vec<&str> = g.nodes.iter().map(|&n| r.nodes[n].label.as_str()).collect();
             let _ = writeln!(s, "| {} | {part} | {} |", g.name, names.join(", "));
         }
@@ -90,7 +114,11 @@ pub(crate) fn summary_line(r: &Report) -> String {
     let boundary = r.boundary();
     let total: u64 = boundary.iter().filter_map(|t| t.bytes).sum();
     let dynamic = boundary.iter().any(|t| t.bytes.is_none());
-    let per_device: Vec<String> = r.parts_per_device().iter().map(|(d, n)| format!("{n} on {d}")).collect();
+    let per_device: Vec<String> = r
+        .parts_per_device()
+        .iter()
+        .map(|(d, n)| format!("{n} on {d}"))
+        .collect();
     let constants: usize = r.parts.iter().map(|p| p.constant_nodes).sum();
     format!(
         "{} parts ({}), {} nodes placed, {constants} constant-node copies; {} boundary tensors, {} per inference.",
@@ -104,28 +132,58 @@ pub(crate) fn summary_line(r: &Report) -> String {
 
 fn node_chart(r: &Report, s: &mut String) {
     for (i, t) in r.inputs.iter().enumerate() {
-        let _ = writeln!(s, "    in{i}([\"{}<br/>{}\"])", label(&shorten(&t.name, 32)), opt_bytes(t.bytes));
+        let _ = writeln!(
+            s,
+            "    in{i}([\"{}<br/>{}\"])",
+            label(&shorten(&t.name, 32)),
+            opt_bytes(t.bytes)
+        );
     }
     for (k, p) in r.parts.iter().enumerate() {
-        let _ = writeln!(s, "    subgraph p{}[\"{} · {} · {}\"]", k + 1, k + 1, label(&r.devices[p.device]), count(p.nodes.len(), "node"));
+        let _ = writeln!(
+            s,
+            "    subgraph p{}[\"{} · {} · {}\"]",
+            k + 1,
+            k + 1,
+            label(&r.devices[p.device]),
+            count(p.nodes.len(), "node")
+        );
         s.push_str("    direction TB\n");
         for &n in &p.nodes {
             let node = &r.nodes[n];
-            let _ = writeln!(s, "    n{n}(\"{}<br/>{}\")", label(&node.op), label(&shorten(&node.label, 32)));
+            let _ = writeln!(
+                s,
+                "    n{n}(\"{}<br/>{}\")",
+                label(&node.op),
+                label(&shorten(&node.label, 32))
+            );
         }
-        for &(a, b, _) in r.edges.iter().filter(|(a, b, _)| r.nodes[*a].part == k && r.nodes[*b].part == k) {
+        for &(a, b, _) in r
+            .edges
+            .iter()
+            .filter(|(a, b, _)| r.nodes[*a].part == k && r.nodes[*b].part == k)
+        {
             let _ = writeln!(s, "    n{a} --> n{b}");
         }
         s.push_str("    end\n");
     }
-    for &(a, b, bytes) in r.edges.iter().filter(|(a, b, _)| r.nodes[*a].part != r.nodes[*b].part) {
+    for &(a, b, bytes) in r
+        .edges
+        .iter()
+        .filter(|(a, b, _)| r.nodes[*a].part != r.nodes[*b].part)
+    {
         let _ = writeln!(s, "    n{a} -->|\"{}\"| n{b}", opt_bytes(bytes));
     }
     for &(i, n) in &r.input_uses {
         let _ = writeln!(s, "    in{i} --> n{n}");
     }
     for (o, t) in r.outputs.iter().enumerate() {
-        let _ = writeln!(s, "    out{o}([\"{}<br/>{}\"])", label(&shorten(&t.name, 32)), opt_bytes(t.bytes));
+        let _ = writeln!(
+            s,
+            "    out{o}([\"{}<br/>{}\"])",
+            label(&shorten(&t.name, 32)),
+            opt_bytes(t.bytes)
+        );
     }
     for &(n, o) in &r.output_from {
         let _ = writeln!(s, "    n{n} --> out{o}");
@@ -143,7 +201,15 @@ pub(crate) fn edge_text(e: &PartEdge) -> String {
 fn part_chart(r: &Report, s: &mut String) {
     s.push_str("    in0([\"model inputs\"])\n");
     for (k, p) in r.parts.iter().enumerate() {
-        let _ = writeln!(s, "    p{}[\"{} · {}<br/>{} · {}\"]", k + 1, k + 1, label(&r.devices[p.device]), count(p.nodes.len(), "node"), params(p.param_bytes));
+        let _ = writeln!(
+            s,
+            "    p{}[\"{} · {}<br/>{} · {}\"]",
+            k + 1,
+            k + 1,
+            label(&r.devices[p.device]),
+            count(p.nodes.len(), "node"),
+            params(p.param_bytes)
+        );
     }
     s.push_str("    out0([\"model outputs\"])\n");
     for e in &r.part_edges {

@@ -82,7 +82,10 @@ pub fn xml(s: &str) -> String {
 
 /// A device name as an identifier (mermaid class, CSS class): other characters become `_`.
 pub fn ident(s: &str) -> String {
-    let id: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let id: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
     format!("dev_{id}")
 }
 
@@ -112,7 +115,10 @@ mod tests {
 
     #[test]
     fn markup_is_escaped_and_idents_are_plain() {
-        assert_eq!(xml("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            xml("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
         assert_eq!(ident("acl-cl.0"), "dev_acl_cl_0");
         assert_eq!(shorten("abcdef", 4), "abc…");
     }

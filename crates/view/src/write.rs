@@ -27,14 +27,25 @@ pub struct Written {
 /// Writes `stem.partition.md`, `stem.dot` and `stem.report.html` into `dir`, each to a temporary
 /// file renamed into place.
 pub fn write_views(r: &Report, dir: &Path, stem: &str) -> Result<Written, ViewError> {
-    let w = Written { markdown: dir.join(format!("{stem}.partition.md")), dot: dir.join(format!("{stem}.dot")), html: dir.join(format!("{stem}.report.html")) };
-    for (path, text) in [(&w.markdown, to_markdown(r)), (&w.dot, to_dot(r)), (&w.html, to_html(r))] {
+    let w = Written {
+        markdown: dir.join(format!("{stem}.partition.md")),
+        dot: dir.join(format!("{stem}.dot")),
+        html: dir.join(format!("{stem}.report.html")),
+    };
+    for (path, text) in [
+        (&w.markdown, to_markdown(r)),
+        (&w.dot, to_dot(r)),
+        (&w.html, to_html(r)),
+    ] {
         cleave_onnx::write_atomic(path, text.as_bytes()).map_err(|e| {
             let message = match e {
                 cleave_onnx::OnnxError::Write { source, .. } => source.to_string(),
                 other => other.to_string(),
             };
-            ViewError::Write { path: path.clone(), message }
+            ViewError::Write {
+                path: path.clone(),
+                message,
+            }
         })?;
     }
     Ok(w)

@@ -4,10 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use cleave_onnx::proto::{self, tensor_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, ValueInfoProto};
+use cleave_onnx::proto::{
+    self, tensor_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    ValueInfoProto,
+};
 
 pub fn cleave(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cleave")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_cleave"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 pub fn os<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> &std::ffi::OsStr {
@@ -24,7 +30,11 @@ pub fn assert_bad_input(o: &Output, file: &Path, cause: &str) {
     assert_eq!(o.status.code(), Some(2), "stderr: {err}");
     assert_eq!(err.lines().count(), 1, "not one line: {err}");
     assert!(!err.contains("panicked"), "{err}");
-    assert!(err.contains(&file.display().to_string()), "does not name {}: {err}", file.display());
+    assert!(
+        err.contains(&file.display().to_string()),
+        "does not name {}: {err}",
+        file.display()
+    );
     assert!(err.contains(cause), "does not say '{cause}': {err}");
 }
 
@@ -37,7 +47,13 @@ pub fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
             value: Some(Value::TensorType(Tensor {
                 elem_type: Some(tensor_proto::DataType::Float as i32),
                 shape: Some(proto::TensorShapeProto {
-                    dim: dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() }).collect(),
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(dimension::Value::DimValue(d)),
+                            ..Default::default()
+                        })
+                        .collect(),
                 }),
             })),
             ..Default::default()
@@ -59,7 +75,10 @@ pub fn node(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
 pub fn model(nodes: Vec<NodeProto>, inits: Vec<TensorProto>, output: &str) -> ModelProto {
     ModelProto {
         ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
         graph: Some(GraphProto {
             name: Some("g".into()),
             node: nodes,
@@ -78,7 +97,6 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     p
 }
 
-
 /// The repository root.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -91,6 +109,12 @@ pub fn example(name: &str) -> PathBuf {
 
 /// Stdout of a run that must succeed; otherwise fails with what it printed.
 pub fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "exit {:?}: {}{}", o.status.code(), String::from_utf8_lossy(&o.stdout), stderr(o));
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        stderr(o)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -17,18 +17,28 @@ pub(crate) fn fold_constants(cx: &PassCx, e: &mut Edits) {
     for &n in g.topo_order() {
         let node = g.node(n);
         let outs: Vec<ValueId> = node.outputs.iter().flatten().copied().collect();
-        if outs.iter().all(|&v| g.value(v).consumers.is_empty() && !view.is_graph_output(v)) && !node.has_subgraphs() {
+        if outs
+            .iter()
+            .all(|&v| g.value(v).consumers.is_empty() && !view.is_graph_output(v))
+            && !node.has_subgraphs()
+        {
             if e.claim(&[n]) {
                 e.remove(n);
                 e.count += 1;
             }
             continue;
         }
-        if node.has_subgraphs() || !is_deterministic(node) || outs.len() != 1 || view.is_graph_output(outs[0]) {
+        if node.has_subgraphs()
+            || !is_deterministic(node)
+            || outs.len() != 1
+            || view.is_graph_output(outs[0])
+        {
             continue;
         }
         let out = outs[0];
-        let Some((elem, dims, raw)) = evaluate(cx, n, out) else { continue };
+        let Some((elem, dims, raw)) = evaluate(cx, n, out) else {
+            continue;
+        };
         if e.claim(&[n]) {
             e.initializer(tensor(&g.value(out).name, elem, &dims, raw));
             e.remove(n);
@@ -45,11 +55,23 @@ fn evaluate(cx: &PassCx, n: NodeId, out: ValueId) -> Option<(ElemType, Vec<i64>,
         "Constant" => {
             let a = node.attrs.first()?;
             match (&a.name[..], &a.value) {
-                ("value", AttrValue::Tensor(w)) => Some((w.elem, w.dims.clone(), bytes_of(w)?.to_vec())),
-                ("value_float", AttrValue::Float(f)) => Some((ElemType::F32, vec![], f.to_le_bytes().to_vec())),
-                ("value_floats", AttrValue::Floats(v)) => Some((ElemType::F32, vec![v.len() as i64], f32_bytes(v))),
-                ("value_int", AttrValue::Int(i)) => Some((ElemType::I64, vec![], i.to_le_bytes().to_vec())),
-                ("value_ints", AttrValue::Ints(v)) => Some((ElemType::I64, vec![v.len() as i64], v.iter().flat_map(|x| x.to_le_bytes()).collect())),
+                ("value", AttrValue::Tensor(w)) => {
+                    Some((w.elem, w.dims.clone(), bytes_of(w)?.to_vec()))
+                }
+                ("value_float", AttrValue::Float(f)) => {
+                    Some((ElemType::F32, vec![], f.to_le_bytes().to_vec()))
+                }
+                ("value_floats", AttrValue::Floats(v)) => {
+                    Some((ElemType::F32, vec![v.len() as i64], f32_bytes(v)))
+                }
+                ("value_int", AttrValue::Int(i)) => {
+                    Some((ElemType::I64, vec![], i.to_le_bytes().to_vec()))
+                }
+                ("value_ints", AttrValue::Ints(v)) => Some((
+                    ElemType::I64,
+                    vec![v.len() as i64],
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )),
                 _ => None,
             }
         }
@@ -67,7 +89,11 @@ fn evaluate(cx: &PassCx, n: NodeId, out: ValueId) -> Option<(ElemType, Vec<i64>,
             let start = clamp(view.int_attr(n, "start").unwrap_or(0));
             let end = clamp(view.int_attr(n, "end").unwrap_or(len));
             let v = dims.get(start..end.max(start))?;
-            Some((ElemType::I64, vec![v.len() as i64], v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            Some((
+                ElemType::I64,
+                vec![v.len() as i64],
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ))
         }
         _ => None,
     }
@@ -89,14 +115,23 @@ pub(crate) fn remove_identity(cx: &PassCx, e: &mut Edits) {
         let pass_through = match view.op(n) {
             "Identity" => true,
             "Dropout" => {
-                let mask_unused = node.outputs.get(1).copied().flatten().is_none_or(|m| g.value(m).consumers.is_empty() && !view.is_graph_output(m));
+                let mask_unused =
+                    node.outputs.get(1).copied().flatten().is_none_or(|m| {
+                        g.value(m).consumers.is_empty() && !view.is_graph_output(m)
+                    });
                 let training = node.inputs.get(2).copied().flatten();
-                let inference = training.is_none_or(|t| weight(cx, t).and_then(Weight::to_i64s).is_some_and(|v| v.iter().all(|&x| x == 0)));
+                let inference = training.is_none_or(|t| {
+                    weight(cx, t)
+                        .and_then(Weight::to_i64s)
+                        .is_some_and(|v| v.iter().all(|&x| x == 0))
+                });
                 mask_unused && inference
             }
             _ => false,
         };
-        let (Some(x), Some(Some(y))) = (view.input(n, 0), node.outputs.first().copied()) else { continue };
+        let (Some(x), Some(Some(y))) = (view.input(n, 0), node.outputs.first().copied()) else {
+            continue;
+        };
         if pass_through && e.claim(&[n]) && e.bypass(n, x, y) {
             e.count += 1;
         }
@@ -109,17 +144,35 @@ pub(crate) fn fold_batchnorm(cx: &PassCx, e: &mut Edits) {
     let g = &cx.model.graph;
     let view = cx.view();
     for &bn in g.topo_order() {
-        if view.op(bn) != "BatchNormalization" || view.int_attr(bn, "training_mode").unwrap_or(0) != 0 || view.int_attr(bn, "spatial").unwrap_or(1) != 1 {
+        if view.op(bn) != "BatchNormalization"
+            || view.int_attr(bn, "training_mode").unwrap_or(0) != 0
+            || view.int_attr(bn, "spatial").unwrap_or(1) != 1
+        {
             continue;
         }
         let node = g.node(bn);
-        let extra_outputs_unused = node.outputs.iter().skip(1).flatten().all(|&v| g.value(v).consumers.is_empty() && !view.is_graph_output(v));
-        let (Some(x), Some(Some(y))) = (view.input(bn, 0), node.outputs.first().copied()) else { continue };
-        let Some(conv) = g.value(x).producer().filter(|&c| view.op(c) == "Conv" && view.sole_consumer(c) == Some(bn)) else { continue };
+        let extra_outputs_unused = node
+            .outputs
+            .iter()
+            .skip(1)
+            .flatten()
+            .all(|&v| g.value(v).consumers.is_empty() && !view.is_graph_output(v));
+        let (Some(x), Some(Some(y))) = (view.input(bn, 0), node.outputs.first().copied()) else {
+            continue;
+        };
+        let Some(conv) = g
+            .value(x)
+            .producer()
+            .filter(|&c| view.op(c) == "Conv" && view.sole_consumer(c) == Some(bn))
+        else {
+            continue;
+        };
         if !extra_outputs_unused {
             continue;
         }
-        let Some(folded) = fold(cx, conv, bn) else { continue };
+        let Some(folded) = fold(cx, conv, bn) else {
+            continue;
+        };
         if !e.claim(&[conv, bn]) {
             continue;
         }
@@ -153,15 +206,26 @@ pub(crate) fn fold_conv_mul_add(cx: &PassCx, e: &mut Edits) {
             "Add" => false,
             _ => continue,
         };
-        let (Some(a), Some(b), Some(Some(y))) = (view.input(op, 0), view.input(op, 1), g.node(op).outputs.first().copied()) else { continue };
+        let (Some(a), Some(b), Some(Some(y))) = (
+            view.input(op, 0),
+            view.input(op, 1),
+            g.node(op).outputs.first().copied(),
+        ) else {
+            continue;
+        };
         // The Conv's output on one side, a weight on the other.
         let Some((conv, k)) = [(a, b), (b, a)].into_iter().find_map(|(x, k)| {
-            let c = g.value(x).producer().filter(|&c| view.op(c) == "Conv" && view.sole_consumer(c) == Some(op))?;
+            let c = g
+                .value(x)
+                .producer()
+                .filter(|&c| view.op(c) == "Conv" && view.sole_consumer(c) == Some(op))?;
             weight(cx, k).map(|_| (c, k))
         }) else {
             continue;
         };
-        let Some((w_dims, w_raw, b_raw)) = fold_affine(cx, conv, k, is_mul) else { continue };
+        let Some((w_dims, w_raw, b_raw)) = fold_affine(cx, conv, k, is_mul) else {
+            continue;
+        };
         if !e.claim(&[conv, op]) {
             continue;
         }
@@ -199,14 +263,21 @@ fn fold_affine(cx: &PassCx, conv: NodeId, k: ValueId, is_mul: bool) -> Option<Fo
     if k_dims.len() > rank {
         return None;
     }
-    let per_channel = k_dims.iter().enumerate().all(|(i, &d)| d == 1 || (i + rank - k_dims.len() == 1 && d as usize == m));
+    let per_channel = k_dims
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| d == 1 || (i + rank - k_dims.len() == 1 && d as usize == m));
     if !per_channel || (kv.len() != m && kv.len() != 1) {
         return None;
     }
     let at = |c: usize| f64::from(if kv.len() == 1 { kv[0] } else { kv[c] });
     let row = w.len() / m;
     if is_mul {
-        let w2: Vec<f32> = w.iter().enumerate().map(|(i, &x)| (f64::from(x) * at(i / row)) as f32).collect();
+        let w2: Vec<f32> = w
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (f64::from(x) * at(i / row)) as f32)
+            .collect();
         let b2: Vec<f32> = (0..m).map(|c| (f64::from(b[c]) * at(c)) as f32).collect();
         Some((w_dims, f32_bytes(&w2), f32_bytes(&b2)))
     } else {
@@ -241,15 +312,25 @@ fn fold(cx: &PassCx, conv: NodeId, bn: NodeId) -> Option<Folded> {
     let view = cx.view();
     let (w_dims, w, b) = conv_params(cx, conv)?;
     let m = b.len();
-    let params: Vec<Vec<f32>> = (1..5).map(|i| f32_weight(cx, view.input(bn, i)).map(|p| p.1)).collect::<Option<_>>()?;
+    let params: Vec<Vec<f32>> = (1..5)
+        .map(|i| f32_weight(cx, view.input(bn, i)).map(|p| p.1))
+        .collect::<Option<_>>()?;
     if params.iter().any(|p| p.len() != m) {
         return None;
     }
     let eps = f64::from(view.float_attr(bn, "epsilon").unwrap_or(1e-5));
     let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
-    let s: Vec<f64> = (0..m).map(|k| f64::from(scale[k]) / (f64::from(var[k]) + eps).sqrt()).collect();
+    let s: Vec<f64> = (0..m)
+        .map(|k| f64::from(scale[k]) / (f64::from(var[k]) + eps).sqrt())
+        .collect();
     let row = w.len() / m;
-    let w2: Vec<f32> = w.iter().enumerate().map(|(i, &x)| (f64::from(x) * s[i / row]) as f32).collect();
-    let b2: Vec<f32> = (0..m).map(|k| ((f64::from(b[k]) - f64::from(mean[k])) * s[k] + f64::from(bias[k])) as f32).collect();
+    let w2: Vec<f32> = w
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (f64::from(x) * s[i / row]) as f32)
+        .collect();
+    let b2: Vec<f32> = (0..m)
+        .map(|k| ((f64::from(b[k]) - f64::from(mean[k])) * s[k] + f64::from(bias[k])) as f32)
+        .collect();
     Some((w_dims, f32_bytes(&w2), f32_bytes(&b2)))
 }

@@ -38,8 +38,18 @@ pub(crate) fn identity_power(cx: &PassCx, e: &mut Edits) {
             "Add" => (0.0, true),
             _ => continue,
         };
-        let (Some(a), Some(b), Some(Some(y))) = (view.input(n, 0), view.input(n, 1), g.node(n).outputs.first().copied()) else { continue };
-        let is_neutral = |v: ValueId| weight(cx, Some(v)).and_then(Weight::to_f64s).is_some_and(|xs| !xs.is_empty() && xs.iter().all(|&x| x == neutral));
+        let (Some(a), Some(b), Some(Some(y))) = (
+            view.input(n, 0),
+            view.input(n, 1),
+            g.node(n).outputs.first().copied(),
+        ) else {
+            continue;
+        };
+        let is_neutral = |v: ValueId| {
+            weight(cx, Some(v))
+                .and_then(Weight::to_f64s)
+                .is_some_and(|xs| !xs.is_empty() && xs.iter().all(|&x| x == neutral))
+        };
         let x = if is_neutral(b) {
             a
         } else if commutes && is_neutral(a) {
@@ -59,14 +69,34 @@ pub(crate) fn identity_power(cx: &PassCx, e: &mut Edits) {
 }
 
 /// A Split node, or the split sizes as attribute (opset < 13) or input (opset ≥ 13).
-fn split_node(cx: &PassCx, e: &mut Edits, label: &str, input: String, outputs: Vec<String>, axis: i64, sizes: &[i64]) -> NodeProto {
+fn split_node(
+    cx: &PassCx,
+    e: &mut Edits,
+    label: &str,
+    input: String,
+    outputs: Vec<String>,
+    axis: i64,
+    sizes: &[i64],
+) -> NodeProto {
     let name = e.fresh(label);
     if cx.opset >= 13 {
         let sizes_name = e.fresh(&format!("{name}_sizes"));
         e.initializer(i64_tensor(&sizes_name, sizes));
-        node("Split", &name, vec![input, sizes_name], outputs, vec![attr_int("axis", axis)])
+        node(
+            "Split",
+            &name,
+            vec![input, sizes_name],
+            outputs,
+            vec![attr_int("axis", axis)],
+        )
     } else {
-        node("Split", &name, vec![input], outputs, vec![attr_int("axis", axis), attr_ints("split", sizes)])
+        node(
+            "Split",
+            &name,
+            vec![input],
+            outputs,
+            vec![attr_int("axis", axis), attr_ints("split", sizes)],
+        )
     }
 }
 
@@ -88,17 +118,31 @@ pub(crate) fn group_conv(cx: &PassCx, e: &mut Edits) {
         if view.op(concat) != "Concat" || !cx.enabled(concat, Rule::GroupConv) {
             continue;
         }
-        let Some(y) = view.single_output(concat) else { continue };
+        let Some(y) = view.single_output(concat) else {
+            continue;
+        };
         if !axis_is_channels(view.int_attr(concat, "axis").unwrap_or(0), view.rank(y)) {
             continue;
         }
-        let convs: Option<Vec<NodeId>> = g.node(concat).inputs.iter().map(|v| g.value((*v)?).producer()).collect();
-        let Some(convs) = convs.filter(|c| c.len() >= 2) else { continue };
-        let Some(split) = view.input(convs[0], 0).and_then(|v| g.value(v).producer()) else { continue };
+        let convs: Option<Vec<NodeId>> = g
+            .node(concat)
+            .inputs
+            .iter()
+            .map(|v| g.value((*v)?).producer())
+            .collect();
+        let Some(convs) = convs.filter(|c| c.len() >= 2) else {
+            continue;
+        };
+        let Some(split) = view.input(convs[0], 0).and_then(|v| g.value(v).producer()) else {
+            continue;
+        };
         let split_outs: Vec<Option<ValueId>> = g.node(split).outputs.clone();
         let shape_ok = view.op(split) == "Split"
             && split_outs.len() == convs.len()
-            && axis_is_channels(view.int_attr(split, "axis").unwrap_or(0), view.input(split, 0).and_then(|x| view.rank(x)));
+            && axis_is_channels(
+                view.int_attr(split, "axis").unwrap_or(0),
+                view.input(split, 0).and_then(|x| view.rank(x)),
+            );
         if !shape_ok {
             continue;
         }
@@ -109,19 +153,30 @@ pub(crate) fn group_conv(cx: &PassCx, e: &mut Edits) {
             let w = weight(cx, view.input(c, 1));
             view.op(c) == "Conv"
                 && view.sole_consumer(c) == Some(concat)
-                && split_outs[i].is_some_and(|s| view.input(c, 0) == Some(s) && g.value(s).consumers == [c] && !view.is_graph_output(s))
+                && split_outs[i].is_some_and(|s| {
+                    view.input(c, 0) == Some(s)
+                        && g.value(s).consumers == [c]
+                        && !view.is_graph_output(s)
+                })
                 && sig0.is_some()
                 && view.conv_signature(c) == sig0
-                && w.zip(w0).is_some_and(|(w, w0)| w.dims == w0.dims && w.elem == w0.elem)
+                && w.zip(w0)
+                    .is_some_and(|(w, w0)| w.dims == w0.dims && w.elem == w0.elem)
                 && view.input(c, 2).is_some() == has_bias
                 && (!has_bias || weight(cx, view.input(c, 2)).is_some())
                 && convs[..i].iter().all(|&d| d != c)
         });
-        let equal_splits = split_outs.iter().map(|s| s.and_then(|s| view.channels(s))).collect::<Option<Vec<_>>>().is_some_and(|c| c.windows(2).all(|w| w[0] == w[1]));
+        let equal_splits = split_outs
+            .iter()
+            .map(|s| s.and_then(|s| view.channels(s)))
+            .collect::<Option<Vec<_>>>()
+            .is_some_and(|c| c.windows(2).all(|w| w[0] == w[1]));
         if !each_ok || !equal_splits {
             continue;
         }
-        let (Some(sig), Some(w0), Some(x)) = (sig0, w0, view.input(split, 0)) else { continue };
+        let (Some(sig), Some(w0), Some(x)) = (sig0, w0, view.input(split, 0)) else {
+            continue;
+        };
         let stack = |slot: usize| -> Option<Vec<u8>> {
             let mut out = Vec::new();
             for &c in &convs {
@@ -129,7 +184,9 @@ pub(crate) fn group_conv(cx: &PassCx, e: &mut Edits) {
             }
             Some(out)
         };
-        let (Some(w_raw), b_raw) = (stack(1), has_bias.then(|| stack(2))) else { continue };
+        let (Some(w_raw), b_raw) = (stack(1), has_bias.then(|| stack(2))) else {
+            continue;
+        };
         if b_raw.as_ref().is_some_and(Option::is_none) {
             continue;
         }
@@ -169,12 +226,28 @@ pub(crate) fn group_conv(cx: &PassCx, e: &mut Edits) {
 
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum JoinKey {
-    Conv(Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, String, i64, ElemType),
+    Conv(
+        Vec<i64>,
+        Vec<i64>,
+        Vec<i64>,
+        Vec<i64>,
+        String,
+        i64,
+        ElemType,
+    ),
     MatMul(i64, ElemType),
 }
 
 fn conv_key(s: ConvSignature, elem: ElemType) -> JoinKey {
-    JoinKey::Conv(s.kernel, s.strides, s.dilations, s.pads, s.auto_pad, s.in_per_group, elem)
+    JoinKey::Conv(
+        s.kernel,
+        s.strides,
+        s.dilations,
+        s.pads,
+        s.auto_pad,
+        s.in_per_group,
+        elem,
+    )
 }
 
 /// Sibling Convs (group 1) or MatMuls (constant 2-D weights) reading the same tensor with the
@@ -186,15 +259,27 @@ pub(crate) fn join(cx: &PassCx, e: &mut Edits) {
         let x = ValueId(xi as u32);
         let mut buckets: BTreeMap<JoinKey, Vec<NodeId>> = BTreeMap::new();
         for &c in &xv.consumers {
-            if !cx.enabled(c, Rule::Join) || view.input(c, 0) != Some(x) || view.single_output(c).is_none() {
+            if !cx.enabled(c, Rule::Join)
+                || view.input(c, 0) != Some(x)
+                || view.single_output(c).is_none()
+            {
                 continue;
             }
-            let Some(w) = weight(cx, view.input(c, 1)) else { continue };
+            let Some(w) = weight(cx, view.input(c, 1)) else {
+                continue;
+            };
             let key = match view.op(c) {
-                "Conv" if view.int_attr(c, "group").unwrap_or(1) == 1 && view.input(c, 2).is_none_or(|b| weight(cx, Some(b)).is_some()) => {
+                "Conv"
+                    if view.int_attr(c, "group").unwrap_or(1) == 1
+                        && view
+                            .input(c, 2)
+                            .is_none_or(|b| weight(cx, Some(b)).is_some()) =>
+                {
                     view.conv_signature(c).map(|s| conv_key(s, w.elem))
                 }
-                "MatMul" if w.dims.len() == 2 && view.rank(x).is_some_and(|r| r >= 2) => Some(JoinKey::MatMul(w.dims[0], w.elem)),
+                "MatMul" if w.dims.len() == 2 && view.rank(x).is_some_and(|r| r >= 2) => {
+                    Some(JoinKey::MatMul(w.dims[0], w.elem))
+                }
                 _ => None,
             };
             if let Some(k) = key {
@@ -212,7 +297,10 @@ pub(crate) fn join(cx: &PassCx, e: &mut Edits) {
 fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[NodeId]) {
     let g = &cx.model.graph;
     let view = cx.view();
-    let ws: Option<Vec<(Bytes, Vec<i64>)>> = nodes.iter().map(|&n| weight(cx, view.input(n, 1)).and_then(|w| Some((bytes_of(w)?, w.dims.clone())))).collect();
+    let ws: Option<Vec<(Bytes, Vec<i64>)>> = nodes
+        .iter()
+        .map(|&n| weight(cx, view.input(n, 1)).and_then(|w| Some((bytes_of(w)?, w.dims.clone()))))
+        .collect();
     let Some(ws) = ws else { return };
     let elem = weight(cx, view.input(nodes[0], 1)).map_or(ElemType::F32, |w| w.elem);
     let is_conv = matches!(key, JoinKey::Conv(..));
@@ -220,7 +308,10 @@ fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[N
     if any_bias && elem != ElemType::F32 && nodes.iter().any(|&n| view.input(n, 2).is_none()) {
         return;
     }
-    let sizes: Vec<i64> = ws.iter().map(|(_, d)| if is_conv { d[0] } else { d[1] }).collect();
+    let sizes: Vec<i64> = ws
+        .iter()
+        .map(|(_, d)| if is_conv { d[0] } else { d[1] })
+        .collect();
     let biases: Option<Vec<u8>> = if any_bias {
         let mut out = Vec::new();
         for (&n, &m) in nodes.iter().zip(&sizes) {
@@ -236,7 +327,9 @@ fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[N
     } else {
         None
     };
-    let Some(elem_bytes) = elem.bits().map(|b| b as usize / 8).filter(|&b| b > 0) else { return };
+    let Some(elem_bytes) = elem.bits().map(|b| b as usize / 8).filter(|&b| b > 0) else {
+        return;
+    };
     if !e.claim(nodes) {
         return;
     }
@@ -264,9 +357,27 @@ fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[N
     op.name = Some(joined.clone());
     op.input = inputs;
     op.output = vec![joined_out.clone()];
-    let axis = if is_conv { 1 } else { view.single_output(first).and_then(|y| view.rank(y)).map_or(-1, |r| r as i64 - 1) };
-    let outputs: Vec<String> = nodes.iter().filter_map(|&n| view.single_output(n)).map(|v| name(cx, v)).collect();
-    let split = split_node(cx, e, &format!("{joined}_split"), joined_out, outputs, axis, &sizes);
+    let axis = if is_conv {
+        1
+    } else {
+        view.single_output(first)
+            .and_then(|y| view.rank(y))
+            .map_or(-1, |r| r as i64 - 1)
+    };
+    let outputs: Vec<String> = nodes
+        .iter()
+        .filter_map(|&n| view.single_output(n))
+        .map(|v| name(cx, v))
+        .collect();
+    let split = split_node(
+        cx,
+        e,
+        &format!("{joined}_split"),
+        joined_out,
+        outputs,
+        axis,
+        &sizes,
+    );
     e.origin(&joined, nodes);
     e.origin(split.name(), nodes);
     let at = *nodes.iter().min().unwrap_or(&first);
@@ -285,22 +396,58 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
     let g = &cx.model.graph;
     let view = cx.view();
     for &n in g.topo_order() {
-        let Some(budget) = cx.tile_bytes.get(n.index()).copied().flatten().filter(|_| cx.enabled(n, Rule::Tile)) else { continue };
+        let Some(budget) = cx
+            .tile_bytes
+            .get(n.index())
+            .copied()
+            .flatten()
+            .filter(|_| cx.enabled(n, Rule::Tile))
+        else {
+            continue;
+        };
         let is_conv = view.op(n) == "Conv";
-        let is_pool = matches!(view.op(n), "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool");
+        let is_pool = matches!(
+            view.op(n),
+            "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool"
+        );
         if !is_conv && !is_pool {
             continue;
         }
-        let (Some(x), Some(y)) = (view.input(n, 0), view.single_output(n)) else { continue };
+        let (Some(x), Some(y)) = (view.input(n, 0), view.single_output(n)) else {
+            continue;
+        };
         let bytes = |v: ValueId| g.value(v).ty.byte_size();
-        let (Some(in_b), Some(out_b), Some(channels)) = (bytes(x), bytes(y), view.channels(y)) else { continue };
-        let w = if is_conv { weight(cx, view.input(n, 1)) } else { None };
-        if is_conv && (w.is_none() || view.int_attr(n, "group").unwrap_or(1) != 1 || view.input(n, 2).is_some_and(|b| weight(cx, Some(b)).is_none())) {
+        let (Some(in_b), Some(out_b), Some(channels)) = (bytes(x), bytes(y), view.channels(y))
+        else {
+            continue;
+        };
+        let w = if is_conv {
+            weight(cx, view.input(n, 1))
+        } else {
+            None
+        };
+        if is_conv
+            && (w.is_none()
+                || view.int_attr(n, "group").unwrap_or(1) != 1
+                || view
+                    .input(n, 2)
+                    .is_some_and(|b| weight(cx, Some(b)).is_none()))
+        {
             continue;
         }
-        let params: u64 = w.map_or(0, Weight::byte_len) + view.input(n, 2).and_then(|b| weight(cx, Some(b))).map_or(0, Weight::byte_len);
+        let params: u64 = w.map_or(0, Weight::byte_len)
+            + view
+                .input(n, 2)
+                .and_then(|b| weight(cx, Some(b)))
+                .map_or(0, Weight::byte_len);
         // A pool tile reads only its channels; a conv tile reads the whole input.
-        let need = |k: u64| if is_conv { in_b + out_b.div_ceil(k) + params.div_ceil(k) } else { (in_b + out_b).div_ceil(k) };
+        let need = |k: u64| {
+            if is_conv {
+                in_b + out_b.div_ceil(k) + params.div_ceil(k)
+            } else {
+                (in_b + out_b).div_ceil(k)
+            }
+        };
         if need(1) <= budget {
             continue;
         }
@@ -312,8 +459,18 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
         // A fused activation after the Conv goes into each tile, so the tiles stay Conv+act
         // pairs (the VPU fuses before it tiles); channel tiling commutes with it.
         let act = view.sole_consumer(n).filter(|&a| {
-            is_conv && cx.enabled(a, Rule::VpuConvActivation) && view.input(a, 0) == Some(y) && view.single_output(a).is_some()
-                && (matches!(view.op(a), "Relu" | "LeakyRelu") || (view.op(a) == "Clip" && g.node(a).inputs.iter().skip(1).flatten().all(|&v| view.is_const(v))))
+            is_conv
+                && cx.enabled(a, Rule::VpuConvActivation)
+                && view.input(a, 0) == Some(y)
+                && view.single_output(a).is_some()
+                && (matches!(view.op(a), "Relu" | "LeakyRelu")
+                    || (view.op(a) == "Clip"
+                        && g.node(a)
+                            .inputs
+                            .iter()
+                            .skip(1)
+                            .flatten()
+                            .all(|&v| view.is_const(v))))
         });
         let claimed = match act {
             Some(a) => e.claim(&[n, a]),
@@ -323,30 +480,55 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
             continue;
         }
         let k = tiles as i64;
-        let sizes: Vec<i64> = (0..k).map(|m| channels / k + i64::from(m < channels % k)).collect();
+        let sizes: Vec<i64> = (0..k)
+            .map(|m| channels / k + i64::from(m < channels % k))
+            .collect();
         let tile_names: Vec<String> = (1..=k).map(|m| format!("{label}@soc={m}/{k}")).collect();
         if !tile_names.iter().all(|t| e.take_exact(t)) {
-            e.notes.push(format!("tile: {label}: a node named {label}@soc=… already exists, left whole"));
+            e.notes.push(format!(
+                "tile: {label}: a node named {label}@soc=… already exists, left whole"
+            ));
             continue;
         }
-        let outs: Vec<String> = (1..=k).map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, y)))).collect();
+        let outs: Vec<String> = (1..=k)
+            .map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, y))))
+            .collect();
         let proto = &cx.proto.node[n.index()];
         let mut new_nodes = Vec::new();
         let tile_inputs: Vec<Vec<String>> = if is_conv {
             let Some(w) = w else { continue };
-            let (Some(w_raw), b) = (bytes_of(w), view.input(n, 2).and_then(|b| weight(cx, Some(b)))) else { continue };
+            let (Some(w_raw), b) = (
+                bytes_of(w),
+                view.input(n, 2).and_then(|b| weight(cx, Some(b))),
+            ) else {
+                continue;
+            };
             let b_raw = b.and_then(bytes_of);
             let mut start = 0;
             let mut ins = Vec::new();
             for (m, &size) in sizes.iter().enumerate() {
                 let mut dims = w.dims.clone();
                 dims[0] = size;
-                let w_name = e.fresh(&format!("{}@soc={}/{k}", name(cx, view.input(n, 1).unwrap_or(x)), m + 1));
-                e.initializer(tensor(&w_name, w.elem, &dims, slice_dim0(&w_raw, &w.dims, start, start + size)));
+                let w_name = e.fresh(&format!(
+                    "{}@soc={}/{k}",
+                    name(cx, view.input(n, 1).unwrap_or(x)),
+                    m + 1
+                ));
+                e.initializer(tensor(
+                    &w_name,
+                    w.elem,
+                    &dims,
+                    slice_dim0(&w_raw, &w.dims, start, start + size),
+                ));
                 let mut i = vec![name(cx, x), w_name];
                 if let (Some(b), Some(raw)) = (b, &b_raw) {
                     let b_name = e.fresh(&format!("{label}_B@soc={}/{k}", m + 1));
-                    e.initializer(tensor(&b_name, b.elem, &[size], slice_dim0(raw, &b.dims, start, start + size)));
+                    e.initializer(tensor(
+                        &b_name,
+                        b.elem,
+                        &[size],
+                        slice_dim0(raw, &b.dims, start, start + size),
+                    ));
                     i.push(b_name);
                 }
                 ins.push(i);
@@ -354,8 +536,18 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
             }
             ins
         } else {
-            let parts: Vec<String> = (1..=k).map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, x)))).collect();
-            new_nodes.push(split_node(cx, e, &format!("{label}@split"), name(cx, x), parts.clone(), 1, &sizes));
+            let parts: Vec<String> = (1..=k)
+                .map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, x))))
+                .collect();
+            new_nodes.push(split_node(
+                cx,
+                e,
+                &format!("{label}@split"),
+                name(cx, x),
+                parts.clone(),
+                1,
+                &sizes,
+            ));
             parts.into_iter().map(|p| vec![p]).collect()
         };
         let mut joined = outs.clone();
@@ -382,7 +574,13 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
             }
         }
         let concat = e.fresh(&format!("{label}@concat"));
-        new_nodes.push(node("Concat", &concat, joined, vec![name(cx, final_out)], vec![attr_int("axis", 1)]));
+        new_nodes.push(node(
+            "Concat",
+            &concat,
+            joined,
+            vec![name(cx, final_out)],
+            vec![attr_int("axis", 1)],
+        ));
         e.origin(&concat, &[n]);
         for nn in new_nodes {
             e.insert_at(n, nn);

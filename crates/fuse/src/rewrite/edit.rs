@@ -3,7 +3,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cleave_ir::{Graph, NodeId, ValueId};
-use cleave_onnx::proto::{attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto};
+use cleave_onnx::proto::{
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+    NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
 
 pub(crate) struct Edits<'g> {
     g: &'g Graph,
@@ -45,7 +48,12 @@ impl<'g> Edits<'g> {
     /// Reserves nodes for one rewrite; false if an earlier rewrite this round touched any,
     /// or one feeds a value another rewrite renamed.
     pub fn claim(&mut self, nodes: &[NodeId]) -> bool {
-        let renamed = |n: &NodeId| self.g.node(*n).all_inputs().any(|v| self.reads.contains_key(&self.g.value(v).name));
+        let renamed = |n: &NodeId| {
+            self.g
+                .node(*n)
+                .all_inputs()
+                .any(|v| self.reads.contains_key(&self.g.value(v).name))
+        };
         if nodes.iter().any(|n| self.touched[n.index()] || renamed(n)) {
             return false;
         }
@@ -85,7 +93,12 @@ impl<'g> Edits<'g> {
     }
 
     pub fn origin(&mut self, new_label: &str, old: &[NodeId]) {
-        self.origins.push((new_label.to_string(), old.iter().map(|&n| self.g.node_label(n).to_string()).collect()));
+        self.origins.push((
+            new_label.to_string(),
+            old.iter()
+                .map(|&n| self.g.node_label(n).to_string())
+                .collect(),
+        ));
     }
 
     /// Removes `n`, which passes `x` through unchanged as `y`: readers of `y` read `x`, or,
@@ -94,19 +107,28 @@ impl<'g> Edits<'g> {
     pub fn bypass(&mut self, n: NodeId, x: ValueId, y: ValueId) -> bool {
         let g = self.g;
         let is_out = |v: ValueId| g.outputs.contains(&v);
-        let read_inside = |v: ValueId| g.value(v).consumers.iter().any(|&c| g.node(c).implicit_inputs.contains(&v));
+        let read_inside = |v: ValueId| {
+            g.value(v)
+                .consumers
+                .iter()
+                .any(|&c| g.node(c).implicit_inputs.contains(&v))
+        };
         if read_inside(y) {
             return false;
         }
         if !is_out(y) {
-            self.reads.insert(g.value(y).name.clone(), g.value(x).name.clone());
+            self.reads
+                .insert(g.value(y).name.clone(), g.value(x).name.clone());
         } else {
-            let Some(p) = g.value(x).producer() else { return false };
+            let Some(p) = g.value(x).producer() else {
+                return false;
+            };
             if is_out(x) || g.value(x).consumers != [n] || self.touched[p.index()] {
                 return false;
             }
             self.touched[p.index()] = true;
-            self.writes.insert(g.value(x).name.clone(), g.value(y).name.clone());
+            self.writes
+                .insert(g.value(x).name.clone(), g.value(y).name.clone());
         }
         self.remove(n);
         true
@@ -114,7 +136,10 @@ impl<'g> Edits<'g> {
 
     pub(crate) fn record_origins(&self, origins: &mut HashMap<String, Vec<String>>) {
         for (new, old) in &self.origins {
-            let mut names: Vec<String> = old.iter().flat_map(|o| origins.get(o).cloned().unwrap_or_else(|| vec![o.clone()])).collect();
+            let mut names: Vec<String> = old
+                .iter()
+                .flat_map(|o| origins.get(o).cloned().unwrap_or_else(|| vec![o.clone()]))
+                .collect();
             names.dedup();
             origins.insert(new.clone(), names);
         }
@@ -159,19 +184,45 @@ fn clean(graph: &mut GraphProto) {
     let mut read = HashSet::new();
     reads(graph, &mut read);
     read.extend(graph.output.iter().map(|o| o.name().to_string()));
-    let dead: HashSet<String> = graph.initializer.iter().map(|t| t.name().to_string()).filter(|n| !read.contains(n)).collect();
+    let dead: HashSet<String> = graph
+        .initializer
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|n| !read.contains(n))
+        .collect();
     graph.initializer.retain(|t| !dead.contains(t.name()));
     graph.input.retain(|i| !dead.contains(i.name()));
-    let mut exists: HashSet<String> = graph.node.iter().flat_map(|n| n.output.iter().cloned()).collect();
+    let mut exists: HashSet<String> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.output.iter().cloned())
+        .collect();
     exists.extend(graph.input.iter().map(|i| i.name().to_string()));
     exists.extend(graph.initializer.iter().map(|t| t.name().to_string()));
     graph.value_info.retain(|v| exists.contains(v.name()));
 }
 
 fn input_of(t: &TensorProto) -> ValueInfoProto {
-    let dims = t.dims.iter().map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d)), ..Default::default() }).collect();
-    let tensor = type_proto::Tensor { elem_type: t.data_type, shape: Some(TensorShapeProto { dim: dims }) };
-    ValueInfoProto { name: t.name.clone(), r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(tensor)), ..Default::default() }), ..Default::default() }
+    let dims = t
+        .dims
+        .iter()
+        .map(|&d| tensor_shape_proto::Dimension {
+            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+            ..Default::default()
+        })
+        .collect();
+    let tensor = type_proto::Tensor {
+        elem_type: t.data_type,
+        shape: Some(TensorShapeProto { dim: dims }),
+    };
+    ValueInfoProto {
+        name: t.name.clone(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(tensor)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 fn reads(g: &GraphProto, into: &mut HashSet<String>) {
@@ -185,14 +236,37 @@ fn reads(g: &GraphProto, into: &mut HashSet<String>) {
     }
 }
 
-pub(crate) fn node(op: &str, name: &str, inputs: Vec<String>, outputs: Vec<String>, attrs: Vec<AttributeProto>) -> NodeProto {
-    NodeProto { op_type: Some(op.into()), name: Some(name.into()), input: inputs, output: outputs, attribute: attrs, ..Default::default() }
+pub(crate) fn node(
+    op: &str,
+    name: &str,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        name: Some(name.into()),
+        input: inputs,
+        output: outputs,
+        attribute: attrs,
+        ..Default::default()
+    }
 }
 
 pub(crate) fn attr_int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Int as i32), i: Some(v), ..Default::default() }
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
 }
 
 pub(crate) fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() }
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
 }

@@ -20,14 +20,24 @@ pub struct RuntimeLayer {
 
 /// One layer per fused group and per other non-constant node, in topological order.
 /// `origins` maps labels of rewritten nodes to the source labels they replace.
-pub fn runtime_layers(g: &Graph, constant: &[bool], groups: &[Group], origins: &HashMap<String, Vec<String>>) -> Vec<RuntimeLayer> {
+pub fn runtime_layers(
+    g: &Graph,
+    constant: &[bool],
+    groups: &[Group],
+    origins: &HashMap<String, Vec<String>>,
+) -> Vec<RuntimeLayer> {
     let mut group_of = vec![usize::MAX; g.nodes.len()];
     for (i, grp) in groups.iter().enumerate() {
         for n in &grp.nodes {
             group_of[n.index()] = i;
         }
     }
-    let source = |label: &str| origins.get(label).cloned().unwrap_or_else(|| vec![label.to_string()]);
+    let source = |label: &str| {
+        origins
+            .get(label)
+            .cloned()
+            .unwrap_or_else(|| vec![label.to_string()])
+    };
     let mut layers = Vec::new();
     for &n in g.topo_order() {
         if constant.get(n.index()).copied().unwrap_or(false) {
@@ -36,11 +46,25 @@ pub fn runtime_layers(g: &Graph, constant: &[bool], groups: &[Group], origins: &
         let gi = group_of[n.index()];
         if gi == usize::MAX {
             let label = g.node_label(n);
-            layers.push(RuntimeLayer { name: label.to_string(), op_type: g.node(n).op_type.clone(), rule: None, original: source(label) });
+            layers.push(RuntimeLayer {
+                name: label.to_string(),
+                op_type: g.node(n).op_type.clone(),
+                rule: None,
+                original: source(label),
+            });
         } else if groups[gi].anchor() == n {
             let grp = &groups[gi];
-            let original = grp.nodes.iter().flat_map(|&m| source(g.node_label(m))).collect();
-            layers.push(RuntimeLayer { name: g.node_label(n).to_string(), op_type: g.node(n).op_type.clone(), rule: Some(grp.rule.name()), original });
+            let original = grp
+                .nodes
+                .iter()
+                .flat_map(|&m| source(g.node_label(m)))
+                .collect();
+            layers.push(RuntimeLayer {
+                name: g.node_label(n).to_string(),
+                op_type: g.node(n).op_type.clone(),
+                rule: Some(grp.rule.name()),
+                original,
+            });
         }
     }
     layers

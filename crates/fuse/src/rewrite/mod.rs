@@ -46,7 +46,10 @@ pub enum OptimizeError {
     #[error(transparent)]
     Onnx(#[from] OnnxError),
     #[error("profile '{profile}': {source}")]
-    Rule { profile: String, source: UnknownRule },
+    Rule {
+        profile: String,
+        source: UnknownRule,
+    },
     #[error("rewrite '{rule}' produced an invalid graph (a bug in cleave): {cause}")]
     Broken { rule: &'static str, cause: String },
 }
@@ -68,7 +71,10 @@ pub struct Optimized {
 impl Optimized {
     /// The source labels behind a node of the new model.
     pub fn original_names(&self, label: &str) -> Vec<String> {
-        self.origins.get(label).cloned().unwrap_or_else(|| vec![label.to_string()])
+        self.origins
+            .get(label)
+            .cloned()
+            .unwrap_or_else(|| vec![label.to_string()])
     }
 }
 
@@ -99,8 +105,12 @@ type Pass = fn(&PassCx, &mut Edits);
 
 /// Rewrites `src` to the given level. The source model is not modified.
 pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, OptimizeError> {
-    let mut passes: Vec<(&'static str, Pass)> =
-        vec![("fold_constants", basic::fold_constants), ("remove_identity", basic::remove_identity), ("fold_batchnorm", basic::fold_batchnorm), ("fold_conv_mul_add", basic::fold_conv_mul_add)];
+    let mut passes: Vec<(&'static str, Pass)> = vec![
+        ("fold_constants", basic::fold_constants),
+        ("remove_identity", basic::remove_identity),
+        ("fold_batchnorm", basic::fold_batchnorm),
+        ("fold_conv_mul_add", basic::fold_conv_mul_add),
+    ];
     if opts.level == Level::Device {
         passes.extend([
             (Rule::IdentityPower.name(), device::identity_power as Pass),
@@ -121,8 +131,21 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
             let constant = ir.graph.constant_nodes(is_deterministic);
             let (rules, tile_bytes) = device_rules(&ir, opts)?;
             let opset = ir.opset("").unwrap_or(21);
-            let proto = current.proto.graph.as_ref().ok_or_else(|| OnnxError::NoGraph { path: current.path.clone() })?;
-            let cx = PassCx { model: &ir, proto, constant: &constant, rules: &rules, tile_bytes: &tile_bytes, opset };
+            let proto = current
+                .proto
+                .graph
+                .as_ref()
+                .ok_or_else(|| OnnxError::NoGraph {
+                    path: current.path.clone(),
+                })?;
+            let cx = PassCx {
+                model: &ir,
+                proto,
+                constant: &constant,
+                rules: &rules,
+                tile_bytes: &tile_bytes,
+                opset,
+            };
             let mut edits = Edits::new(&ir.graph);
             pass(&cx, &mut edits);
             notes.append(&mut edits.notes);
@@ -131,14 +154,29 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
             }
             *applied.entry(name).or_insert(0) += edits.count;
             edits.record_origins(&mut origins);
-            let graph = current.proto.graph.as_mut().ok_or_else(|| OnnxError::NoGraph { path: current.path.clone() })?;
+            let graph = current
+                .proto
+                .graph
+                .as_mut()
+                .ok_or_else(|| OnnxError::NoGraph {
+                    path: current.path.clone(),
+                })?;
             edits.apply(graph, current.proto.ir_version.unwrap_or(0) < 4);
-            ir = typed(&current).map_err(|e| OptimizeError::Broken { rule: name, cause: e.to_string() })?;
+            ir = typed(&current).map_err(|e| OptimizeError::Broken {
+                rule: name,
+                cause: e.to_string(),
+            })?;
         }
     }
     notes.sort();
     notes.dedup();
-    Ok(Optimized { model: current, ir, applied, origins, notes })
+    Ok(Optimized {
+        model: current,
+        ir,
+        applied,
+        origins,
+        notes,
+    })
 }
 
 fn typed(m: &OnnxModel) -> Result<Model, OnnxError> {
@@ -148,7 +186,10 @@ fn typed(m: &OnnxModel) -> Result<Model, OnnxError> {
 }
 
 /// For each node, the rules and tile budget of the first device that runs it.
-fn device_rules(ir: &Model, opts: &OptimizeOptions) -> Result<(Vec<Vec<Rule>>, Vec<Option<u64>>), OptimizeError> {
+fn device_rules(
+    ir: &Model,
+    opts: &OptimizeOptions,
+) -> Result<(Vec<Vec<Rule>>, Vec<Option<u64>>), OptimizeError> {
     let g = &ir.graph;
     if opts.level == Level::Basic {
         return Ok((vec![Vec::new(); g.nodes.len()], vec![None; g.nodes.len()]));
@@ -156,7 +197,13 @@ fn device_rules(ir: &Model, opts: &OptimizeOptions) -> Result<(Vec<Vec<Rule>>, V
     let mut per_device = Vec::new();
     for d in &opts.devices {
         let (rules, tile) = match opts.profiles.get(d) {
-            Some(p) => (Rule::parse_all(&p.fuse.rules).map_err(|source| OptimizeError::Rule { profile: d.clone(), source })?, p.fuse.tile_bytes),
+            Some(p) => (
+                Rule::parse_all(&p.fuse.rules).map_err(|source| OptimizeError::Rule {
+                    profile: d.clone(),
+                    source,
+                })?,
+                p.fuse.tile_bytes,
+            ),
             None => (Vec::new(), None),
         };
         per_device.push((d.as_str(), rules, tile));
@@ -164,7 +211,9 @@ fn device_rules(ir: &Model, opts: &OptimizeOptions) -> Result<(Vec<Vec<Rule>>, V
     let mut rules = Vec::with_capacity(g.nodes.len());
     let mut tiles = Vec::with_capacity(g.nodes.len());
     for node in &g.nodes {
-        let first = per_device.iter().find(|(d, _, _)| opts.profiles.check(d, g, node) == cleave_device::Verdict::Supported);
+        let first = per_device
+            .iter()
+            .find(|(d, _, _)| opts.profiles.check(d, g, node) == cleave_device::Verdict::Supported);
         rules.push(first.map(|(_, r, _)| r.clone()).unwrap_or_default());
         tiles.push(first.and_then(|(_, _, t)| *t));
     }

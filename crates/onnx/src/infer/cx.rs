@@ -11,8 +11,18 @@ pub(crate) struct Cx<'a> {
 }
 
 impl<'a> Cx<'a> {
-    pub fn new(g: &'a Graph, node: &'a Node, consts: &'a HashMap<ValueId, Vec<i64>>, opset: i64) -> Self {
-        Cx { g, node, consts, opset }
+    pub fn new(
+        g: &'a Graph,
+        node: &'a Node,
+        consts: &'a HashMap<ValueId, Vec<i64>>,
+        opset: i64,
+    ) -> Self {
+        Cx {
+            g,
+            node,
+            consts,
+            opset,
+        }
     }
 
     pub fn input_id(&self, i: usize) -> Option<ValueId> {
@@ -32,7 +42,9 @@ impl<'a> Cx<'a> {
     }
 
     pub fn ty(&self, i: usize) -> TensorType {
-        self.input_id(i).map(|v| self.g.value(v).ty.clone()).unwrap_or_default()
+        self.input_id(i)
+            .map(|v| self.g.value(v).ty.clone())
+            .unwrap_or_default()
     }
 
     pub fn elem(&self, i: usize) -> Option<ElemType> {
@@ -40,7 +52,8 @@ impl<'a> Cx<'a> {
     }
 
     pub fn shape(&self, i: usize) -> Option<&'a [Dim]> {
-        self.input_id(i).and_then(|v| self.g.value(v).ty.shape.as_deref())
+        self.input_id(i)
+            .and_then(|v| self.g.value(v).ty.shape.as_deref())
     }
 
     pub fn rank(&self, i: usize) -> Option<usize> {
@@ -49,7 +62,9 @@ impl<'a> Cx<'a> {
 
     /// The input's values, when it is a known small integer tensor.
     pub fn ints(&self, i: usize) -> Option<&'a [i64]> {
-        self.input_id(i).and_then(|v| self.consts.get(&v)).map(Vec::as_slice)
+        self.input_id(i)
+            .and_then(|v| self.consts.get(&v))
+            .map(Vec::as_slice)
     }
 
     pub fn attr(&self, name: &str) -> Option<&'a AttrValue> {
@@ -85,7 +100,12 @@ impl<'a> Cx<'a> {
     }
 
     /// An axes-like list: from the attribute before `input_since`, from input `slot` after.
-    pub fn ints_attr_or_input(&self, name: &str, slot: usize, input_since: i64) -> Option<Vec<i64>> {
+    pub fn ints_attr_or_input(
+        &self,
+        name: &str,
+        slot: usize,
+        input_since: i64,
+    ) -> Option<Vec<i64>> {
         if self.opset >= input_since && self.has_input(slot) {
             return self.ints(slot).map(<[i64]>::to_vec);
         }

@@ -20,7 +20,9 @@ pub fn broadcast(shapes: &[&[Dim]]) -> Vec<Dim> {
         .map(|i| {
             let mut out: Option<Dim> = None;
             for s in shapes {
-                let Some(d) = (i + s.len()).checked_sub(rank).map(|j| &s[j]) else { continue };
+                let Some(d) = (i + s.len()).checked_sub(rank).map(|j| &s[j]) else {
+                    continue;
+                };
                 out = Some(match (out, d) {
                     (None, d) => d.clone(),
                     (Some(Dim::Fixed(1)), d) => d.clone(),
@@ -39,7 +41,8 @@ pub fn broadcast(shapes: &[&[Dim]]) -> Vec<Dim> {
 
 /// The product of dims, when all are known.
 pub fn product(d: &[Dim]) -> Option<i64> {
-    d.iter().try_fold(1i64, |acc, x| acc.checked_mul(x.fixed()?))
+    d.iter()
+        .try_fold(1i64, |acc, x| acc.checked_mul(x.fixed()?))
 }
 
 /// The product of dims as a dim: ones drop out, so `[batch, 1, 1]` stays `batch`.
@@ -48,7 +51,10 @@ pub fn product_dim(d: &[Dim]) -> Dim {
     match rest.as_slice() {
         [] => Dim::Fixed(1),
         [one] => (*one).clone(),
-        many => many.iter().try_fold(1i64, |acc, x| acc.checked_mul(x.fixed()?)).map_or(Dim::Unknown, Dim::Fixed),
+        many => many
+            .iter()
+            .try_fold(1i64, |acc, x| acc.checked_mul(x.fixed()?))
+            .map_or(Dim::Unknown, Dim::Fixed),
     }
 }
 
@@ -72,9 +78,15 @@ mod tests {
         assert_eq!(broadcast(&[&n, &fixed(&[4])]), n);
         assert_eq!(broadcast(&[&n, &fixed(&[7, 1])])[0], Dim::Fixed(7));
         assert_eq!(axis(-1, 4), Some(3));
-        assert_eq!(product_dim(&[Dim::Param("N".into()), Dim::Fixed(1)]), Dim::Param("N".into()));
+        assert_eq!(
+            product_dim(&[Dim::Param("N".into()), Dim::Fixed(1)]),
+            Dim::Param("N".into())
+        );
         assert_eq!(product_dim(&fixed(&[2, 3])), Dim::Fixed(6));
-        assert_eq!(product_dim(&[Dim::Param("N".into()), Dim::Fixed(3)]), Dim::Unknown);
+        assert_eq!(
+            product_dim(&[Dim::Param("N".into()), Dim::Fixed(3)]),
+            Dim::Unknown
+        );
         assert_eq!(axis(4, 4), None);
     }
 }

@@ -7,48 +7,167 @@ use super::{Cx, Registry};
 use crate::dtype::elem_from_code;
 
 const SAME: &[&str] = &[
-    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Ceil", "Celu", "Clip", "Cos", "Cosh", "CumSum",
-    "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "InstanceNormalization",
-    "LeakyRelu", "Log", "LogSoftmax", "LpNormalization", "LRN", "MeanVarianceNormalization", "Mish", "Neg",
-    "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus",
-    "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu", "Trilu", "BitwiseNot", "Not", "ReverseSequence",
-    "ScatterElements", "ScatterND", "Scatter", "Swish",
+    "Abs",
+    "Acos",
+    "Acosh",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
+    "Ceil",
+    "Celu",
+    "Clip",
+    "Cos",
+    "Cosh",
+    "CumSum",
+    "Elu",
+    "Erf",
+    "Exp",
+    "Floor",
+    "Gelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Hardmax",
+    "Identity",
+    "InstanceNormalization",
+    "LeakyRelu",
+    "Log",
+    "LogSoftmax",
+    "LpNormalization",
+    "LRN",
+    "MeanVarianceNormalization",
+    "Mish",
+    "Neg",
+    "Reciprocal",
+    "Relu",
+    "Round",
+    "Selu",
+    "Shrink",
+    "Sigmoid",
+    "Sign",
+    "Sin",
+    "Sinh",
+    "Softmax",
+    "Softplus",
+    "Softsign",
+    "Sqrt",
+    "Tan",
+    "Tanh",
+    "ThresholdedRelu",
+    "Trilu",
+    "BitwiseNot",
+    "Not",
+    "ReverseSequence",
+    "ScatterElements",
+    "ScatterND",
+    "Scatter",
+    "Swish",
 ];
 
 const ARITH: &[&str] = &[
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Mod", "PRelu", "BitShift", "BitwiseAnd",
-    "BitwiseOr", "BitwiseXor",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Sum",
+    "Mean",
+    "Mod",
+    "PRelu",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseOr",
+    "BitwiseXor",
 ];
 
-const PREDICATES: &[&str] = &["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"];
+const PREDICATES: &[&str] = &[
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+];
 
 pub(crate) fn register(r: &mut Registry) {
     r.add(SAME, |cx| vec![cx.ty(0)]);
-    r.add(ARITH, |cx| vec![TensorType { elem: cx.elem(0), shape: broadcast_inputs(cx, 0..cx.n_inputs()) }]);
-    r.add(PREDICATES, |cx| vec![TensorType { elem: Some(ElemType::Bool), shape: broadcast_inputs(cx, 0..cx.n_inputs()) }]);
-    r.add(&["IsNaN", "IsInf"], |cx| vec![TensorType { elem: Some(ElemType::Bool), shape: cx.ty(0).shape }]);
-    r.add(&["Where"], |cx| vec![TensorType { elem: cx.elem(1).or(cx.elem(2)), shape: broadcast_inputs(cx, 0..3) }]);
-    r.add(&["Cast"], |cx| {
-        vec![TensorType { elem: cx.attr_i("to").and_then(|c| elem_from_code(c as i32)), shape: cx.ty(0).shape }]
+    r.add(ARITH, |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: broadcast_inputs(cx, 0..cx.n_inputs()),
+        }]
     });
-    r.add(&["CastLike"], |cx| vec![TensorType { elem: cx.elem(1), shape: cx.ty(0).shape }]);
+    r.add(PREDICATES, |cx| {
+        vec![TensorType {
+            elem: Some(ElemType::Bool),
+            shape: broadcast_inputs(cx, 0..cx.n_inputs()),
+        }]
+    });
+    r.add(&["IsNaN", "IsInf"], |cx| {
+        vec![TensorType {
+            elem: Some(ElemType::Bool),
+            shape: cx.ty(0).shape,
+        }]
+    });
+    r.add(&["Where"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(1).or(cx.elem(2)),
+            shape: broadcast_inputs(cx, 0..3),
+        }]
+    });
+    r.add(&["Cast"], |cx| {
+        vec![TensorType {
+            elem: cx.attr_i("to").and_then(|c| elem_from_code(c as i32)),
+            shape: cx.ty(0).shape,
+        }]
+    });
+    r.add(&["CastLike"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(1),
+            shape: cx.ty(0).shape,
+        }]
+    });
     r.add(&["Dropout"], |cx| {
         let x = cx.ty(0);
-        vec![x.clone(), TensorType { elem: Some(ElemType::Bool), shape: x.shape }]
+        vec![
+            x.clone(),
+            TensorType {
+                elem: Some(ElemType::Bool),
+                shape: x.shape,
+            },
+        ]
     });
     r.add(&["BatchNormalization"], |cx| {
         // Outputs after the first are per-channel statistics (training mode only).
-        let stat = TensorType { elem: cx.elem(0), shape: cx.shape(1).map(<[Dim]>::to_vec) };
+        let stat = TensorType {
+            elem: cx.elem(0),
+            shape: cx.shape(1).map(<[Dim]>::to_vec),
+        };
         vec![cx.ty(0), stat.clone(), stat.clone(), stat.clone(), stat]
     });
     r.add(&["LayerNormalization"], |cx| {
         let x = cx.ty(0);
         let stats = x.shape.as_ref().and_then(|s| {
             let axis = super::dims::axis(cx.attr_i("axis").unwrap_or(-1), s.len())?;
-            Some(s.iter().enumerate().map(|(i, d)| if i < axis { d.clone() } else { Dim::Fixed(1) }).collect())
+            Some(
+                s.iter()
+                    .enumerate()
+                    .map(|(i, d)| if i < axis { d.clone() } else { Dim::Fixed(1) })
+                    .collect(),
+            )
         });
-        let stash = cx.attr_i("stash_type").and_then(|c| elem_from_code(c as i32)).or(Some(ElemType::F32));
-        let st = TensorType { elem: stash, shape: stats };
+        let stash = cx
+            .attr_i("stash_type")
+            .and_then(|c| elem_from_code(c as i32))
+            .or(Some(ElemType::F32));
+        let st = TensorType {
+            elem: stash,
+            shape: stats,
+        };
         vec![x, st.clone(), st]
     });
     r.add(&["QuantizeLinear"], |cx| {
@@ -56,16 +175,35 @@ pub(crate) fn register(r: &mut Registry) {
             .attr_i("output_dtype")
             .filter(|&c| c != 0)
             .and_then(|c| elem_from_code(c as i32))
-            .or_else(|| if cx.has_input(2) { cx.elem(2) } else { Some(ElemType::U8) });
-        vec![TensorType { elem, shape: cx.ty(0).shape }]
+            .or_else(|| {
+                if cx.has_input(2) {
+                    cx.elem(2)
+                } else {
+                    Some(ElemType::U8)
+                }
+            });
+        vec![TensorType {
+            elem,
+            shape: cx.ty(0).shape,
+        }]
     });
     r.add(&["DequantizeLinear"], |cx| {
-        let elem = cx.attr_i("output_dtype").filter(|&c| c != 0).and_then(|c| elem_from_code(c as i32)).or(cx.elem(1));
-        vec![TensorType { elem, shape: cx.ty(0).shape }]
+        let elem = cx
+            .attr_i("output_dtype")
+            .filter(|&c| c != 0)
+            .and_then(|c| elem_from_code(c as i32))
+            .or(cx.elem(1));
+        vec![TensorType {
+            elem,
+            shape: cx.ty(0).shape,
+        }]
     });
     r.add(&["DynamicQuantizeLinear"], |cx| {
         vec![
-            TensorType { elem: Some(ElemType::U8), shape: cx.ty(0).shape },
+            TensorType {
+                elem: Some(ElemType::U8),
+                shape: cx.ty(0).shape,
+            },
             TensorType::fixed(ElemType::F32, &[]),
             TensorType::fixed(ElemType::U8, &[]),
         ]
@@ -73,6 +211,9 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 fn broadcast_inputs(cx: &Cx, slots: std::ops::Range<usize>) -> Option<Vec<Dim>> {
-    let shapes: Option<Vec<&[Dim]>> = slots.filter(|&i| cx.has_input(i)).map(|i| cx.shape(i)).collect();
+    let shapes: Option<Vec<&[Dim]>> = slots
+        .filter(|&i| cx.has_input(i))
+        .map(|i| cx.shape(i))
+        .collect();
     shapes.map(|s| broadcast(&s))
 }

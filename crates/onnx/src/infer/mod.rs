@@ -35,7 +35,9 @@ impl Registry {
     }
 
     fn new() -> Registry {
-        let mut r = Registry { rules: HashMap::new() };
+        let mut r = Registry {
+            rules: HashMap::new(),
+        };
         elementwise::register(&mut r);
         nn::register(&mut r);
         reduce::register(&mut r);
@@ -70,8 +72,16 @@ pub fn infer_types(model: &mut Model) -> InferReport {
     let mut unknown_ops = std::collections::BTreeSet::new();
     for n in order {
         let node = g.node(n);
-        let rule = if node.domain.is_empty() || node.domain == "ai.onnx" { registry.rules.get(node.op_type.as_str()) } else { None };
-        let needs = node.outputs.iter().flatten().any(|&o| !g.value(o).ty.is_complete());
+        let rule = if node.domain.is_empty() || node.domain == "ai.onnx" {
+            registry.rules.get(node.op_type.as_str())
+        } else {
+            None
+        };
+        let needs = node
+            .outputs
+            .iter()
+            .flatten()
+            .any(|&o| !g.value(o).ty.is_complete());
         let (inferred, folded) = {
             let cx = Cx::new(g, node, &consts, opset);
             let inferred = match (needs, rule) {
@@ -94,11 +104,18 @@ pub fn infer_types(model: &mut Model) -> InferReport {
             consts.insert(*v, values);
         }
     }
-    InferReport { untyped: untyped(g), unknown_ops: unknown_ops.into_iter().collect() }
+    InferReport {
+        untyped: untyped(g),
+        unknown_ops: unknown_ops.into_iter().collect(),
+    }
 }
 
 fn op_key(domain: &str, op: &str) -> String {
-    if domain.is_empty() { op.to_string() } else { format!("{domain}::{op}") }
+    if domain.is_empty() {
+        op.to_string()
+    } else {
+        format!("{domain}::{op}")
+    }
 }
 
 /// Keeps what the file said; fills only what it left open.
@@ -121,5 +138,9 @@ fn merge(have: &mut TensorType, new: TensorType) {
 
 /// Values whose element type or rank is unknown.
 pub fn untyped(g: &Graph) -> Vec<String> {
-    g.values.iter().filter(|v| !v.ty.is_complete()).map(|v| v.name.clone()).collect()
+    g.values
+        .iter()
+        .filter(|v| !v.ty.is_complete())
+        .map(|v| v.name.clone())
+        .collect()
 }

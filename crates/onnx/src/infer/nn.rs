@@ -13,28 +13,71 @@ pub(crate) fn register(r: &mut Registry) {
             "ConvInteger" => (1, Some(ElemType::I32)),
             _ => (1, cx.elem(0)),
         };
-        let channels = cx.shape(w).and_then(|s| s.first().cloned()).unwrap_or(Dim::Unknown);
-        vec![TensorType { elem, shape: windowed(cx, w, channels) }]
+        let channels = cx
+            .shape(w)
+            .and_then(|s| s.first().cloned())
+            .unwrap_or(Dim::Unknown);
+        vec![TensorType {
+            elem,
+            shape: windowed(cx, w, channels),
+        }]
     });
-    r.add(&["ConvTranspose"], |cx| vec![TensorType { elem: cx.elem(0), shape: conv_transpose(cx) }]);
+    r.add(&["ConvTranspose"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: conv_transpose(cx),
+        }]
+    });
     r.add(&["MaxPool", "AveragePool", "LpPool"], |cx| {
-        let channels = cx.shape(0).and_then(|s| s.get(1).cloned()).unwrap_or(Dim::Unknown);
+        let channels = cx
+            .shape(0)
+            .and_then(|s| s.get(1).cloned())
+            .unwrap_or(Dim::Unknown);
         let shape = windowed(cx, usize::MAX, channels);
-        vec![TensorType { elem: cx.elem(0), shape: shape.clone() }, TensorType { elem: Some(ElemType::I64), shape }]
+        vec![
+            TensorType {
+                elem: cx.elem(0),
+                shape: shape.clone(),
+            },
+            TensorType {
+                elem: Some(ElemType::I64),
+                shape,
+            },
+        ]
     });
-    r.add(&["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"], |cx| {
-        let shape = cx.shape(0).map(|s| s.iter().enumerate().map(|(i, d)| if i < 2 { d.clone() } else { Dim::Fixed(1) }).collect());
-        vec![TensorType { elem: cx.elem(0), shape }]
-    });
+    r.add(
+        &["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"],
+        |cx| {
+            let shape = cx.shape(0).map(|s| {
+                s.iter()
+                    .enumerate()
+                    .map(|(i, d)| if i < 2 { d.clone() } else { Dim::Fixed(1) })
+                    .collect()
+            });
+            vec![TensorType {
+                elem: cx.elem(0),
+                shape,
+            }]
+        },
+    );
     r.add(&["Gemm"], |cx| {
         let pick = |i: usize, trans: bool| -> Option<(Dim, Dim)> {
             let s = cx.shape(i)?;
-            (s.len() == 2).then(|| if trans { (s[1].clone(), s[0].clone()) } else { (s[0].clone(), s[1].clone()) })
+            (s.len() == 2).then(|| {
+                if trans {
+                    (s[1].clone(), s[0].clone())
+                } else {
+                    (s[0].clone(), s[1].clone())
+                }
+            })
         };
         let m = pick(0, cx.attr_i("transA").unwrap_or(0) != 0).map(|p| p.0);
         let n = pick(1, cx.attr_i("transB").unwrap_or(0) != 0).map(|p| p.1);
         let shape = Some(vec![m.unwrap_or(Dim::Unknown), n.unwrap_or(Dim::Unknown)]);
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["MatMul", "MatMulInteger", "QLinearMatMul"], |cx| {
         let (a, b, elem) = match cx.node.op_type.as_str() {
@@ -48,7 +91,12 @@ pub(crate) fn register(r: &mut Registry) {
         };
         vec![TensorType { elem, shape }]
     });
-    r.add(&["Resize", "Upsample"], |cx| vec![TensorType { elem: cx.elem(0), shape: resize(cx) }]);
+    r.add(&["Resize", "Upsample"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: resize(cx),
+        }]
+    });
     r.add(&["DepthToSpace", "SpaceToDepth"], |cx| {
         let b = cx.attr_i("blocksize").unwrap_or(1);
         let up = cx.node.op_type == "DepthToSpace";
@@ -58,23 +106,48 @@ pub(crate) fn register(r: &mut Registry) {
             } else {
                 (map_fixed(&s[1], |c| c * b * b), |d, b| d / b)
             };
-            vec![s[0].clone(), c, map_fixed(&s[2], |d| hw(d, b)), map_fixed(&s[3], |d| hw(d, b))]
+            vec![
+                s[0].clone(),
+                c,
+                map_fixed(&s[2], |d| hw(d, b)),
+                map_fixed(&s[3], |d| hw(d, b)),
+            ]
         });
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["TopK"], |cx| {
-        let k = if cx.opset >= 10 { cx.ints(1).and_then(|v| v.first().copied()) } else { cx.attr_i("k") };
+        let k = if cx.opset >= 10 {
+            cx.ints(1).and_then(|v| v.first().copied())
+        } else {
+            cx.attr_i("k")
+        };
         let shape = cx.shape(0).and_then(|s| {
             let a = axis(cx.attr_i("axis").unwrap_or(-1), s.len())?;
             let mut out = s.to_vec();
             out[a] = k.map_or(Dim::Unknown, Dim::Fixed);
             Some(out)
         });
-        vec![TensorType { elem: cx.elem(0), shape: shape.clone() }, TensorType { elem: Some(ElemType::I64), shape }]
+        vec![
+            TensorType {
+                elem: cx.elem(0),
+                shape: shape.clone(),
+            },
+            TensorType {
+                elem: Some(ElemType::I64),
+                shape,
+            },
+        ]
     });
     r.add(&["LSTM", "GRU", "RNN"], |cx| {
         let h = cx.attr_i("hidden_size").map_or(Dim::Unknown, Dim::Fixed);
-        let dirs = Dim::Fixed(if cx.attr_str("direction") == Some("bidirectional") { 2 } else { 1 });
+        let dirs = Dim::Fixed(if cx.attr_str("direction") == Some("bidirectional") {
+            2
+        } else {
+            1
+        });
         let x = cx.shape(0).filter(|s| s.len() == 3);
         let layout = cx.attr_i("layout").unwrap_or(0);
         let (seq, batch) = match x {
@@ -84,24 +157,48 @@ pub(crate) fn register(r: &mut Registry) {
         };
         let e = cx.elem(0);
         let (y, state) = if layout == 0 {
-            (vec![seq, dirs.clone(), batch.clone(), h.clone()], vec![dirs, batch, h])
+            (
+                vec![seq, dirs.clone(), batch.clone(), h.clone()],
+                vec![dirs, batch, h],
+            )
         } else {
-            (vec![batch.clone(), seq, dirs.clone(), h.clone()], vec![batch, dirs, h])
+            (
+                vec![batch.clone(), seq, dirs.clone(), h.clone()],
+                vec![batch, dirs, h],
+            )
         };
-        let state = TensorType { elem: e, shape: Some(state) };
-        vec![TensorType { elem: e, shape: Some(y) }, state.clone(), state]
+        let state = TensorType {
+            elem: e,
+            shape: Some(state),
+        };
+        vec![
+            TensorType {
+                elem: e,
+                shape: Some(y),
+            },
+            state.clone(),
+            state,
+        ]
     });
     r.add(&["If"], |cx| {
         // Both branches must agree on element types; take shapes only where they agree too.
         let branch = |name: &str| match cx.attr(name) {
-            Some(AttrValue::Graph(g)) => Some(g.outputs.iter().map(|&o| g.value(o).ty.clone()).collect::<Vec<_>>()),
+            Some(AttrValue::Graph(g)) => Some(
+                g.outputs
+                    .iter()
+                    .map(|&o| g.value(o).ty.clone())
+                    .collect::<Vec<_>>(),
+            ),
             _ => None,
         };
         match (branch("then_branch"), branch("else_branch")) {
             (Some(t), Some(e)) => t
                 .into_iter()
                 .zip(e)
-                .map(|(a, b)| TensorType { elem: a.elem.or(b.elem), shape: if a.shape == b.shape { a.shape } else { None } })
+                .map(|(a, b)| TensorType {
+                    elem: a.elem.or(b.elem),
+                    shape: if a.shape == b.shape { a.shape } else { None },
+                })
                 .collect(),
             (Some(t), None) => t,
             _ => Vec::new(),
@@ -119,14 +216,25 @@ fn windowed(cx: &Cx, weights: usize, channels: Dim) -> Option<Vec<Dim>> {
     let spatial = x.len() - 2;
     let kernel: Vec<i64> = match cx.attr_ints("kernel_shape") {
         Some(k) => k.to_vec(),
-        None => cx.shape(weights)?.get(2..)?.iter().map(Dim::fixed).collect::<Option<_>>()?,
+        None => cx
+            .shape(weights)?
+            .get(2..)?
+            .iter()
+            .map(Dim::fixed)
+            .collect::<Option<_>>()?,
     };
     if kernel.len() != spatial {
         return None;
     }
-    let strides = cx.attr_ints("strides").map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let dil = cx.attr_ints("dilations").map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let pads = cx.attr_ints("pads").map_or_else(|| vec![0; 2 * spatial], <[i64]>::to_vec);
+    let strides = cx
+        .attr_ints("strides")
+        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
+    let dil = cx
+        .attr_ints("dilations")
+        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
+    let pads = cx
+        .attr_ints("pads")
+        .map_or_else(|| vec![0; 2 * spatial], <[i64]>::to_vec);
     let ceil = cx.attr_i("ceil_mode").unwrap_or(0) != 0;
     let auto = cx.attr_str("auto_pad").unwrap_or("NOTSET");
     if strides.len() != spatial || dil.len() != spatial || pads.len() != 2 * spatial {
@@ -141,7 +249,11 @@ fn windowed(cx: &Cx, weights: usize, channels: Dim) -> Option<Vec<Dim>> {
             "VALID" => (n - span) / s + 1,
             _ => {
                 let room = n + pb + pe - span;
-                let mut o = if ceil { (room + s - 1) / s + 1 } else { room / s + 1 };
+                let mut o = if ceil {
+                    (room + s - 1) / s + 1
+                } else {
+                    room / s + 1
+                };
                 // With ceil_mode a window must start inside the input or its left padding.
                 if ceil && (o - 1) * s >= n + pb {
                     o -= 1;
@@ -172,19 +284,36 @@ fn conv_transpose(cx: &Cx) -> Option<Vec<Dim>> {
         Some(k) => k.to_vec(),
         None => w[2..].iter().map(Dim::fixed).collect::<Option<_>>()?,
     };
-    let strides = cx.attr_ints("strides").map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let dil = cx.attr_ints("dilations").map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let pads = cx.attr_ints("pads").map_or_else(|| vec![0; 2 * spatial], <[i64]>::to_vec);
-    let opad = cx.attr_ints("output_padding").map_or_else(|| vec![0; spatial], <[i64]>::to_vec);
+    let strides = cx
+        .attr_ints("strides")
+        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
+    let dil = cx
+        .attr_ints("dilations")
+        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
+    let pads = cx
+        .attr_ints("pads")
+        .map_or_else(|| vec![0; 2 * spatial], <[i64]>::to_vec);
+    let opad = cx
+        .attr_ints("output_padding")
+        .map_or_else(|| vec![0; spatial], <[i64]>::to_vec);
     let auto = cx.attr_str("auto_pad").unwrap_or("NOTSET");
-    if kernel.len() != spatial || strides.len() != spatial || pads.len() != 2 * spatial || opad.len() != spatial || dil.len() != spatial {
+    if kernel.len() != spatial
+        || strides.len() != spatial
+        || pads.len() != 2 * spatial
+        || opad.len() != spatial
+        || dil.len() != spatial
+    {
         return None;
     }
     let mut out = vec![x[0].clone(), channels];
     for i in 0..spatial {
         out.push(map_fixed(&x[i + 2], |n| match auto {
             "SAME_UPPER" | "SAME_LOWER" => n * strides[i],
-            _ => strides[i] * (n - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + spatial],
+            _ => {
+                strides[i] * (n - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1
+                    - pads[i]
+                    - pads[i + spatial]
+            }
         }));
     }
     Some(out)
@@ -194,8 +323,16 @@ fn matmul(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
     if a.is_empty() || b.is_empty() {
         return None;
     }
-    let a2: Vec<Dim> = if a.len() == 1 { vec![Dim::Fixed(1), a[0].clone()] } else { a.to_vec() };
-    let b2: Vec<Dim> = if b.len() == 1 { vec![b[0].clone(), Dim::Fixed(1)] } else { b.to_vec() };
+    let a2: Vec<Dim> = if a.len() == 1 {
+        vec![Dim::Fixed(1), a[0].clone()]
+    } else {
+        a.to_vec()
+    };
+    let b2: Vec<Dim> = if b.len() == 1 {
+        vec![b[0].clone(), Dim::Fixed(1)]
+    } else {
+        b.to_vec()
+    };
     let batch = broadcast(&[&a2[..a2.len() - 2], &b2[..b2.len() - 2]]);
     let mut out = batch;
     if a.len() > 1 {
@@ -235,7 +372,18 @@ fn resize(cx: &Cx) -> Option<Vec<Dim>> {
 }
 
 fn scale(x: &[Dim], scales: &[f64]) -> Option<Vec<Dim>> {
-    (scales.len() == x.len()).then(|| x.iter().zip(scales).map(|(d, &s)| if s == 1.0 { d.clone() } else { map_fixed(d, |n| (n as f64 * s).floor() as i64) }).collect())
+    (scales.len() == x.len()).then(|| {
+        x.iter()
+            .zip(scales)
+            .map(|(d, &s)| {
+                if s == 1.0 {
+                    d.clone()
+                } else {
+                    map_fixed(d, |n| (n as f64 * s).floor() as i64)
+                }
+            })
+            .collect()
+    })
 }
 
 fn float_const(cx: &Cx, slot: usize) -> Option<Vec<f64>> {

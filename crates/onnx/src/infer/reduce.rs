@@ -6,23 +6,45 @@ use super::dims::axis;
 use super::{Cx, Registry};
 
 const REDUCE: &[&str] = &[
-    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
-    "ReduceLogSumExp", "ReduceSumSquare",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
 ];
 
 pub(crate) fn register(r: &mut Registry) {
     r.add(REDUCE, |cx| {
         // Axes moved from attribute to input in opset 18 (ReduceSum already in 13).
-        let since = if cx.node.op_type == "ReduceSum" { 13 } else { 18 };
+        let since = if cx.node.op_type == "ReduceSum" {
+            13
+        } else {
+            18
+        };
         let shape = reduced(cx, since);
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["ArgMax", "ArgMin"], |cx| {
         let shape = cx.shape(0).and_then(|s| {
             let a = axis(cx.attr_i("axis").unwrap_or(0), s.len())?;
-            Some(reduce_dims(s, &[a], cx.attr_i("keepdims").unwrap_or(1) != 0))
+            Some(reduce_dims(
+                s,
+                &[a],
+                cx.attr_i("keepdims").unwrap_or(1) != 0,
+            ))
         });
-        vec![TensorType { elem: Some(ElemType::I64), shape }]
+        vec![TensorType {
+            elem: Some(ElemType::I64),
+            shape,
+        }]
     });
 }
 
@@ -42,7 +64,10 @@ fn reduced(cx: &Cx, since: i64) -> Option<Vec<Dim>> {
         if given.is_empty() {
             (0..s.len()).collect()
         } else {
-            given.iter().map(|&a| axis(a, s.len())).collect::<Option<Vec<_>>>()?
+            given
+                .iter()
+                .map(|&a| axis(a, s.len()))
+                .collect::<Option<Vec<_>>>()?
         }
     };
     Some(reduce_dims(s, &axes, keep))

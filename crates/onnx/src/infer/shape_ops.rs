@@ -7,7 +7,12 @@ use super::{Cx, Registry};
 use crate::dtype::elem_from_code;
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add(&["Reshape"], |cx| vec![TensorType { elem: cx.elem(0), shape: reshape(cx) }]);
+    r.add(&["Reshape"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: reshape(cx),
+        }]
+    });
     r.add(&["Flatten"], |cx| {
         let shape = cx.shape(0).and_then(|s| {
             let a = cx.attr_i("axis").unwrap_or(1);
@@ -18,29 +23,51 @@ pub(crate) fn register(r: &mut Registry) {
             let (outer, inner) = s.split_at(a);
             Some(vec![product_dim(outer), product_dim(inner)])
         });
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["Transpose"], |cx| {
         let shape = cx.shape(0).and_then(|s| {
-            let perm: Vec<i64> = cx.attr_ints("perm").map_or_else(|| (0..s.len() as i64).rev().collect(), <[i64]>::to_vec);
-            perm.iter().map(|&p| s.get(usize::try_from(p).ok()?).cloned()).collect()
+            let perm: Vec<i64> = cx
+                .attr_ints("perm")
+                .map_or_else(|| (0..s.len() as i64).rev().collect(), <[i64]>::to_vec);
+            perm.iter()
+                .map(|&p| s.get(usize::try_from(p).ok()?).cloned())
+                .collect()
         });
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["Concat"], |cx| {
-        let shapes: Option<Vec<&[Dim]>> = (0..cx.n_inputs()).filter(|&i| cx.has_input(i)).map(|i| cx.shape(i)).collect();
+        let shapes: Option<Vec<&[Dim]>> = (0..cx.n_inputs())
+            .filter(|&i| cx.has_input(i))
+            .map(|i| cx.shape(i))
+            .collect();
         let shape = shapes.and_then(|shapes| {
             let first = shapes.first()?;
             let a = axis(cx.attr_i("axis")?, first.len())?;
             let mut out = first.to_vec();
-            out[a] = shapes.iter().map(|s| s.get(a).and_then(Dim::fixed)).sum::<Option<i64>>().map_or(Dim::Unknown, Dim::Fixed);
+            out[a] = shapes
+                .iter()
+                .map(|s| s.get(a).and_then(Dim::fixed))
+                .sum::<Option<i64>>()
+                .map_or(Dim::Unknown, Dim::Fixed);
             Some(out)
         });
         let elem = (0..cx.n_inputs()).find_map(|i| cx.elem(i));
         vec![TensorType { elem, shape }]
     });
     r.add(&["Split"], split);
-    r.add(&["Slice"], |cx| vec![TensorType { elem: cx.elem(0), shape: slice(cx) }]);
+    r.add(&["Slice"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: slice(cx),
+        }]
+    });
     r.add(&["Gather"], |cx| {
         let shape = match (cx.shape(0), cx.shape(1)) {
             (Some(d), Some(i)) => axis(cx.attr_i("axis").unwrap_or(0), d.len()).map(|a| {
@@ -51,18 +78,37 @@ pub(crate) fn register(r: &mut Registry) {
             }),
             _ => None,
         };
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
-    r.add(&["GatherElements"], |cx| vec![TensorType { elem: cx.elem(0), shape: cx.ty(1).shape }]);
+    r.add(&["GatherElements"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: cx.ty(1).shape,
+        }]
+    });
     r.add(&["Unsqueeze"], |cx| {
         let shape = cx.shape(0).and_then(|s| {
             let axes = cx.ints_attr_or_input("axes", 1, 13)?;
             let rank = s.len() + axes.len();
             let axes: Vec<usize> = axes.iter().map(|&a| axis(a, rank)).collect::<Option<_>>()?;
             let mut rest = s.iter();
-            (0..rank).map(|i| if axes.contains(&i) { Some(Dim::Fixed(1)) } else { rest.next().cloned() }).collect()
+            (0..rank)
+                .map(|i| {
+                    if axes.contains(&i) {
+                        Some(Dim::Fixed(1))
+                    } else {
+                        rest.next().cloned()
+                    }
+                })
+                .collect()
         });
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["Squeeze"], |cx| {
         let shape = cx.shape(0).and_then(|s| {
@@ -72,18 +118,33 @@ pub(crate) fn register(r: &mut Registry) {
                 }
                 (0..s.len()).filter(|&i| s[i] == Dim::Fixed(1)).collect()
             } else {
-                cx.ints_attr_or_input("axes", 1, 13)?.iter().map(|&a| axis(a, s.len())).collect::<Option<_>>()?
+                cx.ints_attr_or_input("axes", 1, 13)?
+                    .iter()
+                    .map(|&a| axis(a, s.len()))
+                    .collect::<Option<_>>()?
             };
-            Some(s.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| d.clone()).collect())
+            Some(
+                s.iter()
+                    .enumerate()
+                    .filter(|(i, _)| !axes.contains(i))
+                    .map(|(_, d)| d.clone())
+                    .collect(),
+            )
         });
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["Shape"], |cx| {
         let len = cx.rank(0).map(|r| {
             let (start, end) = shape_range(cx, r);
             Dim::Fixed(end.saturating_sub(start) as i64)
         });
-        vec![TensorType { elem: Some(ElemType::I64), shape: Some(vec![len.unwrap_or(Dim::Unknown)]) }]
+        vec![TensorType {
+            elem: Some(ElemType::I64),
+            shape: Some(vec![len.unwrap_or(Dim::Unknown)]),
+        }]
     });
     r.add(&["Size"], |_| vec![TensorType::fixed(ElemType::I64, &[])]);
     r.add(&["ConstantOfShape"], |cx| {
@@ -91,7 +152,10 @@ pub(crate) fn register(r: &mut Registry) {
             Some(AttrValue::Tensor(t)) => Some(t.elem),
             _ => Some(ElemType::F32),
         };
-        vec![TensorType { elem, shape: cx.ints(0).map(fixed) }]
+        vec![TensorType {
+            elem,
+            shape: cx.ints(0).map(fixed),
+        }]
     });
     r.add(&["Constant"], |cx| {
         let attr = cx.node.attrs.first();
@@ -100,9 +164,15 @@ pub(crate) fn register(r: &mut Registry) {
             Some(("value_float", _)) => TensorType::fixed(ElemType::F32, &[]),
             Some(("value_int", _)) => TensorType::fixed(ElemType::I64, &[]),
             Some(("value_string", _)) => TensorType::fixed(ElemType::Str, &[]),
-            Some(("value_floats", AttrValue::Floats(v))) => TensorType::fixed(ElemType::F32, &[v.len() as i64]),
-            Some(("value_ints", AttrValue::Ints(v))) => TensorType::fixed(ElemType::I64, &[v.len() as i64]),
-            Some(("value_strings", AttrValue::Strings(v))) => TensorType::fixed(ElemType::Str, &[v.len() as i64]),
+            Some(("value_floats", AttrValue::Floats(v))) => {
+                TensorType::fixed(ElemType::F32, &[v.len() as i64])
+            }
+            Some(("value_ints", AttrValue::Ints(v))) => {
+                TensorType::fixed(ElemType::I64, &[v.len() as i64])
+            }
+            Some(("value_strings", AttrValue::Strings(v))) => {
+                TensorType::fixed(ElemType::Str, &[v.len() as i64])
+            }
             _ => TensorType::default(),
         };
         vec![ty]
@@ -112,41 +182,84 @@ pub(crate) fn register(r: &mut Registry) {
             (Some(s), Some(t)) => Some(broadcast(&[s, &fixed(t)])),
             _ => None,
         };
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
     r.add(&["Tile"], |cx| {
         let shape = match (cx.shape(0), cx.ints(1)) {
-            (Some(s), Some(reps)) if s.len() == reps.len() => {
-                Some(s.iter().zip(reps).map(|(d, &r)| super::dims::map_fixed(d, |n| n * r)).collect())
-            }
+            (Some(s), Some(reps)) if s.len() == reps.len() => Some(
+                s.iter()
+                    .zip(reps)
+                    .map(|(d, &r)| super::dims::map_fixed(d, |n| n * r))
+                    .collect(),
+            ),
             _ => None,
         };
-        vec![TensorType { elem: cx.elem(0), shape }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
     });
-    r.add(&["Pad"], |cx| vec![TensorType { elem: cx.elem(0), shape: pad(cx) }]);
+    r.add(&["Pad"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: pad(cx),
+        }]
+    });
     r.add(&["Range"], |cx| {
         let n = match (cx.ints(0), cx.ints(1), cx.ints(2)) {
-            (Some([s]), Some([l]), Some([d])) if *d != 0 => Dim::Fixed(((l - s) as f64 / *d as f64).ceil().max(0.0) as i64),
+            (Some([s]), Some([l]), Some([d])) if *d != 0 => {
+                Dim::Fixed(((l - s) as f64 / *d as f64).ceil().max(0.0) as i64)
+            }
             _ => Dim::Unknown,
         };
-        vec![TensorType { elem: cx.elem(0), shape: Some(vec![n]) }]
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: Some(vec![n]),
+        }]
     });
     r.add(&["NonZero"], |cx| {
         let r = cx.rank(0).map_or(Dim::Unknown, |r| Dim::Fixed(r as i64));
-        vec![TensorType { elem: Some(ElemType::I64), shape: Some(vec![r, Dim::Unknown]) }]
+        vec![TensorType {
+            elem: Some(ElemType::I64),
+            shape: Some(vec![r, Dim::Unknown]),
+        }]
     });
     r.add(&["EyeLike"], |cx| {
-        let elem = cx.attr_i("dtype").and_then(|c| elem_from_code(c as i32)).or(cx.elem(0));
-        vec![TensorType { elem, shape: cx.ty(0).shape }]
+        let elem = cx
+            .attr_i("dtype")
+            .and_then(|c| elem_from_code(c as i32))
+            .or(cx.elem(0));
+        vec![TensorType {
+            elem,
+            shape: cx.ty(0).shape,
+        }]
     });
     r.add(&["RandomNormal", "RandomUniform"], |cx| {
-        let elem = cx.attr_i("dtype").and_then(|c| elem_from_code(c as i32)).or(Some(ElemType::F32));
-        vec![TensorType { elem, shape: cx.attr_ints("shape").map(fixed) }]
+        let elem = cx
+            .attr_i("dtype")
+            .and_then(|c| elem_from_code(c as i32))
+            .or(Some(ElemType::F32));
+        vec![TensorType {
+            elem,
+            shape: cx.attr_ints("shape").map(fixed),
+        }]
     });
-    r.add(&["RandomNormalLike", "RandomUniformLike", "Bernoulli"], |cx| {
-        let elem = cx.attr_i("dtype").and_then(|c| elem_from_code(c as i32)).or(cx.elem(0));
-        vec![TensorType { elem, shape: cx.ty(0).shape }]
-    });
+    r.add(
+        &["RandomNormalLike", "RandomUniformLike", "Bernoulli"],
+        |cx| {
+            let elem = cx
+                .attr_i("dtype")
+                .and_then(|c| elem_from_code(c as i32))
+                .or(cx.elem(0));
+            vec![TensorType {
+                elem,
+                shape: cx.ty(0).shape,
+            }]
+        },
+    );
 }
 
 /// `start..end` of the dims that `Shape` returns (opset 15 added the attributes).
@@ -161,21 +274,32 @@ pub(crate) fn shape_range(cx: &Cx, rank: usize) -> (usize, usize) {
 }
 
 fn reshape(cx: &Cx) -> Option<Vec<Dim>> {
-    let target = if cx.opset >= 5 { cx.ints(1)?.to_vec() } else { cx.attr_ints("shape")?.to_vec() };
+    let target = if cx.opset >= 5 {
+        cx.ints(1)?.to_vec()
+    } else {
+        cx.attr_ints("shape")?.to_vec()
+    };
     let input = cx.shape(0);
     let allow_zero = cx.attr_i("allowzero").unwrap_or(0) != 0;
     let mut out: Vec<Dim> = target
         .iter()
         .enumerate()
         .map(|(i, &d)| match d {
-            0 if !allow_zero => input.and_then(|s| s.get(i).cloned()).unwrap_or(Dim::Unknown),
+            0 if !allow_zero => input
+                .and_then(|s| s.get(i).cloned())
+                .unwrap_or(Dim::Unknown),
             -1 => Dim::Unknown,
             d => Dim::Fixed(d),
         })
         .collect();
     if let Some(hole) = target.iter().position(|&d| d == -1) {
         let total = input.and_then(product);
-        let known: Option<i64> = out.iter().enumerate().filter(|(i, _)| *i != hole).map(|(_, d)| d.fixed()).product();
+        let known: Option<i64> = out
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != hole)
+            .map(|(_, d)| d.fixed())
+            .product();
         if let (Some(t), Some(k)) = (total, known) {
             if k != 0 {
                 out[hole] = Dim::Fixed(t / k);
@@ -188,8 +312,12 @@ fn reshape(cx: &Cx) -> Option<Vec<Dim>> {
 fn split(cx: &Cx) -> Vec<TensorType> {
     let n = cx.n_outputs();
     let elem = cx.elem(0);
-    let Some(s) = cx.shape(0) else { return vec![TensorType { elem, shape: None }; n] };
-    let Some(a) = axis(cx.attr_i("axis").unwrap_or(0), s.len()) else { return Vec::new() };
+    let Some(s) = cx.shape(0) else {
+        return vec![TensorType { elem, shape: None }; n];
+    };
+    let Some(a) = axis(cx.attr_i("axis").unwrap_or(0), s.len()) else {
+        return Vec::new();
+    };
     let sizes: Option<Vec<i64>> = if cx.opset >= 13 && cx.has_input(1) {
         cx.ints(1).map(<[i64]>::to_vec)
     } else if let Some(v) = cx.attr_ints("split") {
@@ -198,26 +326,46 @@ fn split(cx: &Cx) -> Vec<TensorType> {
         s[a].fixed().map(|len| {
             let parts = cx.attr_i("num_outputs").unwrap_or(n as i64).max(1);
             let chunk = (len + parts - 1) / parts;
-            (0..parts).map(|i| (len - i * chunk).clamp(0, chunk)).collect()
+            (0..parts)
+                .map(|i| (len - i * chunk).clamp(0, chunk))
+                .collect()
         })
     };
     (0..n)
         .map(|i| {
             let mut d = s.to_vec();
-            d[a] = sizes.as_ref().and_then(|v| v.get(i)).map_or(Dim::Unknown, |&x| Dim::Fixed(x));
-            TensorType { elem, shape: Some(d) }
+            d[a] = sizes
+                .as_ref()
+                .and_then(|v| v.get(i))
+                .map_or(Dim::Unknown, |&x| Dim::Fixed(x));
+            TensorType {
+                elem,
+                shape: Some(d),
+            }
         })
         .collect()
 }
 
 fn slice(cx: &Cx) -> Option<Vec<Dim>> {
     let s = cx.shape(0)?;
-    let (starts, ends, axes, steps): (Vec<i64>, Vec<i64>, Option<Vec<i64>>, Option<Vec<i64>>) = if cx.opset >= 10 {
-        let opt = |i: usize| if cx.has_input(i) { cx.ints(i).map(<[i64]>::to_vec).map(Some) } else { Some(None) };
-        (cx.ints(1)?.to_vec(), cx.ints(2)?.to_vec(), opt(3)?, opt(4)?)
-    } else {
-        (cx.attr_ints("starts")?.to_vec(), cx.attr_ints("ends")?.to_vec(), cx.attr_ints("axes").map(<[i64]>::to_vec), None)
-    };
+    let (starts, ends, axes, steps): (Vec<i64>, Vec<i64>, Option<Vec<i64>>, Option<Vec<i64>>) =
+        if cx.opset >= 10 {
+            let opt = |i: usize| {
+                if cx.has_input(i) {
+                    cx.ints(i).map(<[i64]>::to_vec).map(Some)
+                } else {
+                    Some(None)
+                }
+            };
+            (cx.ints(1)?.to_vec(), cx.ints(2)?.to_vec(), opt(3)?, opt(4)?)
+        } else {
+            (
+                cx.attr_ints("starts")?.to_vec(),
+                cx.attr_ints("ends")?.to_vec(),
+                cx.attr_ints("axes").map(<[i64]>::to_vec),
+                None,
+            )
+        };
     let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
     let mut out = s.to_vec();
@@ -238,18 +386,33 @@ pub(crate) fn slice_len(len: i64, start: i64, end: i64, step: i64) -> i64 {
     let (start, end) = (norm(start), norm(end));
     if step > 0 {
         let (s, e) = (start.clamp(0, len), end.clamp(0, len));
-        if e > s { (e - s + step - 1) / step } else { 0 }
+        if e > s {
+            (e - s + step - 1) / step
+        } else {
+            0
+        }
     } else {
         let (s, e) = (start.clamp(-1, len - 1), end.clamp(-1, len - 1));
-        if s > e { (s - e + (-step) - 1) / (-step) } else { 0 }
+        if s > e {
+            (s - e + (-step) - 1) / (-step)
+        } else {
+            0
+        }
     }
 }
 
 fn pad(cx: &Cx) -> Option<Vec<Dim>> {
     let s = cx.shape(0)?;
-    let pads: Vec<i64> = if cx.opset >= 11 { cx.ints(1)?.to_vec() } else { cx.attr_ints("pads").or(cx.attr_ints("paddings"))?.to_vec() };
+    let pads: Vec<i64> = if cx.opset >= 11 {
+        cx.ints(1)?.to_vec()
+    } else {
+        cx.attr_ints("pads").or(cx.attr_ints("paddings"))?.to_vec()
+    };
     let axes: Vec<usize> = if cx.opset >= 18 && cx.has_input(3) {
-        cx.ints(3)?.iter().map(|&a| axis(a, s.len())).collect::<Option<_>>()?
+        cx.ints(3)?
+            .iter()
+            .map(|&a| axis(a, s.len()))
+            .collect::<Option<_>>()?
     } else {
         (0..s.len()).collect()
     };

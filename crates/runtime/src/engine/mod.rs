@@ -14,7 +14,10 @@ use crate::tensor::HostTensor;
 
 /// A loaded model, ready to run. Inputs and outputs are by tensor name.
 pub trait Session: Send {
-    fn run(&mut self, inputs: &[(String, HostTensor)]) -> Result<Vec<(String, HostTensor)>, RuntimeError>;
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError>;
 }
 
 pub trait Engine: Send + Sync {
@@ -65,14 +68,25 @@ impl EngineMap {
     pub fn parse(pairs: &[String]) -> Result<EngineMap, String> {
         let mut map = BTreeMap::new();
         for p in pairs {
-            let (b, e) = p.split_once('=').ok_or_else(|| format!("--engine '{p}': expected BACKEND=ENGINE, e.g. npu=tract"))?;
-            let kind = EngineKind::parse(e.trim()).ok_or_else(|| format!("--engine '{p}': unknown engine '{e}' (engines: tract, ort)"))?;
+            let (b, e) = p.split_once('=').ok_or_else(|| {
+                format!("--engine '{p}': expected BACKEND=ENGINE, e.g. npu=tract")
+            })?;
+            let kind = EngineKind::parse(e.trim()).ok_or_else(|| {
+                format!("--engine '{p}': unknown engine '{e}' (engines: tract, ort)")
+            })?;
             map.insert(b.trim().to_string(), kind);
         }
         Ok(EngineMap { map })
     }
 
     pub fn for_backend(&self, backend: &str) -> EngineKind {
-        self.map.get(backend).copied().unwrap_or(if backend == "ort" { EngineKind::Ort } else { EngineKind::Tract })
+        self.map
+            .get(backend)
+            .copied()
+            .unwrap_or(if backend == "ort" {
+                EngineKind::Ort
+            } else {
+                EngineKind::Tract
+            })
     }
 }

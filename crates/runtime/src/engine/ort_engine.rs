@@ -20,7 +20,9 @@ pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
 pub fn ort_library_path() -> PathBuf {
     match std::env::var_os("ORT_DYLIB_PATH") {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/cleave/ort").join(ORT_LIBRARY),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/cleave/ort")
+            .join(ORT_LIBRARY),
     }
 }
 
@@ -36,7 +38,10 @@ impl OnnxRuntime {
         let env = ENV.get_or_init(|| {
             let path = ort_library_path();
             if !path.is_file() {
-                return Err(format!("{} not found; run `bash scripts/fetch-ort.sh` or set ORT_DYLIB_PATH", path.display()));
+                return Err(format!(
+                    "{} not found; run `bash scripts/fetch-ort.sh` or set ORT_DYLIB_PATH",
+                    path.display()
+                ));
             }
             ort::init_from(&path)
                 .map_err(|e| format!("{}: {e}", path.display()))?
@@ -46,7 +51,9 @@ impl OnnxRuntime {
         });
         match env {
             Ok(env) => Ok(OnnxRuntime { env }),
-            Err(message) => Err(RuntimeError::OrtUnavailable { message: message.clone() }),
+            Err(message) => Err(RuntimeError::OrtUnavailable {
+                message: message.clone(),
+            }),
         }
     }
 }
@@ -57,11 +64,27 @@ struct OrtSession {
 }
 
 fn err(path: &Path, e: impl std::fmt::Display) -> RuntimeError {
-    RuntimeError::Engine { path: path.to_path_buf(), engine: "onnxruntime", message: e.to_string().split_whitespace().collect::<Vec<_>>().join(" ") }
+    RuntimeError::Engine {
+        path: path.to_path_buf(),
+        engine: "onnxruntime",
+        message: e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
 }
 
 fn unsupported(path: &Path, e: impl std::fmt::Display) -> RuntimeError {
-    RuntimeError::Unsupported { path: path.to_path_buf(), engine: "onnxruntime", message: e.to_string().split_whitespace().collect::<Vec<_>>().join(" ") }
+    RuntimeError::Unsupported {
+        path: path.to_path_buf(),
+        engine: "onnxruntime",
+        message: e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
 }
 
 impl Engine for OnnxRuntime {
@@ -73,27 +96,43 @@ impl Engine for OnnxRuntime {
         let e = |x: ort::Error<ort::session::builder::SessionBuilder>| err(path, x);
         let mut b = ort::session::Session::builder(self.env).map_err(|x| err(path, x))?;
         // Keep the graph as written, so boundary tensors mean the same in parts and whole.
-        b = b.with_optimization_level(GraphOptimizationLevel::Disable).map_err(e)?;
+        b = b
+            .with_optimization_level(GraphOptimizationLevel::Disable)
+            .map_err(e)?;
         if single_thread {
-            b = b.with_intra_threads(1).map_err(e)?.with_inter_threads(1).map_err(e)?;
+            b = b
+                .with_intra_threads(1)
+                .map_err(e)?
+                .with_inter_threads(1)
+                .map_err(e)?;
         }
         b = b.with_log_level(ort::logging::LogLevel::Fatal).map_err(e)?;
         let session = b.commit_from_file(path).map_err(|x| unsupported(path, x))?;
-        Ok(Box::new(OrtSession { path: path.to_path_buf(), session }))
+        Ok(Box::new(OrtSession {
+            path: path.to_path_buf(),
+            session,
+        }))
     }
 }
 
 macro_rules! to_value {
     ($t:ty, $shape:expr, $data:expr, $path:expr) => {{
-        let v: Vec<$t> = $data.chunks_exact(std::mem::size_of::<$t>()).map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_default())).collect();
-        Tensor::<$t>::from_array(($shape, v)).map_err(|e| err($path, e))?.into_dyn()
+        let v: Vec<$t> = $data
+            .chunks_exact(std::mem::size_of::<$t>())
+            .map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        Tensor::<$t>::from_array(($shape, v))
+            .map_err(|e| err($path, e))?
+            .into_dyn()
     }};
 }
 
 macro_rules! from_value {
     ($t:ty, $v:expr, $path:expr) => {{
         let (_, data) = $v.try_extract_tensor::<$t>().map_err(|e| err($path, e))?;
-        data.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()
+        data.iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
     }};
 }
 
@@ -112,7 +151,9 @@ fn to_ort(path: &Path, t: &HostTensor) -> Result<DynValue, RuntimeError> {
         ElemType::U64 => to_value!(u64, shape, t.data, path),
         ElemType::Bool => {
             let v: Vec<bool> = t.data.iter().map(|&b| b != 0).collect();
-            Tensor::<bool>::from_array((shape, v)).map_err(|e| err(path, e))?.into_dyn()
+            Tensor::<bool>::from_array((shape, v))
+                .map_err(|e| err(path, e))?
+                .into_dyn()
         }
         other => return Err(unsupported(path, format!("{other} tensors"))),
     })
@@ -138,21 +179,38 @@ fn from_ort(path: &Path, name: &str, v: &DynValue) -> Result<HostTensor, Runtime
             let (_, data) = v.try_extract_tensor::<bool>().map_err(|e| err(path, e))?;
             (ElemType::Bool, data.iter().map(|&b| u8::from(b)).collect())
         }
-        other => return Err(unsupported(path, format!("output '{name}' of type {other:?}"))),
+        other => {
+            return Err(unsupported(
+                path,
+                format!("output '{name}' of type {other:?}"),
+            ))
+        }
     };
     Ok(HostTensor { elem, shape, data })
 }
 
 impl Session for OrtSession {
-    fn run(&mut self, inputs: &[(String, HostTensor)]) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
-        let wanted: Vec<String> = self.session.inputs().iter().map(|o| o.name().to_string()).collect();
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let wanted: Vec<String> = self
+            .session
+            .inputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
         let mut feed: Vec<(String, DynValue)> = Vec::with_capacity(wanted.len());
         for name in &wanted {
-            let (_, t) = inputs.iter().find(|(n, _)| n == name).ok_or_else(|| RuntimeError::Input {
-                path: self.path.clone(),
-                name: name.clone(),
-                message: "not given".into(),
-            })?;
+            let (_, t) =
+                inputs
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .ok_or_else(|| RuntimeError::Input {
+                        path: self.path.clone(),
+                        name: name.clone(),
+                        message: "not given".into(),
+                    })?;
             feed.push((name.clone(), to_ort(&self.path, t)?));
         }
         let path = self.path.clone();
