@@ -1,6 +1,6 @@
 use cleave_device::{Profiles, Verdict};
 use cleave_fuse::{find_groups, Group, Rule, UnknownRule};
-use cleave_ir::{Graph, NodeId};
+use cleave_ir::{Graph, NodeId, OpSemantics};
 
 use crate::part_file::PartFile;
 
@@ -80,9 +80,10 @@ pub struct Assignment {
 }
 
 impl Assignment {
-    /// Node pairs that must share a part: Q/DQ pairs and the members of each fused group.
-    pub fn glue(&self, g: &Graph) -> Vec<(NodeId, NodeId)> {
-        let mut pairs = qdq_pairs(g);
+    /// Node pairs that must share a part: the pairs the front-end calls inseparable (a
+    /// quantize and its dequantize) and the members of each fused group.
+    pub fn glue(&self, g: &Graph, sem: &dyn OpSemantics) -> Vec<(NodeId, NodeId)> {
+        let mut pairs = inseparable_pairs(g, sem);
         for (_, grp) in &self.groups {
             pairs.extend(grp.nodes[1..].iter().map(|&m| (grp.anchor(), m)));
         }
@@ -104,12 +105,14 @@ pub struct AssignOptions<'a> {
     pub part: Option<&'a PartFile>,
 }
 
-/// Assigns every node. `constant[i]` says node `i` computes a constant from constants alone.
+/// Assigns every node. `constant[i]` says node `i` computes a constant from constants alone;
+/// `sem` is the model's operator semantics (fused-group patterns, inseparable pairs).
 pub fn assign(
     g: &Graph,
     profiles: &Profiles,
     opts: &AssignOptions,
     constant: &[bool],
+    sem: &dyn OpSemantics,
 ) -> Result<Assignment, AssignError> {
     let (devices, default) = match opts.part {
         Some(p) => (p.backends.clone(), Some(p.default.clone())),
@@ -160,7 +163,7 @@ pub fn assign(
         }
         if let Some((device, reason, section)) = rule {
             let d = index(device).ok_or_else(|| AssignError::DefaultNotListed(device.clone()))?;
-            match profiles.check(device, g, node) {
+            match profiles.check(device, g, node, sem) {
                 Verdict::Supported => {
                     placement.push(Placement::Device(d, reason));
                     continue;
@@ -184,7 +187,7 @@ pub fn assign(
             }
         }
         if let Some(d) = default_idx {
-            if profiles.check(&devices[d as usize], g, node) == Verdict::Supported {
+            if profiles.check(&devices[d as usize], g, node, sem) == Verdict::Supported {
                 placement.push(Placement::Device(d, Reason::Default));
                 continue;
             }
@@ -192,7 +195,7 @@ pub fn assign(
         let mut first_refusal = None;
         let mut chosen = None;
         for (k, dev) in devices.iter().enumerate() {
-            match profiles.check(dev, g, node) {
+            match profiles.check(dev, g, node, sem) {
                 Verdict::Supported => {
                     chosen = Some(k as u16);
                     break;
@@ -225,14 +228,14 @@ pub fn assign(
             }
         }
     }
-    keep_qdq_pairs(g, profiles, &devices, &mut placement);
+    keep_pairs_together(g, profiles, &devices, &mut placement, sem);
     let mut a = Assignment {
         devices,
         placement,
         groups: Vec::new(),
         warnings: Vec::new(),
     };
-    place_groups(g, profiles, constant, &mut a)?;
+    place_groups(g, profiles, constant, &mut a, sem)?;
     Ok(a)
 }
 
@@ -245,6 +248,7 @@ fn place_groups(
     profiles: &Profiles,
     constant: &[bool],
     a: &mut Assignment,
+    sem: &dyn OpSemantics,
 ) -> Result<(), AssignError> {
     let mut claimed = vec![false; g.nodes.len()];
     for (d, device) in a.devices.clone().iter().enumerate() {
@@ -257,7 +261,7 @@ fn place_groups(
                 message: UnknownRule(r).to_string(),
             }
         })?;
-        for grp in find_groups(g, constant, &rules) {
+        for grp in find_groups(g, constant, &rules, sem) {
             let d = d as u16;
             if grp.nodes.iter().any(|m| claimed[m.index()])
                 || a.placement[grp.anchor().index()].device() != Some(d)
@@ -283,7 +287,7 @@ fn place_groups(
             if grp
                 .nodes
                 .iter()
-                .any(|&m| profiles.check(device, g, g.node(m)) != Verdict::Supported)
+                .any(|&m| profiles.check(device, g, g.node(m), sem) != Verdict::Supported)
             {
                 continue;
             }
@@ -307,10 +311,16 @@ fn describe(v: &Verdict) -> String {
     }
 }
 
-/// QuantizeLinear → DequantizeLinear pairs that rules or fallback split: the DequantizeLinear
-/// follows its QuantizeLinear where that device runs it, else the other way round.
-fn keep_qdq_pairs(g: &Graph, profiles: &Profiles, devices: &[String], placement: &mut [Placement]) {
-    for (q, dq) in qdq_pairs(g) {
+/// Inseparable pairs (quantize → dequantize) that rules or fallback split: the reader
+/// follows its producer where that device runs it, else the other way round.
+fn keep_pairs_together(
+    g: &Graph,
+    profiles: &Profiles,
+    devices: &[String],
+    placement: &mut [Placement],
+    sem: &dyn OpSemantics,
+) {
+    for (q, dq) in inseparable_pairs(g, sem) {
         let (Placement::Device(a, _), Placement::Device(b, _)) =
             (placement[q.index()], placement[dq.index()])
         else {
@@ -319,27 +329,26 @@ fn keep_qdq_pairs(g: &Graph, profiles: &Profiles, devices: &[String], placement:
         if a == b {
             continue;
         }
-        if profiles.check(&devices[a as usize], g, g.node(dq)) == Verdict::Supported {
+        if profiles.check(&devices[a as usize], g, g.node(dq), sem) == Verdict::Supported {
             placement[dq.index()] = Placement::Device(a, Reason::QdqPair);
-        } else if profiles.check(&devices[b as usize], g, g.node(q)) == Verdict::Supported {
+        } else if profiles.check(&devices[b as usize], g, g.node(q), sem) == Verdict::Supported {
             placement[q.index()] = Placement::Device(b, Reason::QdqPair);
         }
     }
 }
 
-/// Every QuantizeLinear whose output feeds a DequantizeLinear's data input.
-pub fn qdq_pairs(g: &Graph) -> Vec<(NodeId, NodeId)> {
+/// Every (producer, reader) pair joined through the reader's first input that `sem` calls
+/// inseparable.
+pub fn inseparable_pairs(g: &Graph, sem: &dyn OpSemantics) -> Vec<(NodeId, NodeId)> {
     let mut out = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
-        if node.op_type != "DequantizeLinear" {
-            continue;
-        }
         let Some(Some(x)) = node.inputs.first() else {
             continue;
         };
+        let n = NodeId(i as u32);
         if let Some(p) = g.value(*x).producer() {
-            if g.node(p).op_type == "QuantizeLinear" {
-                out.push((p, NodeId(i as u32)));
+            if sem.inseparable(g, p, n) {
+                out.push((p, n));
             }
         }
     }
@@ -349,7 +358,7 @@ pub fn qdq_pairs(g: &Graph) -> Vec<(NodeId, NodeId)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cleave_ir::{ElemType, GraphBuilder, NodeSpec, TensorType};
+    use cleave_ir::{ElemType, GraphBuilder, NamedOps, NodeSpec, TensorType};
     use std::path::Path;
 
     fn chain() -> Graph {
@@ -385,7 +394,14 @@ mod tests {
             default: None,
             part: Some(&part),
         };
-        let a = assign(&g, &Profiles::builtin(), &opts, &vec![false; g.nodes.len()]).unwrap();
+        let a = assign(
+            &g,
+            &Profiles::builtin(),
+            &opts,
+            &vec![false; g.nodes.len()],
+            &NamedOps::default(),
+        )
+        .unwrap();
         (0..g.nodes.len())
             .map(|i| a.device_name(NodeId(i as u32)).map(String::from))
             .collect()
@@ -421,7 +437,14 @@ mod tests {
             default: None,
             part: None,
         };
-        let a = assign(&g, &Profiles::builtin(), &opts, &vec![false; 4]).unwrap();
+        let a = assign(
+            &g,
+            &Profiles::builtin(),
+            &opts,
+            &[false; 4],
+            &NamedOps::default(),
+        )
+        .unwrap();
         // myriad runs Relu and Div but not Neg.
         let got: Vec<_> = (0..4)
             .map(|i| a.device_name(NodeId(i)).unwrap().to_string())
@@ -432,7 +455,14 @@ mod tests {
             default: None,
             part: None,
         };
-        let e = assign(&g, &Profiles::builtin(), &opts, &vec![false; 4]).unwrap_err();
+        let e = assign(
+            &g,
+            &Profiles::builtin(),
+            &opts,
+            &[false; 4],
+            &NamedOps::default(),
+        )
+        .unwrap_err();
         assert_eq!(e.to_string(), "[MYRIAD] Cannot convert layer y due to unsupported layer type Neg; add a fallback device that supports it, e.g. --devices myriad,cpu");
     }
 
@@ -451,7 +481,14 @@ mod tests {
             default: None,
             part: Some(&part),
         };
-        let a = assign(&g, &Profiles::builtin(), &opts, &[true, true, true, true]).unwrap();
+        let a = assign(
+            &g,
+            &Profiles::builtin(),
+            &opts,
+            &[true, true, true, true],
+            &NamedOps::default(),
+        )
+        .unwrap();
         assert_eq!(a.placement[0], Placement::Constant);
         assert_eq!(
             a.placement[1],

@@ -8,5 +8,7 @@
 mod assign;
 mod part_file;
 
-pub use assign::{assign, qdq_pairs, AssignError, AssignOptions, Assignment, Placement, Reason};
+pub use assign::{
+    assign, inseparable_pairs, AssignError, AssignOptions, Assignment, Placement, Reason,
+};
 pub use part_file::{render_opname, Comply, PartError, PartFile};

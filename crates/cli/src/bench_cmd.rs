@@ -4,12 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cleave_runtime::pipeline::run_pipelined;
-use cleave_runtime::runner::{load_parts, PartStats};
-use cleave_runtime::Engine;
+use cleave::runtime::pipeline::run_pipelined;
+use cleave::runtime::runner::PartStats;
+use cleave::runtime::EngineKind;
+use cleave::{conn_source, load_parts};
 use serde::Serialize;
 
-use crate::run_cmd::{engines, load_source, runtime_fail};
+use crate::run_cmd::{engines, runtime_fail};
 use crate::setup::DeviceArgs;
 use crate::{inputs, Fail};
 
@@ -59,18 +60,20 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         crate::partition_cmd::partition_into(a.target, a.devices, tmp.path(), false)?
     };
     let bar = crate::progress::spinner("loading");
-    let (onnx, model) = load_source(&conn)?;
-    let feeds = inputs::gather(&model.graph, &[], a.shapes, 0, true)?;
+    let source = conn_source(&conn)?;
+    let feeds = inputs::gather(&source.model().graph, &[], a.shapes, 0, true)?;
     let map = engines(a.engines)?;
     let runs = a.runs.max(1);
 
     // All three set up at once and timed in interleaved rounds, so that the machine's drift
     // (other load, frequency) hits every mode alike and the ratios stay meaningful.
-    let mono_engine = cleave_runtime::engine::Tract;
-    let mut mono = mono_engine.load(&onnx.path, false).map_err(runtime_fail)?;
-    let mut parts = load_parts(&conn, &map, false).map_err(runtime_fail)?;
+    let mono_engine = cleave::engine(EngineKind::Tract)?;
+    let mut mono = mono_engine
+        .load(source.path(), false)
+        .map_err(runtime_fail)?;
+    let mut parts = load_parts(&conn, &map, false)?;
     let n = a.requests.max(1);
-    let mut piped = load_parts(&conn, &map, true).map_err(runtime_fail)?;
+    let mut piped = load_parts(&conn, &map, true)?;
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
     bar.finish_and_clear();
     let bar = crate::progress::bar("bench rounds", runs as u64 + 1);
@@ -116,7 +119,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         })
         .collect();
     let report = BenchReport {
-        model: onnx.path.display().to_string(),
+        model: source.path().display().to_string(),
         parts: piped.conn.parts.len(),
         runs,
         requests: n,

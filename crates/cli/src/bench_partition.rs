@@ -6,9 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cleave_assign::qdq_pairs;
-use cleave_partition::{
-    kahn_order, openvino, partition_default, validate, OpenVinoOptions, Options, Plan, UnitGraph,
+use cleave::partition::{
+    kahn_order, openvino, partition_default, validate, OpenVinoOptions, Options, Plan,
 };
 use serde::Serialize;
 
@@ -79,10 +78,11 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
     let t = Instant::now();
     let l = load_and_assign(target, &devices)?;
     let load_s = t.elapsed().as_secs_f64();
-    let g = &l.model.graph;
+    let g = l.loaded.graph();
     bar.set_message("building the unit graph");
     let t = Instant::now();
-    let ug = UnitGraph::from_assignment(g, &l.assignment, &qdq_pairs(g));
+    // The very graph `partition` cuts (fused groups and inseparable pairs contracted).
+    let ug = l.loaded.unit_graph(&l.assignment);
     let unit_graph_s = t.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
@@ -122,7 +122,7 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
         Plan::build(g, &l.assignment, &ug, &partition).map_err(|e| Fail::input(target, e))?;
     let plan_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    validate(g, &l.assignment, &plan).map_err(|e| {
+    validate(g, &l.assignment, plan).map_err(|e| {
         Fail::input(
             target,
             format!("internal error, the partition is invalid: {e}"),

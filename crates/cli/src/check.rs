@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use cleave_emit::check_conn;
+use cleave::check_conn;
 
 use crate::Fail;
 

@@ -3,12 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use cleave_runtime::conformance::{run_case, Outcome, ATOL, RTOL};
-use cleave_runtime::runner::read_conn;
-use cleave_runtime::EngineKind;
+use cleave::engines::conformance::{run_case, Outcome, ATOL, RTOL};
+use cleave::runtime::runner::read_conn;
+use cleave::runtime::EngineKind;
 use serde::Serialize;
 
-use crate::run_cmd::runtime_fail;
 use crate::setup::DeviceArgs;
 use crate::Fail;
 
@@ -41,7 +40,7 @@ fn cases(dir: &Path) -> Vec<PathBuf> {
 pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
     let kind = EngineKind::parse(engine)
         .ok_or_else(|| Fail::usage(format!("--engine '{engine}': engines are tract, ort")))?;
-    let eng = kind.engine().map_err(runtime_fail)?;
+    let eng = cleave::engine(kind)?;
     let list = cases(dir);
     if list.is_empty() {
         return Err(Fail::input(

@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use cleave_onnx::{encode_model, to_ir, write_atomic, OnnxModel, MIN_EXTERNAL_BYTES};
+use cleave::onnx::{encode_model, to_ir, write_atomic, OnnxModel, MIN_EXTERNAL_BYTES};
 
 use crate::partition_cmd::ExternalDataArg;
 use crate::Fail;

@@ -1,6 +1,6 @@
 //! Per-part counters: calls, execution time, time waiting for inputs.
 
-use cleave_runtime::runner::{LoadedParts, PartStats};
+use cleave::runtime::runner::{LoadedParts, PartStats};
 use serde::Serialize;
 
 #[derive(Serialize)]

@@ -1,7 +1,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cleave_onnx::OnnxError;
+use cleave::onnx::OnnxError;
+use cleave::Error;
 
 /// A failure as the user sees it: the file it concerns and the cause, on one line.
 #[derive(Debug)]
@@ -49,6 +50,15 @@ impl fmt::Display for Fail {
         match &self.file {
             Some(p) => write!(f, "{}: {}", p.display(), self.cause),
             None => f.write_str(&self.cause),
+        }
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        match e.path() {
+            Some(p) => Fail::input(p, &e),
+            None => Fail::usage(&e),
         }
     }
 }

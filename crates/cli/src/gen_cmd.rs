@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use cleave_assign::render_opname;
-use cleave_onnx::gen::{generate, GenOptions};
-use cleave_onnx::{encode_model, write_atomic};
+use cleave::assign::render_opname;
+use cleave::onnx::gen::{generate, GenOptions};
+use cleave::onnx::{encode_model, write_atomic};
 
 use crate::Fail;
 

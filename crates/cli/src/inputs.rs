@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use cleave_ir::{Dim, Graph};
-use cleave_runtime::{read_npy, read_pb, HostTensor};
+use cleave::engines::read_pb;
+use cleave::ir::{Dim, Graph};
+use cleave::runtime::{read_npy, HostTensor};
 
 use crate::Fail;
 

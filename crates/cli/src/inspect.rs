@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cleave_ir::{Dim, Graph, Model, TensorType, ValueId};
-use cleave_onnx::{infer_types, to_ir, OnnxModel};
+use cleave::ir::{Dim, Graph, Model, OpSemantics, TensorType, ValueId};
+use cleave::onnx::{infer_types, to_ir, OnnxModel};
 use serde::Serialize;
 
 use crate::Fail;
@@ -71,7 +71,7 @@ pub fn run(path: &Path, json: bool) -> Result<(), Fail> {
     Ok(())
 }
 
-fn summarise(path: &Path, m: &Model, report: cleave_onnx::InferReport) -> Summary {
+fn summarise(path: &Path, m: &Model, report: cleave::onnx::InferReport) -> Summary {
     let g = &m.graph;
     let mut ops = BTreeMap::new();
     for n in &g.nodes {
@@ -83,7 +83,7 @@ fn summarise(path: &Path, m: &Model, report: cleave_onnx::InferReport) -> Summar
         *ops.entry(key).or_insert(0) += 1;
     }
     let weights: Vec<_> = g.weights().collect();
-    let constant = g.constant_nodes(cleave_onnx::is_deterministic);
+    let constant = cleave::onnx::OnnxSemantics.constant_nodes(g);
     let computed: Vec<_> = g
         .nodes
         .iter()

@@ -3,12 +3,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cleave_assign::{assign, AssignOptions};
-use cleave_fuse::{optimize, runtime_layers, Group, OptimizeOptions};
-use cleave_onnx::is_deterministic;
+use cleave::fuse::{runtime_layers, Group};
+use cleave::{load_model, Devices};
 use serde::Serialize;
 
-use crate::setup::{load_model, profiles, DeviceArgs, OptLevel};
+use crate::setup::{DeviceArgs, OptLevel};
 use crate::Fail;
 
 #[derive(Serialize)]
@@ -52,12 +51,15 @@ pub fn run(
     if args.part.is_some() {
         return Err(Fail::usage("optimize takes its devices from --devices (a .part file places nodes; it does not choose rewrites)"));
     }
-    let (profiles, devices) = profiles(args)?;
-    if devices.is_empty() {
+    if args.devices.is_empty() {
         return Err(Fail::usage(
             "no devices given: use --devices (e.g. --devices cpu or --devices myriad,cpu)",
         ));
     }
+    let devices = Devices {
+        default: None,
+        ..Devices::resolve(&args.request())?
+    };
     if out
         .canonicalize()
         .ok()
@@ -68,33 +70,23 @@ pub fn run(
             "refusing to overwrite the source model: choose another -o",
         ));
     }
-    let (onnx, model, _) = load_model(model_path)?;
-    let opts = OptimizeOptions {
-        level: level.into(),
-        devices: devices.clone(),
-        profiles: &profiles,
+    let loaded = load_model(model_path)?;
+    let nodes_before = loaded.graph().nodes.len();
+    let mut o = loaded
+        .rewrite(level.into(), &devices)
+        .map_err(|e| Fail::input(model_path, e))?;
+    o.source.save_as(out).map_err(|e| Fail::input(out, e))?;
+    let a = o.assign(&devices).map_err(|e| Fail::input(model_path, e))?;
+    let (g, constant) = (o.graph(), &o.constant);
+    let Some(r) = o.rewritten.as_ref() else {
+        return Err(Fail::usage("internal error: the rewrite left no summary"));
     };
-    let o = optimize(&onnx, &opts).map_err(|e| Fail::input(model_path, e))?;
-    o.model.save(out).map_err(|e| Fail::input(out, e))?;
-    let g = &o.ir.graph;
-    let constant = g.constant_nodes(is_deterministic);
-    let a = assign(
-        g,
-        &profiles,
-        &AssignOptions {
-            devices: devices.clone(),
-            default: None,
-            part: None,
-        },
-        &constant,
-    )
-    .map_err(|e| Fail::input(model_path, e))?;
     let groups: Vec<Group> = a.groups.iter().map(|(_, grp)| grp.clone()).collect();
     let mut by_rule = BTreeMap::new();
     for grp in &groups {
         *by_rule.entry(grp.rule.name()).or_insert(0) += 1;
     }
-    let layers = runtime_layers(g, &constant, &groups, &o.origins)
+    let layers = runtime_layers(g, constant, &groups, &r.origins)
         .into_iter()
         .map(|l| {
             let device = g
@@ -117,13 +109,13 @@ pub fn run(
             OptLevel::Basic => "basic",
             OptLevel::Device => "device",
         },
-        devices,
-        nodes_before: model.graph.nodes.len(),
+        devices: devices.list.clone(),
+        nodes_before,
         nodes_after: g.nodes.len(),
-        applied: o.applied,
+        applied: r.applied.clone(),
         groups: by_rule,
         layers,
-        notes: o.notes,
+        notes: r.notes.clone(),
         warnings: a.warnings,
     };
     if json {

@@ -1,16 +1,11 @@
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::ValueEnum;
-use cleave_assign::{qdq_pairs, Assignment, Placement, Reason};
-use cleave_emit::{emit_with, ExternalData};
-use cleave_onnx::{node_flops, WeightsSource};
-use cleave_partition::{
-    openvino, partition_default, reference_counts, stage_partition, validate, OpenVinoOptions,
-    Options, Plan, References, UnitGraph,
-};
+use cleave::partition::{References, ValidatedPlan};
+use cleave::{load_model, Cut, Devices, Emitted, ExternalData};
 
-use crate::setup::{load_and_assign, load_model, DeviceArgs, Loaded};
+use crate::setup::{load_and_assign, Assigned, DeviceArgs};
 use crate::Fail;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -77,9 +72,9 @@ pub fn partition_into(
 }
 
 struct Built {
-    loaded: crate::setup::Loaded,
-    plan: Plan,
-    written: cleave_emit::Emitted,
+    assigned: Assigned,
+    plan: ValidatedPlan,
+    written: Emitted,
     /// Part counts of the references, when rules (not stages) made the partition.
     references: Option<References>,
     elapsed: Duration,
@@ -87,21 +82,21 @@ struct Built {
 
 pub fn run(a: PartitionArgs) -> Result<(), Fail> {
     let Built {
-        loaded,
+        assigned,
         plan,
         written,
         references,
         elapsed,
     } = build(&a)?;
-    report(&a, &loaded, &plan, &written, references, elapsed);
+    report(&a, &assigned, &plan, &written, references, elapsed);
     if a.report {
         crate::report_cmd::write(
-            &loaded.model.graph,
+            assigned.loaded.graph(),
             &plan,
             &written.conn,
             &written.conn_json,
-            &loaded.onnx.path.display().to_string(),
-            Some(&loaded.assignment.groups),
+            &assigned.loaded.path().display().to_string(),
+            Some(&assigned.assignment.groups),
         )?;
     }
     Ok(())
@@ -112,92 +107,45 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
         return build_stages(a, n);
     }
     let bar = crate::progress::spinner("loading and assigning");
-    let l = load_and_assign(a.model, a.devices)?;
+    let assigned = load_and_assign(a.model, a.devices)?;
     bar.set_message("partitioning");
-    let g = &l.model.graph;
-    let ug = UnitGraph::from_assignment(g, &l.assignment, &l.assignment.glue(g));
-    let start = Instant::now();
-    let opts = Options {
-        allow_disconnected: a.allow_disconnected,
+    let algorithm = match a.algorithm {
+        Algorithm::Default => cleave::Algorithm::Default {
+            allow_disconnected: a.allow_disconnected,
+        },
+        Algorithm::Openvino => cleave::Algorithm::OpenVino {
+            budget: Duration::from_secs_f64(a.budget_s),
+        },
     };
-    let partition = match a.algorithm {
-        Algorithm::Default => partition_default(&ug, opts),
-        Algorithm::Openvino => {
-            let labels: Vec<String> = ug
-                .nodes
-                .iter()
-                .map(|ns| {
-                    ns.iter()
-                        .map(|&n| g.node_label(n))
-                        .collect::<Vec<_>>()
-                        .join("+")
-                })
-                .collect();
-            let ov = OpenVinoOptions {
-                time_budget: Duration::from_secs_f64(a.budget_s),
-                ..Default::default()
-            };
-            let mut trace = Vec::new();
-            let result = openvino(&ug, &labels, &l.assignment.devices, &ov, &mut trace);
-            if a.trace {
-                for line in &trace {
-                    println!("{line}");
-                }
-            }
-            result.map_err(|e| Fail::input(a.model, e))?
+    let mut trace = Vec::new();
+    let cut = assigned
+        .loaded
+        .partition_traced(&assigned.assignment, algorithm, &mut trace);
+    if a.trace {
+        for line in &trace {
+            println!("{line}");
         }
-    };
-    let elapsed = start.elapsed();
-    let references = reference_counts(&ug);
+    }
+    let cut = cut.map_err(|e| Fail::input(a.model, e))?;
     bar.finish_and_clear();
-    finish(a, l, &ug, &partition, Some(references), elapsed)
+    finish(a, assigned, &cut)
 }
 
-fn finish(
-    a: &PartitionArgs,
-    mut l: Loaded,
-    ug: &UnitGraph,
-    partition: &cleave_partition::Partition,
-    references: Option<References>,
-    elapsed: Duration,
-) -> Result<Built, Fail> {
-    let g = &l.model.graph;
+fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built, Fail> {
     let bar = crate::progress::spinner("building and validating the parts");
-    let plan = Plan::build(g, &l.assignment, ug, partition).map_err(|e| Fail::input(a.model, e))?;
-    validate(g, &l.assignment, &plan).map_err(|e| {
-        Fail::input(
-            a.model,
-            format!("internal error, the partition is invalid: {e}"),
-        )
-    })?;
-    if l.rewritten.is_some() {
-        // The parts are cut from the rewritten model: it is what conn.json names as the source,
-        // so `check`, `verify` and check_parts.py compare the parts against it.
-        let stem = a
-            .model
-            .file_stem()
-            .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
-        let dir = a.workdir.join(format!("{stem}.optimized"));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Fail::input(&dir, format!("cannot create: {e}")))?;
-        let out = dir.join(format!("{stem}.onnx"));
-        l.onnx.save(&out).map_err(|e| Fail::input(&out, e))?;
-        l.onnx.path = out;
-    }
+    let plan = assigned
+        .loaded
+        .plan(&assigned.assignment, cut)
+        .map_err(|e| Fail::input(a.model, e))?;
     bar.set_message("writing the parts");
-    let written = emit_with(&l.onnx, &l.model, &plan, a.workdir, a.external_data).map_err(|e| {
-        match e.path() {
-            Some(p) => Fail::input(p, &e),
-            None => Fail::input(a.model, &e),
-        }
-    })?;
+    let written = assigned.loaded.write(&plan, a.workdir, a.external_data)?;
     bar.finish_and_clear();
     Ok(Built {
-        loaded: l,
+        assigned,
         plan,
         written,
-        references,
-        elapsed,
+        references: cut.references,
+        elapsed: cut.elapsed,
     })
 }
 
@@ -207,92 +155,30 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
     if n == 0 {
         return Err(Fail::usage("--stages must be at least 1"));
     }
-    let (onnx, model, constant) = load_model(a.model)?;
-    let g = &model.graph;
-    let names: Vec<String> = if a.devices.devices.is_empty() {
-        (1..=n).map(|i| format!("stage{i}")).collect()
-    } else {
-        a.devices.devices.clone()
-    };
-    let stage_device: Vec<&String> = (0..n).map(|i| &names[i % names.len()]).collect();
-    let mut devices: Vec<String> = Vec::new();
-    for d in &stage_device {
-        if !devices.contains(d) {
-            devices.push((*d).clone());
-        }
-    }
-    let outputs: std::collections::HashSet<_> = g.outputs.iter().copied().collect();
-    let single: Vec<Placement> = g
-        .nodes
-        .iter()
-        .zip(&constant)
-        .map(|(node, &c)| {
-            if c && !node.outputs.iter().flatten().any(|v| outputs.contains(v)) {
-                Placement::Constant
-            } else {
-                Placement::Device(0, Reason::Default)
-            }
-        })
-        .collect();
-    let one = Assignment {
-        devices: vec![devices[0].clone()],
-        placement: single.clone(),
-        groups: Vec::new(),
-        warnings: Vec::new(),
-    };
-    let glue = qdq_pairs(g);
-    let ug = UnitGraph::from_assignment(g, &one, &glue);
-    let start = Instant::now();
-    let cost: Vec<u64> = ug
-        .nodes
-        .iter()
-        .map(|ns| ns.iter().map(|&x| node_flops(g, g.node(x))).sum())
-        .collect();
-    let partition = stage_partition(&ug, &cost, n);
-    let mut placement = single;
-    for (u, ns) in ug.nodes.iter().enumerate() {
-        let d = devices
-            .iter()
-            .position(|x| x == stage_device[partition.part_of[u] as usize])
-            .unwrap_or(0) as u16;
-        for &x in ns {
-            placement[x.index()] = Placement::Device(d, Reason::Default);
-        }
-    }
-    let assignment = Assignment {
-        devices,
-        placement,
-        groups: Vec::new(),
-        warnings: Vec::new(),
-    };
-    let staged = UnitGraph::from_assignment(g, &assignment, &glue);
-    let elapsed = start.elapsed();
+    let loaded = load_model(a.model)?;
+    let (assignment, cut) = loaded.stages(n, &a.devices.devices)?;
+    let devices = Devices::priority(&[]);
     finish(
         a,
-        Loaded {
-            onnx,
-            model,
+        Assigned {
+            loaded,
+            devices,
             assignment,
-            constant,
-            rewritten: None,
         },
-        &staged,
-        &partition,
-        None,
-        elapsed,
+        &cut,
     )
 }
 
 fn report(
     a: &PartitionArgs,
-    l: &crate::setup::Loaded,
-    plan: &Plan,
-    written: &cleave_emit::Emitted,
+    l: &Assigned,
+    plan: &ValidatedPlan,
+    written: &Emitted,
     references: Option<References>,
     elapsed: Duration,
 ) {
     let placed = plan.parts.iter().map(|p| p.nodes.len()).sum::<usize>();
-    let constants = l.constant.iter().filter(|&&c| c).count();
+    let constants = l.loaded.constant.iter().filter(|&&c| c).count();
     let ms = elapsed.as_secs_f64() * 1e3;
     let devices = l.assignment.devices.join(",");
     match references {
@@ -305,7 +191,7 @@ fn report(
             c.epoch_greedy
         ),
     }
-    if let Some(r) = &l.rewritten {
+    if let Some(r) = &l.loaded.rewritten {
         let applied: Vec<String> = r.applied.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let applied = if applied.is_empty() {
             "none".to_string()
@@ -315,8 +201,8 @@ fn report(
         println!(
             "rewritten before assignment: {} nodes → {} ({applied}); rewritten model: {}",
             r.nodes_before,
-            l.model.graph.nodes.len(),
-            l.onnx.path.display()
+            l.loaded.graph().nodes.len(),
+            l.loaded.path().display()
         );
     }
     if !l.assignment.groups.is_empty() {
@@ -398,16 +284,12 @@ fn report(
         println!("note: {note}");
     }
     if let Some(w) = &written.weights {
-        let how = match w.source {
-            WeightsSource::WholeFile => "a copy of the source's data file, offsets kept",
-            WeightsSource::Existing => "the source's own data file",
-            WeightsSource::Copied => "streamed from the source",
-        };
         println!(
-            "weights: {} ({} tensors, {} bytes), {how}; every part references it",
+            "weights: {} ({} tensors, {} bytes), {}; every part references it",
             w.path.display(),
-            w.tensors(),
-            w.tensor_bytes
+            w.tensors,
+            w.bytes,
+            w.how
         );
     }
     println!(

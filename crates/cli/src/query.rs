@@ -1,11 +1,12 @@
 use std::path::Path;
 
-use cleave_assign::{Placement, Reason};
+use cleave::assign::{Placement, Reason};
 use serde::Serialize;
 
-use crate::coverage::{coverage, print, Coverage};
-use crate::setup::{load_and_assign, profiles, DeviceArgs};
+use crate::coverage::print;
+use crate::setup::{load_and_assign, DeviceArgs};
 use crate::Fail;
+use cleave::coverage::{coverage, Coverage};
 
 #[derive(Serialize)]
 struct NodeRow {
@@ -50,8 +51,7 @@ pub fn run(
     json: bool,
 ) -> Result<(), Fail> {
     let l = load_and_assign(model, args)?;
-    let (profiles, _) = profiles(args)?;
-    let g = &l.model.graph;
+    let g = l.loaded.graph();
     let a = &l.assignment;
     let mut counts: std::collections::BTreeMap<String, usize> =
         a.devices.iter().map(|d| (d.clone(), 0)).collect();
@@ -69,12 +69,13 @@ pub fn run(
         });
     }
     let constant_nodes = rows.iter().filter(|r| r.device.is_none()).count();
-    let coverage = coverage(g, a, &profiles, &l.constant, allow_disconnected).map_err(|e| {
-        Fail::input(
-            model,
-            format!("internal error, the partition is invalid: {e}"),
-        )
-    })?;
+    let coverage =
+        coverage(&l.loaded, a, &l.devices.profiles, allow_disconnected).map_err(|e| {
+            Fail::input(
+                model,
+                format!("internal error, the partition is invalid: {e}"),
+            )
+        })?;
     let q = Query {
         devices: a.devices.clone(),
         nodes: rows,
@@ -83,10 +84,7 @@ pub fn run(
         coverage,
     };
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&q).map_err(|e| Fail::usage(e))?
-        );
+        println!("{}", serde_json::to_string_pretty(&q).map_err(Fail::usage)?);
         return Ok(());
     }
     let w = q

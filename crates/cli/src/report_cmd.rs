@@ -3,66 +3,30 @@
 
 use std::path::Path;
 
-use cleave_device::Profiles;
-use cleave_emit::{read_partition, ConnFile};
-use cleave_fuse::{find_groups, Group, Rule};
-use cleave_ir::Graph;
-use cleave_onnx::is_deterministic;
-use cleave_partition::Plan;
-use cleave_view::{write_views, FusedGroup, Report};
+use cleave::files::ConnFile;
+use cleave::fuse::Group;
+use cleave::ir::Graph;
+use cleave::partition::Plan;
+use cleave::read_partition;
+use cleave::view::{write_views, FusedGroup, Report};
 
 use crate::Fail;
 
 pub fn run(conn: &Path, model: Option<&Path>) -> Result<(), Fail> {
-    let mut read = read_partition(conn, model).map_err(|e| Fail::input(e.path(), &e))?;
-    cleave_onnx::infer_types(&mut read.model);
+    let read = read_partition(conn, model).map_err(|e| Fail::input(e.path(), &e))?;
     let source = model.map_or_else(
         || read.conn.source.file.clone(),
         |m| m.display().to_string(),
     );
-    let groups = groups_in_parts(&read.model.graph, &read.plan);
+    let groups = read.fused_groups();
     write(
-        &read.model.graph,
+        &read.model().graph,
         &read.plan,
         &read.conn,
         conn,
         &source,
         Some(&groups),
     )
-}
-
-/// The fused groups of a partition read back from files: each backend's built-in fusion rules,
-/// keeping the groups that lie whole in one part of that backend. This is what assignment
-/// formed (a group is placed whole, or dissolved when a member went elsewhere), for backends
-/// with built-in profiles; a custom `--profile` given to `partition` is not known here.
-fn groups_in_parts(g: &Graph, plan: &Plan) -> Vec<(u16, Group)> {
-    let profiles = Profiles::builtin();
-    let constant = g.constant_nodes(is_deterministic);
-    let mut part_of = vec![usize::MAX; g.nodes.len()];
-    for (k, part) in plan.parts.iter().enumerate() {
-        for n in &part.nodes {
-            part_of[n.index()] = k;
-        }
-    }
-    let mut out = Vec::new();
-    for (d, device) in plan.devices.iter().enumerate() {
-        let Some(rules) = profiles
-            .get(device)
-            .and_then(|p| Rule::parse_all(&p.fuse.rules).ok())
-        else {
-            continue;
-        };
-        for grp in find_groups(g, &constant, &rules) {
-            let k = part_of[grp.anchor().index()];
-            let whole = k != usize::MAX
-                && plan.parts[k].device as usize == d
-                && grp.nodes.iter().all(|m| part_of[m.index()] == k);
-            if whole {
-                out.push((d as u16, grp));
-            }
-        }
-    }
-    out
 }
 
 /// Writes `stem.partition.md`, `stem.dot` and `stem.report.html` beside `conn_json`. `groups`:

@@ -1,30 +1,17 @@
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use cleave_ir::Model;
-use cleave_onnx::{infer_types, to_ir, OnnxModel};
-use cleave_runtime::pipeline::run_pipelined;
-use cleave_runtime::runner::{load_parts, read_conn, PartStats};
-use cleave_runtime::{write_npy, EngineMap, RuntimeError};
+use cleave::runtime::pipeline::run_pipelined;
+use cleave::runtime::runner::PartStats;
+use cleave::runtime::{write_npy, EngineMap, RuntimeError};
+use cleave::{conn_source, load_parts};
 
 use crate::{inputs, Fail};
 
 pub fn runtime_fail(e: RuntimeError) -> Fail {
     match e.path() {
-        Some(p) => Fail::input(&p.to_path_buf(), &e),
+        Some(p) => Fail::input(p, &e),
         None => Fail::usage(e),
     }
-}
-
-/// The source model a connection file names, typed.
-pub fn load_source(conn_path: &Path) -> Result<(OnnxModel, Model), Fail> {
-    let conn = read_conn(conn_path).map_err(runtime_fail)?;
-    let dir = conn_path
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let onnx = OnnxModel::load(dir.join(&conn.source.file))?;
-    let mut model = to_ir(&onnx)?;
-    infer_types(&mut model);
-    Ok((onnx, model))
 }
 
 pub fn engines(pairs: &[String]) -> Result<EngineMap, Fail> {
@@ -55,11 +42,11 @@ fn file_name(tensor: &str) -> String {
 }
 
 pub fn run(a: RunArgs) -> Result<(), Fail> {
-    let (_, model) = load_source(a.conn)?;
-    let feeds = inputs::gather(&model.graph, a.inputs, &[], 0, false)?;
+    let source = conn_source(a.conn)?;
+    let feeds = inputs::gather(&source.model().graph, a.inputs, &[], 0, false)?;
     let map = engines(a.engines)?;
     let pipelined = a.requests > 1;
-    let mut parts = load_parts(a.conn, &map, pipelined).map_err(runtime_fail)?;
+    let mut parts = load_parts(a.conn, &map, pipelined)?;
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
     let values = if pipelined {
         let r = run_pipelined(&mut parts, vec![feeds.clone(); a.requests]).map_err(runtime_fail)?;

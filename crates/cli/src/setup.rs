@@ -1,15 +1,10 @@
 //! What `query` and `partition` share: load, type, assign.
 
-use std::path::PathBuf;
-
-use cleave_assign::{assign, AssignOptions, Assignment, PartFile};
-use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use cleave_device::Profiles;
-use cleave_fuse::{optimize, Level, OptimizeOptions};
-use cleave_ir::Model;
-use cleave_onnx::{infer_types, is_deterministic, to_ir, OnnxModel};
+use cleave::assign::Assignment;
+use cleave::{load_model, DeviceRequest, Devices, Loaded, RewriteLevel};
 
 use crate::Fail;
 
@@ -54,128 +49,49 @@ pub enum OptLevel {
     Device,
 }
 
-impl From<OptLevel> for Level {
-    fn from(l: OptLevel) -> Level {
+impl From<OptLevel> for RewriteLevel {
+    fn from(l: OptLevel) -> RewriteLevel {
         match l {
-            OptLevel::Basic => Level::Basic,
-            OptLevel::Device => Level::Device,
+            OptLevel::Basic => RewriteLevel::Basic,
+            OptLevel::Device => RewriteLevel::Device,
         }
     }
 }
 
-/// What `--optimize` did.
-pub struct Rewritten {
-    pub applied: BTreeMap<&'static str, usize>,
-    pub nodes_before: usize,
+impl DeviceArgs {
+    pub fn request(&self) -> DeviceRequest {
+        DeviceRequest {
+            devices: self.devices.clone(),
+            part: self.part.clone(),
+            default: self.default.clone(),
+            profiles: self.profile.clone(),
+            no_constraints: self.no_constraints,
+        }
+    }
 }
 
-pub struct Loaded {
-    pub onnx: OnnxModel,
-    pub model: Model,
+/// A model loaded, rewritten if asked, and assigned.
+pub struct Assigned {
+    pub loaded: Loaded,
+    pub devices: Devices,
     pub assignment: Assignment,
-    pub constant: Vec<bool>,
-    pub rewritten: Option<Rewritten>,
 }
 
-/// The built-in profiles plus `--profile` files and `.toml` entries of `--devices`; returns
-/// the device list with those entries replaced by the names their files define.
-pub fn profiles(args: &DeviceArgs) -> Result<(Profiles, Vec<String>), Fail> {
-    let mut profiles = Profiles::builtin();
-    for p in &args.profile {
-        profiles.load(p).map_err(|e| Fail::input(e.path(), &e))?;
-    }
-    let mut devices = Vec::with_capacity(args.devices.len());
-    for d in &args.devices {
-        if d.ends_with(".toml") {
-            devices.push(
-                profiles
-                    .load(std::path::Path::new(d))
-                    .map_err(|e| Fail::input(e.path(), &e))?,
-            );
-        } else {
-            devices.push(d.clone());
-        }
-    }
-    if args.no_constraints {
-        profiles = profiles.without_constraints();
-    }
-    let mut seen = std::collections::HashSet::new();
-    for d in &devices {
-        if d.is_empty() || !seen.insert(d) {
-            return Err(Fail::usage(format!(
-                "--devices: '{d}' is empty or listed twice"
-            )));
-        }
-    }
-    Ok((profiles, devices))
-}
-
-pub fn load_and_assign(model_path: &std::path::Path, args: &DeviceArgs) -> Result<Loaded, Fail> {
-    let (profiles, devices) = profiles(args)?;
-    let part = match &args.part {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Fail::input(path, format!("cannot read: {e}")))?;
-            let backends = (!devices.is_empty()).then_some(devices.as_slice());
-            Some(
-                PartFile::parse(&text, path, backends, args.default.as_deref())
-                    .map_err(|e| Fail::input(e.path(), &e))?,
-            )
-        }
-        None => None,
-    };
-    if part.is_none() && devices.is_empty() {
-        return Err(Fail::usage(
-            "no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part",
-        ));
-    }
-    let (mut onnx, mut model, mut constant) = load_model(model_path)?;
-    let mut rewritten = None;
+/// Loads a model and gives every node a device, as `query` and `partition` do; prints the
+/// assignment's warnings.
+pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned, Fail> {
+    let devices = Devices::resolve(&args.request())?;
+    let mut loaded = load_model(model_path)?;
     if let Some(level) = args.optimize {
-        let list = part
-            .as_ref()
-            .map_or(devices.clone(), |p| p.backends.clone());
-        let o = optimize(
-            &onnx,
-            &OptimizeOptions {
-                level: level.into(),
-                devices: list,
-                profiles: &profiles,
-            },
-        )
-        .map_err(|e| Fail::input(model_path, e))?;
-        rewritten = Some(Rewritten {
-            applied: o.applied,
-            nodes_before: model.graph.nodes.len(),
-        });
-        onnx = o.model;
-        model = o.ir;
-        constant = model.graph.constant_nodes(is_deterministic);
+        loaded = loaded.rewrite(level.into(), &devices)?;
     }
-    let opts = AssignOptions {
-        devices,
-        default: args.default.clone(),
-        part: part.as_ref(),
-    };
-    let assignment = assign(&model.graph, &profiles, &opts, &constant)
-        .map_err(|e| Fail::input(model_path, e))?;
+    let assignment = loaded.assign(&devices)?;
     for w in &assignment.warnings {
         eprintln!("cleave: warning: {}: {w}", model_path.display());
     }
-    Ok(Loaded {
-        onnx,
-        model,
+    Ok(Assigned {
+        loaded,
+        devices,
         assignment,
-        constant,
-        rewritten,
     })
-}
-
-/// Loads, checks and types a model; marks the nodes that compute constants.
-pub fn load_model(model_path: &std::path::Path) -> Result<(OnnxModel, Model, Vec<bool>), Fail> {
-    let onnx = OnnxModel::load(model_path)?;
-    let mut model = to_ir(&onnx)?;
-    infer_types(&mut model);
-    let constant = model.graph.constant_nodes(is_deterministic);
-    Ok((onnx, model, constant))
 }

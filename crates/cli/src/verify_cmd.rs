@@ -1,11 +1,11 @@
 use std::path::{Path, PathBuf};
 
-use cleave_emit::with_outputs;
-use cleave_runtime::runner::{load_parts, PartStats};
-use cleave_runtime::verify::{Report, Row};
-use cleave_runtime::EngineKind;
+use cleave::runtime::runner::PartStats;
+use cleave::runtime::verify::{Report, Row};
+use cleave::runtime::EngineKind;
+use cleave::{conn_source, load_model, load_parts};
 
-use crate::run_cmd::{engines, load_source, runtime_fail};
+use crate::run_cmd::{engines, runtime_fail};
 use crate::setup::DeviceArgs;
 use crate::{inputs, Fail};
 
@@ -36,27 +36,27 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     // With --optimize the parts are cut from the rewritten model; the reference stays the
     // untouched source, so the check spans the rewrites as well as the cut.
     let rewritten = a.conn.is_none() && a.devices.optimize.is_some();
-    let (onnx, model) = if rewritten {
-        let (onnx, model, _) = crate::setup::load_model(a.model)?;
-        (onnx, model)
+    let source = if rewritten {
+        load_model(a.model)?.source
     } else {
-        load_source(&conn_path)?
+        conn_source(&conn_path)?
     };
     let same = |p: &Path| p.canonicalize().ok();
-    if same(&onnx.path) != same(a.model) {
+    if same(source.path()) != same(a.model) {
         return Err(Fail::input(
             &conn_path,
             format!(
                 "partitions {}, not {}",
-                onnx.path.display(),
+                source.path().display(),
                 a.model.display()
             ),
         ));
     }
+    let model = source.model();
     let g = &model.graph;
     let feeds = inputs::gather(g, a.inputs, a.shapes, a.seed, true)?;
     let map = engines(a.engines)?;
-    let mut parts = load_parts(&conn_path, &map, false).map_err(runtime_fail)?;
+    let mut parts = load_parts(&conn_path, &map, false)?;
 
     // The tensors to compare: the model's outputs, and with --boundaries every tensor that
     // crosses between parts.
@@ -89,17 +89,21 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
             a.reference
         ))
     })?;
-    let engine = reference.engine().map_err(runtime_fail)?;
+    let engine = cleave::engine(reference)?;
     let mut whole = if a.boundaries {
         let extra: Vec<_> = names.iter().filter_map(|(n, _)| g.find(n)).collect();
-        let probe = with_outputs(&onnx, &model, &extra).map_err(|e| Fail::input(a.model, e))?;
-        let path = tmp.path().join("whole-with-boundaries.onnx");
-        // Saved as a model derived from the source, so its external data files come along
-        // (hard-linked where possible) and resolve beside the probe.
-        onnx.derived(probe).save(&path)?;
+        let path = tmp
+            .path()
+            .join(format!("whole-with-boundaries.{}", source.extension()));
+        source
+            .write_with_outputs(&extra, &path)
+            .map_err(|e| match e.path == source.path() {
+                true => Fail::input(a.model, e),
+                false => Fail::input(&e.path.clone(), e),
+            })?;
         engine.load(&path, false).map_err(runtime_fail)?
     } else {
-        engine.load(&onnx.path, false).map_err(runtime_fail)?
+        engine.load(source.path(), false).map_err(runtime_fail)?
     };
     bar.set_message("running the whole model");
     let expected = whole.run(&feeds).map_err(runtime_fail)?;

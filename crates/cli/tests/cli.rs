@@ -4,7 +4,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use cleave_onnx::proto::{
+use cleave::onnx::proto::{
     self, tensor_proto, ModelProto, OperatorSetIdProto, TensorProto, ValueInfoProto,
 };
 use cleave_testdata::{light, onnx_files, SUITES};
@@ -231,18 +231,18 @@ fn external_data_stays_external_and_is_read_lazily() {
     let src_dir = tmp.path().join("src");
     let (src, weights) = external_model(&src_dir);
 
-    let m = cleave_onnx::OnnxModel::load(&src).unwrap();
-    let ir = cleave_onnx::to_ir(&m).unwrap();
+    let m = cleave::onnx::OnnxModel::load(&src).unwrap();
+    let ir = cleave::onnx::to_ir(&m).unwrap();
     let (_, w) = ir.graph.weights().next().unwrap();
     assert!(matches!(
         w.data,
-        cleave_ir::WeightData::External {
+        cleave::ir::WeightData::External {
             offset: 100,
             length: Some(64),
             ..
         }
     ));
-    assert_eq!(&cleave_onnx::read_weight(w).unwrap()[..], &weights[..]);
+    assert_eq!(&cleave::onnx::read_weight(w).unwrap()[..], &weights[..]);
 
     // Convert into another folder: same model bytes, the weights file carried along.
     let out = tmp.path().join("elsewhere/out.onnx");
@@ -250,10 +250,10 @@ fn external_data_stays_external_and_is_read_lazily() {
     let o = cleave(&[os("convert"), src.as_os_str(), out.as_os_str()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(&src).unwrap(), std::fs::read(&out).unwrap());
-    let m2 = cleave_onnx::OnnxModel::load(&out).unwrap();
-    let ir2 = cleave_onnx::to_ir(&m2).unwrap();
+    let m2 = cleave::onnx::OnnxModel::load(&out).unwrap();
+    let ir2 = cleave::onnx::to_ir(&m2).unwrap();
     let (_, w2) = ir2.graph.weights().next().unwrap();
-    assert_eq!(&cleave_onnx::read_weight(w2).unwrap()[..], &weights[..]);
+    assert_eq!(&cleave::onnx::read_weight(w2).unwrap()[..], &weights[..]);
     assert!(tmp.path().join("elsewhere/data/w.bin").is_file());
     // The source folder is untouched.
     assert_eq!(std::fs::read_dir(&src_dir).unwrap().count(), 2);
@@ -285,7 +285,7 @@ fn convert_moves_weights_out_to_one_file_and_back_in() {
             .len(),
         2304
     );
-    let m = cleave_onnx::OnnxModel::load(&shared).unwrap();
+    let m = cleave::onnx::OnnxModel::load(&shared).unwrap();
     let g = m.proto.graph.as_ref().unwrap();
     let external: Vec<&str> = g
         .initializer
@@ -294,12 +294,12 @@ fn convert_moves_weights_out_to_one_file_and_back_in() {
         .map(|t| t.name())
         .collect();
     assert_eq!(external, ["conv2.w"]);
-    let bytes = |m: &cleave_onnx::OnnxModel| -> Vec<Vec<u8>> {
+    let bytes = |m: &cleave::onnx::OnnxModel| -> Vec<Vec<u8>> {
         let g = m.proto.graph.as_ref().unwrap();
         g.initializer
             .iter()
             .map(|t| {
-                cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, m).unwrap())
+                cleave::onnx::read_weight(&cleave::onnx::to_ir_weight(t, m).unwrap())
                     .unwrap()
                     .to_vec()
             })
@@ -307,7 +307,7 @@ fn convert_moves_weights_out_to_one_file_and_back_in() {
     };
     assert_eq!(
         bytes(&m),
-        bytes(&cleave_onnx::OnnxModel::load(&src).unwrap())
+        bytes(&cleave::onnx::OnnxModel::load(&src).unwrap())
     );
 
     let back = tmp.path().join("back.onnx");
@@ -390,7 +390,7 @@ fn model_local_functions_are_kept() {
     let o = cleave(&[os("convert"), p.as_os_str(), out.as_os_str()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(&out).unwrap());
-    let ir = cleave_onnx::to_ir(&cleave_onnx::OnnxModel::load(&out).unwrap()).unwrap();
+    let ir = cleave::onnx::to_ir(&cleave::onnx::OnnxModel::load(&out).unwrap()).unwrap();
     assert_eq!(ir.functions.len(), 1);
     assert_eq!(ir.functions[0].body.nodes.len(), 2);
 }

@@ -60,7 +60,7 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
         assert!(line.starts_with("ok "), "{name}: {line}");
     }
     // Split → 3 Convs → Concat is one Conv with group 3.
-    let m = cleave_onnx::OnnxModel::load(dir.path().join("group_conv.opt.onnx")).unwrap();
+    let m = cleave::onnx::OnnxModel::load(dir.path().join("group_conv.opt.onnx")).unwrap();
     let nodes = &m.proto.graph.as_ref().unwrap().node;
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].op_type(), "Conv");
@@ -73,7 +73,7 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
         Some(3)
     );
     // Tiles carry OpenVINO's @soc=M/N names.
-    let m = cleave_onnx::OnnxModel::load(dir.path().join("tile_conv.opt.onnx")).unwrap();
+    let m = cleave::onnx::OnnxModel::load(dir.path().join("tile_conv.opt.onnx")).unwrap();
     let names: Vec<&str> = m
         .proto
         .graph

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cleave_emit::ConnFile;
+use cleave::files::ConnFile;
 use cleave_testdata::{light_random, LIGHT_MODELS};
 use common::*;
 use prost::Message;
@@ -193,7 +193,7 @@ fn seed_example_with_both_algorithms() {
         ]
     );
     let names = |f: &str| -> Vec<String> {
-        let m = cleave_onnx::OnnxModel::load(work.join(f)).unwrap();
+        let m = cleave::onnx::OnnxModel::load(work.join(f)).unwrap();
         m.proto
             .graph
             .unwrap()
@@ -436,13 +436,13 @@ fn symbolic_batch_survives_in_part_boundaries() {
     let c = conn(&work, "tiny_cnn");
     assert!(c.parts.len() >= 3, "{c:?}");
     for p in &c.parts {
-        let m = cleave_onnx::OnnxModel::load(work.join(&p.file)).unwrap();
-        let ir = cleave_onnx::to_ir(&m).unwrap();
+        let m = cleave::onnx::OnnxModel::load(work.join(&p.file)).unwrap();
+        let ir = cleave::onnx::to_ir(&m).unwrap();
         for &v in ir.graph.inputs.iter().chain(&ir.graph.outputs) {
             let ty = &ir.graph.value(v).ty;
             assert_eq!(
                 ty.shape.as_ref().unwrap()[0],
-                cleave_ir::Dim::Param("batch".into()),
+                cleave::ir::Dim::Param("batch".into()),
                 "{}: {} is {ty}",
                 p.file,
                 ir.graph.value(v).name
@@ -458,18 +458,18 @@ fn symbolic_batch_survives_in_part_boundaries() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
-fn bool_input(name: &str) -> cleave_onnx::proto::ValueInfoProto {
+fn bool_input(name: &str) -> cleave::onnx::proto::ValueInfoProto {
     let mut v = float_input(name, &[]);
-    if let Some(cleave_onnx::proto::type_proto::Value::TensorType(t)) =
+    if let Some(cleave::onnx::proto::type_proto::Value::TensorType(t)) =
         v.r#type.as_mut().and_then(|t| t.value.as_mut())
     {
-        t.elem_type = Some(cleave_onnx::proto::tensor_proto::DataType::Bool as i32);
+        t.elem_type = Some(cleave::onnx::proto::tensor_proto::DataType::Bool as i32);
     }
     v
 }
 
-fn branch(name: &str, op: &str) -> cleave_onnx::proto::GraphProto {
-    cleave_onnx::proto::GraphProto {
+fn branch(name: &str, op: &str) -> cleave::onnx::proto::GraphProto {
+    cleave::onnx::proto::GraphProto {
         name: Some(name.into()),
         node: vec![node(
             &format!("{name}_op"),
@@ -484,7 +484,7 @@ fn branch(name: &str, op: &str) -> cleave_onnx::proto::GraphProto {
 
 #[test]
 fn a_subgraph_node_is_atomic_and_its_outer_reads_are_part_inputs() {
-    use cleave_onnx::proto::{attribute_proto::AttributeType, AttributeProto};
+    use cleave::onnx::proto::{attribute_proto::AttributeType, AttributeProto};
     let tmp = tempfile::tempdir().unwrap();
     let graph_attr = |name: &str, g| AttributeProto {
         name: Some(name.into()),
@@ -526,7 +526,7 @@ fn a_subgraph_node_is_atomic_and_its_outer_reads_are_part_inputs() {
 
 #[test]
 fn a_quantize_dequantize_pair_is_never_cut() {
-    use cleave_onnx::proto::{tensor_proto::DataType, TensorProto};
+    use cleave::onnx::proto::{tensor_proto::DataType, TensorProto};
     let tmp = tempfile::tempdir().unwrap();
     let scalar = |name: &str, dt: DataType, raw: Vec<u8>| TensorProto {
         name: Some(name.into()),
@@ -579,14 +579,14 @@ fn a_quantize_dequantize_pair_is_never_cut() {
 
 /// Every initializer's bytes by name, read as an engine would (external data resolved).
 fn weight_bytes(model: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let m = cleave_onnx::OnnxModel::load(model).unwrap();
+    let m = cleave::onnx::OnnxModel::load(model).unwrap();
     let g = m.proto.graph.as_ref().unwrap();
     g.initializer
         .iter()
         .map(|t| {
             (
                 t.name().to_string(),
-                cleave_onnx::read_weight(&cleave_onnx::to_ir_weight(t, &m).unwrap())
+                cleave::onnx::read_weight(&cleave::onnx::to_ir_weight(t, &m).unwrap())
                     .unwrap()
                     .to_vec(),
             )
@@ -596,7 +596,7 @@ fn weight_bytes(model: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 
 /// Initializers of a part that read external data, with their locations.
 fn external_locations(part: &Path) -> Vec<(String, String)> {
-    let m = cleave_onnx::OnnxModel::load(part).unwrap();
+    let m = cleave::onnx::OnnxModel::load(part).unwrap();
     let g = m.proto.graph.as_ref().unwrap();
     g.initializer
         .iter()
@@ -618,10 +618,10 @@ fn external_locations(part: &Path) -> Vec<(String, String)> {
 /// The bundled example with every weight in one external data file, `dir/tiny_cnn.data`.
 fn tiny_cnn_external(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
-    let m = cleave_onnx::OnnxModel::load(example("tiny_cnn.onnx")).unwrap();
+    let m = cleave::onnx::OnnxModel::load(example("tiny_cnn.onnx")).unwrap();
     let (ext, _) = m.externalized(&dir.join("tiny_cnn.data"), 0).unwrap();
     let p = dir.join("tiny_cnn.onnx");
-    cleave_onnx::write_atomic(&p, &cleave_onnx::encode_model(&ext.proto)).unwrap();
+    cleave::onnx::write_atomic(&p, &cleave::onnx::encode_model(&ext.proto)).unwrap();
     p
 }
 

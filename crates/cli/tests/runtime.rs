@@ -133,7 +133,7 @@ fn verify_sees_a_miswired_part() {
         work.to_str().unwrap(),
     ]));
     let div = work.join("instance_norm.00002_acl_cl.onnx");
-    let mut m = cleave_onnx::OnnxModel::load(&div).unwrap();
+    let mut m = cleave::onnx::OnnxModel::load(&div).unwrap();
     let node = &mut m.proto.graph.as_mut().unwrap().node[0];
     node.input.swap(0, 1);
     m.save(&div).unwrap();
@@ -274,9 +274,9 @@ fn pipelined_stages_match_a_sequential_run() {
         "--boundaries",
     ]));
     let x = tmp.path().join("x.npy");
-    let t =
-        cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 3, 224, 224], 5).unwrap();
-    cleave_runtime::write_npy(&x, &t).unwrap();
+    let t = cleave::runtime::HostTensor::random(cleave::ir::ElemType::F32, &[1, 3, 224, 224], 5)
+        .unwrap();
+    cleave::runtime::write_npy(&x, &t).unwrap();
     let out = ok(&run(&[
         "run",
         conn.to_str().unwrap(),
@@ -330,9 +330,9 @@ fn bad_runtime_inputs_get_one_line_and_exit_code_2() {
 
     // Wrong dtype, wrong shape.
     let wrong = d.join("wrong.npy");
-    cleave_runtime::write_npy(
+    cleave::runtime::write_npy(
         &wrong,
-        &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F64, &[1, 4, 8, 8], 1).unwrap(),
+        &cleave::runtime::HostTensor::random(cleave::ir::ElemType::F64, &[1, 4, 8, 8], 1).unwrap(),
     )
     .unwrap();
     assert_bad_input(
@@ -340,9 +340,9 @@ fn bad_runtime_inputs_get_one_line_and_exit_code_2() {
         &wrong,
         "element type is float64, the model wants float32",
     );
-    cleave_runtime::write_npy(
+    cleave::runtime::write_npy(
         &wrong,
-        &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 4, 8], 1).unwrap(),
+        &cleave::runtime::HostTensor::random(cleave::ir::ElemType::F32, &[1, 4, 8], 1).unwrap(),
     )
     .unwrap();
     assert_bad_input(
@@ -360,9 +360,9 @@ fn bad_runtime_inputs_get_one_line_and_exit_code_2() {
     );
 
     let good = d.join("good.npy");
-    cleave_runtime::write_npy(
+    cleave::runtime::write_npy(
         &good,
-        &cleave_runtime::HostTensor::random(cleave_ir::ElemType::F32, &[1, 4, 8, 8], 1).unwrap(),
+        &cleave::runtime::HostTensor::random(cleave::ir::ElemType::F32, &[1, 4, 8, 8], 1).unwrap(),
     )
     .unwrap();
     let input = format!("input={}", good.display());

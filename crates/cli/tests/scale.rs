@@ -142,7 +142,7 @@ fn partition_bench_reports_its_figures_as_json() {
         "{out}"
     );
     let parts = v["parts"].as_u64().unwrap();
-    assert!(parts >= 2 && parts < 600, "{out}");
+    assert!((2..600).contains(&parts), "{out}");
     // 600 units is within the openvino algorithm's range: it ran, and found no fewer parts
     // than a valid partition needs (at least one per device).
     assert!(
@@ -193,4 +193,49 @@ fn gen_refuses_zero_nodes_and_a_missing_folder() {
         missing.as_os_str(),
     ]);
     assert_bad_input(&o, &missing, "");
+}
+
+/// `bench --partition` times the partitioner on the very unit graph `partition` cuts: fused
+/// groups and inseparable pairs contracted, as the library's `Loaded::unit_graph` builds it
+/// (it once left the fused groups out, and timed a bigger graph than users partition).
+#[test]
+fn partition_bench_cuts_the_unit_graph_partition_cuts() {
+    let model = cleave_testdata::light_random("light_squeezenet");
+    let out = ok(&cleave(&[
+        os("bench"),
+        os("--partition"),
+        model.as_os_str(),
+        os("--devices"),
+        os("myriad,cpu"),
+        os("--runs"),
+        os("1"),
+        os("--json"),
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+
+    let loaded = cleave::load_model(&model).unwrap();
+    let devices = cleave::Devices::priority(&["myriad", "cpu"]);
+    let a = loaded.assign(&devices).unwrap();
+    let cut = loaded
+        .partition(
+            &a,
+            cleave::Algorithm::Default {
+                allow_disconnected: false,
+            },
+        )
+        .unwrap();
+    let placed = a.placement.iter().filter(|p| p.device().is_some()).count();
+    assert!(!a.groups.is_empty(), "the test needs fused groups");
+    assert!(cut.units.len() < placed, "groups are contracted");
+    assert_eq!(v["units"].as_u64(), Some(cut.units.len() as u64), "{out}");
+    assert_eq!(
+        v["edges"].as_u64(),
+        Some(cut.units.edge_count() as u64),
+        "{out}"
+    );
+    assert_eq!(
+        v["parts"].as_u64(),
+        Some(cut.partition.count as u64),
+        "{out}"
+    );
 }

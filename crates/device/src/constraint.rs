@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use cleave_ir::{AttrValue, Graph, Node, ValueDef, ValueId};
+use cleave_ir::{AttrValue, Graph, Node, OpSemantics, ValueDef, ValueId};
 use serde::Deserialize;
 
 /// Conditions under which a device runs an op. Every field is optional; all present ones
@@ -35,7 +35,7 @@ pub struct Constraint {
 
 impl Constraint {
     /// `None` when the node satisfies every condition, else why not.
-    pub fn violation(&self, g: &Graph, node: &Node) -> Option<String> {
+    pub fn violation(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Option<String> {
         let computed_inputs = node
             .inputs
             .iter()
@@ -90,7 +90,7 @@ impl Constraint {
             let Some(&Some(v)) = node.inputs.get(k) else {
                 continue;
             };
-            if !is_constant(g, v) {
+            if !is_constant(g, v, sem) {
                 return Some(format!("input {k} ('{}') is not constant", g.value(v).name));
             }
         }
@@ -134,7 +134,7 @@ const CONSTANT_WALK_LIMIT: usize = 4096;
 
 /// A weight, or computed by deterministic nodes without subgraphs from weights alone (as
 /// `Graph::constant_nodes`, asked for one value).
-fn is_constant(g: &Graph, v: ValueId) -> bool {
+fn is_constant(g: &Graph, v: ValueId, sem: &dyn OpSemantics) -> bool {
     let mut stack = vec![v];
     let mut seen = std::collections::HashSet::new();
     while let Some(v) = stack.pop() {
@@ -148,7 +148,7 @@ fn is_constant(g: &Graph, v: ValueId) -> bool {
                 let node = g.node(*p);
                 if seen.len() > CONSTANT_WALK_LIMIT
                     || node.has_subgraphs()
-                    || !cleave_onnx::is_deterministic(node)
+                    || !sem.is_deterministic(node)
                 {
                     return false;
                 }

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cleave_ir::{Graph, Node};
+use cleave_ir::{Graph, Node, OpSemantics};
 use serde::Deserialize;
 
 use crate::constraint::Constraint;
@@ -106,14 +106,16 @@ impl Profile {
         })
     }
 
-    pub fn check(&self, g: &Graph, node: &Node) -> Verdict {
+    /// Whether this device runs `node`; `sem` answers which ops are deterministic (for
+    /// `const_inputs`).
+    pub fn check(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Verdict {
         let key = (normalise_domain(&node.domain), node.op_type.clone());
         let own = self.ops.get(&key);
         if own.is_none() && !self.all_ops {
             return Verdict::UnsupportedOp;
         }
         let merged = merge(&self.defaults, own);
-        match merged.violation(g, node) {
+        match merged.violation(g, node, sem) {
             None => Verdict::Supported,
             Some(reason) => Verdict::Constraint(reason),
         }
@@ -145,13 +147,17 @@ impl Profile {
     }
 }
 
+/// Profiles may spell ONNX's default domain out; the IR spells it as the empty string.
 fn normalise_domain(d: &str) -> String {
-    if d == "ai.onnx" {
+    if d == DEFAULT_DOMAIN_ALIAS {
         String::new()
     } else {
         d.to_string()
     }
 }
+
+/// The one alias of the default domain a profile key may use (`ai.onnx::Conv`).
+const DEFAULT_DOMAIN_ALIAS: &str = "ai.onnx";
 
 fn merge(defaults: &Constraint, own: Option<&Constraint>) -> Constraint {
     let Some(own) = own else {
@@ -251,9 +257,9 @@ impl Profiles {
     }
 
     /// A device with no profile runs every op, as in ONE.
-    pub fn check(&self, device: &str, g: &Graph, node: &Node) -> Verdict {
+    pub fn check(&self, device: &str, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Verdict {
         match self.get(device) {
-            Some(p) => p.check(g, node),
+            Some(p) => p.check(g, node, sem),
             None => Verdict::Supported,
         }
     }
@@ -262,7 +268,11 @@ impl Profiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cleave_ir::{ElemType, GraphBuilder, NodeSpec, TensorType};
+    use cleave_ir::{ElemType, GraphBuilder, NamedOps, NodeSpec, TensorType};
+
+    fn ops() -> NamedOps {
+        NamedOps::default().nondeterministic(&["RandomNormal", "RandomUniform"])
+    }
 
     fn graph(op: &str, dims: &[i64], attrs: Vec<cleave_ir::Attribute>) -> Graph {
         let mut b = GraphBuilder::new("g");
@@ -284,22 +294,28 @@ mod tests {
     fn builtins_parse_and_cpu_runs_everything() {
         let p = Profiles::builtin();
         let g = graph("SomethingExotic", &[1, 2], vec![]);
-        assert_eq!(p.check("cpu", &g, &g.nodes[0]), Verdict::Supported);
+        assert_eq!(p.check("cpu", &g, &g.nodes[0], &ops()), Verdict::Supported);
         assert_eq!(
-            p.check("npu_without_profile", &g, &g.nodes[0]),
+            p.check("npu_without_profile", &g, &g.nodes[0], &ops()),
             Verdict::Supported
         );
-        assert_eq!(p.check("myriad", &g, &g.nodes[0]), Verdict::UnsupportedOp);
+        assert_eq!(
+            p.check("myriad", &g, &g.nodes[0], &ops()),
+            Verdict::UnsupportedOp
+        );
     }
 
     #[test]
     fn myriad_pads_only_4d_tensors() {
         let p = Profiles::builtin();
         let g4 = graph("Pad", &[1, 3, 8, 8], vec![]);
-        assert_eq!(p.check("myriad", &g4, &g4.nodes[0]), Verdict::Supported);
+        assert_eq!(
+            p.check("myriad", &g4, &g4.nodes[0], &ops()),
+            Verdict::Supported
+        );
         let g3 = graph("Pad", &[3, 8, 8], vec![]);
         assert!(
-            matches!(p.check("myriad", &g3, &g3.nodes[0]), Verdict::Constraint(r) if r.contains("rank 3"))
+            matches!(p.check("myriad", &g3, &g3.nodes[0], &ops()), Verdict::Constraint(r) if r.contains("rank 3"))
         );
     }
 
@@ -316,7 +332,7 @@ mod tests {
         "#;
         let p = Profile::parse(text, Path::new("npu.toml")).unwrap();
         let g = graph("Relu", &[2], vec![]);
-        assert_eq!(p.check(&g, &g.nodes[0]), Verdict::Supported);
+        assert_eq!(p.check(&g, &g.nodes[0], &ops()), Verdict::Supported);
         let linear = cleave_ir::Attribute {
             name: "mode".into(),
             value: cleave_ir::AttrValue::String("linear".into()),
@@ -324,7 +340,7 @@ mod tests {
         let g = graph("Resize", &[2], vec![linear]);
         // float32 breaks the default dtype list before the attribute is looked at.
         assert!(
-            matches!(p.check(&g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("float32"))
+            matches!(p.check(&g, &g.nodes[0], &ops()), Verdict::Constraint(r) if r.contains("float32"))
         );
         let e = Profile::parse("name = \"x\"\nbogus = 1\n", Path::new("x.toml")).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
@@ -377,7 +393,7 @@ mod tests {
 
     fn verdict(p: &Profiles, device: &str, g: &Graph) -> Verdict {
         let n = g.nodes.iter().position(|n| n.op_type == "Conv").unwrap();
-        p.check(device, g, &g.nodes[n])
+        p.check(device, g, &g.nodes[n], &ops())
     }
 
     #[test]
@@ -411,11 +427,11 @@ mod tests {
         // CoreML's maximum rank of 5 is checked on every input.
         let relu6 = graph("Relu", &[1, 1, 1, 1, 1, 2], vec![]);
         assert!(
-            matches!(p.check("coreml", &relu6, &relu6.nodes[0]), Verdict::Constraint(r) if r.contains("more than 5"))
+            matches!(p.check("coreml", &relu6, &relu6.nodes[0], &ops()), Verdict::Constraint(r) if r.contains("more than 5"))
         );
         let relu5 = graph("Relu", &[1, 1, 1, 1, 2], vec![]);
         assert_eq!(
-            p.check("coreml", &relu5, &relu5.nodes[0]),
+            p.check("coreml", &relu5, &relu5.nodes[0], &ops()),
             Verdict::Supported
         );
         // Without constraints only the op type counts.
@@ -447,7 +463,7 @@ mod tests {
         // CoreML Resize: coordinate_transformation_mode must be asymmetric, and its default is not.
         let g = graph("Resize", &[1, 3, 8, 8], vec![s("mode", "nearest")]);
         assert!(
-            matches!(p.check("coreml", &g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("coordinate_transformation_mode is absent"))
+            matches!(p.check("coreml", &g, &g.nodes[0], &ops()), Verdict::Constraint(r) if r.contains("coordinate_transformation_mode is absent"))
         );
         let g = graph(
             "Resize",
@@ -458,7 +474,10 @@ mod tests {
                 s("nearest_mode", "floor"),
             ],
         );
-        assert_eq!(p.check("coreml", &g, &g.nodes[0]), Verdict::Supported);
+        assert_eq!(
+            p.check("coreml", &g, &g.nodes[0], &ops()),
+            Verdict::Supported
+        );
         // CoreML Shape: "Attribute `end` is not supported" (an empty list of allowed values).
         let end = cleave_ir::Attribute {
             name: "end".into(),
@@ -466,9 +485,12 @@ mod tests {
         };
         let g = graph("Shape", &[1, 3], vec![end]);
         assert!(
-            matches!(p.check("coreml", &g, &g.nodes[0]), Verdict::Constraint(r) if r.contains("attribute end is not supported"))
+            matches!(p.check("coreml", &g, &g.nodes[0], &ops()), Verdict::Constraint(r) if r.contains("attribute end is not supported"))
         );
         let g = graph("Shape", &[1, 3], vec![]);
-        assert_eq!(p.check("coreml", &g, &g.nodes[0]), Verdict::Supported);
+        assert_eq!(
+            p.check("coreml", &g, &g.nodes[0], &ops()),
+            Verdict::Supported
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! output. So the only edges leaving a group leave from its last member, and contracting a
 //! group into one unit can never create a cycle between parts.
 
-use cleave_ir::{Graph, NodeId, ValueId};
+use cleave_ir::{Graph, NodeId, OpClass, OpSemantics, ValueId};
 
 use crate::pattern::View;
 use crate::rules::Rule;
@@ -27,9 +27,14 @@ impl Group {
 /// The fused groups `rules` form on `g`. `constant[i]` says node `i` computes a constant
 /// (such nodes never join a group; they are inputs like weights). Groups never overlap: nodes
 /// are visited in topological order and a node already in a group starts or joins no other.
-/// Rewrite rules in `rules` are ignored here (see [`crate::optimize`]).
-pub fn find_groups(g: &Graph, constant: &[bool], rules: &[Rule]) -> Vec<Group> {
-    let view = View::new(g, constant);
+/// Rewrite rules in `rules` are ignored here: front-ends apply them (they change the graph).
+pub fn find_groups(
+    g: &Graph,
+    constant: &[bool],
+    rules: &[Rule],
+    sem: &dyn OpSemantics,
+) -> Vec<Group> {
+    let view = View::new(g, constant, sem);
     let on = |r: Rule| rules.contains(&r);
     let mut claimed = vec![false; g.nodes.len()];
     let mut groups = Vec::new();
@@ -37,14 +42,16 @@ pub fn find_groups(g: &Graph, constant: &[bool], rules: &[Rule]) -> Vec<Group> {
         if claimed[n.index()] || view.is_constant_node(n) {
             continue;
         }
-        let found = match view.op(n) {
-            "Conv" if on(Rule::ConvSimple) || on(Rule::ConvDepthwise) || on(Rule::ConvSum) => {
+        let found = match view.class(n) {
+            OpClass::Conv
+                if on(Rule::ConvSimple) || on(Rule::ConvDepthwise) || on(Rule::ConvSum) =>
+            {
                 cpu_conv(&view, n, rules)
             }
-            "AveragePool" if on(Rule::PoolFakeQuantize) => {
+            OpClass::AveragePool if on(Rule::PoolFakeQuantize) => {
                 fake_quantize(&view, n).map(|q| (Rule::PoolFakeQuantize, vec![n, q.0, q.1]))
             }
-            "Gemm" | "MatMul" if on(Rule::FcActivation) => view
+            OpClass::FullyConnected | OpClass::MatMul if on(Rule::FcActivation) => view
                 .sole_consumer(n)
                 .filter(|&a| is_activation(&view, a))
                 .map(|a| (Rule::FcActivation, vec![n, a])),
@@ -107,7 +114,7 @@ fn extend_simple(view: &View, chain: &mut Vec<NodeId>) {
         let Some(x) = view.single_output(last) else {
             return;
         };
-        if view.op(next) == "QuantizeLinear" {
+        if view.class(next) == OpClass::Quantize {
             match fake_quantize(view, last) {
                 Some((q, dq)) => chain.extend([q, dq]),
                 None => return,
@@ -122,21 +129,21 @@ fn extend_simple(view: &View, chain: &mut Vec<NodeId>) {
 
 fn is_simple(view: &View, n: NodeId, x: ValueId) -> bool {
     let node = view.node(n);
-    if view.input(n, 0) != Some(x) && !matches!(view.op(n), "Mul" | "Add") {
+    if view.input(n, 0) != Some(x) && !matches!(view.class(n), OpClass::Mul | OpClass::Add) {
         return false;
     }
-    match view.op(n) {
-        "Relu" | "Elu" | "Sigmoid" => true,
-        "Clip" => node
+    match view.class(n) {
+        OpClass::Relu | OpClass::Elu | OpClass::Sigmoid => true,
+        OpClass::Clip => node
             .inputs
             .iter()
             .skip(1)
             .flatten()
             .all(|&v| view.is_const(v)),
-        "PRelu" => view
+        OpClass::PRelu => view
             .input(n, 1)
             .is_some_and(|s| view.is_const(s) && per_channel(view, s, x)),
-        "Mul" | "Add" => {
+        OpClass::Mul | OpClass::Add => {
             let other = match (view.input(n, 0), view.input(n, 1)) {
                 (Some(a), Some(b)) if a == x && b != x => b,
                 (Some(a), Some(b)) if b == x && a != x => a,
@@ -148,8 +155,8 @@ fn is_simple(view: &View, n: NodeId, x: ValueId) -> bool {
     }
 }
 
-/// A constant broadcast over channels only: one value, or C values on axis 1, so the result
-/// has the shape of `x` (a ScaleShift).
+/// A constant broadcast over channels only: one value, or C values on the channel axis, so
+/// the result has the shape of `x` (a ScaleShift).
 fn per_channel(view: &View, c: ValueId, x: ValueId) -> bool {
     let (Some(cd), Some(rank)) = (view.dims(c), view.rank(x)) else {
         return false;
@@ -164,21 +171,27 @@ fn per_channel(view: &View, c: ValueId, x: ValueId) -> bool {
     let mut padded = vec![1; rank - cd.len()];
     padded.extend(cd);
     let channels = view.channels(x);
-    padded
-        .iter()
-        .enumerate()
-        .all(|(i, &d)| if i == 1 { Some(d) == channels } else { d == 1 })
+    let Some(axis) = view.sem.channel_axis(view.g, x) else {
+        return false;
+    };
+    padded.iter().enumerate().all(|(i, &d)| {
+        if i == axis {
+            Some(d) == channels
+        } else {
+            d == 1
+        }
+    })
 }
 
-/// `n`'s output → QuantizeLinear → DequantizeLinear, both with constant parameters: ONNX's
-/// spelling of FakeQuantize.
+/// `n`'s output → quantize → dequantize, both with constant parameters: FakeQuantize as
+/// formats without that op spell it.
 fn fake_quantize(view: &View, n: NodeId) -> Option<(NodeId, NodeId)> {
     let q = view
         .sole_consumer(n)
-        .filter(|&q| view.op(q) == "QuantizeLinear")?;
+        .filter(|&q| view.class(q) == OpClass::Quantize)?;
     let dq = view
         .sole_consumer(q)
-        .filter(|&d| view.op(d) == "DequantizeLinear")?;
+        .filter(|&d| view.class(d) == OpClass::Dequantize)?;
     let params_const = |m: NodeId| {
         view.node(m)
             .inputs
@@ -196,9 +209,15 @@ fn fake_quantize(view: &View, n: NodeId) -> Option<(NodeId, NodeId)> {
 
 fn is_activation(view: &View, n: NodeId) -> bool {
     matches!(
-        view.op(n),
-        "Relu" | "Elu" | "Sigmoid" | "Tanh" | "LeakyRelu" | "HardSigmoid" | "Softplus"
-    ) || (view.op(n) == "Clip"
+        view.class(n),
+        OpClass::Relu
+            | OpClass::Elu
+            | OpClass::Sigmoid
+            | OpClass::Tanh
+            | OpClass::LeakyRelu
+            | OpClass::HardSigmoid
+            | OpClass::Softplus
+    ) || (view.class(n) == OpClass::Clip
         && view
             .node(n)
             .inputs
@@ -210,12 +229,12 @@ fn is_activation(view: &View, n: NodeId) -> bool {
 
 /// A Conv reading `prev`'s output whose group equals its input and output channels.
 fn is_depthwise(view: &View, dw: NodeId, prev: NodeId) -> bool {
-    if view.op(dw) != "Conv" || view.input(dw, 0) != view.single_output(prev) {
+    if view.class(dw) != OpClass::Conv || view.input(dw, 0) != view.single_output(prev) {
         return false;
     }
     let (Some(w), Some(group)) = (
         view.input(dw, 1).and_then(|w| view.dims(w)),
-        Some(view.int_attr(dw, "group").unwrap_or(1)),
+        view.window(dw).map(|s| s.group),
     ) else {
         return false;
     };
@@ -227,7 +246,7 @@ fn is_depthwise(view: &View, dw: NodeId, prev: NodeId) -> bool {
 /// Add(chain, other) where `other` is a different tensor that the anchor Conv does not read
 /// (the sum is done in place of that input) and the shapes match (no broadcast).
 fn is_legal_sum(view: &View, conv: NodeId, last: NodeId, add: NodeId) -> bool {
-    if !matches!(view.op(add), "Add" | "Sum") || view.node(add).inputs.len() != 2 {
+    if !matches!(view.class(add), OpClass::Add | OpClass::Sum) || view.node(add).inputs.len() != 2 {
         return false;
     }
     let Some(x) = view.single_output(last) else {
@@ -250,26 +269,33 @@ fn vpu(view: &View, n: NodeId, rules: &[Rule]) -> Option<(Rule, Vec<NodeId>)> {
     let on = |r: Rule| rules.contains(&r);
     let next = view.sole_consumer(n)?;
     let reads = view.input(next, 0) == view.single_output(n);
-    let (op, next_op) = (view.op(n), view.op(next));
-    let relu_like =
-        matches!(next_op, "Relu" | "LeakyRelu") || (next_op == "Clip" && is_activation(view, next));
+    let (op, next_op) = (view.class(n), view.class(next));
+    let relu_like = matches!(next_op, OpClass::Relu | OpClass::LeakyRelu)
+        || (next_op == OpClass::Clip && is_activation(view, next));
     let found = match op {
-        "Conv"
+        OpClass::Conv
             if on(Rule::VpuConvPool)
-                && next_op == "MaxPool"
+                && next_op == OpClass::MaxPool
                 && conv_3x3_s1_p1(view, n)
                 && pool_2x2_s2_p0(view, next) =>
         {
             Rule::VpuConvPool
         }
-        "Conv" if on(Rule::VpuConvActivation) && relu_like => Rule::VpuConvActivation,
-        "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool"
-            if on(Rule::VpuPoolRelu) && next_op == "Relu" =>
+        OpClass::Conv if on(Rule::VpuConvActivation) && relu_like => Rule::VpuConvActivation,
+        OpClass::MaxPool
+        | OpClass::AveragePool
+        | OpClass::GlobalAveragePool
+        | OpClass::GlobalMaxPool
+            if on(Rule::VpuPoolRelu) && next_op == OpClass::Relu =>
         {
             Rule::VpuPoolRelu
         }
-        "Gemm" if on(Rule::VpuFcRelu) && next_op == "Relu" => Rule::VpuFcRelu,
-        "Add" | "Mul" | "Max" if on(Rule::VpuEltwiseActivation) && relu_like => {
+        OpClass::FullyConnected if on(Rule::VpuFcRelu) && next_op == OpClass::Relu => {
+            Rule::VpuFcRelu
+        }
+        OpClass::Add | OpClass::Mul | OpClass::Max
+            if on(Rule::VpuEltwiseActivation) && relu_like =>
+        {
             Rule::VpuEltwiseActivation
         }
         _ => return None,
@@ -278,28 +304,22 @@ fn vpu(view: &View, n: NodeId, rules: &[Rule]) -> Option<(Rule, Vec<NodeId>)> {
 }
 
 fn conv_3x3_s1_p1(view: &View, n: NodeId) -> bool {
-    let Some(s) = view.conv_signature(n) else {
-        return false;
-    };
-    s.kernel == [3, 3]
-        && s.strides == [1, 1]
-        && s.dilations == [1, 1]
-        && s.pads == [1, 1, 1, 1]
-        && s.auto_pad == "NOTSET"
+    view.window(n).is_some_and(|s| {
+        s.kernel == [3, 3]
+            && s.strides == [1, 1]
+            && s.dilations == [1, 1]
+            && s.pads == [1, 1, 1, 1]
+            && s.explicit_pads
+    })
 }
 
 fn pool_2x2_s2_p0(view: &View, n: NodeId) -> bool {
-    let k = view.ints_attr(n, "kernel_shape");
-    let s = view.ints_attr(n, "strides").unwrap_or(&[1, 1]);
-    let p = view.ints_attr(n, "pads").unwrap_or(&[0, 0, 0, 0]);
-    let auto_pad = view.str_attr(n, "auto_pad").unwrap_or("NOTSET");
-    let dil_ok = view
-        .ints_attr(n, "dilations")
-        .is_none_or(|d| d.iter().all(|&x| x == 1));
-    k == Some(&[2, 2][..])
-        && s == [2, 2]
-        && p == [0, 0, 0, 0]
-        && auto_pad == "NOTSET"
-        && dil_ok
-        && view.int_attr(n, "ceil_mode").unwrap_or(0) == 0
+    view.window(n).is_some_and(|s| {
+        s.kernel == [2, 2]
+            && s.strides == [2, 2]
+            && s.pads == [0, 0, 0, 0]
+            && s.explicit_pads
+            && s.dilations.iter().all(|&d| d == 1)
+            && !s.ceil_mode
+    })
 }

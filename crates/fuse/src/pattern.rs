@@ -1,20 +1,23 @@
-//! What rules ask of the graph: constants, sole consumers, attributes, static shapes.
+//! What rules ask of the graph: op meanings, constants, sole consumers, attributes, static
+//! shapes.
 
 use std::collections::HashSet;
 
-use cleave_ir::{AttrValue, Graph, Node, NodeId, ValueDef, ValueId};
+use cleave_ir::{AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, ValueDef, ValueId, Window};
 
-/// A graph with the facts every rule needs.
-pub(crate) struct View<'a> {
+/// A graph with the facts every rule needs. Front-ends' rewrites match through it too.
+pub struct View<'a> {
     pub g: &'a Graph,
+    pub sem: &'a dyn OpSemantics,
     constant: &'a [bool],
     outputs: HashSet<ValueId>,
 }
 
 impl<'a> View<'a> {
-    pub fn new(g: &'a Graph, constant: &'a [bool]) -> Self {
+    pub fn new(g: &'a Graph, constant: &'a [bool], sem: &'a dyn OpSemantics) -> Self {
         View {
             g,
+            sem,
             constant,
             outputs: g.outputs.iter().copied().collect(),
         }
@@ -24,13 +27,13 @@ impl<'a> View<'a> {
         self.g.node(n)
     }
 
-    pub fn op(&self, n: NodeId) -> &'a str {
-        let node = self.g.node(n);
-        if node.domain.is_empty() || node.domain == "ai.onnx" {
-            &node.op_type
-        } else {
-            ""
-        }
+    pub fn class(&self, n: NodeId) -> OpClass {
+        self.sem.class(self.g.node(n))
+    }
+
+    /// The node's convolution or pooling window, defaults filled in.
+    pub fn window(&self, n: NodeId) -> Option<Window> {
+        self.sem.window(self.g, n)
     }
 
     pub fn is_constant_node(&self, n: NodeId) -> bool {
@@ -119,41 +122,9 @@ impl<'a> View<'a> {
         self.g.value(v).ty.rank()
     }
 
-    /// Dimension 1 (channels in NCHW), when known.
+    /// The channel count of `v`, when known.
     pub fn channels(&self, v: ValueId) -> Option<i64> {
-        self.g.value(v).ty.shape.as_ref()?.get(1)?.fixed()
+        let axis = self.sem.channel_axis(self.g, v)?;
+        self.g.value(v).ty.shape.as_ref()?.get(axis)?.fixed()
     }
-
-    /// Conv attributes that must be equal for two Convs to be merged or joined, with ONNX
-    /// defaults filled in so that "absent" and "explicit default" compare equal.
-    pub fn conv_signature(&self, n: NodeId) -> Option<ConvSignature> {
-        let w = self.dims(self.input(n, 1)?)?;
-        let spatial = w.len().checked_sub(2)?;
-        let ones = vec![1; spatial];
-        let auto_pad = self.str_attr(n, "auto_pad").unwrap_or("NOTSET").to_string();
-        Some(ConvSignature {
-            kernel: w[2..].to_vec(),
-            strides: self
-                .ints_attr(n, "strides")
-                .map_or(ones.clone(), <[i64]>::to_vec),
-            dilations: self.ints_attr(n, "dilations").map_or(ones, <[i64]>::to_vec),
-            pads: self
-                .ints_attr(n, "pads")
-                .map_or(vec![0; 2 * spatial], <[i64]>::to_vec),
-            auto_pad,
-            group: self.int_attr(n, "group").unwrap_or(1),
-            in_per_group: w[1],
-        })
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ConvSignature {
-    pub kernel: Vec<i64>,
-    pub strides: Vec<i64>,
-    pub dilations: Vec<i64>,
-    pub pads: Vec<i64>,
-    pub auto_pad: String,
-    pub group: i64,
-    pub in_per_group: i64,
 }

@@ -15,6 +15,8 @@ pub struct NodeSpec {
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     pub attrs: Vec<Attribute>,
+    /// The node's record in the source file (see [`crate::SourceRef`]).
+    pub source: Option<crate::SourceRef>,
 }
 
 /// Collects a graph by names, in any order, then checks and indexes it in [`finish`].
@@ -201,6 +203,7 @@ impl GraphBuilder {
                 outputs: outs,
                 attrs: spec.attrs,
                 implicit_inputs: implicit,
+                source: spec.source,
             });
         }
         let mut graph_outputs = Vec::with_capacity(outputs.len());

@@ -10,6 +10,19 @@ pub struct NodeId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ValueId(pub u32);
 
+/// Where a node came from: the position of its record in the source file (an ONNX graph's
+/// node list, a TFLite subgraph's operator list), as the front-end that loaded it numbered
+/// them. Rewrites and part writers find a node's record through it, never by assuming the IR
+/// keeps the source's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceRef(pub u32);
+
+impl SourceRef {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 impl NodeId {
     pub fn index(self) -> usize {
         self.0 as usize
@@ -75,6 +88,8 @@ pub struct Node {
     /// Values of this graph that the node's subgraphs read from the enclosing scope. They are
     /// real inputs of the node: a partitioner must see these edges.
     pub implicit_inputs: Vec<ValueId>,
+    /// The node's record in the source file, when it came from one.
+    pub source: Option<SourceRef>,
 }
 
 impl Node {

@@ -6,6 +6,9 @@
 //! [`GraphBuilder`] checks its integrity (every read defined, one producer per tensor, no cycle)
 //! and indexes producers, consumers and a topological order.
 //!
+//! What the stages after loading need to know of an operator comes from the front-end through
+//! [`OpSemantics`]; each node keeps a [`SourceRef`] back to its record in the source file.
+//!
 //! Architecture invariant: this crate knows nothing about ONNX, protobuf or any engine.
 
 mod attr;
@@ -13,13 +16,15 @@ mod builder;
 mod error;
 mod graph;
 mod model;
+mod semantics;
 mod types;
 mod weight;
 
 pub use attr::{AttrValue, Attribute};
 pub use builder::{GraphBuilder, NodeSpec};
 pub use error::GraphError;
-pub use graph::{Graph, Node, NodeId, Value, ValueDef, ValueId};
+pub use graph::{Graph, Node, NodeId, SourceRef, Value, ValueDef, ValueId};
 pub use model::{Function, Model, Opset};
+pub use semantics::{NamedOps, OpClass, OpSemantics, Window};
 pub use types::{Dim, ElemType, TensorType};
 pub use weight::{Weight, WeightData};

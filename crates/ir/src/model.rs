@@ -31,8 +31,8 @@ pub struct Model {
 }
 
 impl Model {
+    /// The version of an operator set; the default domain is the empty string.
     pub fn opset(&self, domain: &str) -> Option<i64> {
-        let domain = if domain == "ai.onnx" { "" } else { domain };
         self.opsets
             .iter()
             .find(|o| o.domain == domain)

@@ -4,8 +4,10 @@
 use cleave_ir::{Graph, Node};
 
 fn elements(g: &Graph, v: Option<cleave_ir::ValueId>) -> u64 {
-    v.and_then(|v| g.value(v).ty.static_dims())
-        .map_or(1, |d| d.iter().map(|&x| x.max(1) as u64).product())
+    v.and_then(|v| g.value(v).ty.static_dims()).map_or(1, |d| {
+        d.iter()
+            .fold(1u64, |acc, &x| acc.saturating_mul(x.max(1) as u64))
+    })
 }
 
 fn dims(g: &Graph, node: &Node, slot: usize) -> Option<Vec<i64>> {
@@ -23,13 +25,15 @@ pub fn node_flops(g: &Graph, node: &Node) -> u64 {
         "Conv" | "ConvInteger" => {
             // Each output element reads Cin/group × kernel inputs.
             let w = dims(g, node, 1).unwrap_or_default();
-            let per: i64 = w.iter().skip(1).product();
-            2 * out * per.max(1) as u64
+            let per = w.iter().skip(1).fold(1i64, |acc, &x| acc.saturating_mul(x));
+            out.saturating_mul(2).saturating_mul(per.max(1) as u64)
         }
         "ConvTranspose" => {
             let w = dims(g, node, 1).unwrap_or_default();
-            let per: i64 = w.iter().skip(1).product();
-            2 * elements(g, node.inputs.first().copied().flatten()) * per.max(1) as u64
+            let per = w.iter().skip(1).fold(1i64, |acc, &x| acc.saturating_mul(x));
+            elements(g, node.inputs.first().copied().flatten())
+                .saturating_mul(2)
+                .saturating_mul(per.max(1) as u64)
         }
         "Gemm" | "MatMul" | "MatMulInteger" => {
             let a = dims(g, node, 0).unwrap_or_default();
@@ -37,7 +41,8 @@ pub fn node_flops(g: &Graph, node: &Node) -> u64 {
                 ("Gemm", Some(cleave_ir::AttrValue::Int(1))) => a.first().copied(),
                 _ => a.last().copied(),
             };
-            2 * out * k.unwrap_or(1).max(1) as u64
+            out.saturating_mul(2)
+                .saturating_mul(k.unwrap_or(1).max(1) as u64)
         }
         _ => out,
     };

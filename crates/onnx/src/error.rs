@@ -21,12 +21,16 @@ pub enum OnnxError {
     #[error("not an ONNX model: it has no graph")]
     NoGraph { path: PathBuf },
     #[error("invalid graph: {source}")]
-    Graph { path: PathBuf, source: GraphError },
+    /// Boxed: a graph error names nodes and tensors, and would make every result large.
+    Graph {
+        path: PathBuf,
+        source: Box<GraphError>,
+    },
     #[error("invalid graph in function '{function}': {source}")]
     Function {
         path: PathBuf,
         function: String,
-        source: GraphError,
+        source: Box<GraphError>,
     },
     #[error("tensor '{tensor}': external data {reason}")]
     External {
@@ -41,6 +45,8 @@ pub enum OnnxError {
     },
     #[error("with its weights inside, the model would be {bytes} bytes, over protobuf's 2 GB limit; keep them external")]
     TooLarge { path: PathBuf, bytes: u64 },
+    #[error("node '{node}' has no record in the model's node list")]
+    NoRecord { path: PathBuf, node: String },
 }
 
 impl OnnxError {
@@ -55,7 +61,8 @@ impl OnnxError {
             | OnnxError::Function { path, .. }
             | OnnxError::External { path, .. }
             | OnnxError::Write { path, .. }
-            | OnnxError::TooLarge { path, .. } => path,
+            | OnnxError::TooLarge { path, .. }
+            | OnnxError::NoRecord { path, .. } => path,
         }
     }
 }

@@ -197,8 +197,7 @@ pub(crate) fn carry_external_files(
         let _ = std::fs::remove_file(&tmp);
         // A copy (copy_file_range: extents shared where the file system can), not a hard link:
         // onnx refuses data files with more than one link as a possible hard-link attack.
-        let linked = std::fs::copy(&src_real, &tmp).map(|_| ());
-        linked
+        std::fs::copy(&src_real, &tmp)
             .and_then(|_| std::fs::rename(&tmp, &dst))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);

@@ -1,5 +1,4 @@
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -128,36 +127,10 @@ pub(crate) fn map_file(path: &Path) -> Result<Bytes, OnnxError> {
     Ok(Bytes::from_owner(map))
 }
 
-/// Writes `data` to a temporary file beside `path`, then renames it over `path`, so readers
-/// never see a half-written file and a failed write leaves the old one in place.
+/// [`cleave_files::write_atomic`], with this crate's error.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), OnnxError> {
-    let write_err = |source| OnnxError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        write_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a file name",
-        ))
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(write_err)
+    cleave_files::write_atomic(path, data).map_err(|e| OnnxError::Write {
+        path: e.path,
+        source: e.source,
+    })
 }

@@ -1,8 +1,9 @@
 //! ONNX front-end for cleave: load and save `.onnx` files byte for byte, resolve external
-//! data, convert to the format-neutral [`cleave_ir`] graph and infer tensor types.
+//! data, convert to the format-neutral [`cleave_ir`] graph and infer tensor types; ONNX's
+//! operator semantics ([`OnnxSemantics`]), its rewrites ([`rewrite`]) and writing parts of a
+//! validated plan ([`emit`]); all of it behind [`OnnxFrontend`].
 //!
-//! Architecture invariant: ONNX protobuf types do not leave this crate except through
-//! [`proto`] and [`OnnxModel::proto`], which later stages use to write parts.
+//! Architecture invariant: a leaf. No format-neutral crate depends on this one.
 //!
 //! Known loss: prost drops protobuf fields it does not know. A file written by a newer ONNX
 //! whose schema adds fields loses those fields on `save`; every field of the vendored
@@ -10,12 +11,15 @@
 
 mod cost;
 mod dtype;
+pub mod emit;
 mod error;
 mod external;
+mod frontend;
 pub mod gen;
 mod infer;
 mod io;
 mod ops;
+pub mod rewrite;
 mod to_ir;
 mod weights_file;
 
@@ -29,8 +33,9 @@ pub use cost::node_flops;
 pub use dtype::{elem_from_code, elem_to_code};
 pub use error::OnnxError;
 pub use external::read_weight;
+pub use frontend::{OnnxFrontend, OnnxSource};
 pub use infer::{infer_types, InferReport};
 pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
-pub use ops::is_deterministic;
+pub use ops::{is_default_domain, is_deterministic, OnnxSemantics};
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
 pub use weights_file::{write_weights_file, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES};

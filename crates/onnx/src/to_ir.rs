@@ -2,10 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::is_default_domain;
 use bytes::Bytes;
 use cleave_ir::{
     AttrValue, Attribute, Dim, ElemType, Function, Graph, GraphBuilder, Model, NodeSpec, Opset,
-    TensorType, Weight, WeightData,
+    SourceRef, TensorType, Weight, WeightData,
 };
 
 use crate::dtype::elem_from_code;
@@ -54,7 +55,7 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
         let body = b.finish(true).map_err(|source| OnnxError::Function {
             path: m.path.clone(),
             function: f.name().to_string(),
-            source,
+            source: Box::new(source),
         })?;
         functions.push(Function {
             domain: f.domain().to_string(),
@@ -70,7 +71,7 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
             .opset_import
             .iter()
             .map(|o| Opset {
-                domain: o.domain().to_string(),
+                domain: ir_domain(o.domain()),
                 version: o.version(),
             })
             .collect(),
@@ -119,8 +120,11 @@ fn convert_graph(g: &GraphProto, ctx: &Ctx, allow_outer: bool) -> Result<Graph, 
             );
         }
     }
-    for n in &g.node {
-        b.node(node_spec(n, ctx)?);
+    for (i, n) in g.node.iter().enumerate() {
+        let mut spec = node_spec(n, ctx)?;
+        // Protobuf's 2 GiB message limit keeps a node list far below u32::MAX entries.
+        spec.source = u32::try_from(i).ok().map(SourceRef);
+        b.node(spec);
     }
     for vi in g
         .value_info
@@ -137,8 +141,17 @@ fn convert_graph(g: &GraphProto, ctx: &Ctx, allow_outer: bool) -> Result<Graph, 
     }
     b.finish(allow_outer).map_err(|source| OnnxError::Graph {
         path: ctx.path.to_path_buf(),
-        source,
+        source: Box::new(source),
     })
+}
+
+/// The IR spells ONNX's default domain as the empty string, however the file spells it.
+fn ir_domain(d: &str) -> String {
+    if is_default_domain(d) {
+        String::new()
+    } else {
+        d.to_string()
+    }
 }
 
 fn node_spec(n: &NodeProto, ctx: &Ctx) -> Result<NodeSpec, OnnxError> {
@@ -152,10 +165,11 @@ fn node_spec(n: &NodeProto, ctx: &Ctx) -> Result<NodeSpec, OnnxError> {
     Ok(NodeSpec {
         name: n.name().to_string(),
         op_type: n.op_type().to_string(),
-        domain: n.domain().to_string(),
+        domain: ir_domain(n.domain()),
         inputs: n.input.clone(),
         outputs: n.output.clone(),
         attrs,
+        source: None,
     })
 }
 

@@ -3,7 +3,8 @@
 //! The algorithms work on a [`UnitGraph`]: the nodes that run on a device (constants are
 //! copied, not placed), contracted where nodes must stay together, with deduplicated edges.
 //! A [`Partition`] maps units to parts; [`Plan`] maps it back onto the IR graph, numbered in
-//! dependency order, and [`validate`] proves a plan sound.
+//! dependency order, and [`validate`] proves a plan sound and seals it as a [`ValidatedPlan`],
+//! the only kind of plan the front-ends write parts from.
 //!
 //! The default algorithm ([`partition_default`]) is a portfolio of linear-time constructions
 //! (device-switch levels forwards and backwards, the epoch greedy of TFLite/ORT), each
@@ -31,7 +32,7 @@ pub use plan::{Part, Plan, PlanError};
 pub use reference::{device_levels, epoch_greedy, one_rule};
 pub use stages::stage_partition;
 pub use unit_graph::{kahn_order, Partition, UnitGraph};
-pub use validate::{validate, ValidationError};
+pub use validate::{check_plan, validate, ValidatedPlan, ValidationError};
 
 /// Options of the default algorithm.
 #[derive(Clone, Copy, Debug, Default)]

@@ -38,10 +38,41 @@ pub enum ValidationError {
     OutputNotProduced { tensor: String },
 }
 
+/// A plan that has passed [`validate`] against its graph and assignment. Only validation
+/// makes one, and writing parts takes nothing else, so no unproven plan reaches a file.
+#[derive(Clone, Debug)]
+pub struct ValidatedPlan {
+    plan: Plan,
+}
+
+impl ValidatedPlan {
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn into_plan(self) -> Plan {
+        self.plan
+    }
+}
+
+impl std::ops::Deref for ValidatedPlan {
+    type Target = Plan;
+
+    fn deref(&self) -> &Plan {
+        &self.plan
+    }
+}
+
+/// Proves `plan` sound for `g` under `a` (see [`check_plan`]) and seals it.
+pub fn validate(g: &Graph, a: &Assignment, plan: Plan) -> Result<ValidatedPlan, ValidationError> {
+    check_plan(g, a, &plan)?;
+    Ok(ValidatedPlan { plan })
+}
+
 /// Proves a plan sound: every non-constant node in exactly one part, constants copied only
 /// where read, one device per part, and every part input a model input or an output of an
 /// earlier part (which also rules out cycles among parts).
-pub fn validate(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), ValidationError> {
+pub fn check_plan(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), ValidationError> {
     let label = |n: NodeId| g.node_label(n).to_string();
     let name = |v: ValueId| g.value(v).name.clone();
     let mut owner: HashMap<NodeId, usize> = HashMap::new();

@@ -7,13 +7,24 @@ use bytes::Bytes;
 use cleave_assign::{assign, AssignOptions, PartFile};
 use cleave_device::{Profile, Profiles};
 use cleave_ir::{
-    AttrValue, Attribute, ElemType, Graph, GraphBuilder, NodeSpec, TensorType, Weight, WeightData,
+    AttrValue, Attribute, ElemType, Graph, GraphBuilder, NamedOps, NodeSpec, OpClass, TensorType,
+    Weight, WeightData,
 };
-use cleave_partition::{partition_default, validate, Options, Plan, UnitGraph};
+use cleave_partition::{check_plan, partition_default, Options, Plan, UnitGraph};
 use proptest::prelude::*;
 
 const OPS: [&str; 5] = ["Conv", "Relu", "Sigmoid", "Add", "MaxPool"];
 const MAP: [i64; 4] = [1, 4, 8, 8];
+
+fn semantics() -> NamedOps {
+    NamedOps::new(&[
+        ("Conv", OpClass::Conv),
+        ("Relu", OpClass::Relu),
+        ("Sigmoid", OpClass::Sigmoid),
+        ("Add", OpClass::Add),
+        ("MaxPool", OpClass::MaxPool),
+    ])
+}
 
 /// Node `i` has op `OPS[op]` and reads the outputs of nodes `i - 1 - back` (or `x`).
 fn build(spec: &[(usize, usize, usize)], extra_outputs: &[usize]) -> Graph {
@@ -124,15 +135,16 @@ proptest! {
         }
         let part = PartFile::parse(&text, Path::new("p.part"), None, None).unwrap();
         let constant = g.constant_nodes(|_| true);
-        let a = match assign(&g, &profiles, &AssignOptions { devices: vec![], default: None, part: Some(&part) }, &constant) {
+        let sem = semantics();
+        let a = match assign(&g, &profiles, &AssignOptions { devices: vec![], default: None, part: Some(&part) }, &constant, &sem) {
             Ok(a) => a,
             // A pin onto a device that cannot run the op: nothing to partition.
             Err(_) => return Ok(()),
         };
-        let ug = UnitGraph::from_assignment(&g, &a, &a.glue(&g));
+        let ug = UnitGraph::from_assignment(&g, &a, &a.glue(&g, &sem));
         let p = partition_default(&ug, Options { allow_disconnected });
         let plan = Plan::build(&g, &a, &ug, &p).unwrap();
-        prop_assert_eq!(validate(&g, &a, &plan), Ok(()));
+        prop_assert_eq!(check_plan(&g, &a, &plan), Ok(()));
         let mut part_of = vec![usize::MAX; g.nodes.len()];
         for (k, part) in plan.parts.iter().enumerate() {
             for n in &part.nodes {

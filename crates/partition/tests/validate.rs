@@ -2,7 +2,7 @@
 
 use cleave_assign::{Assignment, Placement, Reason};
 use cleave_ir::{ElemType, Graph, GraphBuilder, NodeId, NodeSpec, TensorType, Weight, WeightData};
-use cleave_partition::{partition_default, validate, Options, Plan, UnitGraph, ValidationError};
+use cleave_partition::{check_plan, partition_default, Options, Plan, UnitGraph, ValidationError};
 
 fn spec(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeSpec {
     NodeSpec {
@@ -52,7 +52,7 @@ fn a_sound_plan_passes_and_copies_the_constant_where_read() {
     let (g, a) = graph();
     let p = plan(&g, &a);
     assert_eq!(p.parts.len(), 3);
-    assert_eq!(validate(&g, &a, &p), Ok(()));
+    assert_eq!(check_plan(&g, &a, &p), Ok(()));
     assert_eq!(p.parts[2].constant_nodes, vec![NodeId(2)]);
     assert!(p.parts[0].constant_nodes.is_empty());
 }
@@ -65,56 +65,56 @@ fn every_broken_plan_is_caught() {
     let mut p = good.clone();
     p.parts.swap(0, 1);
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::InputNotReady { .. })
     ));
 
     let mut p = good.clone();
     p.parts[2].nodes.push(NodeId(0));
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::PlacedTwice { .. })
     ));
 
     let mut p = good.clone();
     p.parts[1].nodes.clear();
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::NotPlaced { .. })
     ));
 
     let mut p = good.clone();
     p.parts[1].device = 0;
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::WrongDevice { .. })
     ));
 
     let mut p = good.clone();
     p.parts[0].constant_nodes.push(NodeId(2));
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::ConstantUnused { .. })
     ));
 
     let mut p = good.clone();
     p.parts[2].constant_nodes.clear();
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::MissingInput { .. })
     ));
 
     let mut p = good.clone();
     p.parts[2].outputs.clear();
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::OutputNotProduced { .. })
     ));
 
     let mut p = good;
     p.parts[2].nodes.push(NodeId(2));
     assert!(matches!(
-        validate(&g, &a, &p),
+        check_plan(&g, &a, &p),
         Err(ValidationError::ConstantPlaced { .. })
     ));
 }

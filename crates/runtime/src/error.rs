@@ -37,8 +37,9 @@ pub enum RuntimeError {
         name: String,
         message: String,
     },
-    #[error("{0}")]
-    Onnx(#[from] cleave_onnx::OnnxError),
+    /// The model file itself is unreadable or malformed.
+    #[error("{message}")]
+    Model { path: PathBuf, message: String },
     #[error("{message}")]
     Conn { path: PathBuf, message: String },
 }
@@ -53,8 +54,8 @@ impl RuntimeError {
             | RuntimeError::Unsupported { path, .. }
             | RuntimeError::Stuck { path, .. }
             | RuntimeError::Input { path, .. }
-            | RuntimeError::Conn { path, .. } => Some(path),
-            RuntimeError::Onnx(e) => Some(e.path()),
+            | RuntimeError::Conn { path, .. }
+            | RuntimeError::Model { path, .. } => Some(path),
             RuntimeError::OrtUnavailable { .. } => None,
         }
     }

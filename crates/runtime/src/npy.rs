@@ -161,9 +161,9 @@ pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), RuntimeError> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&t.data);
-    cleave_onnx::write_atomic(path, &out).map_err(|e| RuntimeError::Write {
-        path: path.to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
+    cleave_files::write_atomic(path, &out).map_err(|e| RuntimeError::Write {
+        path: e.path,
+        source: e.source,
     })
 }
 

@@ -4,9 +4,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cleave_emit::ConnFile;
+use cleave_files::ConnFile;
 
-use crate::engine::{EngineKind, EngineMap, Session};
+use crate::engine::{EngineFactory, EngineKind, EngineMap, Session};
 use crate::error::RuntimeError;
 use crate::tensor::HostTensor;
 
@@ -42,6 +42,7 @@ pub fn read_conn(path: &Path) -> Result<ConnFile, RuntimeError> {
 pub fn load_parts(
     conn_path: &Path,
     engines: &EngineMap,
+    make: EngineFactory,
     single_thread: bool,
 ) -> Result<LoadedParts, RuntimeError> {
     let conn = read_conn(conn_path)?;
@@ -53,11 +54,12 @@ pub fn load_parts(
     let mut sessions = Vec::new();
     let mut made: HashMap<EngineKind, Box<dyn crate::Engine>> = HashMap::new();
     for p in &conn.parts {
-        let backend = cleave_emit::backend_of(&p.file, p.backend.as_deref());
+        let backend = cleave_files::backend_of(&p.file, p.backend.as_deref());
         let kind = engines.for_backend(&backend);
-        if !made.contains_key(&kind) {
-            made.insert(kind, kind.engine()?);
-        }
+        let engine = match made.entry(kind) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(make(kind)?),
+        };
         let path = dir.join(&p.file);
         if !path.is_file() {
             return Err(RuntimeError::Conn {
@@ -65,7 +67,7 @@ pub fn load_parts(
                 message: format!("part file {} is missing", path.display()),
             });
         }
-        sessions.push(made[&kind].load(&path, single_thread)?);
+        sessions.push(engine.load(&path, single_thread)?);
         backends.push(backend);
         kinds.push(kind);
     }

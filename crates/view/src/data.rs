@@ -1,6 +1,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use cleave_emit::ConnFile;
+use cleave_files::ConnFile;
 use cleave_ir::{Graph, NodeId, ValueDef, ValueId};
 use cleave_partition::Plan;
 

@@ -131,10 +131,10 @@ pub fn wrap(l: &Layout, widths: &[f64], s: Spacing, max_layers: usize, max_width
     let step = s.node_height + s.gap_y;
     let column_height = max_layers as f64 * step - s.gap_y;
     let (mut lo, mut hi) = (vec![f64::INFINITY; chunks], vec![f64::NEG_INFINITY; chunks]);
-    for v in 0..n {
+    for (v, w) in widths.iter().enumerate().take(n) {
         let c = l.layer[v] / max_layers;
-        lo[c] = lo[c].min(l.x[v] - widths[v] / 2.0);
-        hi[c] = hi[c].max(l.x[v] + widths[v] / 2.0);
+        lo[c] = lo[c].min(l.x[v] - w / 2.0);
+        hi[c] = hi[c].max(l.x[v] + w / 2.0);
     }
     let column_gap = 3.0 * s.gap_x;
     let mut shift = vec![(0.0, 0.0); chunks];

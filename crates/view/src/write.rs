@@ -37,11 +37,8 @@ pub fn write_views(r: &Report, dir: &Path, stem: &str) -> Result<Written, ViewEr
         (&w.dot, to_dot(r)),
         (&w.html, to_html(r)),
     ] {
-        cleave_onnx::write_atomic(path, text.as_bytes()).map_err(|e| {
-            let message = match e {
-                cleave_onnx::OnnxError::Write { source, .. } => source.to_string(),
-                other => other.to_string(),
-            };
+        cleave_files::write_atomic(path, text.as_bytes()).map_err(|e| {
+            let message = e.source.to_string();
             ViewError::Write {
                 path: path.clone(),
                 message,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use cleave_onnx::proto::{
+use cleave::onnx::proto::{
     self, tensor_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
     ValueInfoProto,
 };

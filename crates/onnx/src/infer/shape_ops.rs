@@ -346,26 +346,28 @@ fn split(cx: &Cx) -> Vec<TensorType> {
         .collect()
 }
 
+/// Slice's starts, ends, axes and steps, from inputs (opset 10+) or attributes.
+type SliceArgs = (Vec<i64>, Vec<i64>, Option<Vec<i64>>, Option<Vec<i64>>);
+
 fn slice(cx: &Cx) -> Option<Vec<Dim>> {
     let s = cx.shape(0)?;
-    let (starts, ends, axes, steps): (Vec<i64>, Vec<i64>, Option<Vec<i64>>, Option<Vec<i64>>) =
-        if cx.opset >= 10 {
-            let opt = |i: usize| {
-                if cx.has_input(i) {
-                    cx.ints(i).map(<[i64]>::to_vec).map(Some)
-                } else {
-                    Some(None)
-                }
-            };
-            (cx.ints(1)?.to_vec(), cx.ints(2)?.to_vec(), opt(3)?, opt(4)?)
-        } else {
-            (
-                cx.attr_ints("starts")?.to_vec(),
-                cx.attr_ints("ends")?.to_vec(),
-                cx.attr_ints("axes").map(<[i64]>::to_vec),
-                None,
-            )
+    let (starts, ends, axes, steps): SliceArgs = if cx.opset >= 10 {
+        let opt = |i: usize| {
+            if cx.has_input(i) {
+                cx.ints(i).map(<[i64]>::to_vec).map(Some)
+            } else {
+                Some(None)
+            }
         };
+        (cx.ints(1)?.to_vec(), cx.ints(2)?.to_vec(), opt(3)?, opt(4)?)
+    } else {
+        (
+            cx.attr_ints("starts")?.to_vec(),
+            cx.attr_ints("ends")?.to_vec(),
+            cx.attr_ints("axes").map(<[i64]>::to_vec),
+            None,
+        )
+    };
     let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
     let mut out = s.to_vec();

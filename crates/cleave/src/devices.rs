@@ -1,0 +1,122 @@
+//! Where nodes may run: a priority list, ONE's `.part` rules, device profiles.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use cleave_assign::PartFile;
+use cleave_device::Profiles;
+
+use crate::Error;
+
+/// The devices a model is split across and what each runs.
+#[derive(Clone, Debug)]
+pub struct Devices {
+    /// Priority list (OpenVINO's `HETERO:A,B`); with a `.part` file, overrides its backends.
+    pub list: Vec<String>,
+    /// ONE's rule file, already parsed with `list` and `default` applied.
+    pub part: Option<PartFile>,
+    /// Device for nodes no rule places (overrides the `.part` file's).
+    pub default: Option<String>,
+    /// Built-in profiles plus any loaded ones.
+    pub profiles: Profiles,
+}
+
+/// What a caller asks for, as the command line spells it.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceRequest {
+    /// Device names in priority order; an entry ending in `.toml` is a profile file whose
+    /// device is used.
+    pub devices: Vec<String>,
+    pub part: Option<PathBuf>,
+    pub default: Option<String>,
+    /// Extra profile files (override built-ins of the same name).
+    pub profiles: Vec<PathBuf>,
+    /// Judge support by op type alone.
+    pub no_constraints: bool,
+}
+
+impl Devices {
+    /// A priority list over the built-in profiles.
+    pub fn priority(list: &[&str]) -> Devices {
+        Devices {
+            list: list.iter().map(|s| s.to_string()).collect(),
+            part: None,
+            default: None,
+            profiles: Profiles::builtin(),
+        }
+    }
+
+    /// ONE's rule file over the built-in profiles.
+    pub fn part_file(path: impl AsRef<Path>) -> Result<Devices, Error> {
+        Devices::resolve(&DeviceRequest {
+            part: Some(path.as_ref().to_path_buf()),
+            ..DeviceRequest::default()
+        })
+    }
+
+    /// Loads the profiles and the `.part` file a request names and checks the list.
+    pub fn resolve(req: &DeviceRequest) -> Result<Devices, Error> {
+        let (profiles, list) = profiles(req)?;
+        let part = match &req.part {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+                let backends = (!list.is_empty()).then_some(list.as_slice());
+                let p = PartFile::parse(&text, path, backends, req.default.as_deref())
+                    .map_err(|e| Error::input(e.path(), &e))?;
+                Some(p)
+            }
+            None => None,
+        };
+        if part.is_none() && list.is_empty() {
+            return Err(Error::usage(
+                "no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part",
+            ));
+        }
+        Ok(Devices {
+            list,
+            part,
+            default: req.default.clone(),
+            profiles,
+        })
+    }
+
+    /// The devices in priority order: the `.part` file's backends, else the list.
+    pub fn order(&self) -> Vec<String> {
+        self.part
+            .as_ref()
+            .map_or_else(|| self.list.clone(), |p| p.backends.clone())
+    }
+}
+
+/// The built-in profiles plus the request's files; the device list with `.toml` entries
+/// replaced by the names their files define.
+fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
+    let mut profiles = Profiles::builtin();
+    for p in &req.profiles {
+        profiles.load(p).map_err(|e| Error::input(e.path(), &e))?;
+    }
+    let mut devices = Vec::with_capacity(req.devices.len());
+    for d in &req.devices {
+        if d.ends_with(".toml") {
+            let name = profiles
+                .load(Path::new(d))
+                .map_err(|e| Error::input(e.path(), &e))?;
+            devices.push(name);
+        } else {
+            devices.push(d.clone());
+        }
+    }
+    if req.no_constraints {
+        profiles = profiles.without_constraints();
+    }
+    let mut seen = HashSet::new();
+    for d in &devices {
+        if d.is_empty() || !seen.insert(d) {
+            return Err(Error::usage(format!(
+                "--devices: '{d}' is empty or listed twice"
+            )));
+        }
+    }
+    Ok((profiles, devices))
+}

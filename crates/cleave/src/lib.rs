@@ -1,0 +1,71 @@
+//! cleave splits a neural-network model across heterogeneous devices and runs the pieces.
+//!
+//! The whole pipeline on the bundled example: load it, assign every node a device by ONE's
+//! `.part` rules, cut the fewest connected single-device parts, prove the plan, write the
+//! parts and ONE's connection files, run them on tract and compare with the whole model.
+//!
+//! ```
+//! use cleave::{load_model, Algorithm, Devices, ExternalData};
+//! use cleave::runtime::{EngineKind, EngineMap, HostTensor};
+//!
+//! # fn main() -> Result<(), cleave::Error> {
+//! let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tiny_cnn");
+//! let devices = Devices::part_file(format!("{example}.part"))?;
+//! let mut model = load_model(format!("{example}.onnx"))?;
+//!
+//! let assignment = model.assign(&devices)?;
+//! let cut = model.partition(&assignment, Algorithm::Default { allow_disconnected: false })?;
+//! let plan = model.plan(&assignment, &cut)?; // only validation makes a ValidatedPlan
+//! assert_eq!(plan.parts.len(), 4); // npu, cpu (the residual Add), npu, cpu (Softmax)
+//!
+//! let workdir = tempfile::tempdir().map_err(cleave::Error::usage)?;
+//! let written = model.write(&plan, workdir.path(), ExternalData::Inline)?;
+//! assert!(written.parts[0].file.starts_with("tiny_cnn.00001_"));
+//!
+//! // Run the parts in order and the whole model, on the same random input.
+//! let x = HostTensor::random(cleave::ir::ElemType::F32, &[1, 3, 16, 16], 7)
+//!     .map_err(cleave::Error::usage)?;
+//! let feed = vec![("input".to_string(), x)];
+//! let mut parts = cleave::load_parts(&written.conn_json, &EngineMap::default(), false)?;
+//! let split = parts.run(feed.clone(), &mut [])?;
+//! let mut whole = cleave::engine(EngineKind::Tract)?.load(model.path(), false)?;
+//! for (name, want) in whole.run(&feed)? {
+//!     assert_eq!(split[&name].diff(&want, 1e-4, 1e-5).beyond, 0);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The stages are format-neutral crates re-exported here ([`ir`], [`device`], [`fuse`],
+//! [`assign`], [`partition`], [`view`], [`runtime`]); each model format is a front-end
+//! ([`frontend::Frontend`]: today [`onnx`]) that loads into the IR, answers what its
+//! operators mean, rewrites, and writes parts.
+
+pub mod coverage;
+mod devices;
+mod error;
+mod load;
+mod pipeline;
+mod read_back;
+mod run;
+
+pub use cleave_assign as assign;
+pub use cleave_device as device;
+pub use cleave_engines as engines;
+pub use cleave_files as files;
+pub use cleave_frontend as frontend;
+pub use cleave_fuse as fuse;
+pub use cleave_ir as ir;
+pub use cleave_onnx as onnx;
+pub use cleave_partition as partition;
+pub use cleave_runtime as runtime;
+pub use cleave_view as view;
+
+pub use cleave_frontend::{Emitted, ExternalData, RewriteLevel, Source};
+pub use cleave_partition::ValidatedPlan;
+pub use devices::{DeviceRequest, Devices};
+pub use error::Error;
+pub use load::{frontend_for, frontends, load};
+pub use pipeline::{load_model, Algorithm, Cut, Loaded, RewriteSummary};
+pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
+pub use run::{conn_source, engine, load_parts};

@@ -1,0 +1,291 @@
+//! load → (rewrite) → assign → partition → validate → write, on any front-end's model.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cleave_assign::{assign, inseparable_pairs, AssignOptions, Assignment, Placement, Reason};
+use cleave_frontend::{Emitted, ExternalData, RewriteLevel, RewriteOptions, Source};
+use cleave_ir::{Graph, Model, OpSemantics};
+use cleave_partition::{
+    openvino, partition_default, reference_counts, stage_partition, validate, OpenVinoOptions,
+    Options, Partition, Plan, References, UnitGraph, ValidatedPlan,
+};
+
+use crate::{Devices, Error};
+
+/// A model loaded by its front-end, with the nodes that compute constants marked.
+pub struct Loaded {
+    pub source: Box<dyn Source>,
+    /// `constant[i]`: node `i` computes a constant from constants alone (copied where read).
+    pub constant: Vec<bool>,
+    /// Set when [`Loaded::rewrite`] changed the model.
+    pub rewritten: Option<RewriteSummary>,
+}
+
+/// What a rewrite did.
+#[derive(Clone, Debug)]
+pub struct RewriteSummary {
+    pub applied: BTreeMap<&'static str, usize>,
+    pub nodes_before: usize,
+    pub origins: std::collections::HashMap<String, Vec<String>>,
+    pub notes: Vec<String>,
+}
+
+/// How to cut the assigned graph.
+#[derive(Clone, Copy, Debug)]
+pub enum Algorithm {
+    /// Fewest connected parts (never more than ONE's rule or the epoch greedy).
+    Default { allow_disconnected: bool },
+    /// OpenVINO's hetero subgraph selection as its design page states it.
+    OpenVino { budget: Duration },
+}
+
+/// A partition of the unit graph, before it is mapped back to nodes.
+pub struct Cut {
+    pub units: UnitGraph,
+    pub partition: Partition,
+    /// Part counts of the references (none for pipeline stages).
+    pub references: Option<References>,
+    /// Time the algorithm took.
+    pub elapsed: Duration,
+}
+
+/// Loads, checks and types a model with the front-end that reads it.
+pub fn load_model(path: impl AsRef<Path>) -> Result<Loaded, Error> {
+    let source = crate::load(path.as_ref())?;
+    let constant = source.semantics().constant_nodes(&source.model().graph);
+    Ok(Loaded {
+        source,
+        constant,
+        rewritten: None,
+    })
+}
+
+impl Loaded {
+    pub fn model(&self) -> &Model {
+        self.source.model()
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.source.model().graph
+    }
+
+    pub fn semantics(&self) -> &dyn OpSemantics {
+        self.source.semantics()
+    }
+
+    pub fn path(&self) -> &Path {
+        self.source.path()
+    }
+
+    /// The front-end's rewrites for `devices` at `level`; the source file is untouched.
+    pub fn rewrite(self, level: RewriteLevel, devices: &Devices) -> Result<Loaded, Error> {
+        let r = self.source.rewrite(&RewriteOptions {
+            level,
+            devices: devices.order(),
+            profiles: &devices.profiles,
+        })?;
+        let constant = r.source.semantics().constant_nodes(&r.source.model().graph);
+        Ok(Loaded {
+            rewritten: Some(RewriteSummary {
+                applied: r.applied,
+                nodes_before: self.graph().nodes.len(),
+                origins: r.origins,
+                notes: r.notes,
+            }),
+            source: r.source,
+            constant,
+        })
+    }
+
+    /// A device for every node: rules, then the default, then the priority list; fused
+    /// groups whole; inseparable pairs together. Warnings (dissolved groups) are in the
+    /// assignment.
+    pub fn assign(&self, devices: &Devices) -> Result<Assignment, Error> {
+        let opts = AssignOptions {
+            devices: devices.list.clone(),
+            default: devices.default.clone(),
+            part: devices.part.as_ref(),
+        };
+        assign(
+            self.graph(),
+            &devices.profiles,
+            &opts,
+            &self.constant,
+            self.semantics(),
+        )
+        .map_err(|e| Error::input(self.path(), e))
+    }
+
+    /// The graph the partitioners see: placed nodes, with inseparable pairs and fused
+    /// groups contracted. `partition` and `bench --partition` both cut this one.
+    pub fn unit_graph(&self, a: &Assignment) -> UnitGraph {
+        let g = self.graph();
+        UnitGraph::from_assignment(g, a, &a.glue(g, self.semantics()))
+    }
+
+    /// Cuts the assigned graph with `algorithm`.
+    pub fn partition(&self, a: &Assignment, algorithm: Algorithm) -> Result<Cut, Error> {
+        self.partition_traced(a, algorithm, &mut Vec::new())
+    }
+
+    /// [`Loaded::partition`], with the OpenVINO algorithm's steps in its design page's words
+    /// appended to `trace` (also when it gives up).
+    pub fn partition_traced(
+        &self,
+        a: &Assignment,
+        algorithm: Algorithm,
+        trace: &mut Vec<String>,
+    ) -> Result<Cut, Error> {
+        let g = self.graph();
+        let units = self.unit_graph(a);
+        let start = Instant::now();
+        let partition = match algorithm {
+            Algorithm::Default { allow_disconnected } => {
+                partition_default(&units, Options { allow_disconnected })
+            }
+            Algorithm::OpenVino { budget } => {
+                let labels: Vec<String> = units
+                    .nodes
+                    .iter()
+                    .map(|ns| {
+                        ns.iter()
+                            .map(|&n| g.node_label(n))
+                            .collect::<Vec<_>>()
+                            .join("+")
+                    })
+                    .collect();
+                let ov = OpenVinoOptions {
+                    time_budget: budget,
+                    ..Default::default()
+                };
+                openvino(&units, &labels, &a.devices, &ov, trace)
+                    .map_err(|e| Error::input(self.path(), e))?
+            }
+        };
+        let elapsed = start.elapsed();
+        let references = Some(reference_counts(&units));
+        Ok(Cut {
+            units,
+            partition,
+            references,
+            elapsed,
+        })
+    }
+
+    /// `n` consecutive pipeline stages of about equal estimated FLOPs along a topological
+    /// order, one part each, on `devices` in turn (or `stage1..n`). Returns the stages'
+    /// assignment and the cut.
+    pub fn stages(&self, n: usize, devices: &[String]) -> Result<(Assignment, Cut), Error> {
+        if n == 0 {
+            return Err(Error::usage("--stages must be at least 1"));
+        }
+        let g = self.graph();
+        let sem = self.semantics();
+        let names: Vec<String> = if devices.is_empty() {
+            (1..=n).map(|i| format!("stage{i}")).collect()
+        } else {
+            devices.to_vec()
+        };
+        let stage_device: Vec<&String> = (0..n).map(|i| &names[i % names.len()]).collect();
+        let mut order: Vec<String> = Vec::new();
+        for d in &stage_device {
+            if !order.contains(d) {
+                order.push((*d).clone());
+            }
+        }
+        let outputs: HashSet<_> = g.outputs.iter().copied().collect();
+        let single: Vec<Placement> = g
+            .nodes
+            .iter()
+            .zip(&self.constant)
+            .map(|(node, &c)| {
+                if c && !node.outputs.iter().flatten().any(|v| outputs.contains(v)) {
+                    Placement::Constant
+                } else {
+                    Placement::Device(0, Reason::Default)
+                }
+            })
+            .collect();
+        let one = Assignment {
+            devices: vec![order[0].clone()],
+            placement: single.clone(),
+            groups: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let glue = inseparable_pairs(g, sem);
+        let ug = UnitGraph::from_assignment(g, &one, &glue);
+        let start = Instant::now();
+        let cost: Vec<u64> = ug
+            .nodes
+            .iter()
+            .map(|ns| ns.iter().map(|&x| sem.flops(g, x)).sum())
+            .collect();
+        let partition = stage_partition(&ug, &cost, n);
+        let mut placement = single;
+        for (u, ns) in ug.nodes.iter().enumerate() {
+            let d = order
+                .iter()
+                .position(|x| x == stage_device[partition.part_of[u] as usize])
+                .unwrap_or(0) as u16;
+            for &x in ns {
+                placement[x.index()] = Placement::Device(d, Reason::Default);
+            }
+        }
+        let assignment = Assignment {
+            devices: order,
+            placement,
+            groups: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let units = UnitGraph::from_assignment(g, &assignment, &glue);
+        let elapsed = start.elapsed();
+        Ok((
+            assignment,
+            Cut {
+                units,
+                partition,
+                references: None,
+                elapsed,
+            },
+        ))
+    }
+
+    /// Maps a cut back onto the graph's nodes and proves it: the only way to a
+    /// [`ValidatedPlan`].
+    pub fn plan(&self, a: &Assignment, cut: &Cut) -> Result<ValidatedPlan, Error> {
+        let g = self.graph();
+        let plan = Plan::build(g, a, &cut.units, &cut.partition)
+            .map_err(|e| Error::input(self.path(), e))?;
+        validate(g, a, plan).map_err(|e| {
+            Error::input(
+                self.path(),
+                format!("internal error, the partition is invalid: {e}"),
+            )
+        })
+    }
+
+    /// Writes the parts and connection files into `workdir`. A rewritten model is saved
+    /// first as `workdir/stem.optimized/stem.<ext>`, which the connection file then names
+    /// as the source (so `check` and `verify` compare the parts against it).
+    pub fn write(
+        &mut self,
+        plan: &ValidatedPlan,
+        workdir: &Path,
+        external: ExternalData,
+    ) -> Result<Emitted, Error> {
+        if self.rewritten.is_some() {
+            let stem = self
+                .path()
+                .file_stem()
+                .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+            let dir = workdir.join(format!("{stem}.optimized"));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::input(&dir, format!("cannot create: {e}")))?;
+            let out: PathBuf = dir.join(format!("{stem}.{}", self.source.extension()));
+            self.source.save_as(&out)?;
+        }
+        Ok(self.source.write_parts(plan, workdir, external)?)
+    }
+}

@@ -1,0 +1,149 @@
+//! The invariants ARCHITECTURE.md states, checked: the format-neutral core depends on no format
+//! crate, no protobuf and no engine (from `cargo tree`'s resolved graph); `crates/ir`
+//! names no format in its code; only `cleave-engines` links an engine; the binary reaches the
+//! stages only through the facade.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+/// The crates between loading and writing: they must work on any format.
+const NEUTRAL: [&str; 9] = [
+    "cleave-ir",
+    "cleave-files",
+    "cleave-device",
+    "cleave-fuse",
+    "cleave-assign",
+    "cleave-partition",
+    "cleave-view",
+    "cleave-runtime",
+    "cleave-frontend",
+];
+
+/// What a neutral crate may never reach, however indirectly.
+const FORMAT_OR_ENGINE: [&str; 8] = [
+    "cleave-onnx",
+    "cleave-engines",
+    "cleave",
+    "prost",
+    "prost-build",
+    "protox",
+    "tract-onnx",
+    "ort",
+];
+
+/// `cargo tree` over the host's resolved graph (offline: the test build has fetched it all),
+/// one package name per line.
+fn tree(args: &[&str]) -> BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "--prefix",
+            "none",
+            "-f",
+            "{p}",
+        ])
+        .args(args)
+        .current_dir(&root)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_neutral_core_reaches_no_format_protobuf_or_engine() {
+    let mut report = Vec::new();
+    for krate in NEUTRAL {
+        // Normal, build and dev dependencies, transitively: not even a test may need a format.
+        let reach = tree(&["-p", krate, "-e", "normal,build,dev"]);
+        assert!(reach.contains(krate), "{krate}: {reach:?}");
+        let bad: Vec<&str> = FORMAT_OR_ENGINE
+            .iter()
+            .copied()
+            .filter(|f| reach.contains(*f))
+            .collect();
+        println!(
+            "{krate}: {} packages reached, none of {FORMAT_OR_ENGINE:?}",
+            reach.len()
+        );
+        if !bad.is_empty() {
+            report.push(format!("{krate} reaches {bad:?}"));
+        }
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
+}
+
+#[test]
+fn only_the_engines_crate_links_an_engine() {
+    for engine in ["tract-onnx", "ort"] {
+        let mut users = tree(&["--workspace", "-e", "normal", "-i", engine, "--depth", "1"]);
+        users.remove(engine);
+        assert_eq!(
+            users.into_iter().collect::<Vec<_>>(),
+            ["cleave-engines"],
+            "{engine}"
+        );
+    }
+}
+
+#[test]
+fn the_binary_reaches_the_stages_only_through_the_facade() {
+    let deps = tree(&["-p", "cleave-cli", "-e", "normal", "--depth", "1"]);
+    let ours: Vec<&String> = deps
+        .iter()
+        .filter(|d| d.starts_with("cleave") && *d != "cleave-cli")
+        .collect();
+    assert_eq!(ours, ["cleave", "cleave-workspace-hack"]);
+}
+
+/// Words that name a model format, a serialisation or an engine.
+const FORMAT_WORDS: [&str; 8] = [
+    "onnx", "tflite", "circle", "protobuf", "prost", "protox", "tract", "ort",
+];
+
+#[test]
+fn the_ir_crate_names_no_format_in_its_code() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/src");
+    let mut hits = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&src).expect("crates/ir/src") {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            // Comments may say what the crate does not know; code and strings may not.
+            let code = line.split("//").next().unwrap_or("").to_lowercase();
+            let named = code
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|word| FORMAT_WORDS.contains(&word));
+            if named {
+                hits.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        files >= 5,
+        "found only {files} source files in {}",
+        src.display()
+    );
+    assert!(
+        hits.is_empty(),
+        "crates/ir names a format:\n{}",
+        hits.join("\n")
+    );
+}

@@ -1,0 +1,24 @@
+//! The engines behind `cleave_runtime::Engine`: [`Tract`] runs ONNX in process,
+//! [`OnnxRuntime`] loads ONNX Runtime's shared library at run time. Also what reads ONNX's own
+//! tensor files ([`read_pb`]) and runs ONNX's node tests ([`conformance`]).
+//!
+//! Architecture invariant: only this crate links an inference engine.
+
+pub mod conformance;
+mod ort_engine;
+mod pb;
+mod tract_engine;
+
+use cleave_runtime::{Engine, EngineKind, RuntimeError};
+
+pub use ort_engine::{ort_library_path, OnnxRuntime};
+pub use pb::read_pb;
+pub use tract_engine::Tract;
+
+/// The engine of a kind; an [`cleave_runtime::EngineFactory`].
+pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, RuntimeError> {
+    Ok(match kind {
+        EngineKind::Tract => Box::new(Tract),
+        EngineKind::Ort => Box::new(OnnxRuntime::new()?),
+    })
+}

@@ -1,0 +1,224 @@
+//! ONNX Runtime through the `ort` crate, with its shared library loaded at run time.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use cleave_ir::ElemType;
+use ort::environment::Environment;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
+
+use cleave_runtime::HostTensor;
+use cleave_runtime::RuntimeError;
+use cleave_runtime::{Engine, Session};
+
+/// The library's file name in the PyPI `onnxruntime` wheel that `scripts/fetch-ort.sh` unpacks.
+pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
+
+/// Where cleave looks for ONNX Runtime: `ORT_DYLIB_PATH`, else
+/// `~/.cache/cleave/ort/libonnxruntime.so.1.31.1`.
+pub fn ort_library_path() -> PathBuf {
+    match std::env::var_os("ORT_DYLIB_PATH") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/cleave/ort")
+            .join(ORT_LIBRARY),
+    }
+}
+
+static ENV: OnceLock<Result<Environment, String>> = OnceLock::new();
+
+pub struct OnnxRuntime {
+    env: &'static Environment,
+}
+
+impl OnnxRuntime {
+    /// Loads the shared library once per process; reports it unavailable with the fix.
+    pub fn new() -> Result<OnnxRuntime, RuntimeError> {
+        let env = ENV.get_or_init(|| {
+            let path = ort_library_path();
+            if !path.is_file() {
+                return Err(format!(
+                    "{} not found; run `bash scripts/fetch-ort.sh` or set ORT_DYLIB_PATH",
+                    path.display()
+                ));
+            }
+            ort::init_from(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .with_name("cleave")
+                .build()
+                .map_err(|e| format!("{}: {e}", path.display()))
+        });
+        match env {
+            Ok(env) => Ok(OnnxRuntime { env }),
+            Err(message) => Err(RuntimeError::OrtUnavailable {
+                message: message.clone(),
+            }),
+        }
+    }
+}
+
+struct OrtSession {
+    path: PathBuf,
+    session: ort::session::Session,
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Engine {
+        path: path.to_path_buf(),
+        engine: "onnxruntime",
+        message: e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+fn unsupported(path: &Path, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Unsupported {
+        path: path.to_path_buf(),
+        engine: "onnxruntime",
+        message: e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+impl Engine for OnnxRuntime {
+    fn name(&self) -> &'static str {
+        "onnxruntime"
+    }
+
+    fn load(&self, path: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
+        let e = |x: ort::Error<ort::session::builder::SessionBuilder>| err(path, x);
+        let mut b = ort::session::Session::builder(self.env).map_err(|x| err(path, x))?;
+        // Keep the graph as written, so boundary tensors mean the same in parts and whole.
+        b = b
+            .with_optimization_level(GraphOptimizationLevel::Disable)
+            .map_err(e)?;
+        if single_thread {
+            b = b
+                .with_intra_threads(1)
+                .map_err(e)?
+                .with_inter_threads(1)
+                .map_err(e)?;
+        }
+        b = b.with_log_level(ort::logging::LogLevel::Fatal).map_err(e)?;
+        let session = b.commit_from_file(path).map_err(|x| unsupported(path, x))?;
+        Ok(Box::new(OrtSession {
+            path: path.to_path_buf(),
+            session,
+        }))
+    }
+}
+
+macro_rules! to_value {
+    ($t:ty, $shape:expr, $data:expr, $path:expr) => {{
+        let v: Vec<$t> = $data
+            .chunks_exact(std::mem::size_of::<$t>())
+            .map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        Tensor::<$t>::from_array(($shape, v))
+            .map_err(|e| err($path, e))?
+            .into_dyn()
+    }};
+}
+
+macro_rules! from_value {
+    ($t:ty, $v:expr, $path:expr) => {{
+        let (_, data) = $v.try_extract_tensor::<$t>().map_err(|e| err($path, e))?;
+        data.iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
+    }};
+}
+
+fn to_ort(path: &Path, t: &HostTensor) -> Result<DynValue, RuntimeError> {
+    let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+    Ok(match t.elem {
+        ElemType::F32 => to_value!(f32, shape, t.data, path),
+        ElemType::F64 => to_value!(f64, shape, t.data, path),
+        ElemType::I64 => to_value!(i64, shape, t.data, path),
+        ElemType::I32 => to_value!(i32, shape, t.data, path),
+        ElemType::I16 => to_value!(i16, shape, t.data, path),
+        ElemType::I8 => to_value!(i8, shape, t.data, path),
+        ElemType::U8 => to_value!(u8, shape, t.data, path),
+        ElemType::U16 => to_value!(u16, shape, t.data, path),
+        ElemType::U32 => to_value!(u32, shape, t.data, path),
+        ElemType::U64 => to_value!(u64, shape, t.data, path),
+        ElemType::Bool => {
+            let v: Vec<bool> = t.data.iter().map(|&b| b != 0).collect();
+            Tensor::<bool>::from_array((shape, v))
+                .map_err(|e| err(path, e))?
+                .into_dyn()
+        }
+        other => return Err(unsupported(path, format!("{other} tensors"))),
+    })
+}
+
+fn from_ort(path: &Path, name: &str, v: &DynValue) -> Result<HostTensor, RuntimeError> {
+    let ValueType::Tensor { ty, shape, .. } = v.dtype() else {
+        return Err(err(path, format!("output '{name}' is not a tensor")));
+    };
+    let shape: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    let (elem, data) = match ty {
+        TensorElementType::Float32 => (ElemType::F32, from_value!(f32, v, path)),
+        TensorElementType::Float64 => (ElemType::F64, from_value!(f64, v, path)),
+        TensorElementType::Int64 => (ElemType::I64, from_value!(i64, v, path)),
+        TensorElementType::Int32 => (ElemType::I32, from_value!(i32, v, path)),
+        TensorElementType::Int16 => (ElemType::I16, from_value!(i16, v, path)),
+        TensorElementType::Int8 => (ElemType::I8, from_value!(i8, v, path)),
+        TensorElementType::Uint8 => (ElemType::U8, from_value!(u8, v, path)),
+        TensorElementType::Uint16 => (ElemType::U16, from_value!(u16, v, path)),
+        TensorElementType::Uint32 => (ElemType::U32, from_value!(u32, v, path)),
+        TensorElementType::Uint64 => (ElemType::U64, from_value!(u64, v, path)),
+        TensorElementType::Bool => {
+            let (_, data) = v.try_extract_tensor::<bool>().map_err(|e| err(path, e))?;
+            (ElemType::Bool, data.iter().map(|&b| u8::from(b)).collect())
+        }
+        other => {
+            return Err(unsupported(
+                path,
+                format!("output '{name}' of type {other:?}"),
+            ))
+        }
+    };
+    Ok(HostTensor { elem, shape, data })
+}
+
+impl Session for OrtSession {
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let wanted: Vec<String> = self
+            .session
+            .inputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        let mut feed: Vec<(String, DynValue)> = Vec::with_capacity(wanted.len());
+        for name in &wanted {
+            let (_, t) =
+                inputs
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .ok_or_else(|| RuntimeError::Input {
+                        path: self.path.clone(),
+                        name: name.clone(),
+                        message: "not given".into(),
+                    })?;
+            feed.push((name.clone(), to_ort(&self.path, t)?));
+        }
+        let path = self.path.clone();
+        let outputs = self.session.run(feed).map_err(|e| err(&path, e))?;
+        let mut out = Vec::with_capacity(outputs.len());
+        for (name, v) in outputs.iter() {
+            out.push((name.to_string(), from_ort(&path, name, &v)?));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,65 @@
+//! Writes that either complete or leave the old file in place.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write: {source}")]
+pub struct WriteError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+/// Writes `data` to a temporary file beside `path`, syncs it and renames it into place, so a
+/// reader never sees half a file and a failed write leaves what was there.
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), WriteError> {
+    let write_err = |source| WriteError {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        write_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file name",
+        ))
+    })?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(write_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_atomic;
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no/such/folder/x.bin");
+        let err = write_atomic(&missing, b"x").unwrap_err();
+        assert_eq!(err.path, missing);
+        write_atomic(&dir.path().join("x.bin"), b"abc").unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["x.bin"]);
+    }
+}

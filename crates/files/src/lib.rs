@@ -1,0 +1,14 @@
+//! Files cleave writes whatever the model format: every file through [`write_atomic`], and the
+//! connection files of ONE's circle-partitioner ([`ConnFile`]), with the part naming scheme
+//! `stem.00001_<backend>.<ext>` that both share.
+//!
+//! Architecture invariant: this crate knows no model format; front-ends and views write
+//! through it.
+
+mod atomic;
+mod conn;
+mod naming;
+
+pub use atomic::{write_atomic, WriteError};
+pub use conn::{ConnFile, ConnModel};
+pub use naming::{backend_of, is_part_file, part_file_name, relative_path, remove_stale_parts};

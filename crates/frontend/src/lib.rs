@@ -1,0 +1,155 @@
+//! What a model format implements to plug into cleave.
+//!
+//! A [`Frontend`] recognises its files and loads one into a [`Source`]: the typed
+//! [`cleave_ir::Model`] with a [`cleave_ir::SourceRef`] on every node back to its record in the
+//! file, the operator semantics the neutral stages ask ([`cleave_ir::OpSemantics`]), the
+//! format's own rewrites, and writing the parts of a [`ValidatedPlan`] in the same format.
+//! Everything between loading and writing (assignment, fusion groups, partitioning,
+//! validation, views, the runner) works on the IR alone.
+//!
+//! Architecture invariant: this crate, like every crate it depends on, knows no model format.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use cleave_device::Profiles;
+use cleave_files::ConnFile;
+use cleave_ir::{Model, OpSemantics, ValueId};
+use cleave_partition::ValidatedPlan;
+
+/// A failure in a format's code: the file it concerns and the cause, one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct FrontendError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl FrontendError {
+    pub fn new(path: impl Into<PathBuf>, message: impl ToString) -> FrontendError {
+        FrontendError {
+            path: path.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// A model format.
+pub trait Frontend: Sync {
+    /// The format's name, e.g. `onnx`.
+    fn name(&self) -> &'static str;
+
+    /// Whether this front-end reads `path` (by extension or by its first bytes).
+    fn accepts(&self, path: &Path) -> bool;
+
+    /// Loads, checks and types a model.
+    fn load(&self, path: &Path) -> Result<Box<dyn Source>, FrontendError>;
+}
+
+/// How hard to rewrite a model before partitioning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RewriteLevel {
+    /// Device-independent clean-ups, as onnxruntime's basic level: constant folding, no-op
+    /// removal, normalisation folded into the preceding convolution.
+    Basic,
+    /// Basic, plus the rewrites the devices' profiles enable (`[fuse] rules`).
+    Device,
+}
+
+pub struct RewriteOptions<'a> {
+    pub level: RewriteLevel,
+    /// Devices in priority order: a device rewrite applies to a node when the first device
+    /// that runs the node enables the rule.
+    pub devices: Vec<String>,
+    pub profiles: &'a Profiles,
+}
+
+/// A model rewritten by its front-end.
+pub struct Rewritten {
+    pub source: Box<dyn Source>,
+    /// How many times each rewrite applied, by name.
+    pub applied: BTreeMap<&'static str, usize>,
+    /// For each node label of the new model that differs from the source, the source node
+    /// labels it stands for (OpenVINO's `originalLayersNames`).
+    pub origins: HashMap<String, Vec<String>>,
+    /// Matches a rewrite declined, and why.
+    pub notes: Vec<String>,
+}
+
+/// How parts hold their weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExternalData {
+    /// Each part holds the bytes of the weights it uses; a format may switch to `Shared` when
+    /// a part would pass its size limit (and says so in a note).
+    #[default]
+    Inline,
+    /// Every part references one file, `WORKDIR/stem.weights`, by offset and length.
+    Shared,
+}
+
+/// One written part, for the summary.
+#[derive(Clone, Debug)]
+pub struct EmittedPart {
+    pub file: String,
+    pub backend: String,
+    pub nodes: usize,
+    pub constant_nodes: usize,
+    /// Boundary tensors with their bytes where the shape is static.
+    pub inputs: Vec<(String, Option<u64>)>,
+    pub outputs: Vec<(String, Option<u64>)>,
+}
+
+/// The weights file parts share.
+#[derive(Clone, Debug)]
+pub struct SharedWeights {
+    pub path: PathBuf,
+    pub tensors: usize,
+    pub bytes: u64,
+    /// How the file came to be, for the summary.
+    pub how: &'static str,
+}
+
+/// What writing a partition produced.
+#[derive(Clone, Debug)]
+pub struct Emitted {
+    pub conn_json: PathBuf,
+    pub conn_ini: PathBuf,
+    pub conn: ConnFile,
+    pub parts: Vec<EmittedPart>,
+    pub weights: Option<SharedWeights>,
+    /// What the user should know, e.g. why inline weights became shared.
+    pub notes: Vec<String>,
+}
+
+/// A loaded model in its format.
+pub trait Source: Send + Sync {
+    /// The file it was loaded from (or last saved to).
+    fn path(&self) -> &Path;
+
+    /// Part files' extension, without the dot.
+    fn extension(&self) -> &'static str;
+
+    /// The typed IR; every node's `source` is set.
+    fn model(&self) -> &Model;
+
+    /// The operator semantics of this format.
+    fn semantics(&self) -> &dyn OpSemantics;
+
+    /// The format's rewrites at `opts.level`; the source itself is not changed.
+    fn rewrite(&self, opts: &RewriteOptions) -> Result<Rewritten, FrontendError>;
+
+    /// Writes the model to `path` and makes that its path from then on.
+    fn save_as(&mut self, path: &Path) -> Result<(), FrontendError>;
+
+    /// Writes every part of `plan` and the connection files into `workdir`.
+    fn write_parts(
+        &self,
+        plan: &ValidatedPlan,
+        workdir: &Path,
+        external: ExternalData,
+    ) -> Result<Emitted, FrontendError>;
+
+    /// Writes a copy of the model to `path` whose outputs also include `extra` (to compare
+    /// boundary tensors against the whole model).
+    fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError>;
+}

@@ -1,0 +1,361 @@
+//! One part as a standalone ONNX model.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::proto::{
+    tensor_proto::DataLocation, tensor_shape_proto::dimension, tensor_shape_proto::Dimension,
+    type_proto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, TensorShapeProto,
+    TypeProto, ValueInfoProto,
+};
+use crate::{elem_to_code, OnnxModel, WeightsFile};
+use cleave_ir::{Dim, Model, TensorType, ValueId};
+use cleave_partition::Plan;
+
+use super::write::EmitError;
+
+/// Builds part `k` (0-based) of `plan` from the source model: its nodes (placed and copied
+/// constants) in source order, the initializers and model-local functions it uses, typed
+/// inputs and outputs, and everything model-level (IR version, opsets, producer, metadata).
+pub fn part_model(
+    source: &OnnxModel,
+    model: &Model,
+    plan: &Plan,
+    k: usize,
+) -> Result<ModelProto, EmitError> {
+    part_model_with(&SourceIndex::new(source)?, model, plan, k, None)
+}
+
+/// The source graph's named entries, looked up by name: built once for all parts, so that a
+/// part costs its own size, not the source's.
+pub(crate) struct SourceIndex<'a> {
+    source: &'a OnnxModel,
+    sg: &'a GraphProto,
+    /// Declared types of graph inputs, outputs and value_info, by tensor name.
+    declared: HashMap<&'a str, &'a ValueInfoProto>,
+    /// Position in the source's `value_info`, `initializer`, `sparse_initializer`.
+    value_info: HashMap<&'a str, usize>,
+    initializer: HashMap<&'a str, usize>,
+    sparse: HashMap<&'a str, usize>,
+}
+
+impl<'a> SourceIndex<'a> {
+    pub(crate) fn new(source: &'a OnnxModel) -> Result<SourceIndex<'a>, EmitError> {
+        let sg = source
+            .proto
+            .graph
+            .as_ref()
+            .ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+        let declared = sg
+            .input
+            .iter()
+            .chain(sg.output.iter())
+            .chain(sg.value_info.iter())
+            .map(|v| (v.name(), v))
+            .collect();
+        let value_info = sg
+            .value_info
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.name(), i))
+            .collect();
+        let initializer = sg
+            .initializer
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name(), i))
+            .collect();
+        let sparse = sg
+            .sparse_initializer
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.values.as_ref().map(|v| (v.name(), i)))
+            .collect();
+        Ok(SourceIndex {
+            source,
+            sg,
+            declared,
+            value_info,
+            initializer,
+            sparse,
+        })
+    }
+
+    /// Positions of `names` in one of the index's lists, in source order.
+    fn positions<'n>(
+        list: &HashMap<&str, usize>,
+        names: impl Iterator<Item = &'n str>,
+    ) -> Vec<usize> {
+        let mut at: Vec<usize> = names.filter_map(|n| list.get(n).copied()).collect();
+        at.sort_unstable();
+        at.dedup();
+        at
+    }
+}
+
+/// [`part_model`] whose initializers found in `shared` reference that file instead of holding
+/// their bytes.
+pub(crate) fn part_model_with(
+    index: &SourceIndex,
+    model: &Model,
+    plan: &Plan,
+    k: usize,
+    shared: Option<&WeightsFile>,
+) -> Result<ModelProto, EmitError> {
+    let (source, sg) = (index.source, index.sg);
+    let sp = &source.proto;
+    let g = &model.graph;
+    let part = &plan.parts[k];
+    // Each IR node finds its NodeProto through its source handle; sorting the handles keeps
+    // the source's order, which is topological.
+    let mut records = part
+        .nodes
+        .iter()
+        .chain(&part.constant_nodes)
+        .map(|&n| {
+            let node = g.node(n);
+            node.source
+                .filter(|r| r.index() < sg.node.len())
+                .ok_or_else(|| {
+                    EmitError::Source(format!(
+                        "node '{}' has no record in the source model",
+                        g.node_label(n)
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    records.sort_unstable();
+    let nodes: Vec<NodeProto> = records.iter().map(|r| sg.node[r.index()].clone()).collect();
+
+    let typed = |v: ValueId| -> Result<ValueInfoProto, EmitError> {
+        let value = g.value(v);
+        if let Some(d) = index.declared.get(value.name.as_str()) {
+            if d.r#type.as_ref().is_some_and(complete) {
+                return Ok((*d).clone());
+            }
+        }
+        if !value.ty.is_complete() {
+            return Err(EmitError::Untyped {
+                part: k + 1,
+                tensor: value.name.clone(),
+                ty: value.ty.to_string(),
+            });
+        }
+        Ok(value_info(&value.name, &value.ty))
+    };
+
+    let weight_names = || part.weights.iter().map(|&w| g.value(w).name.as_str());
+    let mut initializer = Vec::new();
+    for i in SourceIndex::positions(&index.initializer, weight_names()) {
+        let t = &sg.initializer[i];
+        match shared.and_then(|w| w.reference(t)) {
+            Some(external) => initializer.push(external),
+            None => initializer.push(inline_external(t, source)?),
+        }
+    }
+    let sparse_initializer = SourceIndex::positions(&index.sparse, weight_names())
+        .into_iter()
+        .map(|i| sg.sparse_initializer[i].clone())
+        .collect();
+
+    let mut input = Vec::with_capacity(part.inputs.len());
+    for &v in &part.inputs {
+        input.push(typed(v)?);
+    }
+    if sp.ir_version() < 4 {
+        // Before IR version 4 the checker wants every initializer listed as an input.
+        for t in &initializer {
+            let vi = index
+                .declared
+                .get(t.name())
+                .map(|d| (*d).clone())
+                .unwrap_or_else(|| {
+                    let ty = TensorType::fixed(
+                        crate::elem_from_code(t.data_type()).unwrap_or(cleave_ir::ElemType::F32),
+                        &t.dims,
+                    );
+                    value_info(t.name(), &ty)
+                });
+            input.push(vi);
+        }
+    }
+    let mut output = Vec::with_capacity(part.outputs.len());
+    for &v in &part.outputs {
+        output.push(typed(v)?);
+    }
+    let produced: BTreeSet<&str> = nodes
+        .iter()
+        .flat_map(|n| n.output.iter().map(String::as_str))
+        .collect();
+    let outputs: BTreeSet<&str> = part
+        .outputs
+        .iter()
+        .map(|&v| g.value(v).name.as_str())
+        .collect();
+    let value_info = SourceIndex::positions(
+        &index.value_info,
+        produced.iter().copied().filter(|n| !outputs.contains(n)),
+    )
+    .into_iter()
+    .map(|i| sg.value_info[i].clone())
+    .collect();
+    let quantization_annotation = sg
+        .quantization_annotation
+        .iter()
+        .filter(|q| {
+            produced.contains(q.tensor_name())
+                || part
+                    .inputs
+                    .iter()
+                    .any(|&v| g.value(v).name == q.tensor_name())
+        })
+        .cloned()
+        .collect();
+
+    let graph = GraphProto {
+        node: nodes,
+        name: Some(format!("{}_part{:05}", sg.name(), k + 1)),
+        initializer,
+        sparse_initializer,
+        doc_string: sg.doc_string.clone(),
+        input,
+        output,
+        value_info,
+        quantization_annotation,
+        metadata_props: sg.metadata_props.clone(),
+    };
+    let functions = used_functions(&graph.node, &sp.functions);
+    Ok(ModelProto {
+        graph: Some(graph),
+        functions,
+        ..model_level(sp)
+    })
+}
+
+/// Everything of the model but its graph and functions.
+fn model_level(sp: &ModelProto) -> ModelProto {
+    ModelProto {
+        ir_version: sp.ir_version,
+        opset_import: sp.opset_import.clone(),
+        producer_name: sp.producer_name.clone(),
+        producer_version: sp.producer_version.clone(),
+        domain: sp.domain.clone(),
+        model_version: sp.model_version,
+        doc_string: sp.doc_string.clone(),
+        graph: None,
+        metadata_props: sp.metadata_props.clone(),
+        training_info: Vec::new(),
+        functions: Vec::new(),
+        configuration: sp.configuration.clone(),
+    }
+}
+
+fn complete(t: &TypeProto) -> bool {
+    match &t.value {
+        Some(type_proto::Value::TensorType(tt)) => {
+            tt.elem_type.is_some_and(|e| e != 0) && tt.shape.is_some()
+        }
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// A typed graph input/output; symbolic dimensions stay `dim_param`, unknown ones stay open.
+pub(crate) fn value_info(name: &str, ty: &TensorType) -> ValueInfoProto {
+    let shape = ty.shape.as_ref().map(|dims| TensorShapeProto {
+        dim: dims
+            .iter()
+            .map(|d| Dimension {
+                value: match d {
+                    Dim::Fixed(n) => Some(dimension::Value::DimValue(*n)),
+                    Dim::Param(p) => Some(dimension::Value::DimParam(p.clone())),
+                    Dim::Unknown => None,
+                },
+                denotation: None,
+            })
+            .collect(),
+    });
+    ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: ty.elem.map(elem_to_code),
+                shape,
+            })),
+            denotation: None,
+        }),
+        doc_string: None,
+        metadata_props: Vec::new(),
+    }
+}
+
+/// Parts live in another folder than the source, so its external data locations would not
+/// resolve there: without a shared weights file their bytes are written into the part.
+fn inline_external(t: &TensorProto, source: &OnnxModel) -> Result<TensorProto, EmitError> {
+    if t.data_location != Some(DataLocation::External as i32) {
+        return Ok(t.clone());
+    }
+    let ir = crate::to_ir_weight(t, source).map_err(|e| EmitError::Source(e.to_string()))?;
+    let bytes = crate::read_weight(&ir)
+        .map_err(|e| EmitError::Source(format!("tensor '{}': {e}", t.name())))?;
+    let mut out = t.clone();
+    out.data_location = None;
+    out.external_data.clear();
+    out.raw_data = Some(bytes);
+    Ok(out)
+}
+
+/// The model-local functions that the nodes call, directly or through other functions or
+/// subgraphs.
+fn used_functions(nodes: &[NodeProto], all: &[FunctionProto]) -> Vec<FunctionProto> {
+    let mut want: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut stack: Vec<&NodeProto> = nodes.iter().collect();
+    while let Some(n) = stack.pop() {
+        let key = (n.domain().to_string(), n.op_type().to_string());
+        if let Some(f) = all
+            .iter()
+            .find(|f| f.domain() == key.0 && f.name() == key.1)
+        {
+            if want.insert(key) {
+                stack.extend(f.node.iter());
+            }
+        }
+        for a in &n.attribute {
+            for sub in a.g.iter().chain(a.graphs.iter()) {
+                stack.extend(sub.node.iter());
+            }
+        }
+    }
+    all.iter()
+        .filter(|f| want.contains(&(f.domain().to_string(), f.name().to_string())))
+        .cloned()
+        .collect()
+}
+
+/// The source model with `extra` tensors added as graph outputs, typed, so an engine computes
+/// them: the reference for comparing boundary tensors.
+pub fn with_outputs(
+    source: &OnnxModel,
+    model: &Model,
+    extra: &[ValueId],
+) -> Result<ModelProto, EmitError> {
+    let mut m = source.proto.clone();
+    let g = m
+        .graph
+        .as_mut()
+        .ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
+    for &v in extra {
+        let value = model.graph.value(v);
+        if g.output.iter().any(|o| o.name() == value.name) {
+            continue;
+        }
+        if !value.ty.is_complete() {
+            return Err(EmitError::Untyped {
+                part: 0,
+                tensor: value.name.clone(),
+                ty: value.ty.to_string(),
+            });
+        }
+        g.output.push(value_info(&value.name, &value.ty));
+    }
+    Ok(m)
+}

@@ -1,0 +1,115 @@
+//! ONNX behind cleave's front-end interface.
+
+use std::path::Path;
+
+use cleave_frontend::{
+    Emitted, ExternalData, Frontend, FrontendError, RewriteOptions, Rewritten, Source,
+};
+use cleave_ir::{Model, OpSemantics, ValueId};
+use cleave_partition::ValidatedPlan;
+
+use crate::emit::{emit_with, with_outputs, EmitError};
+use crate::rewrite::{optimize, OptimizeError};
+use crate::{infer_types, to_ir, OnnxError, OnnxModel, OnnxSemantics};
+
+/// Reads `.onnx` files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnnxFrontend;
+
+/// A loaded ONNX model: the protobuf as read (written back byte for byte) and its typed IR.
+pub struct OnnxSource {
+    pub onnx: OnnxModel,
+    pub model: Model,
+}
+
+impl OnnxSource {
+    /// Loads, checks and types a model.
+    pub fn load(path: &Path) -> Result<OnnxSource, OnnxError> {
+        let onnx = OnnxModel::load(path)?;
+        let mut model = to_ir(&onnx)?;
+        infer_types(&mut model);
+        Ok(OnnxSource { onnx, model })
+    }
+}
+
+impl Frontend for OnnxFrontend {
+    fn name(&self) -> &'static str {
+        "onnx"
+    }
+
+    fn accepts(&self, path: &Path) -> bool {
+        path.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+    }
+
+    fn load(&self, path: &Path) -> Result<Box<dyn Source>, FrontendError> {
+        Ok(Box::new(OnnxSource::load(path).map_err(from_onnx)?))
+    }
+}
+
+impl Source for OnnxSource {
+    fn path(&self) -> &Path {
+        &self.onnx.path
+    }
+
+    fn extension(&self) -> &'static str {
+        "onnx"
+    }
+
+    fn model(&self) -> &Model {
+        &self.model
+    }
+
+    fn semantics(&self) -> &dyn OpSemantics {
+        &OnnxSemantics
+    }
+
+    fn rewrite(&self, opts: &RewriteOptions) -> Result<Rewritten, FrontendError> {
+        let o = optimize(&self.onnx, opts).map_err(|e| match e {
+            OptimizeError::Onnx(e) => from_onnx(e),
+            other => FrontendError::new(&self.onnx.path, other),
+        })?;
+        Ok(Rewritten {
+            source: Box::new(OnnxSource {
+                onnx: o.model,
+                model: o.ir,
+            }),
+            applied: o.applied,
+            origins: o.origins,
+            notes: o.notes,
+        })
+    }
+
+    fn save_as(&mut self, path: &Path) -> Result<(), FrontendError> {
+        self.onnx.save(path).map_err(from_onnx)?;
+        self.onnx.path = path.to_path_buf();
+        Ok(())
+    }
+
+    fn write_parts(
+        &self,
+        plan: &ValidatedPlan,
+        workdir: &Path,
+        external: ExternalData,
+    ) -> Result<Emitted, FrontendError> {
+        emit_with(&self.onnx, &self.model, plan, workdir, external)
+            .map_err(|e| from_emit(e, &self.onnx.path))
+    }
+
+    fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError> {
+        let proto = with_outputs(&self.onnx, &self.model, extra)
+            .map_err(|e| from_emit(e, &self.onnx.path))?;
+        // Saved as a model derived from the source, so its external data files come along
+        // and resolve beside the copy.
+        self.onnx.derived(proto).save(path).map_err(from_onnx)
+    }
+}
+
+fn from_onnx(e: OnnxError) -> FrontendError {
+    FrontendError::new(e.path(), &e)
+}
+
+fn from_emit(e: EmitError, model: &Path) -> FrontendError {
+    let path = e.path().unwrap_or(model).to_path_buf();
+    FrontendError::new(path, e)
+}
