@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Run every test of cleave: fetch the test models (cached), then the whole workspace.
+# Run every test of cleave: install the renderers the view tests drive, fetch the test models
+# (cached), then the whole workspace.
 # Ends with one line "cleave tests: N passed, M failed" summed over all test binaries.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/install-test-tools.sh
 bash scripts/fetch-test-data.sh
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
