@@ -394,3 +394,47 @@ fn model_local_functions_are_kept() {
     assert_eq!(ir.functions.len(), 1);
     assert_eq!(ir.functions[0].body.nodes.len(), 2);
 }
+
+/// DepthToSpace and SpaceToDepth with block size 0 (which the onnx checker refuses) once
+/// divided by zero in type inference and panicked in every command. Now the output is left
+/// untyped: inspect reports it, partition refuses its boundary in one line, nothing panics.
+#[test]
+fn a_zero_block_size_is_not_a_crash() {
+    use cleave::onnx::proto::{attribute_proto::AttributeType, AttributeProto};
+    let dir = tempfile::tempdir().unwrap();
+    for op in ["DepthToSpace", "SpaceToDepth"] {
+        let mut n = node("d2s", op, &["x"], &["t"]);
+        n.attribute.push(AttributeProto {
+            name: Some("blocksize".into()),
+            r#type: Some(AttributeType::Int as i32),
+            i: Some(0),
+            ..Default::default()
+        });
+        let mut m = model(vec![n, node("r", "Relu", &["t"], &["y"])], vec![], "y");
+        let g = m.graph.as_mut().unwrap();
+        g.input = vec![float_input("x", &[1, 4, 2, 2])];
+        g.output.clear();
+        g.output.push(ValueInfoProto {
+            name: Some("y".into()),
+            ..Default::default()
+        });
+        let path = write(dir.path(), &format!("{op}.onnx"), &m.encode_to_vec());
+        let out = ok(&cleave(&[os("inspect"), path.as_os_str()]));
+        assert!(out.contains("untyped    2 tensors: t, y"), "{out}");
+        let part = dir.path().join(format!("{op}.part"));
+        std::fs::write(
+            &part,
+            "[partition]\nbackends=npu,cpu\ndefault=npu\ncomply=opname\n[OPNAME]\nr=cpu\n",
+        )
+        .unwrap();
+        let o = cleave(&[
+            os("partition"),
+            path.as_os_str(),
+            os("--part"),
+            part.as_os_str(),
+            os("-o"),
+            dir.path().join(op).as_os_str(),
+        ]);
+        assert_bad_input(&o, &path, "boundary tensor 't'");
+    }
+}

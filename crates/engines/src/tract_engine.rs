@@ -165,7 +165,16 @@ impl Session for TractSession {
             let dt = datum(t.elem).ok_or_else(|| {
                 unsupported(&self.path, format!("input '{name}': {} tensors", t.elem))
             })?;
-            // SAFETY: the byte length is checked against the shape and type by tract.
+            // A bool is one byte, 0 or 1; any other byte would be undefined behaviour in Rust.
+            if dt == DatumType::Bool && t.data.iter().any(|&b| b > 1) {
+                return Err(RuntimeError::Input {
+                    path: self.path.clone(),
+                    name: name.clone(),
+                    message: "a bool tensor holds a byte other than 0 or 1".into(),
+                });
+            }
+            // SAFETY: the byte length is checked against the shape and type by tract, and bool
+            // bytes are 0 or 1 (above).
             let tensor = unsafe { Tensor::from_raw_dt(dt, &t.shape, &t.data) }
                 .map_err(|e| err(&self.path, e))?;
             key.push((dt, t.shape.clone()));

@@ -98,13 +98,15 @@ pub(crate) fn register(r: &mut Registry) {
         }]
     });
     r.add(&["DepthToSpace", "SpaceToDepth"], |cx| {
+        // A block size below 1 is invalid (the onnx checker refuses it): no shape, no panic.
         let b = cx.attr_i("blocksize").unwrap_or(1);
+        let bb = b.checked_mul(b).filter(|_| b >= 1);
         let up = cx.node.op_type == "DepthToSpace";
-        let shape = cx.shape(0).filter(|s| s.len() == 4).map(|s| {
+        let shape = cx.shape(0).filter(|s| s.len() == 4).zip(bb).map(|(s, bb)| {
             let (c, hw): (Dim, fn(i64, i64) -> i64) = if up {
-                (map_fixed(&s[1], |c| c / (b * b)), |d, b| d * b)
+                (map_fixed(&s[1], |c| c / bb), |d, b| d.saturating_mul(b))
             } else {
-                (map_fixed(&s[1], |c| c * b * b), |d, b| d / b)
+                (map_fixed(&s[1], |c| c.saturating_mul(bb)), |d, b| d / b)
             };
             vec![
                 s[0].clone(),

@@ -305,9 +305,9 @@ fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[N
     let elem = weight(cx, view.input(nodes[0], 1)).map_or(ElemType::F32, |w| w.elem);
     let is_conv = matches!(key, JoinKey::Conv(..));
     let any_bias = is_conv && nodes.iter().any(|&n| view.input(n, 2).is_some());
-    if any_bias && elem != ElemType::F32 && nodes.iter().any(|&n| view.input(n, 2).is_none()) {
+    let Some(elem_bytes) = elem.bits().map(|b| b as usize / 8).filter(|&b| b > 0) else {
         return;
-    }
+    };
     let sizes: Vec<i64> = ws
         .iter()
         .map(|(_, d)| if is_conv { d[0] } else { d[1] })
@@ -320,20 +320,28 @@ fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[N
                     Some(raw) => out.extend_from_slice(&raw),
                     None => return,
                 },
-                None => out.extend(std::iter::repeat_n(0u8, m as usize * 4)),
+                // A missing bias is zeros in the weights' own type (all-zero bytes).
+                None => {
+                    let Some(len) = usize::try_from(m)
+                        .ok()
+                        .and_then(|m| m.checked_mul(elem_bytes))
+                    else {
+                        return;
+                    };
+                    out.extend(std::iter::repeat_n(0u8, len));
+                }
             }
         }
         Some(out)
     } else {
         None
     };
-    let Some(elem_bytes) = elem.bits().map(|b| b as usize / 8).filter(|&b| b > 0) else {
+    let Some(total) = sizes.iter().try_fold(0i64, |a, &b| a.checked_add(b)) else {
         return;
     };
     if !e.claim(nodes) {
         return;
     }
-    let total: i64 = sizes.iter().sum();
     let (w_raw, w_dims) = if is_conv {
         let mut d = ws[0].1.clone();
         d[0] = total;
@@ -350,7 +358,8 @@ fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[N
     let mut inputs = vec![name(cx, x), w_name];
     if let Some(b) = biases {
         let b_name = e.fresh(&format!("{joined}_B"));
-        e.initializer(tensor(&b_name, ElemType::F32, &[total], b));
+        // The bias has the weights' element type (float16 Convs have float16 biases).
+        e.initializer(tensor(&b_name, elem, &[total], b));
         inputs.push(b_name);
     }
     let mut op = cx.record(first).clone();
