@@ -2,33 +2,14 @@
 //! (in Rust it would be undefined behaviour), a valid one runs.
 
 use cleave_engines::Tract;
-use cleave_ir::ElemType;
+use cleave_ir::{ElemType, TensorType};
+use cleave_onnx::emit::value_info;
 use cleave_onnx::encode_model;
-use cleave_onnx::proto::tensor_shape_proto::{dimension, Dimension};
-use cleave_onnx::proto::type_proto::{Tensor, Value};
-use cleave_onnx::proto::{
-    tensor_proto::DataType, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
-};
+use cleave_onnx::proto::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, ValueInfoProto};
 use cleave_runtime::{Engine, HostTensor, RuntimeError};
 
 fn bool_info(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(Value::TensorType(Tensor {
-                elem_type: Some(DataType::Bool as i32),
-                shape: Some(TensorShapeProto {
-                    dim: vec![Dimension {
-                        value: Some(dimension::Value::DimValue(2)),
-                        ..Default::default()
-                    }],
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    value_info(name, &TensorType::fixed(ElemType::Bool, &[2]))
 }
 
 #[test]

@@ -4,11 +4,11 @@
 
 use bytes::Bytes;
 use cleave_device::Profiles;
-use cleave_onnx::proto::tensor_shape_proto::{dimension, Dimension};
-use cleave_onnx::proto::type_proto::{Tensor, Value};
+use cleave_ir::{ElemType, TensorType};
+use cleave_onnx::emit::value_info;
 use cleave_onnx::proto::{
     tensor_proto::DataType, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
+    ValueInfoProto,
 };
 use cleave_onnx::rewrite::{optimize, Level, OptimizeOptions};
 use cleave_onnx::{encode_model, OnnxModel};
@@ -16,25 +16,7 @@ use cleave_onnx::{encode_model, OnnxModel};
 const F16: i32 = DataType::Float16 as i32;
 
 fn f16_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(Value::TensorType(Tensor {
-                elem_type: Some(F16),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    value_info(name, &TensorType::fixed(ElemType::F16, dims))
 }
 
 /// A float16 tensor whose element i is the bit pattern `0x3c00 + i` (1.0, 1.00098, ...).

@@ -6,5 +6,5 @@
 mod part;
 mod write;
 
-pub use part::{part_model, with_outputs};
+pub use part::{part_model, value_info, with_outputs};
 pub use write::{emit, emit_with, EmitError};

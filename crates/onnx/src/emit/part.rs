@@ -260,7 +260,7 @@ fn complete(t: &TypeProto) -> bool {
 }
 
 /// A typed graph input/output; symbolic dimensions stay `dim_param`, unknown ones stay open.
-pub(crate) fn value_info(name: &str, ty: &TensorType) -> ValueInfoProto {
+pub fn value_info(name: &str, ty: &TensorType) -> ValueInfoProto {
     let shape = ty.shape.as_ref().map(|dims| TensorShapeProto {
         dim: dims
             .iter()
