@@ -126,17 +126,14 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
             println!("{line}");
         }
     }
-    let cut = cut.map_err(|e| Fail::input(a.model, e))?;
+    let cut = cut?;
     bar.finish_and_clear();
     finish(a, assigned, &cut)
 }
 
 fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built, Fail> {
     let bar = crate::progress::spinner("building and validating the parts");
-    let plan = assigned
-        .loaded
-        .plan(&assigned.assignment, cut)
-        .map_err(|e| Fail::input(a.model, e))?;
+    let plan = assigned.loaded.plan(&assigned.assignment, cut)?;
     bar.set_message("writing the parts");
     let written = assigned.loaded.write(&plan, a.workdir, a.external_data)?;
     bar.finish_and_clear();
@@ -152,9 +149,6 @@ fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built,
 /// `--stages N`: consecutive slices of a topological order with about equal FLOPs, one part
 /// each, on the listed devices in turn (or on `stage1..N`).
 fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
-    if n == 0 {
-        return Err(Fail::usage("--stages must be at least 1"));
-    }
     let loaded = load_model(a.model)?;
     let (assignment, cut) = loaded.stages(n, &a.devices.devices)?;
     let devices = Devices::priority(&[]);

@@ -95,12 +95,15 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         let path = tmp
             .path()
             .join(format!("whole-with-boundaries.{}", source.extension()));
-        source
-            .write_with_outputs(&extra, &path)
-            .map_err(|e| match e.path == source.path() {
-                true => Fail::input(a.model, e),
-                false => Fail::input(&e.path.clone(), e),
-            })?;
+        source.write_with_outputs(&extra, &path).map_err(|e| {
+            // A failure about the model itself names the model as the user spelled it.
+            let file = if e.path == source.path() {
+                a.model
+            } else {
+                &e.path
+            };
+            Fail::input(file, &e)
+        })?;
         engine.load(&path, false).map_err(runtime_fail)?
     } else {
         engine.load(source.path(), false).map_err(runtime_fail)?

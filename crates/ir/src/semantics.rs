@@ -157,7 +157,9 @@ impl OpSemantics for NamedOps {
         let out = g.node(n).outputs.iter().flatten().next();
         out.and_then(|&v| g.value(v).ty.static_dims())
             .map_or(1, |d| {
-                d.iter().map(|&x| x.max(1) as u64).product::<u64>().max(1)
+                // Dims come from files: saturate rather than overflow.
+                d.iter()
+                    .fold(1u64, |acc, &x| acc.saturating_mul(x.max(1) as u64))
             })
     }
 }
