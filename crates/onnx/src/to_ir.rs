@@ -253,9 +253,10 @@ pub(crate) fn tensor_type(t: &TypeProto) -> TensorType {
             s.dim
                 .iter()
                 .map(|d| match &d.value {
-                    Some(dimension::Value::DimValue(v)) => Dim::Fixed(*v),
+                    // Some exporters write -1 for a dynamic dim.
+                    Some(dimension::Value::DimValue(v)) if *v >= 0 => Dim::Fixed(*v),
                     Some(dimension::Value::DimParam(p)) => Dim::Param(p.clone()),
-                    None => Dim::Unknown,
+                    _ => Dim::Unknown,
                 })
                 .collect()
         }),

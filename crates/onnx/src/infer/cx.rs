@@ -2,21 +2,34 @@ use std::collections::HashMap;
 
 use cleave_ir::{AttrValue, Dim, ElemType, Graph, Node, TensorType, ValueId};
 
+/// The known elements of small integer tensors (shapes, axes, sizes): `dims` holds every
+/// tracked tensor, its elements numbers, symbols or unknown, as `Shape` of a dynamic tensor
+/// gives them; `ints` only those whose elements are all numbers.
+#[derive(Default)]
+pub(crate) struct Values {
+    dims: HashMap<ValueId, Vec<Dim>>,
+    ints: HashMap<ValueId, Vec<i64>>,
+}
+
+impl Values {
+    pub fn insert(&mut self, id: ValueId, v: Vec<Dim>) {
+        if let Some(ints) = v.iter().map(Dim::fixed).collect::<Option<Vec<i64>>>() {
+            self.ints.insert(id, ints);
+        }
+        self.dims.insert(id, v);
+    }
+}
+
 /// What a rule sees of one node: its inputs' types, their constant values, its attributes.
 pub(crate) struct Cx<'a> {
     pub g: &'a Graph,
     pub node: &'a Node,
-    consts: &'a HashMap<ValueId, Vec<i64>>,
+    consts: &'a Values,
     pub opset: i64,
 }
 
 impl<'a> Cx<'a> {
-    pub fn new(
-        g: &'a Graph,
-        node: &'a Node,
-        consts: &'a HashMap<ValueId, Vec<i64>>,
-        opset: i64,
-    ) -> Self {
+    pub fn new(g: &'a Graph, node: &'a Node, consts: &'a Values, opset: i64) -> Self {
         Cx {
             g,
             node,
@@ -63,8 +76,28 @@ impl<'a> Cx<'a> {
     /// The input's values, when it is a known small integer tensor.
     pub fn ints(&self, i: usize) -> Option<&'a [i64]> {
         self.input_id(i)
-            .and_then(|v| self.consts.get(&v))
+            .and_then(|v| self.consts.ints.get(&v))
             .map(Vec::as_slice)
+    }
+
+    /// The input's elements as dims, where it is a tracked integer tensor whose elements may
+    /// be symbolic (a shape computed from a dynamic tensor).
+    pub fn dims_value(&self, i: usize) -> Option<&'a [Dim]> {
+        self.input_id(i)
+            .and_then(|v| self.consts.dims.get(&v))
+            .map(Vec::as_slice)
+    }
+
+    /// How many elements a 1-D input has, from its value or its type: the rank of the shape
+    /// it describes, even when the values themselves are unknown.
+    pub fn len_1d(&self, i: usize) -> Option<usize> {
+        if let Some(v) = self.dims_value(i) {
+            return Some(v.len());
+        }
+        match self.shape(i)? {
+            [Dim::Fixed(n)] => usize::try_from(*n).ok(),
+            _ => None,
+        }
     }
 
     pub fn attr(&self, name: &str) -> Option<&'a AttrValue> {

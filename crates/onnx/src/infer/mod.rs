@@ -8,30 +8,45 @@
 
 mod cx;
 mod dims;
+mod domains;
 mod elementwise;
 mod fold;
+mod fold_nd;
+mod late_ops;
 mod nn;
 mod reduce;
 mod shape_ops;
 
 use std::collections::HashMap;
 
-use cleave_ir::{Graph, Model, NodeId, TensorType, ValueId};
+use cleave_ir::{Dim, Graph, Model, NodeId, TensorType, ValueId};
 
-pub(crate) use cx::Cx;
+pub(crate) use cx::{Cx, Values};
 
 /// Computes the output types of a node; entries may be partly or wholly unknown.
 pub(crate) type Rule = fn(&Cx) -> Vec<TensorType>;
 
 pub(crate) struct Registry {
-    rules: HashMap<&'static str, Rule>,
+    /// Domain ("" for the default one), then op type.
+    rules: HashMap<&'static str, HashMap<&'static str, Rule>>,
 }
 
 impl Registry {
+    /// Rules for ops of the default domain.
     pub(crate) fn add(&mut self, ops: &[&'static str], rule: Rule) {
+        self.add_in("", ops, rule);
+    }
+
+    pub(crate) fn add_in(&mut self, domain: &'static str, ops: &[&'static str], rule: Rule) {
+        let table = self.rules.entry(domain).or_default();
         for op in ops {
-            self.rules.insert(op, rule);
+            table.insert(op, rule);
         }
+    }
+
+    fn get(&self, domain: &str, op: &str) -> Option<&Rule> {
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        self.rules.get(domain)?.get(op)
     }
 
     fn new() -> Registry {
@@ -42,9 +57,35 @@ impl Registry {
         nn::register(&mut r);
         reduce::register(&mut r);
         shape_ops::register(&mut r);
+        domains::register(&mut r);
+        late_ops::register(&mut r);
         r
     }
 }
+
+/// Ops whose first output has the rank of their first input, whatever their attributes or
+/// non-constant inputs do to its dims: when a rule cannot give dims, the rank still stands.
+const RANK_KEEPING: &[&str] = &[
+    "Resize",
+    "Upsample",
+    "Pad",
+    "Slice",
+    "Tile",
+    "Conv",
+    "ConvInteger",
+    "QLinearConv",
+    "ConvTranspose",
+    "MaxPool",
+    "AveragePool",
+    "LpPool",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "TopK",
+    "CenterCropPad",
+    "RoiAlign",
+    "MaxRoiPool",
+    "GridSample",
+];
 
 /// What inference could not settle.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -55,34 +96,74 @@ pub struct InferReport {
     pub unknown_ops: Vec<String>,
 }
 
-/// Fills in missing element types and shapes of the model's top-level graph.
+/// Fills in missing element types and shapes of the model's top-level graph, and of the
+/// subgraphs (If branches, Loop and Scan bodies) inside it.
 pub fn infer_types(model: &mut Model) -> InferReport {
     let registry = Registry::new();
     let opset = model.opset("").unwrap_or(21);
-    let mut consts: HashMap<ValueId, Vec<i64>> = HashMap::new();
-    let g = &mut model.graph;
+    let mut unknown_ops = std::collections::BTreeSet::new();
+    infer_graph(
+        &registry,
+        &mut model.graph,
+        &HashMap::new(),
+        opset,
+        &mut unknown_ops,
+    );
+    InferReport {
+        untyped: untyped(&model.graph),
+        unknown_ops: unknown_ops.into_iter().collect(),
+    }
+}
+
+/// Depth of nested subgraphs followed; a deeper one keeps the types its file gives.
+const MAX_NESTING: usize = 16;
+
+fn infer_graph(
+    registry: &Registry,
+    g: &mut Graph,
+    outer: &HashMap<String, TensorType>,
+    opset: i64,
+    unknown_ops: &mut std::collections::BTreeSet<String>,
+) {
+    infer_nested(registry, g, outer, opset, unknown_ops, 0);
+}
+
+fn infer_nested(
+    registry: &Registry,
+    g: &mut Graph,
+    outer: &HashMap<String, TensorType>,
+    opset: i64,
+    unknown_ops: &mut std::collections::BTreeSet<String>,
+    depth: usize,
+) {
+    for v in g.values.iter_mut() {
+        if matches!(v.def, cleave_ir::ValueDef::Outer) {
+            if let Some(t) = outer.get(&v.name) {
+                merge(&mut v.ty, t.clone());
+            }
+        }
+    }
+    let mut consts = Values::default();
     for (id, w) in g.weights() {
         if w.element_count() <= fold::MAX_ELEMENTS {
             if let Some(v) = w.to_i64s() {
-                consts.insert(id, v);
+                consts.insert(id, dims::fixed(&v));
             }
         }
     }
     let order: Vec<NodeId> = g.topo_order().to_vec();
-    let mut unknown_ops = std::collections::BTreeSet::new();
     for n in order {
+        if g.node(n).has_subgraphs() && depth < MAX_NESTING {
+            infer_subgraphs(registry, g, n, outer, opset, unknown_ops, depth);
+        }
         let node = g.node(n);
-        let rule = if node.domain.is_empty() || node.domain == "ai.onnx" {
-            registry.rules.get(node.op_type.as_str())
-        } else {
-            None
-        };
-        let needs = node
-            .outputs
-            .iter()
-            .flatten()
-            .any(|&o| !g.value(o).ty.is_complete());
-        let (inferred, folded) = {
+        let rule = registry.get(&node.domain, &node.op_type);
+        let needs = node.outputs.iter().flatten().any(|&o| {
+            let ty = &g.value(o).ty;
+            // A declared type may leave dims open, or symbolic, that the rule can fix.
+            !ty.is_complete() || ty.shape.iter().flatten().any(|d| d.fixed().is_none())
+        });
+        let (mut inferred, folded) = {
             let cx = Cx::new(g, node, &consts, opset);
             let inferred = match (needs, rule) {
                 (true, Some(rule)) => rule(&cx),
@@ -94,6 +175,7 @@ pub fn infer_types(model: &mut Model) -> InferReport {
             };
             (inferred, fold::evaluate(&cx))
         };
+        keep_rank(g, n, &mut inferred);
         let outs: Vec<Option<ValueId>> = g.node(n).outputs.clone();
         for (slot, ty) in inferred.into_iter().enumerate() {
             if let Some(Some(v)) = outs.get(slot) {
@@ -104,9 +186,89 @@ pub fn infer_types(model: &mut Model) -> InferReport {
             consts.insert(*v, values);
         }
     }
-    InferReport {
-        untyped: untyped(g),
-        unknown_ops: unknown_ops.into_iter().collect(),
+}
+
+/// Types the subgraphs of node `n` from what is known around them: values they read from
+/// enclosing scopes, and the formal inputs of Loop and Scan bodies.
+fn infer_subgraphs(
+    registry: &Registry,
+    g: &mut Graph,
+    n: NodeId,
+    outer: &HashMap<String, TensorType>,
+    opset: i64,
+    unknown_ops: &mut std::collections::BTreeSet<String>,
+    depth: usize,
+) {
+    let mut scope = outer.clone();
+    for v in &g.values {
+        if v.ty.elem.is_some() || v.ty.shape.is_some() {
+            scope.insert(v.name.clone(), v.ty.clone());
+        }
+    }
+    let node = g.node(n);
+    let op = node.op_type.clone();
+    let inputs: Vec<TensorType> = node
+        .inputs
+        .iter()
+        .map(|i| i.map(|v| g.value(v).ty.clone()).unwrap_or_default())
+        .collect();
+    let node = &mut g.nodes[n.index()];
+    for attr in node.attrs.iter_mut() {
+        let cleave_ir::AttrValue::Graph(body) = &mut attr.value else {
+            continue;
+        };
+        if op == "Loop" {
+            // Formal inputs: iteration number, condition, then the carried values.
+            let mut formal = vec![
+                TensorType::fixed(cleave_ir::ElemType::I64, &[]),
+                TensorType::fixed(cleave_ir::ElemType::Bool, &[]),
+            ];
+            formal.extend(inputs.iter().skip(2).cloned());
+            for (&v, t) in body.inputs.iter().zip(formal) {
+                let ty = &mut body.values[v.index()].ty;
+                merge(ty, t);
+            }
+        }
+        infer_nested(registry, body, &scope, opset, unknown_ops, depth + 1);
+    }
+}
+
+/// Gives an output of a rank-keeping op the rank of its input when its rule could not.
+fn keep_rank(g: &Graph, n: NodeId, inferred: &mut Vec<TensorType>) {
+    let node = g.node(n);
+    let domain_default = node.domain.is_empty() || node.domain == "ai.onnx";
+    if !domain_default || !RANK_KEEPING.contains(&node.op_type.as_str()) {
+        return;
+    }
+    let Some(rank) = node
+        .inputs
+        .first()
+        .copied()
+        .flatten()
+        .and_then(|v| g.value(v).ty.rank())
+    else {
+        return;
+    };
+    let n_out = node.outputs.len();
+    if inferred.len() < n_out {
+        inferred.resize(n_out, TensorType::default());
+    }
+    for (slot, t) in inferred.iter_mut().enumerate() {
+        if t.shape.is_none() {
+            t.shape = Some(vec![Dim::Unknown; rank]);
+        }
+        if t.elem.is_none() {
+            // TopK's second output is its indices; every other output keeps the input's type.
+            t.elem = if node.op_type == "TopK" && slot == 1 {
+                Some(cleave_ir::ElemType::I64)
+            } else {
+                node.inputs
+                    .first()
+                    .copied()
+                    .flatten()
+                    .and_then(|v| g.value(v).ty.elem)
+            };
+        }
     }
 }
 
@@ -127,7 +289,12 @@ fn merge(have: &mut TensorType, new: TensorType) {
         (None, s) => have.shape = s,
         (Some(old), Some(new)) if old.len() == new.len() => {
             for (o, n) in old.iter_mut().zip(new) {
-                if *o == cleave_ir::Dim::Unknown {
+                // A number inference proves beats a symbol an exporter wrote for the unknown.
+                let better = matches!(
+                    (&*o, &n),
+                    (Dim::Unknown, _) | (Dim::Param(_), Dim::Fixed(_))
+                );
+                if better {
                     *o = n;
                 }
             }

@@ -193,24 +193,62 @@ pub(crate) fn register(r: &mut Registry) {
             ),
             _ => None,
         };
+        // A condition that shapes decide (fixed with --shape, say) picks its branch.
+        match cx.ints(0) {
+            Some([c]) if *c != 0 => return branch("then_branch").unwrap_or_default(),
+            Some([_]) => return branch("else_branch").unwrap_or_default(),
+            _ => {}
+        }
         match (branch("then_branch"), branch("else_branch")) {
             (Some(t), Some(e)) => t
                 .into_iter()
                 .zip(e)
                 .map(|(a, b)| TensorType {
                     elem: a.elem.or(b.elem),
-                    shape: if a.shape == b.shape { a.shape } else { None },
+                    shape: agree(a.shape, b.shape),
                 })
                 .collect(),
             (Some(t), None) => t,
             _ => Vec::new(),
         }
     });
+    r.add(&["Loop"], |cx| {
+        // Outputs: the final carried values, then each scan output stacked over iterations.
+        let Some(AttrValue::Graph(body)) = cx.attr("body") else {
+            return Vec::new();
+        };
+        let carried = cx.n_inputs().saturating_sub(2);
+        let body_out: Vec<TensorType> = body
+            .outputs
+            .iter()
+            .map(|&o| body.value(o).ty.clone())
+            .collect();
+        (0..cx.n_outputs())
+            .map(|k| {
+                let inner = body_out.get(k + 1).cloned().unwrap_or_default();
+                if k < carried {
+                    TensorType {
+                        elem: inner.elem.or(cx.elem(k + 2)),
+                        shape: agree(inner.shape, cx.ty(k + 2).shape),
+                    }
+                } else {
+                    TensorType {
+                        elem: inner.elem,
+                        shape: inner.shape.map(|s| {
+                            let mut out = vec![Dim::Unknown];
+                            out.extend(s);
+                            out
+                        }),
+                    }
+                }
+            })
+            .collect()
+    });
 }
 
 /// Output shape of a sliding-window op over input 0 (`weights` is the weight input, or
 /// `usize::MAX` for pooling, whose window comes from `kernel_shape`).
-fn windowed(cx: &Cx, weights: usize, channels: Dim) -> Option<Vec<Dim>> {
+pub(crate) fn windowed(cx: &Cx, weights: usize, channels: Dim) -> Option<Vec<Dim>> {
     let x = cx.shape(0)?;
     if x.len() < 3 {
         return None;
@@ -321,7 +359,7 @@ fn conv_transpose(cx: &Cx) -> Option<Vec<Dim>> {
     Some(out)
 }
 
-fn matmul(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+pub(crate) fn matmul(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
     if a.is_empty() || b.is_empty() {
         return None;
     }
@@ -390,12 +428,25 @@ fn scale(x: &[Dim], scales: &[f64]) -> Option<Vec<Dim>> {
 
 fn float_const(cx: &Cx, slot: usize) -> Option<Vec<f64>> {
     let id = cx.input_id(slot)?;
-    cx.g.value(id).weight()?.to_f64s().or_else(|| {
-        // A Constant node's tensor.
-        let p = cx.g.value(id).producer()?;
-        match cx.g.node(p).attr("value")? {
-            AttrValue::Tensor(t) => t.to_f64s(),
-            _ => None,
-        }
+    if let Some(w) = cx.g.value(id).weight() {
+        return w.to_f64s();
+    }
+    // A Constant node's tensor.
+    let p = cx.g.value(id).producer()?;
+    match cx.g.node(p).attr("value")? {
+        AttrValue::Tensor(t) => t.to_f64s(),
+        _ => None,
+    }
+}
+
+/// What two shapes that a value may take have in common: the rank where they agree, each dim
+/// where it agrees too.
+fn agree(a: Option<Vec<Dim>>, b: Option<Vec<Dim>>) -> Option<Vec<Dim>> {
+    let (a, b) = (a?, b?);
+    (a.len() == b.len()).then(|| {
+        a.into_iter()
+            .zip(b)
+            .map(|(x, y)| if x == y { x } else { Dim::Unknown })
+            .collect()
     })
 }

@@ -2,7 +2,7 @@
 
 use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
 
-use super::dims::{axis, broadcast, fixed, product, product_dim};
+use super::dims::{axis, broadcast, fixed, product_dim};
 use super::{Cx, Registry};
 use crate::dtype::elem_from_code;
 
@@ -91,7 +91,14 @@ pub(crate) fn register(r: &mut Registry) {
     });
     r.add(&["Unsqueeze"], |cx| {
         let shape = cx.shape(0).and_then(|s| {
-            let axes = cx.ints_attr_or_input("axes", 1, 13)?;
+            let Some(axes) = cx.ints_attr_or_input("axes", 1, 13) else {
+                let n = if cx.opset >= 13 {
+                    cx.len_1d(1)?
+                } else {
+                    return None;
+                };
+                return Some(vec![Dim::Unknown; s.len() + n]);
+            };
             let rank = s.len() + axes.len();
             let axes: Vec<usize> = axes.iter().map(|&a| axis(a, rank)).collect::<Option<_>>()?;
             let mut rest = s.iter();
@@ -118,8 +125,15 @@ pub(crate) fn register(r: &mut Registry) {
                 }
                 (0..s.len()).filter(|&i| s[i] == Dim::Fixed(1)).collect()
             } else {
-                cx.ints_attr_or_input("axes", 1, 13)?
-                    .iter()
+                let Some(axes) = cx.ints_attr_or_input("axes", 1, 13) else {
+                    let n = if cx.opset >= 13 {
+                        cx.len_1d(1)?
+                    } else {
+                        return None;
+                    };
+                    return Some(vec![Dim::Unknown; s.len().checked_sub(n)?]);
+                };
+                axes.iter()
                     .map(|&a| axis(a, s.len()))
                     .collect::<Option<_>>()?
             };
@@ -152,10 +166,11 @@ pub(crate) fn register(r: &mut Registry) {
             Some(AttrValue::Tensor(t)) => Some(t.elem),
             _ => Some(ElemType::F32),
         };
-        vec![TensorType {
-            elem,
-            shape: cx.ints(0).map(fixed),
-        }]
+        let shape = cx
+            .dims_value(0)
+            .map(<[Dim]>::to_vec)
+            .or_else(|| Some(vec![Dim::Unknown; cx.len_1d(0)?]));
+        vec![TensorType { elem, shape }]
     });
     r.add(&["Constant"], |cx| {
         let attr = cx.node.attrs.first();
@@ -178,8 +193,12 @@ pub(crate) fn register(r: &mut Registry) {
         vec![ty]
     });
     r.add(&["Expand"], |cx| {
-        let shape = match (cx.shape(0), cx.ints(1)) {
-            (Some(s), Some(t)) => Some(broadcast(&[s, &fixed(t)])),
+        let target = cx
+            .dims_value(1)
+            .map(<[Dim]>::to_vec)
+            .or_else(|| Some(vec![Dim::Unknown; cx.len_1d(1)?]));
+        let shape = match (cx.shape(0), target) {
+            (Some(s), Some(t)) => Some(broadcast(&[s, &t])),
             _ => None,
         };
         vec![TensorType {
@@ -274,39 +293,65 @@ pub(crate) fn shape_range(cx: &Cx, rank: usize) -> (usize, usize) {
 }
 
 fn reshape(cx: &Cx) -> Option<Vec<Dim>> {
-    let target = if cx.opset >= 5 {
-        cx.ints(1)?.to_vec()
+    let target: Vec<Dim> = if cx.opset >= 5 {
+        match cx.dims_value(1) {
+            Some(v) => v.to_vec(),
+            // Values unknown, count known: the rank is.
+            None => return Some(vec![Dim::Unknown; cx.len_1d(1)?]),
+        }
     } else {
-        cx.attr_ints("shape")?.to_vec()
+        fixed(cx.attr_ints("shape")?)
     };
     let input = cx.shape(0);
     let allow_zero = cx.attr_i("allowzero").unwrap_or(0) != 0;
     let mut out: Vec<Dim> = target
         .iter()
         .enumerate()
-        .map(|(i, &d)| match d {
-            0 if !allow_zero => input
+        .map(|(i, d)| match d {
+            Dim::Fixed(0) if !allow_zero => input
                 .and_then(|s| s.get(i).cloned())
                 .unwrap_or(Dim::Unknown),
-            -1 => Dim::Unknown,
-            d => Dim::Fixed(d),
+            Dim::Fixed(-1) => Dim::Unknown,
+            d => d.clone(),
         })
         .collect();
-    if let Some(hole) = target.iter().position(|&d| d == -1) {
-        let total = input.and_then(product);
-        let known: Option<i64> = out
+    if let (Some(hole), Some(input)) = (target.iter().position(|d| *d == Dim::Fixed(-1)), input) {
+        let others: Vec<Dim> = out
             .iter()
             .enumerate()
             .filter(|(i, _)| *i != hole)
-            .map(|(_, d)| d.fixed())
-            .product();
-        if let (Some(t), Some(k)) = (total, known) {
-            if k != 0 {
-                out[hole] = Dim::Fixed(t / k);
-            }
-        }
+            .map(|(_, d)| d.clone())
+            .collect();
+        out[hole] = quotient(input, &others);
     }
     Some(out)
+}
+
+/// `product(num) / product(den)` as a dim, cancelling equal symbols first, so that
+/// `[N, 3, 4] → [N, -1]` gives 12 and `[1, N, 8] → [8, -1]` gives `N`.
+fn quotient(num: &[Dim], den: &[Dim]) -> Dim {
+    let mut num: Vec<&Dim> = num.iter().filter(|d| **d != Dim::Fixed(1)).collect();
+    let mut rest = Vec::new();
+    for d in den.iter().filter(|d| **d != Dim::Fixed(1)) {
+        match d {
+            Dim::Param(_) => match num.iter().position(|n| *n == d) {
+                Some(i) => {
+                    num.remove(i);
+                }
+                None => return Dim::Unknown,
+            },
+            Dim::Fixed(_) => rest.push(d),
+            Dim::Unknown => return Dim::Unknown,
+        }
+    }
+    let den_n: Option<i64> = rest.iter().map(|d| d.fixed()).product();
+    let (syms, nums): (Vec<&Dim>, Vec<&Dim>) = num.into_iter().partition(|d| d.fixed().is_none());
+    let num_n: Option<i64> = nums.iter().map(|d| d.fixed()).product();
+    match (syms.as_slice(), num_n, den_n) {
+        ([], Some(a), Some(b)) if b != 0 && a % b == 0 => Dim::Fixed(a / b),
+        ([s], Some(a), Some(b)) if a == b && matches!(s, Dim::Param(_)) => (*s).clone(),
+        _ => Dim::Unknown,
+    }
 }
 
 fn split(cx: &Cx) -> Vec<TensorType> {
