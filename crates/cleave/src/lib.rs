@@ -61,7 +61,7 @@ pub use cleave_partition as partition;
 pub use cleave_runtime as runtime;
 pub use cleave_view as view;
 
-pub use cleave_frontend::{Emitted, ExternalData, RewriteLevel, Source};
+pub use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, Source};
 pub use cleave_partition::ValidatedPlan;
 pub use devices::{DeviceRequest, Devices};
 pub use error::Error;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cleave_assign::{assign, inseparable_pairs, AssignOptions, Assignment, Placement, Reason};
-use cleave_frontend::{Emitted, ExternalData, RewriteLevel, RewriteOptions, Source};
+use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, RewriteOptions, Source};
 use cleave_ir::{Graph, Model, OpSemantics};
 use cleave_partition::{
     openvino, partition_default, reference_counts, stage_partition, validate, OpenVinoOptions,
@@ -77,6 +77,21 @@ impl Loaded {
 
     pub fn path(&self) -> &Path {
         self.source.path()
+    }
+
+    /// The model with `fixed` dims set (`--shape`, `--dim`) and typed again; nothing is done
+    /// when `fixed` is empty. Parts cut from it declare the fixed dims.
+    pub fn fix_dims(self, fixed: &FixedDims) -> Result<Loaded, Error> {
+        if fixed.is_empty() {
+            return Ok(self);
+        }
+        let source = self.source.fix_dims(fixed)?;
+        let constant = source.semantics().constant_nodes(&source.model().graph);
+        Ok(Loaded {
+            source,
+            constant,
+            rewritten: self.rewritten,
+        })
     }
 
     /// The front-end's rewrites for `devices` at `level`; the source file is untouched.

@@ -19,7 +19,6 @@ pub struct BenchArgs<'a> {
     pub devices: &'a DeviceArgs,
     pub runs: usize,
     pub requests: usize,
-    pub shapes: &'a [String],
     pub engines: &'a [String],
     pub json: bool,
 }
@@ -61,7 +60,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     };
     let bar = crate::progress::spinner("loading");
     let source = conn_source(&conn)?;
-    let feeds = inputs::gather(&source.model().graph, &[], a.shapes, 0, true)?;
+    let feeds = inputs::gather(&source.model().graph, &[], &a.devices.shape, 0, true)?;
     let map = engines(a.engines)?;
     let runs = a.runs.max(1);
 

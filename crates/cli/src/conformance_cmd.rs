@@ -57,6 +57,8 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         profile: Vec::new(),
         optimize: None,
         no_constraints: false,
+        shape: Vec::new(),
+        dim: Vec::new(),
     };
     let mut c = Counts {
         engine: kind.name(),

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use cleave::ir::{Dim, Graph, Model, OpSemantics, TensorType, ValueId};
-use cleave::onnx::{infer_types, to_ir, OnnxModel};
+use cleave::onnx::{infer_types, to_checked_ir, OnnxModel};
 use serde::Serialize;
 
 use crate::Fail;
@@ -27,6 +27,9 @@ struct Summary {
     untyped: Vec<String>,
     /// Op types without an inference rule that left tensors untyped.
     ops_without_inference: Vec<String>,
+    /// Every tensor of the top-level graph, with `--types`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    types: Option<Vec<TensorJson>>,
 }
 
 #[derive(Serialize)]
@@ -57,11 +60,31 @@ struct Params {
     bytes: u64,
 }
 
-pub fn run(path: &Path, json: bool) -> Result<(), Fail> {
+pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> Result<(), Fail> {
     let onnx = OnnxModel::load(path)?;
-    let mut model = to_ir(&onnx)?;
-    let report = infer_types(&mut model);
-    let s = summarise(path, &model, report);
+    let mut model = to_checked_ir(&onnx)?;
+    let mut report = infer_types(&mut model);
+    if !fixed.is_empty() {
+        let source = cleave::onnx::OnnxSource {
+            onnx,
+            model: model.clone(),
+        };
+        model = cleave::Source::fix_dims(&source, fixed)
+            .map_err(cleave::Error::from)?
+            .model()
+            .clone();
+        // Typed already; this gives the report for the fixed model.
+        report = infer_types(&mut model);
+    }
+    let mut s = summarise(path, &model, report);
+    if types {
+        let g = &model.graph;
+        s.types = Some(
+            (0..g.values.len())
+                .map(|i| tensor(g, ValueId(i as u32)))
+                .collect(),
+        );
+    }
     if json {
         let text = serde_json::to_string_pretty(&s).map_err(|e| Fail::input(path, e))?;
         println!("{text}");
@@ -133,6 +156,7 @@ fn summarise(path: &Path, m: &Model, report: cleave::onnx::InferReport) -> Summa
             .collect(),
         untyped: report.untyped,
         ops_without_inference: report.unknown_ops,
+        types: None,
     }
 }
 
@@ -201,6 +225,12 @@ fn render(s: &Summary) -> String {
     }
     if !s.functions.is_empty() {
         let _ = writeln!(o, "functions  {}", s.functions.join(", "));
+    }
+    if let Some(types) = &s.types {
+        let _ = writeln!(o, "tensors");
+        for t in types {
+            let _ = writeln!(o, "  {}  {}", t.name, describe(t));
+        }
     }
     if s.untyped.is_empty() {
         let _ = writeln!(o, "types      every tensor has an element type and a rank");

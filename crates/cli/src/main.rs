@@ -50,6 +50,16 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Also list every tensor of the top-level graph with its inferred type (in JSON, a
+        /// `types` array; in text, one line each).
+        #[arg(long)]
+        types: bool,
+        /// Fix an input's shape first: NAME=1,3,640,640 (see `query --help`).
+        #[arg(long = "shape", value_name = "NAME=D,D,...")]
+        shape: Vec<String>,
+        /// Fix every dim named PARAM first: PARAM=N.
+        #[arg(long = "dim", value_name = "PARAM=N")]
+        dim: Vec<String>,
     },
     /// Load a model and save it again. ONNX to ONNX gives the same bytes (external data stays
     /// external, copied beside OUT); other formats arrive later.
@@ -182,9 +192,6 @@ enum Command {
         /// Requests in flight in the pipelined mode.
         #[arg(long, default_value_t = 4, value_name = "N")]
         requests: usize,
-        /// Shape for an input with dynamic dimensions: NAME=1,3,224,224.
-        #[arg(long = "shape", value_name = "NAME=D,D,...")]
-        shapes: Vec<String>,
         /// Engine per backend, e.g. npu=tract,cpu=ort.
         #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
         engines: Vec<String>,
@@ -236,9 +243,6 @@ enum Command {
         /// Seed of the random inputs (inputs not given with --input).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Shape for an input with dynamic dimensions: NAME=1,3,224,224.
-        #[arg(long = "shape", value_name = "NAME=D,D,...")]
-        shapes: Vec<String>,
         /// A model input from a file: NAME=FILE.npy or NAME=FILE.pb.
         #[arg(long = "input", value_name = "NAME=FILE")]
         inputs: Vec<String>,
@@ -281,7 +285,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     progress::set_quiet(cli.quiet);
     let result = match cli.command {
-        Command::Inspect { model, json } => inspect::run(&model, json),
+        Command::Inspect {
+            model,
+            json,
+            types,
+            shape,
+            dim,
+        } => setup::parse_fixed(&shape, &dim)
+            .and_then(|fixed| inspect::run(&model, json, types, &fixed)),
         Command::Convert {
             input,
             output,
@@ -367,7 +378,6 @@ fn main() -> ExitCode {
             devices,
             runs,
             requests,
-            shapes,
             engines,
             json,
             partition: false,
@@ -376,7 +386,6 @@ fn main() -> ExitCode {
             devices: &devices,
             runs,
             requests,
-            shapes: &shapes,
             engines: &engines,
             json,
         }),
@@ -388,7 +397,6 @@ fn main() -> ExitCode {
             rtol,
             atol,
             seed,
-            shapes,
             inputs,
             engines,
             reference,
@@ -402,7 +410,6 @@ fn main() -> ExitCode {
                 rtol,
                 atol,
                 seed,
-                shapes: &shapes,
                 inputs: &inputs,
                 engines: &engines,
                 reference: &reference,

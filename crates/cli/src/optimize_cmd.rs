@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use cleave::fuse::{runtime_layers, Group};
-use cleave::{load_model, Devices};
+use cleave::Devices;
 use serde::Serialize;
 
 use crate::setup::{DeviceArgs, OptLevel};
@@ -70,7 +70,7 @@ pub fn run(
             "refusing to overwrite the source model: choose another -o",
         ));
     }
-    let loaded = load_model(model_path)?;
+    let loaded = args.load(model_path)?;
     let nodes_before = loaded.graph().nodes.len();
     let mut o = loaded
         .rewrite(level.into(), &devices)

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleave::partition::{References, ValidatedPlan};
-use cleave::{load_model, Cut, Devices, Emitted, ExternalData};
+use cleave::{Cut, Devices, Emitted, ExternalData};
 
 use crate::setup::{load_and_assign, Assigned, DeviceArgs};
 use crate::Fail;
@@ -149,7 +149,7 @@ fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built,
 /// `--stages N`: consecutive slices of a topological order with about equal FLOPs, one part
 /// each, on the listed devices in turn (or on `stage1..N`).
 fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
-    let loaded = load_model(a.model)?;
+    let loaded = a.devices.load(a.model)?;
     let (assignment, cut) = loaded.stages(n, &a.devices.devices)?;
     let devices = Devices::priority(&[]);
     finish(

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use cleave::assign::Assignment;
-use cleave::{load_model, DeviceRequest, Devices, Loaded, RewriteLevel};
+use cleave::{load_model, DeviceRequest, Devices, FixedDims, Loaded, RewriteLevel};
 
 use crate::Fail;
 
@@ -41,6 +41,14 @@ pub struct DeviceArgs {
     /// values, constant inputs and static shapes (as ONNX Runtime's usability checker does).
     #[arg(long)]
     pub no_constraints: bool,
+    /// Fix an input's shape before anything else reads the model, as ONNX Runtime's
+    /// make_dynamic_shape_fixed does: NAME=1,3,640,640. Its named dims take those values
+    /// wherever the model declares them; the parts are written with them. Repeat per input.
+    #[arg(long = "shape", value_name = "NAME=D,D,...")]
+    pub shape: Vec<String>,
+    /// Fix every dim named PARAM (a dim_param, e.g. batch=1) wherever the model declares it.
+    #[arg(long = "dim", value_name = "PARAM=N")]
+    pub dim: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -70,6 +78,50 @@ impl DeviceArgs {
     }
 }
 
+impl DeviceArgs {
+    /// `--shape` and `--dim`, parsed.
+    pub fn fixed_dims(&self) -> Result<FixedDims, Fail> {
+        parse_fixed(&self.shape, &self.dim)
+    }
+
+    /// Loads the model with `--shape`/`--dim` applied.
+    pub fn load(&self, model_path: &Path) -> Result<Loaded, Fail> {
+        Ok(load_model(model_path)?.fix_dims(&self.fixed_dims()?)?)
+    }
+}
+
+/// `--shape NAME=D,D,...` and `--dim PARAM=N` flags, parsed.
+pub fn parse_fixed(shape: &[String], dim: &[String]) -> Result<FixedDims, Fail> {
+    {
+        let number = |flag: &str, s: &str, d: &str| {
+            d.trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|&n| n >= 0)
+                .ok_or_else(|| Fail::usage(format!("{flag} '{s}': '{d}' is not a dimension")))
+        };
+        let split = |flag: &str, s: &str| {
+            s.split_once('=')
+                .ok_or_else(|| Fail::usage(format!("{flag} '{s}': expected NAME=VALUE")))
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        };
+        let mut fixed = FixedDims::default();
+        for s in shape {
+            let (name, dims) = split("--shape", s)?;
+            let dims = dims
+                .split(',')
+                .map(|d| number("--shape", s, d))
+                .collect::<Result<Vec<_>, _>>()?;
+            fixed.shapes.push((name, dims));
+        }
+        for s in dim {
+            let (name, v) = split("--dim", s)?;
+            fixed.dims.push((name, number("--dim", s, &v)?));
+        }
+        Ok(fixed)
+    }
+}
+
 /// A model loaded, rewritten if asked, and assigned.
 pub struct Assigned {
     pub loaded: Loaded,
@@ -81,7 +133,7 @@ pub struct Assigned {
 /// assignment's warnings.
 pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned, Fail> {
     let devices = Devices::resolve(&args.request())?;
-    let mut loaded = load_model(model_path)?;
+    let mut loaded = args.load(model_path)?;
     if let Some(level) = args.optimize {
         loaded = loaded.rewrite(level.into(), &devices)?;
     }

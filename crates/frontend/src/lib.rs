@@ -76,6 +76,23 @@ pub struct Rewritten {
     pub notes: Vec<String>,
 }
 
+/// Dims to fix before anything else looks at the model, as ONNX Runtime's
+/// `make_dynamic_shape_fixed` does: a whole input shape by input name, or every dim of a
+/// symbolic name. Fixed dims reach inference, the devices' static-shape checks and the parts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FixedDims {
+    /// `--shape NAME=d1,d2,...`: an input's whole shape.
+    pub shapes: Vec<(String, Vec<i64>)>,
+    /// `--dim PARAM=value`: every dim named PARAM, wherever it is declared.
+    pub dims: Vec<(String, i64)>,
+}
+
+impl FixedDims {
+    pub fn is_empty(&self) -> bool {
+        self.shapes.is_empty() && self.dims.is_empty()
+    }
+}
+
 /// How parts hold their weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ExternalData {
@@ -137,6 +154,10 @@ pub trait Source: Send + Sync {
 
     /// The format's rewrites at `opts.level`; the source itself is not changed.
     fn rewrite(&self, opts: &RewriteOptions) -> Result<Rewritten, FrontendError>;
+
+    /// The model with `fixed` dims set in its inputs (and wherever their symbols are
+    /// declared), typed again; the source itself is not changed.
+    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn Source>, FrontendError>;
 
     /// Writes the model to `path` and makes that its path from then on.
     fn save_as(&mut self, path: &Path) -> Result<(), FrontendError>;

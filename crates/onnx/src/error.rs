@@ -47,6 +47,13 @@ pub enum OnnxError {
     TooLarge { path: PathBuf, bytes: u64 },
     #[error("node '{node}' has no record in the model's node list")]
     NoRecord { path: PathBuf, node: String },
+    /// What the onnx checker would refuse: `what` names the node or tensor.
+    #[error("{what}: {cause}")]
+    Invalid {
+        path: PathBuf,
+        what: String,
+        cause: String,
+    },
 }
 
 impl OnnxError {
@@ -62,7 +69,8 @@ impl OnnxError {
             | OnnxError::External { path, .. }
             | OnnxError::Write { path, .. }
             | OnnxError::TooLarge { path, .. }
-            | OnnxError::NoRecord { path, .. } => path,
+            | OnnxError::NoRecord { path, .. }
+            | OnnxError::Invalid { path, .. } => path,
         }
     }
 }

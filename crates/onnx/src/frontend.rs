@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use cleave_frontend::{
-    Emitted, ExternalData, Frontend, FrontendError, RewriteOptions, Rewritten, Source,
+    Emitted, ExternalData, FixedDims, Frontend, FrontendError, RewriteOptions, Rewritten, Source,
 };
 use cleave_ir::{Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
@@ -26,7 +26,7 @@ impl OnnxSource {
     /// Loads, checks and types a model.
     pub fn load(path: &Path) -> Result<OnnxSource, OnnxError> {
         let onnx = OnnxModel::load(path)?;
-        let mut model = to_ir(&onnx)?;
+        let mut model = crate::to_checked_ir(&onnx)?;
         infer_types(&mut model);
         Ok(OnnxSource { onnx, model })
     }
@@ -78,6 +78,16 @@ impl Source for OnnxSource {
             origins: o.origins,
             notes: o.notes,
         })
+    }
+
+    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn Source>, FrontendError> {
+        let mut proto = self.onnx.proto.clone();
+        crate::fix_dims::fix_dims(&mut proto, fixed)
+            .map_err(|m| FrontendError::new(&self.onnx.path, m))?;
+        let onnx = self.onnx.derived(proto);
+        let mut model = to_ir(&onnx).map_err(from_onnx)?;
+        infer_types(&mut model);
+        Ok(Box::new(OnnxSource { onnx, model }))
     }
 
     fn save_as(&mut self, path: &Path) -> Result<(), FrontendError> {

@@ -14,6 +14,7 @@ mod dtype;
 pub mod emit;
 mod error;
 mod external;
+mod fix_dims;
 mod frontend;
 pub mod gen;
 mod infer;
@@ -21,6 +22,7 @@ mod io;
 mod ops;
 pub mod rewrite;
 mod to_ir;
+mod validate;
 mod weights_file;
 
 /// The protobuf types generated from the vendored `proto/onnx.proto`.
@@ -38,4 +40,16 @@ pub use infer::{infer_types, InferReport};
 pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
 pub use ops::{is_default_domain, is_deterministic, OnnxSemantics};
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
+pub use validate::MAX_OPSET;
+
+/// [`to_ir`], refusing what the onnx checker would refuse and cleave would trip on.
+pub fn to_checked_ir(m: &OnnxModel) -> Result<cleave_ir::Model, OnnxError> {
+    let ir = to_ir(m)?;
+    validate::validate(&ir).map_err(|(what, cause)| OnnxError::Invalid {
+        path: m.path.clone(),
+        what,
+        cause,
+    })?;
+    Ok(ir)
+}
 pub use weights_file::{write_weights_file, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES};
