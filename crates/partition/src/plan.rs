@@ -182,6 +182,16 @@ fn fill_boundary(
             }
         }
     }
+    if outputs.is_empty() {
+        // Only dead ends here (a Constant a quantizer left unused, say): their results become
+        // the part's outputs, because an engine refuses a model that computes nothing.
+        outputs = part
+            .nodes
+            .iter()
+            .flat_map(|&n| g.node(n).outputs.iter().flatten().copied())
+            .filter(|&v| g.value(v).consumers.is_empty())
+            .collect();
+    }
     part.constant_nodes = constant_nodes;
     part.weights = weights;
     part.inputs = inputs;

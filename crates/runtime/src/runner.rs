@@ -136,7 +136,11 @@ impl LoadedParts {
                 values.insert(name, t);
             }
             for o in &part.outputs {
-                if !values.contains_key(o) {
+                // A final output no part reads may be a sequence or map, which engines give
+                // no tensor for (ZipMap's probabilities, say); anything read on must exist.
+                let final_only = self.conn.source.outputs.contains(o)
+                    && !self.conn.parts.iter().any(|p| p.inputs.contains(o));
+                if !values.contains_key(o) && !final_only {
                     return Err(RuntimeError::Conn {
                         path: self.conn_path.clone(),
                         message: format!(

@@ -128,8 +128,15 @@ pub(crate) fn part_model_with(
 
     let typed = |v: ValueId| -> Result<ValueInfoProto, EmitError> {
         let value = g.value(v);
-        if let Some(d) = index.declared.get(value.name.as_str()) {
-            if d.r#type.as_ref().is_some_and(complete) {
+        // The inferred type holds what the file declares and what inference added (fixed
+        // dims among them); a declaration wins only where cleave has no type of its own
+        // (sequences, maps) or none complete.
+        let declared = index
+            .declared
+            .get(value.name.as_str())
+            .filter(|d| d.r#type.as_ref().is_some_and(complete));
+        if let Some(d) = declared {
+            if !is_tensor(d) || !value.ty.is_complete() {
                 return Ok((*d).clone());
             }
         }
@@ -138,6 +145,7 @@ pub(crate) fn part_model_with(
                 part: k + 1,
                 tensor: value.name.clone(),
                 ty: value.ty.to_string(),
+                origin: untyped_origin(g, v),
             });
         }
         Ok(value_info(&value.name, &value.ty))
@@ -249,27 +257,77 @@ fn model_level(sp: &ModelProto) -> ModelProto {
     }
 }
 
+fn is_tensor(d: &ValueInfoProto) -> bool {
+    matches!(
+        d.r#type.as_ref().and_then(|t| t.value.as_ref()),
+        Some(type_proto::Value::TensorType(_))
+    )
+}
+
 fn complete(t: &TypeProto) -> bool {
     match &t.value {
         Some(type_proto::Value::TensorType(tt)) => {
-            tt.elem_type.is_some_and(|e| e != 0) && tt.shape.is_some()
+            tt.elem_type.is_some_and(|e| e != 0)
+                && tt.shape.as_ref().is_some_and(|s| {
+                    s.dim
+                        .iter()
+                        .all(|d| !matches!(d.value, Some(dimension::Value::DimValue(v)) if v < 0))
+                })
         }
         Some(_) => true,
         None => false,
     }
 }
 
-/// A typed graph input/output; symbolic dimensions stay `dim_param`, unknown ones stay open.
+/// The node where a tensor's missing element type or rank starts: walking up through
+/// producers whose own inputs lack one, the first whose inputs are all typed (its rule could
+/// not settle its output), or the graph input that came untyped.
+pub fn untyped_origin(g: &cleave_ir::Graph, v: ValueId) -> String {
+    let mut at = v;
+    // Each step moves to a distinct upstream value, so the walk ends within the graph's size.
+    for _ in 0..=g.values.len() {
+        let Some(p) = g.value(at).producer() else {
+            return format!("graph input '{}' is declared without one", g.value(at).name);
+        };
+        let node = g.node(p);
+        let next = node
+            .inputs
+            .iter()
+            .flatten()
+            .copied()
+            .find(|&i| !g.value(i).ty.is_complete());
+        match next {
+            Some(i) if i != at => at = i,
+            _ => {
+                let op = if node.domain.is_empty() || node.domain == "ai.onnx" {
+                    node.op_type.clone()
+                } else {
+                    format!("{}::{}", node.domain, node.op_type)
+                };
+                return format!(
+                    "node '{}' ({op}) gives it, and cleave's shape inference cannot tell its output's rank",
+                    g.node_label(p)
+                );
+            }
+        }
+    }
+    "its producers form a cycle".to_string()
+}
+
+/// A typed graph input/output; symbolic dimensions stay `dim_param`. A dim that inference could
+/// not tell gets a `dim_param` of its own (`<tensor>:<axis>`), so that tools which expect every
+/// dim named, or count on a name to tell dims apart, see one; no two such dims share a name.
 pub fn value_info(name: &str, ty: &TensorType) -> ValueInfoProto {
     let shape = ty.shape.as_ref().map(|dims| TensorShapeProto {
         dim: dims
             .iter()
-            .map(|d| Dimension {
-                value: match d {
-                    Dim::Fixed(n) => Some(dimension::Value::DimValue(*n)),
-                    Dim::Param(p) => Some(dimension::Value::DimParam(p.clone())),
-                    Dim::Unknown => None,
-                },
+            .enumerate()
+            .map(|(axis, d)| Dimension {
+                value: Some(match d {
+                    Dim::Fixed(n) => dimension::Value::DimValue(*n),
+                    Dim::Param(p) => dimension::Value::DimParam(p.clone()),
+                    Dim::Unknown => dimension::Value::DimParam(format!("{name}:{axis}")),
+                }),
                 denotation: None,
             })
             .collect(),
@@ -353,6 +411,7 @@ pub fn with_outputs(
                 part: 0,
                 tensor: value.name.clone(),
                 ty: value.ty.to_string(),
+                origin: untyped_origin(&model.graph, v),
             });
         }
         g.output.push(value_info(&value.name, &value.ty));

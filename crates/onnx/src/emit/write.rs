@@ -22,11 +22,13 @@ pub enum EmitError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("part {part}: boundary tensor '{tensor}' has no complete type ({ty}); declare it in the model's value_info")]
+    #[error("part {part}: boundary tensor '{tensor}' has no element type or rank ({ty}): {origin}; declare it in the model's value_info")]
     Untyped {
         part: usize,
         tensor: String,
         ty: String,
+        /// Where the unknown starts: the first node upstream whose inputs are all typed.
+        origin: String,
     },
     #[error("{0}")]
     Source(String),
