@@ -59,8 +59,9 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         crate::partition_cmd::partition_into(a.target, a.devices, tmp.path(), false)?
     };
     let bar = crate::progress::spinner("loading");
-    let source = conn_source(&conn)?;
-    let feeds = inputs::gather(&source.model().graph, &[], &a.devices.shape, 0, true)?;
+    // Random inputs take the shapes --shape and --dim fix.
+    let source = a.devices.fix(conn_source(&conn)?)?;
+    let feeds = inputs::gather(&source.model().graph, &[], 0, true)?;
     let map = engines(a.engines)?;
     let runs = a.runs.max(1);
 

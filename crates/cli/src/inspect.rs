@@ -63,19 +63,15 @@ struct Params {
 pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> Result<(), Fail> {
     let onnx = OnnxModel::load(path)?;
     let mut model = to_checked_ir(&onnx)?;
-    let mut report = infer_types(&mut model);
     if !fixed.is_empty() {
-        let source = cleave::onnx::OnnxSource {
-            onnx,
-            model: model.clone(),
-        };
+        // The fixed model comes back typed; inferring again below only gives the report.
+        let source = cleave::onnx::OnnxSource { onnx, model };
         model = cleave::Source::fix_dims(&source, fixed)
             .map_err(cleave::Error::from)?
             .model()
             .clone();
-        // Typed already; this gives the report for the fixed model.
-        report = infer_types(&mut model);
     }
+    let report = infer_types(&mut model);
     let mut s = summarise(path, &model, report);
     if types {
         let g = &model.graph;

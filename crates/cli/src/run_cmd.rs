@@ -43,7 +43,7 @@ fn file_name(tensor: &str) -> String {
 
 pub fn run(a: RunArgs) -> Result<(), Fail> {
     let source = conn_source(a.conn)?;
-    let feeds = inputs::gather(&source.model().graph, a.inputs, &[], 0, false)?;
+    let feeds = inputs::gather(&source.model().graph, a.inputs, 0, false)?;
     let map = engines(a.engines)?;
     let pipelined = a.requests > 1;
     let mut parts = load_parts(a.conn, &map, pipelined)?;

@@ -84,6 +84,15 @@ impl DeviceArgs {
         parse_fixed(&self.shape, &self.dim)
     }
 
+    /// `source` with `--shape`/`--dim` applied (itself when there are none).
+    pub fn fix(&self, source: Box<dyn cleave::Source>) -> Result<Box<dyn cleave::Source>, Fail> {
+        let fixed = self.fixed_dims()?;
+        if fixed.is_empty() {
+            return Ok(source);
+        }
+        Ok(source.fix_dims(&fixed).map_err(cleave::Error::from)?)
+    }
+
     /// Loads the model with `--shape`/`--dim` applied.
     pub fn load(&self, model_path: &Path) -> Result<Loaded, Fail> {
         Ok(load_model(model_path)?.fix_dims(&self.fixed_dims()?)?)
@@ -92,34 +101,32 @@ impl DeviceArgs {
 
 /// `--shape NAME=D,D,...` and `--dim PARAM=N` flags, parsed.
 pub fn parse_fixed(shape: &[String], dim: &[String]) -> Result<FixedDims, Fail> {
-    {
-        let number = |flag: &str, s: &str, d: &str| {
-            d.trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|&n| n >= 0)
-                .ok_or_else(|| Fail::usage(format!("{flag} '{s}': '{d}' is not a dimension")))
-        };
-        let split = |flag: &str, s: &str| {
-            s.split_once('=')
-                .ok_or_else(|| Fail::usage(format!("{flag} '{s}': expected NAME=VALUE")))
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-        };
-        let mut fixed = FixedDims::default();
-        for s in shape {
-            let (name, dims) = split("--shape", s)?;
-            let dims = dims
-                .split(',')
-                .map(|d| number("--shape", s, d))
-                .collect::<Result<Vec<_>, _>>()?;
-            fixed.shapes.push((name, dims));
-        }
-        for s in dim {
-            let (name, v) = split("--dim", s)?;
-            fixed.dims.push((name, number("--dim", s, &v)?));
-        }
-        Ok(fixed)
+    let number = |flag: &str, s: &str, d: &str| {
+        d.trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|&n| n >= 0)
+            .ok_or_else(|| Fail::usage(format!("{flag} '{s}': '{d}' is not a dimension")))
+    };
+    let split = |flag: &str, s: &str| {
+        s.split_once('=')
+            .ok_or_else(|| Fail::usage(format!("{flag} '{s}': expected NAME=VALUE")))
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+    };
+    let mut fixed = FixedDims::default();
+    for s in shape {
+        let (name, dims) = split("--shape", s)?;
+        let dims = dims
+            .split(',')
+            .map(|d| number("--shape", s, d))
+            .collect::<Result<Vec<_>, _>>()?;
+        fixed.shapes.push((name, dims));
     }
+    for s in dim {
+        let (name, v) = split("--dim", s)?;
+        fixed.dims.push((name, number("--dim", s, &v)?));
+    }
+    Ok(fixed)
 }
 
 /// A model loaded, rewritten if asked, and assigned.

@@ -41,12 +41,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         conn_source(&conn_path)?
     };
     // Random inputs take the shapes --shape and --dim fix.
-    let fixed = a.devices.fixed_dims()?;
-    let source = if fixed.is_empty() {
-        source
-    } else {
-        source.fix_dims(&fixed).map_err(cleave::Error::from)?
-    };
+    let source = a.devices.fix(source)?;
     let same = |p: &Path| p.canonicalize().ok();
     if same(source.path()) != same(a.model) {
         return Err(Fail::input(
@@ -60,7 +55,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     }
     let model = source.model();
     let g = &model.graph;
-    let feeds = inputs::gather(g, a.inputs, &a.devices.shape, a.seed, true)?;
+    let feeds = inputs::gather(g, a.inputs, a.seed, true)?;
     let map = engines(a.engines)?;
     let mut parts = load_parts(&conn_path, &map, false)?;
 

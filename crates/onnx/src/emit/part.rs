@@ -299,11 +299,7 @@ pub fn untyped_origin(g: &cleave_ir::Graph, v: ValueId) -> String {
         match next {
             Some(i) if i != at => at = i,
             _ => {
-                let op = if node.domain.is_empty() || node.domain == "ai.onnx" {
-                    node.op_type.clone()
-                } else {
-                    format!("{}::{}", node.domain, node.op_type)
-                };
+                let op = crate::infer::op_key(&node.domain, &node.op_type);
                 return format!(
                     "node '{}' ({op}) gives it, and cleave's shape inference cannot tell its output's rank",
                     g.node_label(p)

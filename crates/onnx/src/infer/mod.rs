@@ -102,12 +102,13 @@ pub fn infer_types(model: &mut Model) -> InferReport {
     let registry = Registry::new();
     let opset = model.opset("").unwrap_or(21);
     let mut unknown_ops = std::collections::BTreeSet::new();
-    infer_graph(
+    infer_nested(
         &registry,
         &mut model.graph,
         &HashMap::new(),
         opset,
         &mut unknown_ops,
+        0,
     );
     InferReport {
         untyped: untyped(&model.graph),
@@ -117,16 +118,6 @@ pub fn infer_types(model: &mut Model) -> InferReport {
 
 /// Depth of nested subgraphs followed; a deeper one keeps the types its file gives.
 const MAX_NESTING: usize = 16;
-
-fn infer_graph(
-    registry: &Registry,
-    g: &mut Graph,
-    outer: &HashMap<String, TensorType>,
-    opset: i64,
-    unknown_ops: &mut std::collections::BTreeSet<String>,
-) {
-    infer_nested(registry, g, outer, opset, unknown_ops, 0);
-}
 
 fn infer_nested(
     registry: &Registry,
@@ -158,20 +149,22 @@ fn infer_nested(
         }
         let node = g.node(n);
         let rule = registry.get(&node.domain, &node.op_type);
-        let needs = node.outputs.iter().flatten().any(|&o| {
-            let ty = &g.value(o).ty;
-            // A declared type may leave dims open, or symbolic, that the rule can fix.
-            !ty.is_complete() || ty.shape.iter().flatten().any(|d| d.fixed().is_none())
-        });
+        let outputs = || node.outputs.iter().flatten().map(|&o| &g.value(o).ty);
+        let untyped = outputs().any(|ty| !ty.is_complete());
+        // A declared type may also leave dims open, or symbolic, that a rule can fix.
+        let open = untyped
+            || outputs()
+                .flat_map(|ty| ty.shape.iter().flatten())
+                .any(|d| d.fixed().is_none());
         let (mut inferred, folded) = {
             let cx = Cx::new(g, node, &consts, opset);
-            let inferred = match (needs, rule) {
-                (true, Some(rule)) => rule(&cx),
-                (true, None) => {
+            let inferred = match rule {
+                Some(rule) if open => rule(&cx),
+                None if untyped => {
                     unknown_ops.insert(op_key(&node.domain, &node.op_type));
                     Vec::new()
                 }
-                (false, _) => Vec::new(),
+                _ => Vec::new(),
             };
             (inferred, fold::evaluate(&cx))
         };
@@ -272,8 +265,9 @@ fn keep_rank(g: &Graph, n: NodeId, inferred: &mut Vec<TensorType>) {
     }
 }
 
-fn op_key(domain: &str, op: &str) -> String {
-    if domain.is_empty() {
+/// `op` for the default domain, `domain::op` otherwise.
+pub(crate) fn op_key(domain: &str, op: &str) -> String {
+    if domain.is_empty() || domain == "ai.onnx" {
         op.to_string()
     } else {
         format!("{domain}::{op}")
