@@ -102,6 +102,26 @@ def constant_folding():
     return model(nodes, [("x", [1, 4, 3, 3])], ["y"], inits)
 
 
+def engine_folding():
+    # Range and Cast have no evaluator of cleave's own: the engine computes them.
+    nodes = [helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+             helper.make_node("Cast", ["r"], ["rf"], name="cast", to=F),
+             helper.make_node("Mul", ["x", "rf"], ["y"], name="mul")]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("start", 1), ("limit", 7), ("delta", 2))]
+    return model(nodes, [("x", [2, 3])], ["y"], inits)
+
+
+def common_subexpressions(same_weights=True):
+    # Two branches that compute the same thing from equal weights (one array under two names).
+    W = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    W1 = W if same_weights else rng.standard_normal(W.shape).astype(np.float32)
+    nodes = [conv("conv0", "x", "W0", "c0", pads=[1] * 4), conv("conv1", "x", "W1", "c1", pads=[1] * 4),
+             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"), helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Add", ["r0", "r1"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(W, "W0"), numpy_helper.from_array(W1, "W1")]
+    return model(nodes, [("x", [1, 3, 8, 8])], ["y"], inits)
+
+
 def join_conv(kernels=(3, 3, 3)):
     nodes, inits, outs = [], [], []
     for i, (k, o) in enumerate(zip(kernels, (4, 6, 2))):
@@ -145,6 +165,9 @@ CASES = {
     "neg_conv_mul_spatial": (conv_mul_add(mul_shape=(1, 1, 8, 8)), "cpu", {}),
     "identity_dropout": (identity_dropout(), "cpu", {"remove_identity": 3}),
     "constant_folding": (constant_folding(), "cpu", {"fold_constants": 2}),
+    "engine_folding": (engine_folding(), "cpu", {"fold_constants": 2}),
+    "common_subexpressions": (common_subexpressions(), "cpu", {"common_subexpressions": 2}),
+    "neg_common_subexpressions": (common_subexpressions(same_weights=False), "cpu", {}),
     "join_conv": (join_conv(), "myriad", {"join": 1}),
     "neg_join_kernels": (join_conv(kernels=(3, 1, 5)), "myriad", {}),
     "join_matmul": (join_matmul(), "myriad", {"join": 1}),

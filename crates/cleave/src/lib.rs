@@ -68,4 +68,4 @@ pub use error::Error;
 pub use load::{frontend_for, frontends, load};
 pub use pipeline::{load_model, Algorithm, Cut, Loaded, RewriteSummary};
 pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
-pub use run::{conn_source, engine, load_parts};
+pub use run::{conn_source, engine, load_parts, EngineEvaluator};

@@ -95,11 +95,20 @@ impl Loaded {
     }
 
     /// The front-end's rewrites for `devices` at `level`; the source file is untouched.
-    pub fn rewrite(self, level: RewriteLevel, devices: &Devices) -> Result<Loaded, Error> {
+    /// Constants are folded on the linked engines, adding at most `fold_limit` bytes
+    /// ([`cleave_frontend::DEFAULT_FOLD_LIMIT`] is a sensible one).
+    pub fn rewrite(
+        self,
+        level: RewriteLevel,
+        devices: &Devices,
+        fold_limit: u64,
+    ) -> Result<Loaded, Error> {
         let r = self.source.rewrite(&RewriteOptions {
             level,
             devices: devices.order(),
             profiles: &devices.profiles,
+            evaluator: Some(&crate::EngineEvaluator::new()),
+            fold_limit,
         })?;
         let constant = r.source.semantics().constant_nodes(&r.source.model().graph);
         Ok(Loaded {

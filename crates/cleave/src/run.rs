@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use cleave_frontend::{Computed, Evaluator};
 use cleave_runtime::runner::{self, LoadedParts};
 use cleave_runtime::{Engine, EngineKind, EngineMap};
 
@@ -32,4 +33,54 @@ pub fn conn_source(conn: &Path) -> Result<Box<dyn cleave_frontend::Source>, Erro
     let c = runner::read_conn(conn)?;
     let dir = conn.parent().unwrap_or(Path::new("."));
     crate::load(&dir.join(&c.source.file))
+}
+
+/// Constant folding on the engines cleave links: ONNX Runtime when its library is found
+/// (the engine whose folding the EP tables assume), tract otherwise or when ONNX Runtime
+/// refuses the constants.
+pub struct EngineEvaluator {
+    engines: Vec<Box<dyn Engine>>,
+}
+
+impl EngineEvaluator {
+    pub fn new() -> EngineEvaluator {
+        let engines = [EngineKind::Ort, EngineKind::Tract]
+            .into_iter()
+            .filter_map(|k| cleave_engines::engine(k).ok())
+            .collect();
+        EngineEvaluator { engines }
+    }
+}
+
+impl Default for EngineEvaluator {
+    fn default() -> Self {
+        EngineEvaluator::new()
+    }
+}
+
+impl Evaluator for EngineEvaluator {
+    fn evaluate(&self, model: &Path) -> Result<Vec<Computed>, String> {
+        let mut why = Vec::new();
+        for e in &self.engines {
+            let run = e.load(model, false).and_then(|mut s| s.run(&[]));
+            match run {
+                Ok(outs) => {
+                    return Ok(outs
+                        .into_iter()
+                        .map(|(name, t)| Computed {
+                            name,
+                            elem: t.elem,
+                            dims: t.shape,
+                            data: t.data,
+                        })
+                        .collect())
+                }
+                Err(err) => why.push(format!("{}: {err}", e.name())),
+            }
+        }
+        if why.is_empty() {
+            why.push("no engine could be loaded".into());
+        }
+        Err(why.join("; "))
+    }
 }

@@ -56,6 +56,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         default: None,
         profile: Vec::new(),
         optimize: None,
+        fold_limit: cleave::frontend::DEFAULT_FOLD_LIMIT >> 20,
         no_constraints: false,
         shape: Vec::new(),
         dim: Vec::new(),

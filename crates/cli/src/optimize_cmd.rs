@@ -73,7 +73,7 @@ pub fn run(
     let loaded = args.load(model_path)?;
     let nodes_before = loaded.graph().nodes.len();
     let mut o = loaded
-        .rewrite(level.into(), &devices)
+        .rewrite(level.into(), &devices, args.fold_limit_bytes())
         .map_err(|e| Fail::input(model_path, e))?;
     o.source.save_as(out).map_err(|e| Fail::input(out, e))?;
     let a = o.assign(&devices).map_err(|e| Fail::input(model_path, e))?;

@@ -31,12 +31,18 @@ pub struct DeviceArgs {
     /// (ONNX Runtime's EP tables). A device without a profile runs every op.
     #[arg(long, value_name = "FILE.toml")]
     pub profile: Vec<PathBuf>,
-    /// Rewrite the model before assigning: `basic` folds constants, removes Identity/Dropout
-    /// and folds BatchNormalization into Conv (any device); `device` adds the rewrites the
-    /// devices' profiles enable (group-conv merge, identity Power removal, joining, tiling).
-    /// The source file is not modified; parts are cut from the rewritten model.
+    /// Rewrite the model before assigning: `basic` folds constants (every node computed from
+    /// constants alone runs once on ONNX Runtime, or tract without it), merges nodes that
+    /// compute the same thing, removes Identity/Dropout and folds BatchNormalization into Conv
+    /// (any device), as ONNX Runtime's basic level; `device` adds the rewrites the devices'
+    /// profiles enable (group-conv merge, identity Power removal, joining, tiling). The source
+    /// file is not modified; parts are cut from the rewritten model.
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub optimize: Option<OptLevel>,
+    /// The most MiB of tensors constant folding may add; a constant whose value would pass it
+    /// stays a node, computed at run time, and the rewrite says so.
+    #[arg(long, value_name = "MIB", default_value_t = 2048)]
+    pub fold_limit: u64,
     /// Judge support by op type alone: ignore the profiles' element types, ranks, attribute
     /// values, constant inputs and static shapes (as ONNX Runtime's usability checker does).
     #[arg(long)]
@@ -79,6 +85,11 @@ impl DeviceArgs {
 }
 
 impl DeviceArgs {
+    /// `--fold-limit` in bytes.
+    pub fn fold_limit_bytes(&self) -> u64 {
+        self.fold_limit.saturating_mul(1 << 20)
+    }
+
     /// `--shape` and `--dim`, parsed.
     pub fn fixed_dims(&self) -> Result<FixedDims, Fail> {
         parse_fixed(&self.shape, &self.dim)
@@ -142,7 +153,7 @@ pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned,
     let devices = Devices::resolve(&args.request())?;
     let mut loaded = args.load(model_path)?;
     if let Some(level) = args.optimize {
-        loaded = loaded.rewrite(level.into(), &devices)?;
+        loaded = loaded.rewrite(level.into(), &devices, args.fold_limit_bytes())?;
     }
     let assignment = loaded.assign(&devices)?;
     for w in &assignment.warnings {

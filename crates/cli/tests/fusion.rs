@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use cleave_testdata::{light_random, LIGHT_MODELS};
+use cleave_testdata::{light, light_random, LIGHT_MODELS};
 use common::*;
 
 fn python(script: &str, args: &[&std::ffi::OsStr]) -> String {
@@ -265,4 +265,53 @@ fn verify_with_optimize_compares_the_parts_with_the_untouched_source() {
     ]);
     let out = ok(&o);
     assert!(out.contains("tensors match the whole model"), "{out}");
+}
+
+#[test]
+fn constants_fold_on_an_engine_within_the_fold_limit() {
+    // resnet50 as fetched makes all 53 Conv weights and its BatchNorm parameters with
+    // ConstantOfShape: folded, BatchNorm folds into the Conv and 123 nodes remain (ORT's count).
+    let dir = tempfile::tempdir().unwrap();
+    let src = light("light_resnet50");
+    let out = dir.path().join("all.onnx");
+    let all = optimize(&src, "cpu", &out);
+    assert_eq!(all["nodes_after"], 123, "{all}");
+    assert_eq!(all["applied"]["fold_batchnorm"], 53, "{}", all["applied"]);
+    let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+    assert!(line.starts_with("ok "), "{line}");
+    // Within 1 MiB, the biggest weights stay nodes, the notes name them, outputs do not change.
+    let out = dir.path().join("limited.onnx");
+    let o = cleave(&[
+        os("optimize"),
+        src.as_os_str(),
+        os("--devices"),
+        os("cpu"),
+        os("--fold-limit"),
+        os("1"),
+        os("-o"),
+        out.as_os_str(),
+        os("--json"),
+    ]);
+    let limited: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    let written = cleave::onnx::OnnxModel::load(&out).unwrap();
+    let kept = written
+        .proto
+        .graph
+        .unwrap()
+        .node
+        .iter()
+        .filter(|n| n.op_type() == "ConstantOfShape")
+        .count();
+    assert!(kept > 0, "{limited}");
+    let notes = limited["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("would pass the folding limit of 1048576 bytes")),
+        "{notes:?}"
+    );
+    assert!(limited["nodes_after"].as_u64().unwrap() > 123, "{limited}");
+    let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+    assert!(line.starts_with("ok "), "{line}");
 }

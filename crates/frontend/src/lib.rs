@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use cleave_device::Profiles;
 use cleave_files::ConnFile;
-use cleave_ir::{Model, OpSemantics, ValueId};
+use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
 
 /// A failure in a format's code: the file it concerns and the cause, one line.
@@ -62,6 +62,34 @@ pub struct RewriteOptions<'a> {
     /// that runs the node enables the rule.
     pub devices: Vec<String>,
     pub profiles: &'a Profiles,
+    /// The engine that computes constant subgraphs at the basic level. Without one, only
+    /// what the front-end evaluates itself (Constant, layout ops on weights) is folded.
+    pub evaluator: Option<&'a dyn Evaluator>,
+    /// The most bytes of folded tensors one rewrite may add; a constant whose value would pass
+    /// it stays a node, so folding never holds more than this in memory.
+    pub fold_limit: u64,
+}
+
+/// The default [`RewriteOptions::fold_limit`]: 2 GiB, past the largest weight of common
+/// vision models (vgg19's 411 MB fc6) while bounded on a small machine.
+pub const DEFAULT_FOLD_LIMIT: u64 = 2 << 30;
+
+/// Runs a model that has no inputs on a real inference engine. Front-ends fold constants
+/// with it, so a folded value is what an engine computes, not a second implementation of
+/// every operator; the facade supplies one from the engines it links.
+pub trait Evaluator: Sync {
+    /// Runs `model`, a file in the source's format with no graph inputs, once and returns
+    /// every graph output; `Err` is one line saying why it could not.
+    fn evaluate(&self, model: &Path) -> Result<Vec<Computed>, String>;
+}
+
+/// One tensor an [`Evaluator`] computed: little-endian element bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Computed {
+    pub name: String,
+    pub elem: ElemType,
+    pub dims: Vec<usize>,
+    pub data: Vec<u8>,
 }
 
 /// A model rewritten by its front-end.

@@ -77,6 +77,8 @@ fn joined_float16_convs_keep_a_float16_bias() {
             level: Level::Device,
             devices: vec!["myriad".into()],
             profiles: &profiles,
+            evaluator: None,
+            fold_limit: cleave_onnx::rewrite::DEFAULT_FOLD_LIMIT,
         },
     )
     .unwrap();

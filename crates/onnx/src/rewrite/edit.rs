@@ -67,6 +67,18 @@ impl<'g> Edits<'g> {
         true
     }
 
+    /// Reserves nodes a rewrite only removes: reading a renamed value does not matter then,
+    /// since the removed records are never rewritten.
+    pub fn claim_for_removal(&mut self, nodes: &[NodeId]) -> bool {
+        if nodes.iter().any(|n| self.touched[n.index()]) {
+            return false;
+        }
+        for n in nodes {
+            self.touched[n.index()] = true;
+        }
+        true
+    }
+
     pub fn remove(&mut self, n: NodeId) {
         self.removed.insert(self.records[n.index()]);
     }

@@ -6,8 +6,10 @@
 //! every protobuf field as loaded.
 
 mod basic;
+mod cse;
 mod device;
 mod edit;
+mod evaluate;
 mod onnx_view;
 mod tensor;
 
@@ -16,11 +18,13 @@ use std::collections::{BTreeMap, HashMap};
 use cleave_fuse::{Rule, UnknownRule, View};
 use cleave_ir::{Graph, Model, NodeId, OpSemantics};
 
-use crate::proto::{GraphProto, NodeProto};
+use crate::proto::{GraphProto, ModelProto, NodeProto};
 use crate::{infer_types, to_ir, OnnxError, OnnxModel, OnnxSemantics};
 pub(crate) use edit::Edits;
 
-pub use cleave_frontend::{RewriteLevel as Level, RewriteOptions as OptimizeOptions};
+pub use cleave_frontend::{
+    Evaluator, RewriteLevel as Level, RewriteOptions as OptimizeOptions, DEFAULT_FOLD_LIMIT,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OptimizeError {
@@ -72,6 +76,10 @@ pub(crate) struct PassCx<'a> {
     /// The tile budget of the device that runs each node.
     pub tile_bytes: &'a [Option<u64>],
     pub opset: i64,
+    /// The model the graph belongs to (opsets, functions).
+    pub source: &'a ModelProto,
+    pub evaluator: Option<&'a dyn Evaluator>,
+    pub fold_limit: u64,
 }
 
 impl<'a> PassCx<'a> {
@@ -95,6 +103,11 @@ type Pass = fn(&PassCx, &mut Edits);
 pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, OptimizeError> {
     let mut passes: Vec<(&'static str, Pass)> = vec![
         ("fold_constants", basic::fold_constants),
+        ("fold_constants", evaluate::fold_by_engine),
+        (
+            "common_subexpressions",
+            cse::eliminate_common_subexpressions,
+        ),
         ("remove_identity", basic::remove_identity),
         ("fold_batchnorm", basic::fold_batchnorm),
         ("fold_conv_mul_add", basic::fold_conv_mul_add),
@@ -135,6 +148,9 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
                 rules: &rules,
                 tile_bytes: &tile_bytes,
                 opset,
+                source: &current.proto,
+                evaluator: opts.evaluator,
+                fold_limit: opts.fold_limit,
             };
             let mut edits = Edits::new(&ir.graph, &records);
             pass(&cx, &mut edits);
