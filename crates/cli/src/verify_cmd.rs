@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use cleave::runtime::runner::PartStats;
-use cleave::runtime::verify::{Report, Row};
+use cleave::runtime::verify::{Report, Row, Tolerance};
 use cleave::runtime::EngineKind;
 use cleave::{conn_source, load_model, load_parts};
 
@@ -14,8 +14,7 @@ pub struct VerifyArgs<'a> {
     pub conn: Option<&'a Path>,
     pub devices: &'a DeviceArgs,
     pub boundaries: bool,
-    pub rtol: f64,
-    pub atol: f64,
+    pub tolerance: Tolerance,
     pub seed: u64,
     pub inputs: &'a [String],
     pub engines: &'a [String],
@@ -130,24 +129,33 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         let have = got
             .get(&name)
             .ok_or_else(|| Fail::input(&conn_path, format!("no part produced '{name}'")))?;
+        let (diff, ok) = a.tolerance.compare(have, want);
         report.rows.push(Row {
             tensor: name,
             is_output,
-            diff: have.diff(want, a.rtol, a.atol),
+            diff,
+            ok,
         });
     }
-    print(&report, a.rtol, a.atol, a.json, reference.name());
+    print(&report, &a.tolerance, a.json, reference.name());
     Ok(report.passed())
 }
 
-fn print(r: &Report, rtol: f64, atol: f64, json: bool, reference: &str) {
+fn print(r: &Report, tol: &Tolerance, json: bool, reference: &str) {
     if json {
         let rows: Vec<_> = r
             .rows
             .iter()
-            .map(|x| serde_json::json!({ "tensor": x.tensor, "kind": if x.is_output { "output" } else { "boundary" }, "max_abs": x.diff.max_abs, "max_rel": x.diff.max_rel, "beyond": x.diff.beyond }))
+            .map(|x| serde_json::json!({ "tensor": x.tensor, "kind": if x.is_output { "output" } else { "boundary" }, "max_abs": x.diff.max_abs, "max_rel": x.diff.max_rel, "rel_l2": x.diff.rel_l2, "beyond": x.diff.beyond, "ok": x.ok }))
             .collect();
-        let v = serde_json::json!({ "rtol": rtol, "atol": atol, "reference": reference, "passed": r.passed(), "tensors": rows });
+        let mut v = serde_json::json!({ "tolerance": tol.describe(), "reference": reference, "passed": r.passed(), "tensors": rows });
+        match *tol {
+            Tolerance::Norm(t) => v["tol"] = t.into(),
+            Tolerance::Elementwise { rtol, atol } => {
+                v["rtol"] = rtol.into();
+                v["atol"] = atol.into();
+            }
+        }
         if let Ok(t) = serde_json::to_string_pretty(&v) {
             println!("{t}");
         }
@@ -162,26 +170,38 @@ fn print(r: &Report, rtol: f64, atol: f64, json: bool, reference: &str) {
         .max(6);
     println!(
         "{:<w$}  {:<8}  {:>10}  {:>10}  status",
-        "tensor", "kind", "max abs", "max rel"
+        "tensor", "kind", "max abs", "rel L2"
     );
     for x in &r.rows {
-        let status = if x.diff.beyond == 0 {
-            "ok".to_string()
-        } else {
-            format!("{} elements beyond tolerance", x.diff.beyond)
+        let status = match (x.ok, tol) {
+            (true, _) => "ok".to_string(),
+            (false, Tolerance::Elementwise { .. }) => {
+                format!("{} elements beyond tolerance", x.diff.beyond)
+            }
+            (false, Tolerance::Norm(_)) => format!(
+                "beyond tolerance ({} of its elements differ)",
+                x.diff.beyond
+            ),
         };
         println!(
             "{:<w$}  {:<8}  {:>10.3e}  {:>10.3e}  {status}",
             x.tensor,
             if x.is_output { "output" } else { "boundary" },
             x.diff.max_abs,
-            x.diff.max_rel
+            x.diff.rel_l2
         );
     }
-    let bad = r.rows.iter().filter(|x| x.diff.beyond > 0).count();
+    let bad = r.rows.iter().filter(|x| !x.ok).count();
+    let tol = tol.describe();
     if bad == 0 {
-        println!("verify: {} tensors match the whole model ({reference}) within rtol {rtol:e} / atol {atol:e}", r.rows.len());
+        println!(
+            "verify: {} tensors match the whole model ({reference}) within {tol}",
+            r.rows.len()
+        );
     } else {
-        println!("verify: {bad} of {} tensors differ from the whole model ({reference}) beyond rtol {rtol:e} / atol {atol:e}", r.rows.len());
+        println!(
+            "verify: {bad} of {} tensors differ from the whole model ({reference}) beyond {tol}",
+            r.rows.len()
+        );
     }
 }

@@ -15,6 +15,9 @@ pub struct Diff {
     pub max_rel: f64,
     /// Elements beyond `atol + rtol * |expected|`.
     pub beyond: usize,
+    /// `‖computed − expected‖₂ / ‖expected‖₂`: 0 when equal, infinite when they differ and
+    /// the expected tensor is all zeros (or a value is NaN on one side only).
+    pub rel_l2: f64,
 }
 
 impl HostTensor {
@@ -85,6 +88,14 @@ impl HostTensor {
                 .chunks_exact(2)
                 .map(|c| f64::from(u16::from_le_bytes([c[0], c[1]])))
                 .collect(),
+            ElemType::F16 => d
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
+            ElemType::BF16 => d
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
             ElemType::U8 | ElemType::Bool => d.iter().map(|&x| f64::from(x)).collect(),
             ElemType::I8 => d.iter().map(|&x| f64::from(x as i8)).collect(),
             ElemType::U32 => d
@@ -107,24 +118,32 @@ impl HostTensor {
                 max_abs: f64::INFINITY,
                 max_rel: f64::INFINITY,
                 beyond: expected.len().max(1),
+                rel_l2: f64::INFINITY,
             };
         }
         let (Some(a), Some(b)) = (self.to_f64(), expected.to_f64()) else {
             let same = self.data == expected.data;
+            let far = if same { 0.0 } else { f64::INFINITY };
             return Diff {
-                max_abs: if same { 0.0 } else { f64::INFINITY },
-                max_rel: if same { 0.0 } else { f64::INFINITY },
+                max_abs: far,
+                max_rel: far,
                 beyond: usize::from(!same),
+                rel_l2: far,
             };
         };
         let mut d = Diff::default();
+        let (mut err2, mut norm2) = (0.0f64, 0.0f64);
         for (x, y) in a.iter().zip(&b) {
+            if y.is_finite() {
+                norm2 += y * y;
+            }
             // Equal values (infinities included) and NaN against NaN agree.
             if x == y || (x.is_nan() && y.is_nan()) {
                 continue;
             }
             let abs = (x - y).abs();
             let abs = if abs.is_nan() { f64::INFINITY } else { abs };
+            err2 += abs * abs;
             let rel = if *y != 0.0 {
                 abs / y.abs()
             } else if abs == 0.0 {
@@ -138,6 +157,13 @@ impl HostTensor {
                 d.beyond += 1;
             }
         }
+        d.rel_l2 = if err2 == 0.0 {
+            0.0
+        } else if norm2 == 0.0 {
+            f64::INFINITY
+        } else {
+            (err2 / norm2).sqrt()
+        };
         d
     }
 

@@ -1,6 +1,67 @@
 //! Parts against the whole model, tensor by tensor.
 
-use crate::tensor::Diff;
+use cleave_ir::ElemType;
+
+use crate::tensor::{Diff, HostTensor};
+
+/// How close a part's tensor must be to the whole model's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Tolerance {
+    /// Floating-point tensors within this relative L2 error (`‖got − want‖ / ‖want‖`, at
+    /// least 16 ulps of the element type's epsilon); other types equal. An engine that
+    /// rounds or fuses differently across a part boundary (tract folds BatchNorm into the Conv
+    /// in the whole model, not across a cut) leaves errors of 1e-7..1e-5 spread over the
+    /// tensor; a miswired tensor is off by about its own size.
+    Norm(f64),
+    /// Every element within `atol + rtol·|want|`, as numpy's `allclose`.
+    Elementwise { rtol: f64, atol: f64 },
+}
+
+/// The default [`Tolerance::Norm`] bound.
+pub const DEFAULT_NORM_TOL: f64 = 1e-3;
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance::Norm(DEFAULT_NORM_TOL)
+    }
+}
+
+impl Tolerance {
+    /// Compares `got` with `want`; the row says whether it is within tolerance.
+    pub fn compare(&self, got: &HostTensor, want: &HostTensor) -> (Diff, bool) {
+        match *self {
+            Tolerance::Elementwise { rtol, atol } => {
+                let d = got.diff(want, rtol, atol);
+                (d, d.beyond == 0)
+            }
+            Tolerance::Norm(tol) => {
+                let d = got.diff(want, 0.0, 0.0);
+                let ok = match float_epsilon(want.elem) {
+                    Some(eps) if want.elem == got.elem => d.rel_l2 <= tol.max(16.0 * eps),
+                    _ => d.beyond == 0,
+                };
+                (d, ok)
+            }
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Tolerance::Norm(tol) => format!("relative L2 error {tol:e}"),
+            Tolerance::Elementwise { rtol, atol } => format!("rtol {rtol:e} / atol {atol:e}"),
+        }
+    }
+}
+
+fn float_epsilon(e: ElemType) -> Option<f64> {
+    match e {
+        ElemType::F64 => Some(f64::EPSILON),
+        ElemType::F32 => Some(f64::from(f32::EPSILON)),
+        ElemType::F16 => Some(half::f16::EPSILON.to_f64()),
+        ElemType::BF16 => Some(half::bf16::EPSILON.to_f64()),
+        _ => None,
+    }
+}
 
 /// One compared tensor.
 #[derive(Clone, Debug)]
@@ -9,6 +70,7 @@ pub struct Row {
     /// `true` for a model output, `false` for a boundary tensor between parts.
     pub is_output: bool,
     pub diff: Diff,
+    pub ok: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -18,6 +80,58 @@ pub struct Report {
 
 impl Report {
     pub fn passed(&self) -> bool {
-        self.rows.iter().all(|r| r.diff.beyond == 0)
+        self.rows.iter().all(|r| r.ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(v: &[f32]) -> HostTensor {
+        HostTensor {
+            elem: ElemType::F32,
+            shape: vec![v.len()],
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn rounding_passes_and_a_wrong_tensor_fails_the_norm() {
+        // Near-zero elements off by rounding fail an elementwise check, not the norm.
+        let want = f32s(&[10.0, -20.0, 1e-7, 30.0]);
+        let got = f32s(&[10.00001, -20.00002, 2e-7, 29.99997]);
+        let elementwise = Tolerance::Elementwise {
+            rtol: 1e-4,
+            atol: 1e-12,
+        };
+        assert!(!elementwise.compare(&got, &want).1);
+        let (d, ok) = Tolerance::default().compare(&got, &want);
+        assert!(ok && d.rel_l2 < 1e-5, "{d:?}");
+        // Two tensors swapped: as far off as the tensors are large.
+        let other = f32s(&[-20.0, 10.0, 30.0, 1e-7]);
+        let (d, ok) = Tolerance::default().compare(&other, &want);
+        assert!(!ok && d.rel_l2 > 0.5, "{d:?}");
+        // A wrong shape or element type is never within tolerance.
+        assert!(!Tolerance::default().compare(&f32s(&[10.0]), &want).1);
+    }
+
+    #[test]
+    fn integers_must_be_equal() {
+        let ints = |v: &[i64]| HostTensor {
+            elem: ElemType::I64,
+            shape: vec![v.len()],
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        assert!(
+            Tolerance::default()
+                .compare(&ints(&[1, 2, 3]), &ints(&[1, 2, 3]))
+                .1
+        );
+        assert!(
+            !Tolerance::default()
+                .compare(&ints(&[1, 2, 4]), &ints(&[1, 2, 3]))
+                .1
+        );
     }
 }
