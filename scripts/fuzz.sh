@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Run cleave's fuzz targets (cargo-fuzz, libFuzzer) for SECONDS each, seeded with the test
+# models, and fail if any target finds a crash (a panic, an overflow, a timeout).
+#
+#   bash scripts/fuzz.sh [SECONDS] [TARGET ...]      default: 60 s, every target
+#
+# Targets (fuzz/fuzz_targets): load_onnx (bytes → model → IR → inference), pipeline_onnx
+# (the same, then assignment, fusion groups, partitioning, validation and each part built in
+# memory; its mutator edits attributes, initializers, wiring, op types and opsets of decoded
+# models), part_rules (ONE .part files). Needs the nightly toolchain and cargo-fuzz, which it
+# installs when missing. Builds with debug assertions, so integer overflow is a crash.
+# Seeds: the ONNX node-test models and the examples (scripts/fetch-test-data.sh first).
+# Inputs found, crash artifacts and the instrumented build live under ~/.cache/cleave/.
+set -euo pipefail
+
+secs="${1:-60}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(load_onnx pipeline_onnx part_rules)
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="$HOME/.cache/cleave"
+data="${CLEAVE_TEST_DATA:-$cache/test-data}"
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  cargo +nightly install cargo-fuzz --locked --version 0.13.2
+fi
+
+seeds="$cache/fuzz-seeds"
+if [ ! -f "$seeds/.complete" ]; then
+  rm -rf "$seeds"
+  mkdir -p "$seeds/onnx" "$seeds/part"
+  [ -d "$data/node" ] || { echo "no test data in $data: run scripts/fetch-test-data.sh" >&2; exit 1; }
+  find "$data/node" -name model.onnx -size -64k | while read -r m; do
+    cp "$m" "$seeds/onnx/$(basename "$(dirname "$m")").onnx"
+  done
+  cp "$root"/examples/*.onnx "$seeds/onnx/"
+  cp "$root"/examples/*.part "$seeds/part/"
+  printf '[partition]\nbackends=npu,cpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\nconv1=npu\n' >"$seeds/part/opname.part"
+  printf '[partition]\nbackends=acl_cl,cpu\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nDIV=acl_cl\n_=cpu\n' >"$seeds/part/opcode.part"
+  touch "$seeds/.complete"
+fi
+
+export CARGO_TARGET_DIR="$cache/fuzz-target"
+flags=(-O -a --sanitizer none)
+cd "$root/fuzz"
+cargo +nightly fuzz build "${flags[@]}"
+
+status=0
+for t in "${targets[@]}"; do
+  case "$t" in
+    part_rules) seed="$seeds/part" ;;
+    *) seed="$seeds/onnx" ;;
+  esac
+  found="$cache/fuzz-corpus/$t"
+  artifacts="$cache/fuzz-artifacts/$t/"
+  mkdir -p "$found" "$artifacts"
+  log="$(mktemp)"
+  echo "fuzzing $t for ${secs}s (seeds: $(find "$seed" -type f | wc -l) files)"
+  if cargo +nightly fuzz run "${flags[@]}" "$t" "$found" "$seed" -- \
+      -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -max_len=262144 \
+      -artifact_prefix="$artifacts" -print_final_stats=1 >"$log" 2>&1; then
+    runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+    echo "$t: ok, $runs inputs run, no crash"
+  else
+    status=1
+    grep -E 'panicked|ERROR|SUMMARY|Test unit written|timeout' "$log" | head -20
+    echo "$t: CRASH (artifacts in $artifacts; reproduce: cd fuzz && cargo +nightly fuzz run ${flags[*]} $t ARTIFACT)"
+  fi
+  rm -f "$log"
+done
+exit $status
