@@ -344,9 +344,14 @@ fn quotient(num: &[Dim], den: &[Dim]) -> Dim {
             Dim::Unknown => return Dim::Unknown,
         }
     }
-    let den_n: Option<i64> = rest.iter().map(|d| d.fixed()).product();
+    // Dims come from the file: a product that overflows is unknown, not a panic.
+    let product = |ds: &[&Dim]| {
+        ds.iter()
+            .try_fold(1i64, |acc, d| acc.checked_mul(d.fixed()?))
+    };
+    let den_n = product(&rest);
     let (syms, nums): (Vec<&Dim>, Vec<&Dim>) = num.into_iter().partition(|d| d.fixed().is_none());
-    let num_n: Option<i64> = nums.iter().map(|d| d.fixed()).product();
+    let num_n = product(&nums);
     match (syms.as_slice(), num_n, den_n) {
         ([], Some(a), Some(b)) if b != 0 && a % b == 0 => Dim::Fixed(a / b),
         ([s], Some(a), Some(b)) if a == b && matches!(s, Dim::Param(_)) => (*s).clone(),
@@ -368,11 +373,12 @@ fn split(cx: &Cx) -> Vec<TensorType> {
     } else if let Some(v) = cx.attr_ints("split") {
         Some(v.to_vec())
     } else {
-        s[a].fixed().map(|len| {
+        s[a].fixed().filter(|&len| len >= 0).map(|len| {
             let parts = cx.attr_i("num_outputs").unwrap_or(n as i64).max(1);
-            let chunk = (len + parts - 1) / parts;
-            (0..parts)
-                .map(|i| (len - i * chunk).clamp(0, chunk))
+            let chunk = len / parts + i64::from(len % parts != 0);
+            // Only the node's outputs get a size, however many parts the attribute claims.
+            (0..n as i64)
+                .map(|i| len.saturating_sub(i.saturating_mul(chunk)).clamp(0, chunk))
                 .collect()
         })
     };
