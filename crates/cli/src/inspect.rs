@@ -72,6 +72,7 @@ pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> R
             .clone();
     }
     let report = infer_types(&mut model);
+    cleave::onnx::check_typed(path, &model)?;
     let mut s = summarise(path, &model, report);
     if types {
         let g = &model.graph;

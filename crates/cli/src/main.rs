@@ -176,6 +176,13 @@ enum Command {
         /// thread; the outputs are checked identical to a sequential run.
         #[arg(long, default_value_t = 1, value_name = "N")]
         requests: usize,
+        /// Fix an input's shape (NAME=1,3,640,640), as on partition: the inputs given are
+        /// checked against the fixed shapes. Repeat per input.
+        #[arg(long = "shape", value_name = "NAME=D,D,...")]
+        shape: Vec<String>,
+        /// Fix every dim named PARAM (e.g. batch=1) wherever the model declares it.
+        #[arg(long = "dim", value_name = "PARAM=N")]
+        dim: Vec<String>,
         /// Print the counters as JSON.
         #[arg(long)]
         json: bool,
@@ -372,8 +379,12 @@ fn main() -> ExitCode {
             out_dir,
             engines,
             requests,
+            shape,
+            dim,
             json,
         } => run_cmd::run(run_cmd::RunArgs {
+            shape: &shape,
+            dim: &dim,
             conn: &conn,
             inputs: &inputs,
             out_dir: &out_dir,

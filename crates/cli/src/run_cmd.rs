@@ -26,6 +26,9 @@ pub struct RunArgs<'a> {
     pub json: bool,
     /// Requests in flight, pipelined across one worker per device (1: a plain run).
     pub requests: usize,
+    /// `--shape` and `--dim`.
+    pub shape: &'a [String],
+    pub dim: &'a [String],
 }
 
 fn file_name(tensor: &str) -> String {
@@ -42,7 +45,8 @@ fn file_name(tensor: &str) -> String {
 }
 
 pub fn run(a: RunArgs) -> Result<(), Fail> {
-    let source = conn_source(a.conn)?;
+    let fixed = crate::setup::parse_fixed(a.shape, a.dim)?;
+    let source = crate::setup::fix_source(conn_source(a.conn)?, &fixed)?;
     let feeds = inputs::gather(&source.model().graph, a.inputs, 0, false)?;
     let map = engines(a.engines)?;
     let pipelined = a.requests > 1;

@@ -97,17 +97,24 @@ impl DeviceArgs {
 
     /// `source` with `--shape`/`--dim` applied (itself when there are none).
     pub fn fix(&self, source: Box<dyn cleave::Source>) -> Result<Box<dyn cleave::Source>, Fail> {
-        let fixed = self.fixed_dims()?;
-        if fixed.is_empty() {
-            return Ok(source);
-        }
-        Ok(source.fix_dims(&fixed).map_err(cleave::Error::from)?)
+        fix_source(source, &self.fixed_dims()?)
     }
 
     /// Loads the model with `--shape`/`--dim` applied.
     pub fn load(&self, model_path: &Path) -> Result<Loaded, Fail> {
         Ok(load_model(model_path)?.fix_dims(&self.fixed_dims()?)?)
     }
+}
+
+/// `source` with `fixed` dims applied (itself when there are none).
+pub fn fix_source(
+    source: Box<dyn cleave::Source>,
+    fixed: &FixedDims,
+) -> Result<Box<dyn cleave::Source>, Fail> {
+    if fixed.is_empty() {
+        return Ok(source);
+    }
+    Ok(source.fix_dims(fixed).map_err(cleave::Error::from)?)
 }
 
 /// `--shape NAME=D,D,...` and `--dim PARAM=N` flags, parsed.

@@ -490,3 +490,47 @@ fn invalid_models_are_refused_in_one_line_before_any_work() {
         );
     }
 }
+
+#[test]
+fn models_the_onnx_checker_rejects_are_refused_by_every_command() {
+    // scripts/invalid_models.py: one defect each (attribute values, axes out of range for the
+    // inferred rank, initializer bytes and types, opset, If/Loop/Scan arity, wiring), each
+    // confirmed rejected by onnx.checker with full_check.
+    let dir = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new("python3")
+        .arg(repo().join("scripts/invalid_models.py"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr(&made));
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("expected.json")).unwrap())
+            .unwrap();
+    let cases = expected.as_object().unwrap();
+    assert!(cases.len() >= 25, "{}", cases.len());
+    for (name, cause) in cases {
+        let path = dir.path().join(format!("{name}.onnx"));
+        let out = dir.path().join(format!("out-{name}"));
+        let cause = cause.as_str().unwrap();
+        for args in [
+            vec![os("inspect"), path.as_os_str()],
+            vec![
+                os("query"),
+                path.as_os_str(),
+                os("--devices"),
+                os("npu,cpu"),
+            ],
+            vec![
+                os("partition"),
+                path.as_os_str(),
+                os("--devices"),
+                os("npu,cpu"),
+                os("-o"),
+                out.as_os_str(),
+            ],
+        ] {
+            assert_bad_input(&cleave(&args), &path, cause);
+        }
+        assert!(!out.exists(), "{name}: parts written for an invalid model");
+    }
+}

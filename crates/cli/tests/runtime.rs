@@ -483,3 +483,39 @@ fn node_test_conformance_does_not_drop_below_the_baseline() {
         );
     }
 }
+
+#[test]
+fn run_takes_shape_and_dim_and_checks_the_inputs_against_them() {
+    // tiny_cnn's batch is symbolic: --shape/--dim fix it, and an input of another batch is
+    // refused in one line before anything runs.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("w");
+    let model = example("tiny_cnn.onnx");
+    ok(&run(&[
+        "partition",
+        model.to_str().unwrap(),
+        "--part",
+        example("tiny_cnn.part").to_str().unwrap(),
+        "-o",
+        work.to_str().unwrap(),
+    ]));
+    let conn = work.join("tiny_cnn.conn.json");
+    let x = tmp.path().join("x.npy");
+    let t =
+        cleave::runtime::HostTensor::random(cleave::ir::ElemType::F32, &[2, 3, 16, 16], 1).unwrap();
+    cleave::runtime::write_npy(&x, &t).unwrap();
+    let input = format!("input={}", x.display());
+    let base = ["run", conn.to_str().unwrap(), "--input", &input, "-o"];
+    let out = tmp.path().to_str().unwrap();
+    for fix in [["--shape", "input=2,3,16,16"], ["--dim", "batch=2"]] {
+        let mut args = base.to_vec();
+        args.extend([out, fix[0], fix[1]]);
+        ok(&run(&args));
+    }
+    let mut args = base.to_vec();
+    args.extend([out, "--dim", "batch=1"]);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("input"), "{}", stderr(&o));
+}

@@ -28,6 +28,7 @@ impl OnnxSource {
         let onnx = OnnxModel::load(path)?;
         let mut model = crate::to_checked_ir(&onnx)?;
         infer_types(&mut model);
+        crate::check_typed(&onnx.path, &model)?;
         Ok(OnnxSource { onnx, model })
     }
 }

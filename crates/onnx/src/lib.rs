@@ -42,6 +42,16 @@ pub use ops::{is_default_domain, is_deterministic, OnnxSemantics};
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
 pub use validate::MAX_OPSET;
 
+/// The checks of [`to_checked_ir`] that need inferred ranks (axes in range); run on the IR
+/// after [`infer_types`].
+pub fn check_typed(path: &std::path::Path, ir: &cleave_ir::Model) -> Result<(), OnnxError> {
+    validate::typed(ir).map_err(|(what, cause)| OnnxError::Invalid {
+        path: path.to_path_buf(),
+        what,
+        cause,
+    })
+}
+
 /// [`to_ir`], refusing what the onnx checker would refuse and cleave would trip on.
 pub fn to_checked_ir(m: &OnnxModel) -> Result<cleave_ir::Model, OnnxError> {
     let ir = to_ir(m)?;

@@ -20,10 +20,10 @@ pub fn validate(m: &Model) -> Result<(), (String, String)> {
             ));
         }
     }
-    graph(&m.graph)
+    graph(&m.graph, m.opset("").unwrap_or(MAX_OPSET))
 }
 
-fn graph(g: &Graph) -> Result<(), (String, String)> {
+fn graph(g: &Graph, opset: i64) -> Result<(), (String, String)> {
     for (id, w) in g.weights() {
         let name = &g.value(id).name;
         let what = || format!("tensor '{name}'");
@@ -55,17 +55,17 @@ fn graph(g: &Graph) -> Result<(), (String, String)> {
     for (i, n) in g.nodes.iter().enumerate() {
         let default = n.domain.is_empty() || n.domain == "ai.onnx";
         if default {
-            node(n).map_err(|cause| {
+            node(n, opset).map_err(|cause| {
                 let label = g.node_label(cleave_ir::NodeId(i as u32));
                 (format!("node '{label}' ({})", n.op_type), cause)
             })?;
         }
         for a in &n.attrs {
             match &a.value {
-                AttrValue::Graph(sub) => graph(sub)?,
+                AttrValue::Graph(sub) => graph(sub, opset)?,
                 AttrValue::Graphs(subs) => {
                     for s in subs {
-                        graph(s)?;
+                        graph(s, opset)?;
                     }
                 }
                 _ => {}
@@ -90,7 +90,7 @@ fn int(n: &Node, name: &str) -> Option<i64> {
 }
 
 /// Attribute values outside what the operator defines.
-fn node(n: &Node) -> Result<(), String> {
+fn node(n: &Node, opset: i64) -> Result<(), String> {
     let at_least = |name: &str, min: i64| -> Result<(), String> {
         if let Some(v) = ints(n, name) {
             if let Some(bad) = v.iter().find(|&&x| x < min) {
@@ -114,6 +114,61 @@ fn node(n: &Node) -> Result<(), String> {
             at_least("group", 1)?;
             at_least("pads", 0)?;
         }
+        "If" => {
+            let count = |name: &str| match n.attr(name) {
+                Some(AttrValue::Graph(g)) => Some(g.outputs.len()),
+                _ => None,
+            };
+            if let (Some(t), Some(e)) = (count("then_branch"), count("else_branch")) {
+                let outs = n.outputs.len();
+                if t != e || t != outs {
+                    return Err(format!(
+                        "then_branch has {t} outputs, else_branch {e}, the node {outs}"
+                    ));
+                }
+            }
+        }
+        "Loop" => {
+            if let Some(AttrValue::Graph(body)) = n.attr("body") {
+                let carried = n.inputs.len().saturating_sub(2);
+                let (ins, outs) = (body.inputs.len(), body.outputs.len());
+                if ins != carried + 2 {
+                    return Err(format!(
+                        "body has {ins} inputs; {carried} loop-carried value{} needs {}",
+                        if carried == 1 { "" } else { "s" },
+                        carried + 2
+                    ));
+                }
+                if n.outputs.len() < carried || outs != 1 + n.outputs.len() {
+                    return Err(format!(
+                        "body has {outs} outputs; the node's {} outputs with {carried} loop-carried value(s) need {}",
+                        n.outputs.len(),
+                        1 + n.outputs.len().max(carried)
+                    ));
+                }
+            }
+        }
+        "Scan" => {
+            // Opset 8's Scan takes an optional sequence_lens first, which its body does not see.
+            let inputs = n.inputs.len().saturating_sub(usize::from(opset < 9));
+            if let Some(m) = int(n, "num_scan_inputs") {
+                if m < 1 || usize::try_from(m).map_or(true, |m| m > inputs) {
+                    return Err(format!(
+                        "num_scan_inputs {m} is more than its {inputs} inputs or below 1"
+                    ));
+                }
+            }
+            if let Some(AttrValue::Graph(body)) = n.attr("body") {
+                if body.inputs.len() != inputs || body.outputs.len() != n.outputs.len() {
+                    return Err(format!(
+                        "body has {} inputs and {} outputs; the node has {inputs} and {}",
+                        body.inputs.len(),
+                        body.outputs.len(),
+                        n.outputs.len()
+                    ));
+                }
+            }
+        }
         "Transpose" => {
             if let Some(p) = ints(n, "perm") {
                 let mut seen = vec![false; p.len()];
@@ -123,6 +178,93 @@ fn node(n: &Node) -> Result<(), String> {
                         Some(s) if !*s => *s = true,
                         _ => return Err(format!("perm {p:?} is not a permutation")),
                     }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// What needs inferred ranks: axes in range, a permutation as long as the rank. Run after
+/// type inference, before any stage reads an axis.
+pub fn typed(m: &Model) -> Result<(), (String, String)> {
+    typed_graph(&m.graph)
+}
+
+fn typed_graph(g: &Graph) -> Result<(), (String, String)> {
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.domain.is_empty() || n.domain == "ai.onnx" {
+            let rank = n
+                .inputs
+                .first()
+                .copied()
+                .flatten()
+                .and_then(|v| g.value(v).ty.rank());
+            let axes_input =
+                n.inputs
+                    .get(1)
+                    .copied()
+                    .flatten()
+                    .and_then(|v| match &g.value(v).def {
+                        cleave_ir::ValueDef::Weight(w) => w.to_i64s(),
+                        _ => None,
+                    });
+            if let Some(r) = rank.and_then(|r| i64::try_from(r).ok()) {
+                axes(n, r, axes_input.as_deref()).map_err(|cause| {
+                    let label = g.node_label(cleave_ir::NodeId(i as u32));
+                    (format!("node '{label}' ({})", n.op_type), cause)
+                })?;
+            }
+        }
+        for a in &n.attrs {
+            match &a.value {
+                AttrValue::Graph(sub) => typed_graph(sub)?,
+                AttrValue::Graphs(subs) => {
+                    for s in subs {
+                        typed_graph(s)?;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn axes(n: &Node, rank: i64, axes_input: Option<&[i64]>) -> Result<(), String> {
+    let in_range = |a: i64, hi: i64| (-rank..hi).contains(&a);
+    match n.op_type.as_str() {
+        "Concat" | "Softmax" | "LogSoftmax" | "Hardmax" | "Gather" | "GatherElements"
+        | "ScatterElements" | "Split" | "ArgMax" | "ArgMin" | "Compress" | "LayerNormalization"
+        | "Flatten" => {
+            // Flatten may split after the last axis.
+            let hi = if n.op_type == "Flatten" {
+                rank + 1
+            } else {
+                rank
+            };
+            if let Some(a) = int(n, "axis") {
+                if !in_range(a, hi) {
+                    return Err(format!("axis {a} is out of range for rank {rank}"));
+                }
+            }
+        }
+        "Transpose" => {
+            if let Some(p) = ints(n, "perm") {
+                if i64::try_from(p.len()).ok() != Some(rank) {
+                    return Err(format!(
+                        "perm {p:?} has {} entries; its input has rank {rank}",
+                        p.len()
+                    ));
+                }
+            }
+        }
+        op if op.starts_with("Reduce") => {
+            let given = ints(n, "axes").or(axes_input);
+            if let Some(v) = given {
+                if v.iter().any(|&a| !in_range(a, rank)) {
+                    return Err(format!("axes {v:?} out of range for rank {rank}"));
                 }
             }
         }
