@@ -67,7 +67,7 @@ for t in "${targets[@]}"; do
     echo "$t: ok, $runs inputs run, no crash"
   else
     status=1
-    grep -E 'panicked|ERROR|SUMMARY|Test unit written|timeout' "$log" | head -20
+    grep -E -A1 'panicked|ERROR|Test unit written|timeout' "$log" | head -20
     echo "$t: CRASH (artifacts in $artifacts; reproduce: cd fuzz && cargo +nightly fuzz run ${flags[*]} $t ARTIFACT)"
   fi
   rm -f "$log"
