@@ -119,13 +119,46 @@ impl Constraint {
                 if value.ty.static_dims().is_none() {
                     return Some(format!(
                         "'{}' has a dynamic shape ({})",
-                        value.name, value.ty
+                        value.name,
+                        readable(&value.ty)
                     ));
                 }
             }
         }
         None
     }
+}
+
+/// A type with long symbolic dims cut down to the symbols they depend on: an exporter's
+/// `floor(floor(height/2 - 1/2)/2) + 1` reads `f(height)`, so the summary stays short and
+/// lines that differ only in such arithmetic group together.
+fn readable(ty: &cleave_ir::TensorType) -> String {
+    const LONG: usize = 16;
+    let Some(dims) = &ty.shape else {
+        return ty.to_string();
+    };
+    let dims: Vec<String> = dims
+        .iter()
+        .map(|d| match d {
+            cleave_ir::Dim::Param(p) if p.len() > LONG => {
+                let mut symbols: Vec<&str> = p
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .filter(|w| {
+                        w.chars()
+                            .next()
+                            .is_some_and(|c| c.is_alphabetic() || c == '_')
+                            && !matches!(*w, "floor" | "ceil" | "min" | "max" | "mod" | "Mod")
+                    })
+                    .collect();
+                symbols.sort_unstable();
+                symbols.dedup();
+                format!("f({})", symbols.join(","))
+            }
+            other => other.to_string(),
+        })
+        .collect();
+    let elem = ty.elem.map_or("?".to_string(), |e| e.to_string());
+    format!("{elem}[{}]", dims.join(","))
 }
 
 /// Ancestors visited at most before a value is taken as not constant: keeps a check linear
@@ -179,5 +212,27 @@ fn show(v: &AttrValue) -> String {
         AttrValue::String(s) => format!("\"{}\"", String::from_utf8_lossy(s)),
         AttrValue::Ints(v) => format!("{v:?}"),
         other => other.kind().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cleave_ir::{Dim, ElemType, TensorType};
+
+    #[test]
+    fn long_symbolic_dims_read_as_the_symbols_they_depend_on() {
+        let ty = TensorType::new(
+            ElemType::F32,
+            vec![
+                Dim::Param("batch".into()),
+                Dim::Fixed(128),
+                Dim::Param("floor(floor(height/2 - 1/2)/2) + 1".into()),
+                Dim::Param("(floor(width/2 - 1/2) + 1)*(floor(height/2 - 1/2) + 1)".into()),
+            ],
+        );
+        assert_eq!(
+            super::readable(&ty),
+            "float32[batch,128,f(height),f(height,width)]"
+        );
     }
 }
