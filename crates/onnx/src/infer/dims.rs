@@ -58,11 +58,18 @@ pub fn product_dim(d: &[Dim]) -> Dim {
     }
 }
 
-pub fn map_fixed(d: &Dim, f: impl Fn(i64) -> i64) -> Dim {
+/// A fixed dim mapped through arithmetic on values from the file: `f` returns `None` where
+/// it would overflow, and that, like a negative result, leaves the dim unknown.
+pub fn map_fixed(d: &Dim, f: impl Fn(i64) -> Option<i64>) -> Dim {
     match d {
-        Dim::Fixed(n) => Dim::Fixed(f(*n)),
+        Dim::Fixed(n) => f(*n).filter(|&v| v >= 0).map_or(Dim::Unknown, Dim::Fixed),
         _ => Dim::Unknown,
     }
+}
+
+/// An `i128` result back to a dim size, when it fits.
+pub fn fits(v: i128) -> Option<i64> {
+    i64::try_from(v).ok()
 }
 
 #[cfg(test)]

@@ -346,7 +346,7 @@ fn register_ms(r: &mut Registry) {
         let shape = cx.shape(0).map(|s| {
             let mut s = s.to_vec();
             if let Some(last) = s.last_mut() {
-                *last = super::dims::map_fixed(last, |n| n / 2);
+                *last = super::dims::map_fixed(last, |n| Some(n / 2));
             }
             s
         });

@@ -2,7 +2,7 @@
 
 use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
 
-use super::dims::{axis, broadcast, map_fixed};
+use super::dims::{axis, broadcast, fits, map_fixed};
 use super::{Cx, Registry};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -103,10 +103,10 @@ pub(crate) fn register(r: &mut Registry) {
         let bb = b.checked_mul(b).filter(|_| b >= 1);
         let up = cx.node.op_type == "DepthToSpace";
         let shape = cx.shape(0).filter(|s| s.len() == 4).zip(bb).map(|(s, bb)| {
-            let (c, hw): (Dim, fn(i64, i64) -> i64) = if up {
-                (map_fixed(&s[1], |c| c / bb), |d, b| d.saturating_mul(b))
+            let (c, hw): (Dim, fn(i64, i64) -> Option<i64>) = if up {
+                (map_fixed(&s[1], |c| c.checked_div(bb)), i64::checked_mul)
             } else {
-                (map_fixed(&s[1], |c| c.saturating_mul(bb)), |d, b| d / b)
+                (map_fixed(&s[1], |c| c.checked_mul(bb)), i64::checked_div)
             };
             vec![
                 s[0].clone(),
@@ -282,24 +282,34 @@ pub(crate) fn windowed(cx: &Cx, weights: usize, channels: Dim) -> Option<Vec<Dim
     }
     let mut out = vec![x[0].clone(), channels];
     for i in 0..spatial {
-        let span = dil[i] * (kernel[i] - 1) + 1;
-        let (s, pb, pe) = (strides[i].max(1), pads[i], pads[i + spatial]);
-        out.push(map_fixed(&x[i + 2], |n| match auto {
-            "SAME_UPPER" | "SAME_LOWER" => (n + s - 1) / s,
-            "VALID" => (n - span) / s + 1,
-            _ => {
-                let room = n + pb + pe - span;
-                let mut o = if ceil {
-                    (room + s - 1) / s + 1
-                } else {
-                    room / s + 1
-                };
-                // With ceil_mode a window must start inside the input or its left padding.
-                if ceil && (o - 1) * s >= n + pb {
-                    o -= 1;
+        // Attribute values come from the file: the arithmetic is done in i128, where products
+        // of two i64 cannot overflow, and a size that does not fit back is unknown.
+        let wide = |v: i64| i128::from(v);
+        let span = wide(dil[i]) * (wide(kernel[i]) - 1) + 1;
+        let (s, pb, pe) = (
+            wide(strides[i].max(1)),
+            wide(pads[i]),
+            wide(pads[i + spatial]),
+        );
+        out.push(map_fixed(&x[i + 2], |n| {
+            let n = wide(n);
+            fits(match auto {
+                "SAME_UPPER" | "SAME_LOWER" => (n + s - 1) / s,
+                "VALID" => (n - span) / s + 1,
+                _ => {
+                    let room = n + pb + pe - span;
+                    let mut o = if ceil {
+                        (room + s - 1) / s + 1
+                    } else {
+                        room / s + 1
+                    };
+                    // With ceil_mode a window must start inside the input or its left padding.
+                    if ceil && (o - 1) * s >= n + pb {
+                        o -= 1;
+                    }
+                    o
                 }
-                o
-            }
+            })
         }));
     }
     Some(out)
@@ -313,7 +323,7 @@ fn conv_transpose(cx: &Cx) -> Option<Vec<Dim>> {
     }
     let spatial = x.len() - 2;
     let group = cx.attr_i("group").unwrap_or(1);
-    let channels = map_fixed(&w[1], |c| c * group);
+    let channels = map_fixed(&w[1], |c| c.checked_mul(group));
     if let Some(shape) = cx.attr_ints("output_shape") {
         let tail = &shape[shape.len().saturating_sub(spatial)..];
         let mut out = vec![x[0].clone(), channels];
@@ -347,13 +357,17 @@ fn conv_transpose(cx: &Cx) -> Option<Vec<Dim>> {
     }
     let mut out = vec![x[0].clone(), channels];
     for i in 0..spatial {
-        out.push(map_fixed(&x[i + 2], |n| match auto {
-            "SAME_UPPER" | "SAME_LOWER" => n * strides[i],
-            _ => {
-                strides[i] * (n - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1
-                    - pads[i]
-                    - pads[i + spatial]
-            }
+        let wide = |v: i64| i128::from(v);
+        out.push(map_fixed(&x[i + 2], |n| {
+            let (n, s) = (wide(n), wide(strides[i]));
+            fits(match auto {
+                "SAME_UPPER" | "SAME_LOWER" => n * s,
+                _ => {
+                    s * (n - 1) + wide(opad[i]) + (wide(kernel[i]) - 1) * wide(dil[i]) + 1
+                        - wide(pads[i])
+                        - wide(pads[i + spatial])
+                }
+            })
         }));
     }
     Some(out)
@@ -419,7 +433,11 @@ fn scale(x: &[Dim], scales: &[f64]) -> Option<Vec<Dim>> {
                 if s == 1.0 {
                     d.clone()
                 } else {
-                    map_fixed(d, |n| (n as f64 * s).floor() as i64)
+                    map_fixed(d, |n| {
+                        let v = (n as f64 * s).floor();
+                        // `as` saturates; only sizes an i64 holds exactly are kept.
+                        (v.is_finite() && v.abs() < 9.0e18).then_some(v as i64)
+                    })
                 }
             })
             .collect()

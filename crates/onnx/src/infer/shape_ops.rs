@@ -211,7 +211,7 @@ pub(crate) fn register(r: &mut Registry) {
             (Some(s), Some(reps)) if s.len() == reps.len() => Some(
                 s.iter()
                     .zip(reps)
-                    .map(|(d, &r)| super::dims::map_fixed(d, |n| n * r))
+                    .map(|(d, &r)| super::dims::map_fixed(d, |n| n.checked_mul(r)))
                     .collect(),
             ),
             _ => None,
@@ -474,7 +474,9 @@ fn pad(cx: &Cx) -> Option<Vec<Dim>> {
     }
     let mut out = s.to_vec();
     for (k, &a) in axes.iter().enumerate() {
-        out[a] = super::dims::map_fixed(&s[a], |n| n + pads[k] + pads[k + axes.len()]);
+        out[a] = super::dims::map_fixed(&s[a], |n| {
+            n.checked_add(pads[k])?.checked_add(pads[k + axes.len()])
+        });
     }
     Some(out)
 }
