@@ -778,3 +778,72 @@ fn shared_weights_of_an_embedded_source_are_streamed_out() {
     );
     oracle(&work.join("tiny_cnn.conn.json"));
 }
+
+#[test]
+fn a_part_copying_a_constant_that_reads_a_placed_one_comes_after_it() {
+    // softmax computes a constant graph output and is pinned to npu; relu_c, a copied
+    // constant, reads it inside the cpu part, whose first node comes earlier in the file.
+    // Found by the pipeline_onnx fuzz target: the cpu part was numbered first and read
+    // 'probs' before any part made it.
+    let dir = tempfile::tempdir().unwrap();
+    let w = cleave::onnx::proto::TensorProto {
+        name: Some("w".into()),
+        dims: vec![1, 4],
+        data_type: Some(cleave::onnx::proto::tensor_proto::DataType::Float as i32),
+        raw_data: Some(
+            [0.5f32, -1.0, 2.0, 0.25]
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+        ),
+        ..Default::default()
+    };
+    let mut m = model(
+        vec![
+            node("relu0", "Relu", &["x"], &["r0"]),
+            node("softmax", "Softmax", &["w"], &["probs"]),
+            node("relu_c", "Relu", &["probs"], &["rc"]),
+            node("add", "Add", &["r0", "rc"], &["y"]),
+        ],
+        vec![w],
+        "y",
+    );
+    m.graph
+        .as_mut()
+        .unwrap()
+        .output
+        .push(float_input("probs", &[1, 4]));
+    let src = write(dir.path(), "m.onnx", &m.encode_to_vec());
+    let rules = write(
+        dir.path(),
+        "m.part",
+        b"[partition]\nbackends=npu,cpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\nsoftmax=npu\n",
+    );
+    let work = dir.path().join("w");
+    ok(&cleave(&[
+        os("partition"),
+        src.as_os_str(),
+        os("--part"),
+        rules.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ]));
+    let conn = work.join("m.conn.json");
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    let parts = c["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{c}");
+    assert_eq!(parts[0]["outputs"], serde_json::json!(["probs"]), "{c}");
+    let out = ok(&cleave(&[
+        os("verify"),
+        src.as_os_str(),
+        conn.as_os_str(),
+        os("--boundaries"),
+        os("--engine"),
+        os("npu=ort,cpu=ort"),
+        os("--reference"),
+        os("ort"),
+    ]));
+    assert!(out.contains("tensors match"), "{out}");
+}

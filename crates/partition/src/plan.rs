@@ -56,6 +56,7 @@ impl Plan {
         // Part dependencies, then a topological numbering, earliest source node first.
         let mut deps: Vec<HashSet<u32>> = vec![HashSet::new(); k];
         let mut first_pos = vec![usize::MAX; k];
+        let above = crate::unit_graph::through_copies(g, &part_of_node);
         for (pos, &n) in g.topo_order().iter().enumerate() {
             let me = part_of_node[n.index()];
             if me == u32::MAX {
@@ -63,11 +64,17 @@ impl Plan {
             }
             first_pos[me as usize] = first_pos[me as usize].min(pos);
             for v in g.node(n).all_inputs() {
-                if let Some(pn) = g.value(v).producer() {
-                    let other = part_of_node[pn.index()];
-                    if other != u32::MAX && other != me {
+                let Some(pn) = g.value(v).producer() else {
+                    continue;
+                };
+                match part_of_node[pn.index()] {
+                    u32::MAX => {
+                        deps[me as usize].extend(above[pn.index()].iter().filter(|&&o| o != me))
+                    }
+                    other if other != me => {
                         deps[me as usize].insert(other);
                     }
+                    _ => {}
                 }
             }
         }
@@ -172,10 +179,12 @@ fn fill_boundary(
     let mut outputs = Vec::new();
     for &n in &part.nodes {
         for &v in g.node(n).outputs.iter().flatten() {
-            let read_elsewhere = g.value(v).consumers.iter().any(|c| {
-                let owner = part_of_node[c.index()];
-                owner != me && owner != u32::MAX
-            });
+            // A copied constant reading it may sit in another part (see `through_copies`).
+            let read_elsewhere = g
+                .value(v)
+                .consumers
+                .iter()
+                .any(|c| part_of_node[c.index()] != me);
             // A constant node copied elsewhere may read this too: then it is not constant.
             if read_elsewhere || graph_outputs.contains(&v) {
                 outputs.push(v);

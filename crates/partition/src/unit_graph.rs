@@ -189,7 +189,8 @@ impl UnitGraph {
     }
 
     /// Units from an assigned IR graph: every node placed on a device is a unit, except that
-    /// the node pairs in `glue` (same device) become one unit. Reads of constants are not edges.
+    /// the node pairs in `glue` (same device) become one unit. Reads of copied constants are not
+    /// edges, but what those constants read from placed units is.
     pub fn from_assignment(g: &Graph, a: &Assignment, glue: &[(NodeId, NodeId)]) -> UnitGraph {
         let mut unit_of = vec![u32::MAX; g.nodes.len()];
         let mut nodes: Vec<Vec<NodeId>> = Vec::new();
@@ -230,15 +231,24 @@ impl UnitGraph {
         for u in unit_of.iter_mut().filter(|u| **u != u32::MAX) {
             *u = renumber[*u as usize];
         }
+        let placed_above = through_copies(g, &unit_of);
         let mut edges = Vec::new();
         for (u, ns) in kept_nodes.iter().enumerate() {
+            let me = u as u32;
             for &n in ns {
                 for v in g.node(n).all_inputs() {
-                    if let Some(p) = g.value(v).producer() {
-                        let pu = unit_of[p.index()];
-                        if pu != u32::MAX && pu != u as u32 {
-                            edges.push((pu, u as u32));
-                        }
+                    let Some(p) = g.value(v).producer() else {
+                        continue;
+                    };
+                    match unit_of[p.index()] {
+                        u32::MAX => edges.extend(
+                            placed_above[p.index()]
+                                .iter()
+                                .filter(|&&pu| pu != me)
+                                .map(|&pu| (pu, me)),
+                        ),
+                        pu if pu != me => edges.push((pu, me)),
+                        _ => {}
                     }
                 }
             }
@@ -347,4 +357,30 @@ impl UnitGraph {
         }
         true
     }
+}
+
+/// For each node no unit or part owns (a copied constant), the owners of the placed nodes it
+/// reads through other copies. A copied constant may read a placed one (a constant graph
+/// output, or a constant an [OPNAME] rule pins), and whatever copies it then depends on that
+/// owner. `owner[n]` is `u32::MAX` for unplaced nodes.
+pub(crate) fn through_copies(g: &Graph, owner: &[u32]) -> Vec<Vec<u32>> {
+    let mut above: Vec<Vec<u32>> = vec![Vec::new(); g.nodes.len()];
+    for &n in g.topo_order() {
+        if owner[n.index()] != u32::MAX {
+            continue;
+        }
+        let mut mine = Vec::new();
+        for v in g.node(n).all_inputs() {
+            if let Some(p) = g.value(v).producer() {
+                match owner[p.index()] {
+                    u32::MAX => mine.extend_from_slice(&above[p.index()]),
+                    o => mine.push(o),
+                }
+            }
+        }
+        mine.sort_unstable();
+        mine.dedup();
+        above[n.index()] = mine;
+    }
+    above
 }
