@@ -5,6 +5,9 @@ use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
 use super::dims::{axis, broadcast, fits, map_fixed};
 use super::{Cx, Registry};
 
+/// How DepthToSpace/SpaceToDepth change a spatial dim by the block size.
+type SpatialMap = fn(i64, i64) -> Option<i64>;
+
 pub(crate) fn register(r: &mut Registry) {
     r.add(&["Conv", "ConvInteger", "QLinearConv"], |cx| {
         // QLinearConv: x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias.
@@ -103,7 +106,7 @@ pub(crate) fn register(r: &mut Registry) {
         let bb = b.checked_mul(b).filter(|_| b >= 1);
         let up = cx.node.op_type == "DepthToSpace";
         let shape = cx.shape(0).filter(|s| s.len() == 4).zip(bb).map(|(s, bb)| {
-            let (c, hw): (Dim, fn(i64, i64) -> Option<i64>) = if up {
+            let (c, hw): (Dim, SpatialMap) = if up {
                 (map_fixed(&s[1], |c| c.checked_div(bb)), i64::checked_mul)
             } else {
                 (map_fixed(&s[1], |c| c.checked_mul(bb)), i64::checked_div)
