@@ -54,6 +54,15 @@ impl<'a> Cx<'a> {
         self.node.outputs.len()
     }
 
+    /// One output shaped as input 0, of element type `elem` (casts, comparisons,
+    /// quantisation, scalers).
+    pub fn like_input(&self, elem: Option<ElemType>) -> Vec<TensorType> {
+        vec![TensorType {
+            elem,
+            shape: self.ty(0).shape,
+        }]
+    }
+
     pub fn ty(&self, i: usize) -> TensorType {
         self.input_id(i)
             .map(|v| self.g.value(v).ty.clone())

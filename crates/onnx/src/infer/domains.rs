@@ -83,10 +83,7 @@ fn register_ml(r: &mut Registry) {
             } else {
                 Some(ElemType::F32)
             };
-            vec![TensorType {
-                elem,
-                shape: cx.ty(0).shape,
-            }]
+            cx.like_input(elem)
         },
     );
     r.add_in(ML, &["LabelEncoder", "CategoryMapper"], |cx| {
@@ -107,10 +104,7 @@ fn register_ml(r: &mut Registry) {
                 _ => None,
             }
         };
-        vec![TensorType {
-            elem,
-            shape: cx.ty(0).shape,
-        }]
+        cx.like_input(elem)
     });
     r.add_in(ML, &["OneHotEncoder"], |cx| {
         let shape = cx.shape(0).map(|s| {
@@ -268,10 +262,7 @@ fn register_ms(r: &mut Registry) {
         } else {
             Some(ElemType::U8)
         };
-        vec![TensorType {
-            elem,
-            shape: cx.ty(0).shape,
-        }]
+        cx.like_input(elem)
     });
     r.add_in(
         MS,

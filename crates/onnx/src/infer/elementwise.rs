@@ -108,10 +108,7 @@ pub(crate) fn register(r: &mut Registry) {
         }]
     });
     r.add(&["IsNaN", "IsInf"], |cx| {
-        vec![TensorType {
-            elem: Some(ElemType::Bool),
-            shape: cx.ty(0).shape,
-        }]
+        cx.like_input(Some(ElemType::Bool))
     });
     r.add(&["Where"], |cx| {
         vec![TensorType {
@@ -120,17 +117,9 @@ pub(crate) fn register(r: &mut Registry) {
         }]
     });
     r.add(&["Cast"], |cx| {
-        vec![TensorType {
-            elem: cx.attr_i("to").and_then(|c| elem_from_code(c as i32)),
-            shape: cx.ty(0).shape,
-        }]
+        cx.like_input(cx.attr_i("to").and_then(|c| elem_from_code(c as i32)))
     });
-    r.add(&["CastLike"], |cx| {
-        vec![TensorType {
-            elem: cx.elem(1),
-            shape: cx.ty(0).shape,
-        }]
-    });
+    r.add(&["CastLike"], |cx| cx.like_input(cx.elem(1)));
     r.add(&["Dropout"], |cx| {
         let x = cx.ty(0);
         vec![
@@ -182,10 +171,7 @@ pub(crate) fn register(r: &mut Registry) {
                     Some(ElemType::U8)
                 }
             });
-        vec![TensorType {
-            elem,
-            shape: cx.ty(0).shape,
-        }]
+        cx.like_input(elem)
     });
     r.add(&["DequantizeLinear"], |cx| {
         let elem = cx
@@ -193,10 +179,7 @@ pub(crate) fn register(r: &mut Registry) {
             .filter(|&c| c != 0)
             .and_then(|c| elem_from_code(c as i32))
             .or(cx.elem(1));
-        vec![TensorType {
-            elem,
-            shape: cx.ty(0).shape,
-        }]
+        cx.like_input(elem)
     });
     r.add(&["DynamicQuantizeLinear"], |cx| {
         vec![

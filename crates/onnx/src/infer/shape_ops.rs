@@ -251,10 +251,7 @@ pub(crate) fn register(r: &mut Registry) {
             .attr_i("dtype")
             .and_then(|c| elem_from_code(c as i32))
             .or(cx.elem(0));
-        vec![TensorType {
-            elem,
-            shape: cx.ty(0).shape,
-        }]
+        cx.like_input(elem)
     });
     r.add(&["RandomNormal", "RandomUniform"], |cx| {
         let elem = cx
@@ -273,10 +270,7 @@ pub(crate) fn register(r: &mut Registry) {
                 .attr_i("dtype")
                 .and_then(|c| elem_from_code(c as i32))
                 .or(cx.elem(0));
-            vec![TensorType {
-                elem,
-                shape: cx.ty(0).shape,
-            }]
+            cx.like_input(elem)
         },
     );
 }
