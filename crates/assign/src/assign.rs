@@ -48,6 +48,8 @@ pub enum Reason {
     ConstantOutput,
     /// Member of a fused group: goes where the group's anchor goes.
     Fused,
+    /// Moved by the latency objective: the cost model predicts the split faster so.
+    Cost,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

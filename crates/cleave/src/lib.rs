@@ -46,10 +46,13 @@ mod devices;
 mod error;
 mod load;
 mod pipeline;
+mod placement;
+mod profile;
 mod read_back;
 mod run;
 
 pub use cleave_assign as assign;
+pub use cleave_cost as cost;
 pub use cleave_device as device;
 pub use cleave_engines as engines;
 pub use cleave_files as files;
@@ -67,5 +70,9 @@ pub use devices::{DeviceRequest, Devices};
 pub use error::Error;
 pub use load::{frontend_for, frontends, load};
 pub use pipeline::{load_model, Algorithm, Cut, Loaded, RewriteSummary};
+pub use placement::{
+    Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
+};
+pub use profile::{profile, ProfileOptions};
 pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
 pub use run::{conn_source, engine, load_parts, EngineEvaluator};

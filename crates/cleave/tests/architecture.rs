@@ -8,13 +8,14 @@ use std::path::Path;
 use std::process::Command;
 
 /// The crates between loading and writing: they must work on any format.
-const NEUTRAL: [&str; 9] = [
+const NEUTRAL: [&str; 10] = [
     "cleave-ir",
     "cleave-files",
     "cleave-device",
     "cleave-fuse",
     "cleave-assign",
     "cleave-partition",
+    "cleave-cost",
     "cleave-view",
     "cleave-runtime",
     "cleave-frontend",

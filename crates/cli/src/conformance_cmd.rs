@@ -60,6 +60,9 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         no_constraints: false,
         shape: Vec::new(),
         dim: Vec::new(),
+        objective: crate::setup::Objective::Fewest,
+        costs: None,
+        margin: cleave::DEFAULT_MARGIN,
     };
     let mut c = Counts {
         engine: kind.name(),

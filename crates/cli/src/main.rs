@@ -5,6 +5,7 @@
 
 mod bench_cmd;
 mod bench_partition;
+mod bench_placements;
 mod check;
 mod conformance_cmd;
 mod convert;
@@ -14,8 +15,10 @@ mod fail;
 mod gen_cmd;
 mod inputs;
 mod inspect;
+mod latency;
 mod optimize_cmd;
 mod partition_cmd;
+mod profile_cmd;
 mod progress;
 mod query;
 mod report_cmd;
@@ -146,6 +149,49 @@ enum Command {
         #[arg(long)]
         report: bool,
     },
+    /// Measure what each unit of a model costs on each device, for `--objective latency`:
+    /// every node (a quantize and its dequantize together) is written as a model of its own
+    /// and run alone on the engine of every device whose profile runs it, fed the tensors
+    /// the whole model computes from seeded random (or given) inputs; warm-up runs, then the
+    /// median of the timed runs. Each engine's per-call and copy costs are measured on a
+    /// one-node probe at 4 bytes and 4 MiB and taken out of the units' times. Writes a JSON
+    /// cost file (see the README) that partition, query and bench read with --costs.
+    Profile {
+        /// The model file (.onnx). Its dims must be static, or fixed with --shape/--dim.
+        model: PathBuf,
+        #[command(flatten)]
+        devices: setup::DeviceArgs,
+        /// Engine per device, e.g. nnapi=tract,cpu=ort. Default: a device named `ort` runs on
+        /// ONNX Runtime, every other on tract.
+        #[arg(long = "engine", value_delimiter = ',', value_name = "DEVICE=ENGINE")]
+        engines: Vec<String>,
+        /// Untimed runs per unit and device before the timed ones.
+        #[arg(long, default_value_t = 2)]
+        warmup: u32,
+        /// Timed runs per unit and device (the median is kept).
+        #[arg(long, default_value_t = 10)]
+        repeats: u32,
+        /// Seconds after which every remaining unit gets one warm-up and one timed run.
+        #[arg(long, value_name = "SECONDS")]
+        budget: Option<f64>,
+        /// Seed of the random inputs (inputs not given with --input).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// A model input from a file: NAME=FILE.npy or NAME=FILE.pb.
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        inputs: Vec<String>,
+        /// The cost file to write (atomically).
+        #[arg(short = 'o', long = "output", value_name = "COSTS.json")]
+        output: PathBuf,
+        /// Print the cost file instead of the summary.
+        #[arg(long)]
+        json: bool,
+        /// Let each engine use every core. By default each runs on one thread, so that a
+        /// device is a core of its own and its figures do not swing with the other cores'
+        /// load; `bench --objective latency` then runs the engines as they were profiled.
+        #[arg(long)]
+        all_cores: bool,
+    },
     /// Write the views of a written partition beside its connection files: stem.partition.md
     /// (summary table and mermaid flowchart), stem.dot (Graphviz) and stem.report.html (one
     /// self-contained page: part graph, a table per part, node graph with parts as clusters).
@@ -188,7 +234,10 @@ enum Command {
         json: bool,
     },
     /// Time the model monolithic, partitioned sequential and partitioned pipelined, back to
-    /// back in one process: medians, throughput, and the ratios between them.
+    /// back in one process: medians, throughput, and the ratios between them. With
+    /// `--objective latency` (and --costs): the placement the cost model chose, the
+    /// capability placement and each single device that runs the whole model instead, timed
+    /// in interleaved rounds, measured next to predicted.
     Bench {
         /// A partition (stem.conn.json), or a model to partition with the device flags.
         target: PathBuf,
@@ -357,6 +406,31 @@ fn main() -> ExitCode {
             stages,
             report,
         }),
+        Command::Profile {
+            model,
+            devices,
+            engines,
+            warmup,
+            repeats,
+            budget,
+            seed,
+            inputs,
+            output,
+            json,
+            all_cores,
+        } => profile_cmd::run(profile_cmd::ProfileArgs {
+            all_cores,
+            model: &model,
+            devices: &devices,
+            engines: &engines,
+            warmup,
+            repeats,
+            budget_s: budget,
+            seed,
+            inputs: &inputs,
+            output: &output,
+            json,
+        }),
         Command::Report { conn, model } => report_cmd::run(&conn, model.as_deref()),
         Command::Check { conn } => check::run(&conn),
         Command::Gen {
@@ -400,6 +474,17 @@ fn main() -> ExitCode {
             partition: true,
             ..
         } => bench_partition::run(&target, &devices, runs, json),
+        Command::Bench {
+            target,
+            devices,
+            runs,
+            engines,
+            json,
+            partition: false,
+            ..
+        } if devices.objective == setup::Objective::Latency => {
+            bench_placements::run(&target, &devices, runs, &engines, json)
+        }
         Command::Bench {
             target,
             devices,

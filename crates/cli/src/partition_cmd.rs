@@ -89,6 +89,13 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         elapsed,
     } = build(&a)?;
     report(&a, &assigned, &plan, &written, references, elapsed);
+    if let Some(c) = &assigned.latency {
+        crate::latency::print_choice(c);
+    }
+    if let Some(p) = assigned.predict(plan.plan())? {
+        let files: Vec<String> = written.parts.iter().map(|p| p.file.clone()).collect();
+        crate::latency::print_prediction(&p, &files);
+    }
     if a.report {
         crate::report_cmd::write(
             assigned.loaded.graph(),
@@ -149,6 +156,11 @@ fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built,
 /// `--stages N`: consecutive slices of a topological order with about equal FLOPs, one part
 /// each, on the listed devices in turn (or on `stage1..N`).
 fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
+    if a.devices.objective == crate::setup::Objective::Latency {
+        return Err(Fail::usage(
+            "--stages and --objective latency both decide the devices: choose one",
+        ));
+    }
     let loaded = a.devices.load(a.model)?;
     let (assignment, cut) = loaded.stages(n, &a.devices.devices)?;
     let devices = Devices::priority(&[]);
@@ -158,6 +170,8 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
             loaded,
             devices,
             assignment,
+            costs: None,
+            latency: None,
         },
         &cut,
     )

@@ -40,6 +40,7 @@ fn reason(p: Placement) -> &'static str {
             Reason::QdqPair => "Q/DQ pair",
             Reason::ConstantOutput => "constant output",
             Reason::Fused => "fused group",
+            Reason::Cost => "latency",
         },
     }
 }
@@ -114,6 +115,9 @@ pub fn run(
     );
     for c in &q.coverage {
         print(c);
+    }
+    if let Some(c) = &l.latency {
+        crate::latency::print_choice(c);
     }
     Ok(())
 }

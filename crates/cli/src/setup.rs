@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use cleave::assign::Assignment;
-use cleave::{load_model, DeviceRequest, Devices, FixedDims, Loaded, RewriteLevel};
+use cleave::{
+    load_model, Costs, DeviceRequest, Devices, FixedDims, LatencyChoice, Loaded, Prediction,
+    RewriteLevel,
+};
 
 use crate::Fail;
 
@@ -55,6 +58,28 @@ pub struct DeviceArgs {
     /// Fix every dim named PARAM (a dim_param, e.g. batch=1) wherever the model declares it.
     #[arg(long = "dim", value_name = "PARAM=N")]
     pub dim: Vec<String>,
+    /// What the placement optimises. `fewest`: each node on the first device that runs it
+    /// (rules and the priority list), cut into the fewest parts. `latency`: each unit on the
+    /// device, among those that may run it (rules and pins still hold), that minimises the
+    /// predicted end-to-end latency of the parts run one after another; needs --costs, or
+    /// `[cost]` figures in the devices' profiles.
+    #[arg(long, value_enum, default_value = "fewest")]
+    pub objective: Objective,
+    /// Latency figures from `cleave profile` (JSON). With `--objective fewest` they only
+    /// predict the split's latency.
+    #[arg(long, value_name = "FILE.json")]
+    pub costs: Option<PathBuf>,
+    /// With --objective latency: a split must be predicted faster than the best single
+    /// device that runs the whole model by more than this fraction, else that device runs
+    /// it all (a split's prediction errs more than one part's).
+    #[arg(long, default_value_t = cleave::DEFAULT_MARGIN, value_name = "FRACTION")]
+    pub margin: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Objective {
+    Fewest,
+    Latency,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -152,6 +177,25 @@ pub struct Assigned {
     pub loaded: Loaded,
     pub devices: Devices,
     pub assignment: Assignment,
+    /// Latency figures, when `--costs` or `--objective latency` asked for them.
+    pub costs: Option<Costs>,
+    /// What `--objective latency` chose.
+    pub latency: Option<LatencyChoice>,
+}
+
+impl Assigned {
+    /// The predicted latency of `plan`, when there are figures.
+    pub fn predict(&self, plan: &cleave::partition::Plan) -> Result<Option<Prediction>, Fail> {
+        let Some(costs) = &self.costs else {
+            return Ok(None);
+        };
+        Ok(Some(self.loaded.predict(
+            &self.assignment,
+            plan,
+            &self.devices,
+            costs,
+        )?))
+    }
 }
 
 /// Loads a model and gives every node a device, as `query` and `partition` do; prints the
@@ -162,13 +206,31 @@ pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned,
     if let Some(level) = args.optimize {
         loaded = loaded.rewrite(level.into(), &devices, args.fold_limit_bytes())?;
     }
-    let assignment = loaded.assign(&devices)?;
+    let mut assignment = loaded.assign(&devices)?;
     for w in &assignment.warnings {
         eprintln!("cleave: warning: {}: {w}", model_path.display());
+    }
+    let costs = match &args.costs {
+        Some(path) => Some(Costs::read(path)?),
+        None => (args.objective == Objective::Latency).then(Costs::default),
+    };
+    let mut latency = None;
+    if let (Objective::Latency, Some(c)) = (args.objective, &costs) {
+        if !(args.margin.is_finite() && args.margin >= 0.0) {
+            return Err(Fail::usage(format!(
+                "--margin {}: give a fraction, at least 0",
+                args.margin
+            )));
+        }
+        let choice = loaded.place_for_latency(&assignment, &devices, c, args.margin)?;
+        assignment = choice.assignment.clone();
+        latency = Some(choice);
     }
     Ok(Assigned {
         loaded,
         devices,
         assignment,
+        costs,
+        latency,
     })
 }

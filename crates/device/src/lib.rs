@@ -9,4 +9,4 @@ mod constraint;
 mod profile;
 
 pub use constraint::Constraint;
-pub use profile::{FuseSection, Profile, ProfileError, Profiles, Verdict};
+pub use profile::{DeclaredCost, FuseSection, Profile, ProfileError, Profiles, Verdict};

@@ -42,6 +42,48 @@ pub struct FuseSection {
     pub tile_bytes: Option<u64>,
 }
 
+/// Latency figures for a device that is not here to measure (`[cost]`). Predictions made
+/// from them are labelled as declared wherever they are shown.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredCost {
+    /// Sustained GFLOP/s, applied to the FLOPs the front-end counts for each node.
+    pub gflops: f64,
+    /// Overhead of every node, microseconds.
+    #[serde(default)]
+    pub op_us: f64,
+    /// Overhead of one call of a part, microseconds.
+    #[serde(default)]
+    pub launch_us: f64,
+    /// GB/s at which a part's inputs go in and outputs come out.
+    pub io_gbps: f64,
+    /// Latency of the link to any other device, microseconds.
+    #[serde(default)]
+    pub link_latency_us: f64,
+    /// GB/s of the link to any other device.
+    pub link_gbps: f64,
+}
+
+impl DeclaredCost {
+    fn check(&self) -> Result<(), String> {
+        let figures = [
+            ("gflops", self.gflops, true),
+            ("op_us", self.op_us, false),
+            ("launch_us", self.launch_us, false),
+            ("io_gbps", self.io_gbps, true),
+            ("link_latency_us", self.link_latency_us, false),
+            ("link_gbps", self.link_gbps, true),
+        ];
+        for (name, v, rate) in figures {
+            if !v.is_finite() || v < 0.0 || (rate && v == 0.0) {
+                let need = if rate { "above zero" } else { "not negative" };
+                return Err(format!("[cost] {name} = {v}: must be finite and {need}"));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfileFile {
@@ -56,6 +98,7 @@ struct ProfileFile {
     ops: BTreeMap<String, Constraint>,
     #[serde(default)]
     fuse: FuseSection,
+    cost: Option<DeclaredCost>,
 }
 
 /// What a device can run.
@@ -70,6 +113,8 @@ pub struct Profile {
     /// Supported ops by (domain, op type); the default domain is "".
     pub ops: BTreeMap<(String, String), Constraint>,
     pub fuse: FuseSection,
+    /// Declared latency figures, for placement by cost without measuring.
+    pub cost: Option<DeclaredCost>,
 }
 
 /// A profile's answer for one node.
@@ -88,6 +133,12 @@ impl Profile {
             path: path.to_path_buf(),
             message: one_line(&e.to_string()),
         })?;
+        if let Some(c) = &f.cost {
+            c.check().map_err(|message| ProfileError::Parse {
+                path: path.to_path_buf(),
+                message,
+            })?;
+        }
         let mut ops = BTreeMap::new();
         for (key, c) in f.ops {
             let (domain, op) = match key.rsplit_once("::") {
@@ -103,6 +154,7 @@ impl Profile {
             defaults: f.defaults,
             ops,
             fuse: f.fuse,
+            cost: f.cost,
         })
     }
 

@@ -201,4 +201,8 @@ pub trait Source: Send + Sync {
     /// Writes a copy of the model to `path` whose outputs also include `extra` (to compare
     /// boundary tensors against the whole model).
     fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError>;
+
+    /// Writes, in this format, a model whose one node passes a tensor of `elem` and `dims`
+    /// through unchanged: what a profiler times to learn an engine's per-call and copy costs.
+    fn write_probe(&self, elem: ElemType, dims: &[i64], path: &Path) -> Result<(), FrontendError>;
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use cleave_frontend::{
     Emitted, ExternalData, FixedDims, Frontend, FrontendError, RewriteOptions, Rewritten, Source,
 };
-use cleave_ir::{Model, OpSemantics, ValueId};
+use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
 
 use crate::emit::{emit_with, with_outputs, EmitError};
@@ -113,6 +113,11 @@ impl Source for OnnxSource {
         // Saved as a model derived from the source, so its external data files come along
         // and resolve beside the copy.
         self.onnx.derived(proto).save(path).map_err(from_onnx)
+    }
+
+    fn write_probe(&self, elem: ElemType, dims: &[i64], path: &Path) -> Result<(), FrontendError> {
+        let model = crate::probe::identity_model(elem, dims);
+        crate::io::write_atomic(path, &crate::io::encode_model(&model)).map_err(from_onnx)
     }
 }
 

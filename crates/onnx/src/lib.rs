@@ -20,6 +20,7 @@ pub mod gen;
 mod infer;
 mod io;
 mod ops;
+mod probe;
 pub mod rewrite;
 mod to_ir;
 mod validate;

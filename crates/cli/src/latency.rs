@@ -1,0 +1,112 @@
+//! Printing what `--objective latency` chose and what a split is predicted to cost.
+
+use cleave::cost::Method;
+use cleave::{LatencyChoice, Prediction};
+
+pub fn ms(s: f64) -> String {
+    format!("{:.3} ms", s * 1e3)
+}
+
+/// Where the figures come from, for every line that shows a prediction.
+pub fn provenance(declared: &[String]) -> String {
+    if declared.is_empty() {
+        "measured figures".into()
+    } else {
+        format!("declared figures for {}", declared.join(", "))
+    }
+}
+
+/// The choice: method, the candidates it beat, and the units it moved and why.
+pub fn print_choice(c: &LatencyChoice) {
+    let method =
+        match c.method {
+            Method::Exact { placements } => {
+                format!("exact, every one of {placements} placements tried")
+            }
+            Method::Scalable {
+                evaluations,
+                finished,
+            } => format!(
+            "scalable: candidates, chain programme and climb, {evaluations} placements priced{}",
+            if finished { "" } else { ", stopped by its time budget" }
+        ),
+        };
+    println!(
+        "objective latency ({method}), planned in {:.1} ms; predicted {} ({}; parts run one after another, devices do not overlap)",
+        c.planning.as_secs_f64() * 1e3,
+        ms(c.total_s),
+        provenance(&c.declared)
+    );
+    let others: Vec<String> = c
+        .candidates
+        .iter()
+        .map(|k| {
+            format!(
+                "{} {} ({} part{})",
+                k.name,
+                ms(k.total_s),
+                k.parts,
+                if k.parts == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    println!("  predicted, for comparison: {}", others.join("; "));
+    if let Some(split) = c.split_declined {
+        println!(
+            "  the best split, predicted {}, is not faster than the best single device by more than the margin (--margin): one device runs it all",
+            ms(split)
+        );
+    }
+    if c.moved.is_empty() {
+        println!("  no unit moved from the capability placement");
+        return;
+    }
+    println!(
+        "  {} unit{} moved from the capability placement:",
+        c.moved.len(),
+        if c.moved.len() == 1 { "" } else { "s" }
+    );
+    let mut moved = c.moved.clone();
+    moved.sort_by(|a, b| (b.from_s - b.to_s).total_cmp(&(a.from_s - a.to_s)));
+    for m in moved.iter().take(10) {
+        let why = if m.to_s < m.from_s {
+            "faster there"
+        } else {
+            "slower alone, but joining its neighbours saves a part's launch and copies"
+        };
+        println!(
+            "    {} ({}): {} {} -> {} {}: {why}",
+            m.label,
+            m.op,
+            m.from,
+            ms(m.from_s),
+            m.to,
+            ms(m.to_s)
+        );
+    }
+    if moved.len() > 10 {
+        println!("    ... and {} more", moved.len() - 10);
+    }
+}
+
+/// One line: the plan's predicted total and its parts.
+pub fn print_prediction(p: &Prediction, part_files: &[String]) {
+    println!(
+        "predicted latency: {} over {} part{} ({})",
+        ms(p.estimate.total_s),
+        p.estimate.parts.len(),
+        if p.estimate.parts.len() == 1 { "" } else { "s" },
+        provenance(&p.declared)
+    );
+    for (k, part) in p.estimate.parts.iter().enumerate() {
+        let name = part_files.get(k).map_or("?", String::as_str);
+        println!(
+            "  {name}: {} (nodes {}, launch {}, copies {}, links {})",
+            ms(part.total_s()),
+            ms(part.compute_s),
+            ms(part.launch_s),
+            ms(part.io_s),
+            ms(part.link_s)
+        );
+    }
+}

@@ -1,0 +1,22 @@
+//! Cost-aware placement: a latency model of a split and the search for the fastest one.
+//!
+//! A [`Problem`] holds units (nodes, or nodes that never part), what each costs on each
+//! device that may run it, the tensors between them, and per device the cost of one call
+//! of a part and of moving its inputs and outputs, plus the links between devices. A
+//! placement's [`Estimate`] cuts it with the default partitioner and sums its parts, run one
+//! after another. [`optimize`] minimises that sum, exactly on small problems; the figures
+//! come from a [`CostFile`] (measured by `cleave profile`) or from figures a device profile
+//! declares.
+
+mod file;
+mod problem;
+mod search;
+
+pub use file::{
+    fingerprint, CostFile, DeviceEntry, LinkEntry, ModelStamp, Profiling, UnitEntry, FORMAT,
+};
+pub use problem::{DeviceCosts, Estimate, Flow, Link, PartEstimate, Problem};
+pub use search::{chain, exact, optimize, scalable, search_space, Method, Placed, EXACT_LIMIT};
+
+#[cfg(test)]
+mod tests;
