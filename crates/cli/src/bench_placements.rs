@@ -28,6 +28,13 @@ struct Row {
 }
 
 #[derive(Serialize)]
+struct Refused {
+    placement: String,
+    predicted_ms: f64,
+    reason: String,
+}
+
+#[derive(Serialize)]
 struct PartRow {
     file: String,
     device: String,
@@ -45,6 +52,8 @@ struct Report {
     chosen_over_best_single: Option<f64>,
     /// Chosen over the capability placement (measured).
     chosen_over_capability: f64,
+    /// Placements an engine refused to run, with their prediction and the engine's reason.
+    refused: Vec<Refused>,
     planning_ms: f64,
 }
 
@@ -117,6 +126,7 @@ pub fn run(
     let tmp = tempfile::tempdir()
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let mut cands = Vec::new();
+    let mut refused: Vec<(String, f64, String)> = Vec::new();
     for (k, (name, a)) in placements.iter().enumerate() {
         let cut = l.loaded.partition(
             a,
@@ -128,7 +138,19 @@ pub fn run(
         let predicted = l.loaded.predict(a, plan.plan(), &l.devices, &costs)?;
         let dir = tmp.path().join(format!("p{k}"));
         let written = l.loaded.write(&plan, &dir, ExternalData::Inline)?;
-        let parts = load_parts(&written.conn_json, &map, single_thread)?;
+        let mut parts = match load_parts(&written.conn_json, &map, single_thread) {
+            Ok(p) => p,
+            Err(e) => {
+                refused.push((name.clone(), predicted.estimate.total_s, e.to_string()));
+                continue;
+            }
+        };
+        // Warm-up (engines build plans and caches on the first run); an engine that
+        // refuses a part takes its placement out of the race, with the reason.
+        if let Err(e) = parts.run(feeds.clone(), &mut []) {
+            refused.push((name.clone(), predicted.estimate.total_s, e.to_string()));
+            continue;
+        }
         cands.push(Candidate {
             name: name.clone(),
             stats: vec![PartStats::default(); parts.sessions.len()],
@@ -146,9 +168,15 @@ pub fn run(
     bar.finish_and_clear();
     let runs = runs.max(1);
     let bar = crate::progress::bar("bench rounds", runs as u64 + 1);
-    for c in &mut cands {
-        // Warm-up: engines build plans and caches on the first run.
-        c.parts.run(feeds.clone(), &mut []).map_err(runtime_fail)?;
+    if cands.is_empty() {
+        let why: Vec<String> = refused
+            .iter()
+            .map(|(n, _, e)| format!("{n}: {e}"))
+            .collect();
+        return Err(Fail::input(
+            model,
+            format!("no placement runs: {}", why.join("; ")),
+        ));
     }
     bar.inc(1);
     let n = cands.len();
@@ -193,7 +221,17 @@ pub fn run(
             }
         })
         .collect();
-    let chosen = rows[0].measured_ms;
+    let Some(chosen) = rows
+        .iter()
+        .find(|r| r.placement.contains("chosen"))
+        .map(|r| r.measured_ms)
+    else {
+        let why = refused.first().map_or(String::new(), |r| r.2.clone());
+        return Err(Fail::input(
+            model,
+            format!("the chosen placement does not run: {why}"),
+        ));
+    };
     let best_single = rows
         .iter()
         .filter(|r| r.placement.contains("all on "))
@@ -211,6 +249,14 @@ pub fn run(
         chosen_over_capability: chosen / capability.max(1e-12),
         planning_ms: choice.planning.as_secs_f64() * 1e3,
         rows,
+        refused: refused
+            .into_iter()
+            .map(|(placement, p, reason)| Refused {
+                placement,
+                predicted_ms: p * 1e3,
+                reason,
+            })
+            .collect(),
     };
     if json {
         println!(

@@ -17,7 +17,8 @@ pub fn provenance(declared: &[String]) -> String {
 }
 
 /// The choice: method, the candidates it beat, and the units it moved and why.
-pub fn print_choice(c: &LatencyChoice) {
+pub fn choice_lines(c: &LatencyChoice) -> Vec<String> {
+    let mut out = Vec::new();
     let method =
         match c.method {
             Method::Exact { placements } => {
@@ -31,12 +32,12 @@ pub fn print_choice(c: &LatencyChoice) {
             if finished { "" } else { ", stopped by its time budget" }
         ),
         };
-    println!(
+    out.push(format!(
         "objective latency ({method}), planned in {:.1} ms; predicted {} ({}; parts run one after another, devices do not overlap)",
         c.planning.as_secs_f64() * 1e3,
         ms(c.total_s),
         provenance(&c.declared)
-    );
+    ));
     let others: Vec<String> = c
         .candidates
         .iter()
@@ -50,22 +51,25 @@ pub fn print_choice(c: &LatencyChoice) {
             )
         })
         .collect();
-    println!("  predicted, for comparison: {}", others.join("; "));
+    out.push(format!(
+        "  predicted, for comparison: {}",
+        others.join("; ")
+    ));
     if let Some(split) = c.split_declined {
-        println!(
+        out.push(format!(
             "  the best split, predicted {}, is not faster than the best single device by more than the margin (--margin): one device runs it all",
             ms(split)
-        );
+        ));
     }
     if c.moved.is_empty() {
-        println!("  no unit moved from the capability placement");
-        return;
+        out.push("  no unit moved from the capability placement".to_string());
+        return out;
     }
-    println!(
+    out.push(format!(
         "  {} unit{} moved from the capability placement:",
         c.moved.len(),
         if c.moved.len() == 1 { "" } else { "s" }
-    );
+    ));
     let mut moved = c.moved.clone();
     moved.sort_by(|a, b| (b.from_s - b.to_s).total_cmp(&(a.from_s - a.to_s)));
     for m in moved.iter().take(10) {
@@ -74,7 +78,7 @@ pub fn print_choice(c: &LatencyChoice) {
         } else {
             "slower alone, but joining its neighbours saves a part's launch and copies"
         };
-        println!(
+        out.push(format!(
             "    {} ({}): {} {} -> {} {}: {why}",
             m.label,
             m.op,
@@ -82,31 +86,34 @@ pub fn print_choice(c: &LatencyChoice) {
             ms(m.from_s),
             m.to,
             ms(m.to_s)
-        );
+        ));
     }
     if moved.len() > 10 {
-        println!("    ... and {} more", moved.len() - 10);
+        out.push(format!("    ... and {} more", moved.len() - 10));
     }
+    out
 }
 
 /// One line: the plan's predicted total and its parts.
-pub fn print_prediction(p: &Prediction, part_files: &[String]) {
-    println!(
+pub fn prediction_lines(p: &Prediction, part_files: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    out.push(format!(
         "predicted latency: {} over {} part{} ({})",
         ms(p.estimate.total_s),
         p.estimate.parts.len(),
         if p.estimate.parts.len() == 1 { "" } else { "s" },
         provenance(&p.declared)
-    );
+    ));
     for (k, part) in p.estimate.parts.iter().enumerate() {
         let name = part_files.get(k).map_or("?", String::as_str);
-        println!(
+        out.push(format!(
             "  {name}: {} (nodes {}, launch {}, copies {}, links {})",
             ms(part.total_s()),
             ms(part.compute_s),
             ms(part.launch_s),
             ms(part.io_s),
             ms(part.link_s)
-        );
+        ));
     }
+    out
 }

@@ -89,13 +89,22 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         elapsed,
     } = build(&a)?;
     report(&a, &assigned, &plan, &written, references, elapsed);
+    let mut lines = Vec::new();
     if let Some(c) = &assigned.latency {
-        crate::latency::print_choice(c);
+        lines.extend(crate::latency::choice_lines(c));
     }
-    if let Some(p) = assigned.predict(plan.plan())? {
+    let prediction = assigned.predict(plan.plan())?;
+    if let Some(p) = &prediction {
         let files: Vec<String> = written.parts.iter().map(|p| p.file.clone()).collect();
-        crate::latency::print_prediction(&p, &files);
+        lines.extend(crate::latency::prediction_lines(p, &files));
     }
+    for l in &lines {
+        println!("{l}");
+    }
+    let latency = prediction.map(|p| cleave::view::LatencyView {
+        part_ms: p.estimate.parts.iter().map(|q| q.total_s() * 1e3).collect(),
+        lines,
+    });
     if a.report {
         crate::report_cmd::write(
             assigned.loaded.graph(),
@@ -104,6 +113,7 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
             &written.conn_json,
             &assigned.loaded.path().display().to_string(),
             Some(&assigned.assignment.groups),
+            latency,
         )?;
     }
     Ok(())

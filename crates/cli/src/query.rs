@@ -117,7 +117,9 @@ pub fn run(
         print(c);
     }
     if let Some(c) = &l.latency {
-        crate::latency::print_choice(c);
+        for line in crate::latency::choice_lines(c) {
+            println!("{line}");
+        }
     }
     Ok(())
 }

@@ -26,6 +26,7 @@ pub fn run(conn: &Path, model: Option<&Path>) -> Result<(), Fail> {
         conn,
         &source,
         Some(&groups),
+        None,
     )
 }
 
@@ -38,11 +39,13 @@ pub fn write(
     conn_json: &Path,
     source: &str,
     groups: Option<&[(u16, Group)]>,
+    latency: Option<cleave::view::LatencyView>,
 ) -> Result<(), Fail> {
     let name = Path::new(source)
         .file_name()
         .map_or_else(|| source.to_string(), |n| n.to_string_lossy().into_owned());
     let mut report = Report::build(g, plan, conn, &name);
+    report.latency = latency;
     if let Some(groups) = groups {
         let index: std::collections::HashMap<&str, usize> = report
             .nodes

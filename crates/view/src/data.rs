@@ -64,8 +64,18 @@ pub struct FusedGroup {
     pub nodes: Vec<usize>,
 }
 
+/// What the cost model predicts for the plan, when there are figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatencyView {
+    /// Predicted milliseconds per part, in part order.
+    pub part_ms: Vec<f64>,
+    /// The prediction's lines: total, how the placement was chosen, the alternatives' totals
+    /// and the units moved and why.
+    pub lines: Vec<String>,
+}
+
 /// Everything the views show, gathered once from a graph and its plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     /// The source model's file name.
     pub model: String,
@@ -85,6 +95,8 @@ pub struct Report {
     pub output_from: Vec<(usize, usize)>,
     /// Fused groups: `None` until a fusion stage provides them; the views then add a section.
     pub fused: Option<Vec<FusedGroup>>,
+    /// Predicted latency, when the caller has cost figures; the page then adds a section.
+    pub latency: Option<LatencyView>,
 }
 
 impl Report {
@@ -238,6 +250,7 @@ impl Report {
             input_uses,
             output_from,
             fused: None,
+            latency: None,
         }
     }
 

@@ -93,6 +93,14 @@ pub fn to_html(r: &Report) -> String {
     }
     s.push_str("</ul>\n");
 
+    if let Some(l) = &r.latency {
+        s.push_str("<section id=\"latency\">\n<h2>Predicted latency</h2>\n<pre>");
+        for line in &l.lines {
+            s.push_str(&xml(line));
+            s.push('\n');
+        }
+        s.push_str("</pre>\n</section>\n");
+    }
     s.push_str("<section id=\"part-graph\">\n<h2>Part graph</h2>\n<p class=\"note\">Each box is a part, coloured by device; edges are the tensors handed between parts, with their bytes per inference. Click a box for its table.</p>\n<div class=\"graph\">\n");
     part_svg(r, &mut s);
     s.push_str("</div>\n</section>\n");
@@ -305,6 +313,9 @@ fn part_table(r: &Report, ends: &Ends, k: usize, s: &mut String) {
         if p.param_bytes == 0 { "none".to_string() } else { human_bytes(p.param_bytes) },
         p.constant_nodes
     );
+    if let Some(ms) = r.latency.as_ref().and_then(|l| l.part_ms.get(k)) {
+        let _ = writeln!(s, "<dl><dt>predicted latency</dt><dd>{ms:.3} ms</dd></dl>");
+    }
     s.push_str("<ul class=\"ops\">");
     for (op, c) in &p.ops {
         let _ = write!(s, "<li>{} ×{c}</li>", xml(op));

@@ -13,7 +13,7 @@ mod mermaid;
 mod text;
 mod write;
 
-pub use data::{FusedGroup, NodeView, PartEdge, PartView, Report, Tensor};
+pub use data::{FusedGroup, LatencyView, NodeView, PartEdge, PartView, Report, Tensor};
 pub use dot::to_dot;
 pub use html::to_html;
 pub use mermaid::to_markdown;
