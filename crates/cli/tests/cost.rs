@@ -25,6 +25,8 @@ fn profile(dir: &Path) -> (PathBuf, Value) {
     ok(&cleave(&[
         os("profile"),
         model.as_os_str(),
+        os("--dim"),
+        os("batch=1"),
         os("--devices"),
         os("npu,cpu"),
         os("--repeats"),
@@ -42,6 +44,8 @@ fn placed(costs: &Path) -> Vec<(String, String, String, String)> {
     let out = ok(&cleave(&[
         os("query"),
         model.as_os_str(),
+        os("--dim"),
+        os("batch=1"),
         os("--part"),
         part.as_os_str(),
         os("--objective"),
@@ -118,6 +122,8 @@ fn profile_measures_every_unit_and_latency_placement_follows_the_figures() {
     let out = ok(&cleave(&[
         os("partition"),
         model.as_os_str(),
+        os("--dim"),
+        os("batch=1"),
         os("--part"),
         part.as_os_str(),
         os("--objective"),
@@ -201,18 +207,28 @@ fn bad_cost_files_are_refused_in_one_line() {
     let (costs, v) = profile(tmp.path());
     let (model, _) = example();
     let run = |costs: &Path, devices: &str, model: &Path| {
-        cleave(&[
-            os("partition"),
-            model.as_os_str(),
-            os("--devices"),
-            os(devices),
-            os("--objective"),
-            os("latency"),
-            os("--costs"),
-            costs.as_os_str(),
-            os("-o"),
-            tmp.path().join("never").as_os_str(),
-        ])
+        let dim: &[&std::ffi::OsStr] = if model.ends_with("tiny_cnn.onnx") {
+            &[os("--dim"), os("batch=1")]
+        } else {
+            &[]
+        };
+        cleave(
+            &[
+                &[os("partition"), model.as_os_str()],
+                dim,
+                &[
+                    os("--devices"),
+                    os(devices),
+                    os("--objective"),
+                    os("latency"),
+                    os("--costs"),
+                    costs.as_os_str(),
+                    os("-o"),
+                    tmp.path().join("never").as_os_str(),
+                ],
+            ]
+            .concat(),
+        )
     };
     // Measured on another model.
     let other = tmp.path().join("other.onnx");
