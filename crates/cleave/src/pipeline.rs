@@ -219,25 +219,8 @@ impl Loaded {
                 order.push((*d).clone());
             }
         }
-        let outputs: HashSet<_> = g.outputs.iter().copied().collect();
-        let single: Vec<Placement> = g
-            .nodes
-            .iter()
-            .zip(&self.constant)
-            .map(|(node, &c)| {
-                if c && !node.outputs.iter().flatten().any(|v| outputs.contains(v)) {
-                    Placement::Constant
-                } else {
-                    Placement::Device(0, Reason::Default)
-                }
-            })
-            .collect();
-        let one = Assignment {
-            devices: vec![order[0].clone()],
-            placement: single.clone(),
-            groups: Vec::new(),
-            warnings: Vec::new(),
-        };
+        let one = self.on_one_device(&order[0]);
+        let single = one.placement.clone();
         let glue = inseparable_pairs(g, sem);
         let ug = UnitGraph::from_assignment(g, &one, &glue);
         let start = Instant::now();
@@ -274,6 +257,31 @@ impl Loaded {
                 elapsed,
             },
         ))
+    }
+
+    /// Every node on `device` but the constants, which are copied where read (a constant
+    /// graph output stays placed, as something must make it).
+    pub(crate) fn on_one_device(&self, device: &str) -> Assignment {
+        let g = self.graph();
+        let outputs: HashSet<_> = g.outputs.iter().copied().collect();
+        let placement = g
+            .nodes
+            .iter()
+            .zip(&self.constant)
+            .map(|(node, &c)| {
+                if c && !node.outputs.iter().flatten().any(|v| outputs.contains(v)) {
+                    Placement::Constant
+                } else {
+                    Placement::Device(0, Reason::Default)
+                }
+            })
+            .collect();
+        Assignment {
+            devices: vec![device.to_string()],
+            placement,
+            groups: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 
     /// Maps a cut back onto the graph's nodes and proves it: the only way to a

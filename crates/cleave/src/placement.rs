@@ -359,6 +359,7 @@ impl Loaded {
             total_s: capability.total_s,
             parts: capability.partition.count,
         });
+        let mut singles = Vec::new();
         for (k, name) in a.devices.iter().enumerate() {
             if let Some(s) = p.single(k as u16) {
                 let e = p.estimate(&s);
@@ -367,15 +368,15 @@ impl Loaded {
                     total_s: e.total_s,
                     parts: e.partition.count,
                 });
-                starts.push(s);
+                starts.push(s.clone());
+                singles.push((e, s));
             }
         }
         let mut placed = cleave_cost::optimize(&p, &starts, SEARCH_BUDGET).ok_or_else(|| {
             Error::input(self.path(), "no placement: some unit may run on no device")
         })?;
-        let best_single = starts[1..]
-            .iter()
-            .map(|s| (p.estimate(s), s))
+        let best_single = singles
+            .into_iter()
             .min_by(|x, y| x.0.total_s.total_cmp(&y.0.total_s));
         let mut kept_single = None;
         if let Some((e, s)) = best_single {
@@ -383,7 +384,7 @@ impl Loaded {
                 && e.total_s <= placed.estimate.total_s * (1.0 + margin)
             {
                 kept_single = Some(placed.estimate.total_s);
-                placed.device = s.clone();
+                placed.device = s;
                 placed.estimate = e;
             }
         }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cleave_assign::{inseparable_pairs, Assignment, Placement, Reason};
+use cleave_assign::inseparable_pairs;
 use cleave_cost::{fingerprint, CostFile, DeviceEntry, ModelStamp, Profiling, UnitEntry, FORMAT};
 use cleave_device::Verdict;
 use cleave_frontend::ExternalData;
@@ -128,25 +128,7 @@ pub fn profile(
         .map_err(|e| Error::usage(format!("cannot make a temporary folder: {e}")))?;
 
     // Units: every placed node, a quantize and its dequantize together; each written alone.
-    let outputs: std::collections::HashSet<_> = g.outputs.iter().copied().collect();
-    let placement: Vec<Placement> = g
-        .nodes
-        .iter()
-        .zip(&loaded.constant)
-        .map(|(n, &c)| {
-            if c && !n.outputs.iter().flatten().any(|v| outputs.contains(v)) {
-                Placement::Constant
-            } else {
-                Placement::Device(0, Reason::Default)
-            }
-        })
-        .collect();
-    let one = Assignment {
-        devices: vec!["profile".into()],
-        placement,
-        groups: Vec::new(),
-        warnings: Vec::new(),
-    };
+    let one = loaded.on_one_device("profile");
     let units = UnitGraph::from_assignment(g, &one, &inseparable_pairs(g, sem));
     let plan = Plan::build(g, &one, &units, &Partition::singletons(&units))
         .map_err(|e| Error::input(loaded.path(), e))?;

@@ -183,37 +183,24 @@ impl Climb<'_> {
 
     /// Tries `moved` units on `e`; keeps the move when the total falls.
     fn try_move(&mut self, dev: &mut [u16], moved: &[usize], e: u16, best: &mut f64) -> bool {
-        if moved.is_empty() || moved.iter().any(|&u| !self.p.allows(u, e) || dev[u] == e) {
-            return false;
-        }
-        let mut trial = dev.to_vec();
-        for &u in moved {
-            trial[u] = e;
-        }
-        match self.better(&trial, *best) {
-            Some(t) => {
-                dev.copy_from_slice(&trial);
-                *best = t;
-                true
-            }
-            None => false,
-        }
+        let changes: Vec<(usize, u16)> = moved.iter().map(|&u| (u, e)).collect();
+        self.try_changes(dev, &changes, best)
     }
 
-    /// Moves `u` to `e` and `v` to `f` together (each alone may not pay).
-    fn try_pair(
-        &mut self,
-        dev: &mut [u16],
-        (u, e): (usize, u16),
-        (v, f): (usize, u16),
-        best: &mut f64,
-    ) -> bool {
-        if dev[u] == e || dev[v] == f || !self.p.allows(u, e) || !self.p.allows(v, f) {
+    /// Applies every `(unit, device)` change at once (each alone may not pay); keeps them
+    /// when the total falls. Refused when a change is no change or not allowed.
+    fn try_changes(&mut self, dev: &mut [u16], changes: &[(usize, u16)], best: &mut f64) -> bool {
+        if changes.is_empty()
+            || changes
+                .iter()
+                .any(|&(u, e)| !self.p.allows(u, e) || dev[u] == e)
+        {
             return false;
         }
         let mut trial = dev.to_vec();
-        trial[u] = e;
-        trial[v] = f;
+        for &(u, e) in changes {
+            trial[u] = e;
+        }
         match self.better(&trial, *best) {
             Some(t) => {
                 dev.copy_from_slice(&trial);
@@ -262,7 +249,7 @@ impl Climb<'_> {
                 for v in u + 1..n {
                     for e in 0..d {
                         for f in 0..d {
-                            if self.try_pair(dev, (u, e), (v, f), best) {
+                            if self.try_changes(dev, &[(u, e), (v, f)], best) {
                                 return true;
                             }
                         }
