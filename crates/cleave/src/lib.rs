@@ -50,6 +50,7 @@ mod placement;
 mod profile;
 mod read_back;
 mod run;
+mod stages;
 
 pub use cleave_assign as assign;
 pub use cleave_cost as cost;
@@ -76,3 +77,4 @@ pub use placement::{
 pub use profile::{profile, ProfileOptions};
 pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
 pub use run::{conn_source, engine, load_parts, EngineEvaluator};
+pub use stages::{human_bytes, parse_memory, StageRequest, StageTime, Stages};

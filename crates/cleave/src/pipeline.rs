@@ -4,12 +4,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cleave_assign::{assign, inseparable_pairs, AssignOptions, Assignment, Placement, Reason};
+use cleave_assign::{assign, AssignOptions, Assignment, Placement, Reason};
 use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, RewriteOptions, Source};
 use cleave_ir::{Graph, Model, OpSemantics};
 use cleave_partition::{
-    openvino, partition_default, reference_counts, stage_partition, validate, OpenVinoOptions,
-    Options, Partition, Plan, References, UnitGraph, ValidatedPlan,
+    openvino, partition_default, reference_counts, validate, OpenVinoOptions, Options, Partition,
+    Plan, References, UnitGraph, ValidatedPlan,
 };
 
 use crate::{Devices, Error};
@@ -198,69 +198,6 @@ impl Loaded {
         })
     }
 
-    /// `n` consecutive pipeline stages of about equal estimated FLOPs along a topological
-    /// order, one part each, on `devices` in turn (or `stage1..n`). Returns the stages'
-    /// assignment and the cut.
-    pub fn stages(&self, n: usize, devices: &[String]) -> Result<(Assignment, Cut), Error> {
-        if n == 0 {
-            return Err(Error::usage("--stages must be at least 1"));
-        }
-        let g = self.graph();
-        let sem = self.semantics();
-        let names: Vec<String> = if devices.is_empty() {
-            (1..=n).map(|i| format!("stage{i}")).collect()
-        } else {
-            devices.to_vec()
-        };
-        let stage_device: Vec<&String> = (0..n).map(|i| &names[i % names.len()]).collect();
-        let mut order: Vec<String> = Vec::new();
-        for d in &stage_device {
-            if !order.contains(d) {
-                order.push((*d).clone());
-            }
-        }
-        let one = self.on_one_device(&order[0]);
-        let single = one.placement.clone();
-        let glue = inseparable_pairs(g, sem);
-        let ug = UnitGraph::from_assignment(g, &one, &glue);
-        let start = Instant::now();
-        let cost: Vec<u64> = ug
-            .nodes
-            .iter()
-            .map(|ns| ns.iter().map(|&x| sem.flops(g, x)).sum())
-            .collect();
-        let partition = stage_partition(&ug, &cost, n);
-        let mut placement = single;
-        for (u, ns) in ug.nodes.iter().enumerate() {
-            let d = order
-                .iter()
-                .position(|x| x == stage_device[partition.part_of[u] as usize])
-                .unwrap_or(0) as u16;
-            for &x in ns {
-                placement[x.index()] = Placement::Device(d, Reason::Default);
-            }
-        }
-        let assignment = Assignment {
-            devices: order,
-            placement,
-            groups: Vec::new(),
-            warnings: Vec::new(),
-        };
-        let units = UnitGraph::from_assignment(g, &assignment, &glue);
-        let elapsed = start.elapsed();
-        Ok((
-            assignment,
-            Cut {
-                units,
-                partition,
-                references: None,
-                elapsed,
-            },
-        ))
-    }
-
-    /// Every node on `device` but the constants, which are copied where read (a constant
-    /// graph output stays placed, as something must make it).
     pub(crate) fn on_one_device(&self, device: &str) -> Assignment {
         let g = self.graph();
         let outputs: HashSet<_> = g.outputs.iter().copied().collect();

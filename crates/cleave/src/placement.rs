@@ -36,7 +36,7 @@ impl Costs {
 /// link figures.
 pub struct CostTable {
     /// `node[n * devices + d]`: seconds, `INFINITY` where `d` may not run node `n`.
-    node: Vec<f64>,
+    pub(crate) node: Vec<f64>,
     pub devices: Vec<DeviceCosts>,
     pub links: Vec<Link>,
     /// Devices whose figures are declared by their profile, not measured.

@@ -24,6 +24,7 @@ mod query;
 mod report_cmd;
 mod run_cmd;
 mod setup;
+mod stages_view;
 mod verify_cmd;
 
 use std::path::PathBuf;
@@ -130,8 +131,13 @@ enum Command {
         #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
         budget: f64,
         /// Output folder (created if missing).
-        #[arg(short = 'o', long = "output", value_name = "WORKDIR")]
-        workdir: PathBuf,
+        #[arg(
+            short = 'o',
+            long = "output",
+            value_name = "WORKDIR",
+            required_unless_present = "dry_run"
+        )]
+        workdir: Option<PathBuf>,
         /// How parts hold weights. `inline`: each part holds the bytes of the weights it uses.
         /// `shared`: every part references one file, WORKDIR/stem.weights, by offset and length
         /// (a copy of the source's one data file, offsets kept, else one streamed copy), so
@@ -139,11 +145,25 @@ enum Command {
         /// makes `inline` switch to `shared`, with a note.
         #[arg(long, value_enum, default_value = "inline", value_name = "MODE")]
         external_data: partition_cmd::ExternalDataArg,
-        /// Pipeline-parallel split instead of device rules: N consecutive stages of about equal
-        /// estimated FLOPs along a topological order, one part each, on the --devices in turn
-        /// (or on stage1..N).
+        /// Pipeline-parallel split instead of device rules: N consecutive stages along a
+        /// topological order, one part each, on the --devices in turn (or on stage1..N),
+        /// chosen to make the slowest stage (the pipeline's throughput) as fast as possible.
+        /// Stage times come from --costs (or profiles' declared [cost]), else estimated FLOPs.
         #[arg(long, value_name = "N", conflicts_with_all = ["part", "algorithm", "allow_disconnected"])]
         stages: Option<usize>,
+        /// Memory budget of a stage's device, e.g. gpu0=16GiB,gpu1=16GiB (B, KB, MB, GB, KiB,
+        /// MiB, GiB): each stage's weights plus its peak of live activations must fit. Needs
+        /// --stages and static dims (--shape/--dim). A device not named is unbounded.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_name = "DEVICE=SIZE",
+            requires = "stages"
+        )]
+        memory: Vec<String>,
+        /// Plan, validate and print the summary; write nothing.
+        #[arg(long, conflicts_with = "report")]
+        dry_run: bool,
         /// Also write the views of the partition beside the connection files: stem.partition.md
         /// (table and mermaid chart), stem.dot (Graphviz) and stem.report.html (self-contained).
         #[arg(long)]
@@ -393,6 +413,8 @@ fn main() -> ExitCode {
             workdir,
             external_data,
             stages,
+            memory,
+            dry_run,
             report,
         } => partition_cmd::run(partition_cmd::PartitionArgs {
             model: &model,
@@ -401,9 +423,11 @@ fn main() -> ExitCode {
             allow_disconnected,
             trace,
             budget_s: budget,
-            workdir: &workdir,
+            workdir: workdir.as_deref().unwrap_or(std::path::Path::new(".")),
             external_data: external_data.into(),
             stages,
+            memory: &memory,
+            dry_run,
             report,
         }),
         Command::Profile {

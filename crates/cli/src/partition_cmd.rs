@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleave::partition::{References, ValidatedPlan};
-use cleave::{Cut, Devices, Emitted, ExternalData};
+use cleave::{Costs, Cut, Devices, Emitted, ExternalData, StageRequest};
 
 use crate::setup::{load_and_assign, Assigned, DeviceArgs};
 use crate::Fail;
@@ -43,8 +43,12 @@ pub struct PartitionArgs<'a> {
     pub budget_s: f64,
     pub workdir: &'a Path,
     pub external_data: ExternalData,
-    /// Pipeline stages instead of device rules: N consecutive slices of equal FLOPs.
+    /// Pipeline stages instead of device rules: N consecutive slices, slowest stage least.
     pub stages: Option<usize>,
+    /// Memory budgets of the stages' devices: DEVICE=SIZE.
+    pub memory: &'a [String],
+    /// Plan, validate and print; write nothing.
+    pub dry_run: bool,
     /// Also write the views (markdown, DOT, HTML) beside the connection files.
     pub report: bool,
 }
@@ -66,15 +70,23 @@ pub fn partition_into(
         workdir,
         external_data: ExternalData::Inline,
         stages: None,
+        memory: &[],
+        dry_run: false,
         report: false,
     };
-    Ok(build(&args)?.written.conn_json)
+    build(&args)?
+        .written
+        .map(|w| w.conn_json)
+        .ok_or_else(|| Fail::usage("nothing was written"))
 }
 
 struct Built {
     assigned: Assigned,
     plan: ValidatedPlan,
-    written: Emitted,
+    /// `None` on a dry run.
+    written: Option<Emitted>,
+    /// The stage table, for `--stages`.
+    stage_lines: Vec<String>,
     /// Part counts of the references, when rules (not stages) made the partition.
     references: Option<References>,
     elapsed: Duration,
@@ -85,10 +97,18 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         assigned,
         plan,
         written,
+        stage_lines,
         references,
         elapsed,
     } = build(&a)?;
-    report(&a, &assigned, &plan, &written, references, elapsed);
+    report(&a, &assigned, &plan, written.as_ref(), references, elapsed);
+    for l in &stage_lines {
+        println!("{l}");
+    }
+    let Some(written) = written else {
+        println!("dry run: nothing written");
+        return Ok(());
+    };
     let mut lines = Vec::new();
     if let Some(c) = &assigned.latency {
         lines.extend(crate::latency::choice_lines(c));
@@ -151,47 +171,78 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
 fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built, Fail> {
     let bar = crate::progress::spinner("building and validating the parts");
     let plan = assigned.loaded.plan(&assigned.assignment, cut)?;
-    bar.set_message("writing the parts");
-    let written = assigned.loaded.write(&plan, a.workdir, a.external_data)?;
+    let written = if a.dry_run {
+        None
+    } else {
+        bar.set_message("writing the parts");
+        Some(assigned.loaded.write(&plan, a.workdir, a.external_data)?)
+    };
     bar.finish_and_clear();
     Ok(Built {
         assigned,
         plan,
         written,
+        stage_lines: Vec::new(),
         references: cut.references,
         elapsed: cut.elapsed,
     })
 }
 
-/// `--stages N`: consecutive slices of a topological order with about equal FLOPs, one part
-/// each, on the listed devices in turn (or on `stage1..N`).
+/// `--stages N`: consecutive slices of a topological order, one part each, on the listed
+/// devices in turn (or on `stage1..N`), the slowest stage as fast as the budgets allow.
 fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
     if a.devices.objective == crate::setup::Objective::Latency {
         return Err(Fail::usage(
             "--stages and --objective latency both decide the devices: choose one",
         ));
     }
+    let memory = a
+        .memory
+        .iter()
+        .map(|m| cleave::parse_memory(m).map_err(Fail::usage))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Stage devices are names; profiles matter only for their declared [cost] figures.
+    let profiles = if a.devices.devices.is_empty() {
+        Devices::priority(&[])
+    } else {
+        Devices::resolve(&a.devices.request())?
+    };
+    let costs = match &a.devices.costs {
+        Some(path) => Costs::read(path)?,
+        None => Costs::default(),
+    };
+    let bar = crate::progress::spinner("loading");
     let loaded = a.devices.load(a.model)?;
-    let (assignment, cut) = loaded.stages(n, &a.devices.devices)?;
-    let devices = Devices::priority(&[]);
-    finish(
+    bar.set_message("planning the stages");
+    let stages = loaded.stages(&StageRequest {
+        stages: n,
+        devices: &a.devices.devices,
+        memory: &memory,
+        profiles: &profiles,
+        costs: &costs,
+    })?;
+    bar.finish_and_clear();
+    let lines = crate::stages_view::table(&stages);
+    let mut built = finish(
         a,
         Assigned {
             loaded,
-            devices,
-            assignment,
+            devices: Devices::priority(&[]),
+            assignment: stages.assignment,
             costs: None,
             latency: None,
         },
-        &cut,
-    )
+        &stages.cut,
+    )?;
+    built.stage_lines = lines;
+    Ok(built)
 }
 
 fn report(
     a: &PartitionArgs,
     l: &Assigned,
     plan: &ValidatedPlan,
-    written: &Emitted,
+    written: Option<&Emitted>,
     references: Option<References>,
     elapsed: Duration,
 ) {
@@ -200,7 +251,7 @@ fn report(
     let ms = elapsed.as_secs_f64() * 1e3;
     let devices = l.assignment.devices.join(",");
     match references {
-        None => println!("{}: {} pipeline stages of about equal FLOPs on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms", a.model.display(), plan.parts.len()),
+        None => println!("{}: {} pipeline stages on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms", a.model.display(), plan.parts.len()),
         Some(c) => println!(
             "{}: {} parts on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms; ONE's rule would give {}, the epoch greedy {}",
             a.model.display(),
@@ -234,6 +285,9 @@ fn report(
             list.join(", ")
         );
     }
+    let Some(written) = written else {
+        return;
+    };
     let wf = written
         .parts
         .iter()

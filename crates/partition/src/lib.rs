@@ -20,7 +20,6 @@ mod merge;
 mod openvino_algo;
 mod plan;
 mod reference;
-mod stages;
 mod start;
 mod union_find;
 mod unit_graph;
@@ -30,7 +29,6 @@ pub use merge::merge_neighbours;
 pub use openvino_algo::{openvino, OpenVinoError, OpenVinoOptions};
 pub use plan::{Part, Plan, PlanError};
 pub use reference::{device_levels, epoch_greedy, one_rule};
-pub use stages::stage_partition;
 pub use unit_graph::{kahn_order, Partition, UnitGraph};
 pub use validate::{check_plan, validate, ValidatedPlan, ValidationError};
 

@@ -1,0 +1,385 @@
+//! Pipeline stages: consecutive slices of a topological order, one per device, with the
+//! slowest stage as fast as each device's memory budget allows (see [`cleave_cost::plan_stages`]).
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use cleave_assign::{Assignment, Placement, Reason};
+use cleave_cost::{plan_stages, StageDevice, StageError, StagePlan, StageProblem, StageTensor};
+use cleave_ir::{ValueDef, ValueId};
+use cleave_partition::{Partition, UnitGraph};
+
+use crate::placement::Costs;
+use crate::{Cut, Devices, Error, Loaded};
+
+/// What `--stages` is asked.
+pub struct StageRequest<'a> {
+    pub stages: usize,
+    /// The stages' devices in order (stage k on `devices[k]`, or in turn when fewer); empty:
+    /// `stage1..N`.
+    pub devices: &'a [String],
+    /// Memory budgets in bytes by device name; a device not named is unbounded.
+    pub memory: &'a [(String, u64)],
+    /// Profiles (for declared `[cost]` figures) and the cost file, if any.
+    pub profiles: &'a Devices,
+    pub costs: &'a Costs,
+}
+
+/// What the stage times are in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageTime {
+    /// Seconds, from a cost file or declared figures.
+    Seconds,
+    /// Estimated floating-point operations (no figures were given).
+    Flops,
+}
+
+/// The stages chosen, with their figures.
+pub struct Stages {
+    pub assignment: Assignment,
+    pub cut: Cut,
+    pub plan: StagePlan,
+    /// Device of each stage.
+    pub devices: Vec<String>,
+    /// Nodes placed in each stage.
+    pub nodes: Vec<usize>,
+    pub time: StageTime,
+}
+
+impl Loaded {
+    /// Cuts the graph into `r.stages` consecutive stages minimising the slowest one, each
+    /// within its device's memory budget.
+    pub fn stages(&self, r: &StageRequest) -> Result<Stages, Error> {
+        let n = r.stages;
+        if n == 0 {
+            return Err(Error::usage("--stages must be at least 1"));
+        }
+        let names: Vec<String> = if r.devices.is_empty() {
+            (1..=n).map(|i| format!("stage{i}")).collect()
+        } else {
+            r.devices.to_vec()
+        };
+        for (d, _) in r.memory {
+            if !names.contains(d) {
+                return Err(Error::usage(format!(
+                    "--memory names '{d}', which is not one of the stages' devices ({})",
+                    names.join(", ")
+                )));
+            }
+        }
+        if !r.memory.is_empty() && n > names.len() {
+            return Err(Error::usage(format!(
+                "--stages {n} with --memory needs {n} devices in --devices, one per stage (got {}): two stages on one device would share its budget",
+                names.len()
+            )));
+        }
+        let stage_device: Vec<String> = (0..n).map(|k| names[k % names.len()].clone()).collect();
+        let mut order: Vec<String> = Vec::new();
+        for d in &stage_device {
+            if !order.contains(d) {
+                order.push(d.clone());
+            }
+        }
+        let g = self.graph();
+        let one = self.on_one_device(&order[0]);
+        let ug = self.unit_graph(&one);
+        let start = Instant::now();
+        let units = ug.order();
+        let mut pos_of_unit = vec![0u32; ug.len()];
+        let mut pos_of_node = vec![u32::MAX; g.nodes.len()];
+        for (p, &u) in units.iter().enumerate() {
+            pos_of_unit[u as usize] = p as u32;
+            for &x in &ug.nodes[u as usize] {
+                pos_of_node[x.index()] = p as u32;
+            }
+        }
+
+        let budgeted = !r.memory.is_empty();
+        let bytes_of = |v: ValueId| -> Result<u64, Error> {
+            let value = g.value(v);
+            match value.ty.byte_size() {
+                Some(b) => Ok(b),
+                None if !budgeted => Ok(0),
+                None => Err(Error::input(
+                    self.path(),
+                    format!(
+                        "tensor '{}' ({}) has no static size, so the stages' memory cannot be counted: fix its dims with --shape or --dim",
+                        value.name, value.ty
+                    ),
+                )),
+            }
+        };
+
+        // Weights: stored constants, and the outputs of constant nodes (copied where read).
+        let mut weight_of = vec![u32::MAX; g.values.len()];
+        let mut weight_bytes = Vec::new();
+        let mut reads = vec![Vec::new(); units.len()];
+        let mut tensor_of = vec![u32::MAX; g.values.len()];
+        let mut tensors: Vec<StageTensor> = Vec::new();
+        let outputs: HashSet<ValueId> = g.outputs.iter().copied().collect();
+        for (i, v) in g.values.iter().enumerate() {
+            let id = ValueId(i as u32);
+            let producer = match v.def {
+                ValueDef::Input => None,
+                ValueDef::Node(p, _) if pos_of_node[p.index()] != u32::MAX => {
+                    Some(pos_of_node[p.index()])
+                }
+                ValueDef::Node(..) | ValueDef::Weight(_) => {
+                    if v.consumers.is_empty() {
+                        continue;
+                    }
+                    weight_of[i] = weight_bytes.len() as u32;
+                    weight_bytes.push(bytes_of(id)?);
+                    continue;
+                }
+                ValueDef::Outer => continue,
+            };
+            tensor_of[i] = tensors.len() as u32;
+            tensors.push(StageTensor {
+                producer,
+                readers: Vec::new(),
+                bytes: bytes_of(id)?,
+                output: outputs.contains(&id),
+            });
+        }
+        for (x, node) in g.nodes.iter().enumerate() {
+            let p = pos_of_node[x];
+            if p == u32::MAX {
+                continue;
+            }
+            for v in node.all_inputs() {
+                let w = weight_of[v.index()];
+                if w != u32::MAX {
+                    reads[p as usize].push(w);
+                }
+                let t = tensor_of[v.index()];
+                if t != u32::MAX {
+                    tensors[t as usize].readers.push(p);
+                }
+            }
+        }
+
+        let (time, devices, unit) = self.stage_times(r, &ug, &pos_of_unit, &stage_device)?;
+        let problem = StageProblem {
+            time,
+            devices,
+            weight_bytes,
+            reads,
+            tensors,
+        };
+        let plan = plan_stages(&problem).map_err(|e| self.stage_error(e, &stage_device, unit))?;
+
+        let mut stage_of_pos = vec![0u32; units.len()];
+        for (k, s) in plan.stages.iter().enumerate() {
+            stage_of_pos[s.start..s.end].fill(k as u32);
+        }
+        let mut placement = one.placement.clone();
+        let mut part_of = vec![0u32; ug.len()];
+        let mut nodes = vec![0usize; n];
+        for (u, ns) in ug.nodes.iter().enumerate() {
+            let k = stage_of_pos[pos_of_unit[u] as usize];
+            part_of[u] = k;
+            let d = order
+                .iter()
+                .position(|x| *x == stage_device[k as usize])
+                .unwrap_or(0) as u16;
+            nodes[k as usize] += ns.len();
+            for &x in ns {
+                placement[x.index()] = Placement::Device(d, Reason::Default);
+            }
+        }
+        let assignment = Assignment {
+            devices: order,
+            placement,
+            groups: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let units = self.unit_graph(&assignment);
+        let elapsed = start.elapsed();
+        Ok(Stages {
+            assignment,
+            cut: Cut {
+                units,
+                partition: Partition::from_labels(&part_of),
+                references: None,
+                elapsed,
+            },
+            plan,
+            devices: stage_device,
+            nodes,
+            time: unit,
+        })
+    }
+
+    /// Each unit's time on each stage's device: measured or declared seconds when there are
+    /// figures for every stage device, else estimated FLOPs.
+    fn stage_times(
+        &self,
+        r: &StageRequest,
+        ug: &UnitGraph,
+        pos_of_unit: &[u32],
+        stage_device: &[String],
+    ) -> Result<(Vec<f64>, Vec<StageDevice>, StageTime), Error> {
+        let g = self.graph();
+        let sem = self.semantics();
+        let s = stage_device.len();
+        let budget = |name: &str| r.memory.iter().find(|(d, _)| d == name).map(|&(_, b)| b);
+        let declared = stage_device
+            .iter()
+            .all(|d| r.profiles.profiles.get(d).is_some_and(|p| p.cost.is_some()));
+        let mut time = vec![0.0; ug.len() * s];
+        if r.costs.file.is_none() && !declared {
+            for (u, ns) in ug.nodes.iter().enumerate() {
+                let f: f64 = ns.iter().map(|&x| sem.flops(g, x) as f64).sum();
+                let p = pos_of_unit[u] as usize;
+                time[p * s..(p + 1) * s].fill(f);
+            }
+            let devices = stage_device
+                .iter()
+                .map(|d| StageDevice {
+                    launch_s: 0.0,
+                    io_bytes_per_s: f64::INFINITY,
+                    budget: budget(d),
+                })
+                .collect();
+            return Ok((time, devices, StageTime::Flops));
+        }
+        let table = self.cost_table(stage_device, r.profiles, r.costs)?;
+        for (u, ns) in ug.nodes.iter().enumerate() {
+            let p = pos_of_unit[u] as usize;
+            for k in 0..s {
+                time[p * s + k] = ns.iter().map(|&x| table.node[x.index() * s + k]).sum();
+            }
+        }
+        let devices = stage_device
+            .iter()
+            .zip(&table.devices)
+            .map(|(d, c)| StageDevice {
+                launch_s: c.launch_s,
+                io_bytes_per_s: c.io_bytes_per_s,
+                budget: budget(d),
+            })
+            .collect();
+        Ok((time, devices, StageTime::Seconds))
+    }
+
+    fn stage_error(&self, e: StageError, stage_device: &[String], unit: StageTime) -> Error {
+        match e {
+            StageError::TooFewUnits { units, stages } => Error::usage(format!(
+                "--stages {stages}: the model has only {units} units to slice"
+            )),
+            StageError::NoFiniteTime => Error::input(
+                self.path(),
+                "no split gives every stage figures for all its nodes: profile each stage's device on this model",
+            ),
+            StageError::DoesNotFit { closest } => {
+                let (k, worst) = closest
+                    .stages
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|(_, s)| s.shortfall())
+                    .map(|(k, s)| (k, s.clone()))
+                    .unwrap_or((0, closest.stages[0].clone()));
+                let _ = unit;
+                let weights: u64 = closest.stages.iter().map(|s| s.weights).sum();
+                let budgets = closest
+                    .stages
+                    .iter()
+                    .map(|s| s.budget)
+                    .try_fold(0u64, |acc, b| b.map(|b| acc.saturating_add(b)));
+                let total = match budgets {
+                    Some(b) if b < weights => format!(
+                        "; the budgets add up to {} for {} of weights: add a device or raise a budget",
+                        human_bytes(b),
+                        human_bytes(weights)
+                    ),
+                    _ => String::new(),
+                };
+                Error::input(
+                    self.path(),
+                    format!(
+                        "does not fit in {} stages: in the split that comes closest, stage {} on {} needs {} (weights {} + activations {}) of its {}, short by {}",
+                        stage_device.len(),
+                        k + 1,
+                        stage_device[k],
+                        human_bytes(worst.memory()),
+                        human_bytes(worst.weights),
+                        human_bytes(worst.activation_peak),
+                        human_bytes(worst.budget.unwrap_or(0)),
+                        human_bytes(worst.shortfall()),
+                    ) + &total,
+                )
+            }
+        }
+    }
+}
+
+/// Bytes in binary units with three significant decimals, as budgets are written.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[i])
+    }
+}
+
+/// Parses `DEVICE=SIZE` with SIZE like `16GiB`, `1.5GB`, `512MiB`, `4096` (bytes).
+pub fn parse_memory(spec: &str) -> Result<(String, u64), String> {
+    let (d, size) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("--memory '{spec}': expected DEVICE=SIZE, e.g. gpu0=16GiB"))?;
+    let size = size.trim();
+    let split = size
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(size.len());
+    let (num, unit) = size.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "--memory '{spec}': unknown unit '{other}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("--memory '{spec}': '{num}' is not a number"))?;
+    let bytes = v * scale;
+    if d.is_empty() || !bytes.is_finite() || bytes <= 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!(
+            "--memory '{spec}': needs a device name and a size above 0"
+        ));
+    }
+    Ok((d.to_string(), bytes as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_sizes_parse_in_decimal_and_binary_units() {
+        assert_eq!(parse_memory("gpu0=16GiB"), Ok(("gpu0".into(), 16 << 30)));
+        assert_eq!(parse_memory("a=1.5GB"), Ok(("a".into(), 1_500_000_000)));
+        assert_eq!(parse_memory("a=4096"), Ok(("a".into(), 4096)));
+        assert!(parse_memory("a=12XB").is_err());
+        assert!(parse_memory("a=0").is_err());
+        assert!(parse_memory("16GiB").is_err());
+        assert!(parse_memory("=1GB").is_err());
+    }
+}
