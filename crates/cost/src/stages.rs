@@ -55,6 +55,8 @@ pub struct StageFigures {
     pub activation_peak: u64,
     pub in_bytes: u64,
     pub out_bytes: u64,
+    /// Its units' time alone.
+    pub compute: f64,
     /// Its units' time plus one call plus its transfers.
     pub time: f64,
     pub budget: Option<u64>,
@@ -155,7 +157,8 @@ impl<'a> Sweep<'a> {
     }
 
     /// Calls `f(j, figures without time, compute time per device)` for every end `j > i`.
-    fn row(&mut self, i: usize, mut f: impl FnMut(usize, &Partial, &[f64])) {
+    /// Stops early when `f` returns false.
+    fn row(&mut self, i: usize, mut f: impl FnMut(usize, &Partial, &[f64]) -> bool) {
         let d = self.p.devices.len();
         let n = self.p.reads.len();
         let stamp = i as u32;
@@ -218,7 +221,9 @@ impl<'a> Sweep<'a> {
                     acc.out_bytes = acc.out_bytes.saturating_sub(x.bytes);
                 }
             }
-            f(q + 1, &acc, &compute);
+            if !f(q + 1, &acc, &compute) {
+                return;
+            }
         }
     }
 }
@@ -251,6 +256,7 @@ fn figures_of(i: usize, j: usize, dev: &StageDevice, part: &Partial, compute: f6
         activation_peak: part.activation_peak,
         in_bytes: part.in_bytes,
         out_bytes: part.out_bytes,
+        compute,
         time: stage_time(dev, part, compute),
         budget: dev.budget,
     }
@@ -270,6 +276,7 @@ pub fn stage_figures(p: &StageProblem, cuts: &[usize]) -> Vec<StageFigures> {
             if j == end {
                 got = Some(figures_of(i, j, dev, part, compute[k]));
             }
+            j < end
         });
         if let Some(f) = got {
             out.push(f);
@@ -289,15 +296,23 @@ pub fn plan_stages(p: &StageProblem) -> Result<StagePlan, StageError> {
             stages: s,
         });
     }
-    if let Some(cuts) = dp(p, |f| f.shortfall() == 0, |f| f.time) {
+    // A fitting plan's bottleneck bounds the optimum: slices slower than it are never used,
+    // and neither are slices over budget, so a sweep stops once both hold for good.
+    let bound = even_split(p).filter(|f| f.iter().all(|x| x.shortfall() == 0));
+    let bound = bound.map_or(f64::INFINITY, |f| {
+        f.iter().map(|x| x.time).fold(0.0, f64::max)
+    });
+    let useless = |f: &StageFigures| f.shortfall() > 0 || f.compute > bound;
+    if let Some(cuts) = dp(p, |f| f.shortfall() == 0, |f| f.time, useless) {
         return Ok(StagePlan {
             stages: stage_figures(p, &cuts),
         });
     }
-    if dp(p, |_| true, |f| f.time).is_none() {
+    if dp(p, |_| true, |f| f.time, |_| false).is_none() {
         return Err(StageError::NoFiniteTime);
     }
-    let cuts = dp(p, |_| true, |f| f.shortfall() as f64).ok_or(StageError::NoFiniteTime)?;
+    let cuts =
+        dp(p, |_| true, |f| f.shortfall() as f64, |_| false).ok_or(StageError::NoFiniteTime)?;
     Err(StageError::DoesNotFit {
         closest: StagePlan {
             stages: stage_figures(p, &cuts),
@@ -305,12 +320,39 @@ pub fn plan_stages(p: &StageProblem) -> Result<StagePlan, StageError> {
     })
 }
 
+/// Stages of about equal time on the first device, cut along the order.
+fn even_split(p: &StageProblem) -> Option<Vec<StageFigures>> {
+    let n = p.reads.len();
+    let s = p.devices.len();
+    let d = s;
+    let total: f64 = (0..n).map(|q| p.time[q * d]).sum();
+    if !total.is_finite() {
+        return None;
+    }
+    let mut cuts = vec![0];
+    let mut acc = 0.0;
+    for q in 0..n {
+        let k = cuts.len();
+        if k < s && acc >= total * k as f64 / s as f64 && q > *cuts.last()? && n - q >= s - k {
+            cuts.push(q);
+        }
+        acc += p.time[q * d];
+    }
+    while cuts.len() < s {
+        let last = *cuts.last()?;
+        cuts.push(last + 1);
+    }
+    Some(stage_figures(p, &cuts))
+}
+
 /// Minimises the largest `score` over the stages among slices `allowed` admits; returns the
-/// cuts. Ties: the least sum of scores.
+/// cuts. Ties: the least sum of scores. `useless` says a slice, and so every longer one from
+/// the same start (weights, activation peak and compute only grow), can be skipped.
 fn dp(
     p: &StageProblem,
     allowed: impl Fn(&StageFigures) -> bool,
     score: impl Fn(&StageFigures) -> f64,
+    useless: impl Fn(&StageFigures) -> bool,
 ) -> Option<Vec<usize>> {
     let n = p.reads.len();
     let s = p.devices.len();
@@ -328,12 +370,17 @@ fn dp(
             continue;
         }
         sweep.row(i, |j, part, compute| {
+            let mut alive = false;
             for &k in &starts {
                 // k stages end at j: leave a unit for each later stage.
                 if n - j < s - k {
                     continue;
                 }
                 let f = figures_of(i, j, &p.devices[k - 1], part, compute[k - 1]);
+                if useless(&f) {
+                    continue;
+                }
+                alive = true;
                 if !allowed(&f) {
                     continue;
                 }
@@ -348,6 +395,7 @@ fn dp(
                     from[k][j] = i;
                 }
             }
+            alive
         });
     }
     if !best[s][n].0.is_finite() {

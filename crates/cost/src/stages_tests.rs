@@ -134,6 +134,7 @@ fn naive(p: &StageProblem, k: usize, i: usize, j: usize) -> StageFigures {
         activation_peak: live.into_iter().max().unwrap_or(0),
         in_bytes,
         out_bytes,
+        compute,
         time: dev.launch_s + compute + io,
         budget: dev.budget,
     }
