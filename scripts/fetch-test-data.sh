@@ -61,6 +61,11 @@ if ! python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
   echo "installing python test requirements"
   python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-test.txt"
 fi
+# Ray Serve, for the cluster tests of `cleave serve` (crates/cli/tests/ray.rs).
+if ! python3 -c "import ray, ray.serve" 2>/dev/null; then
+  echo "installing ray (scripts/requirements-ray.txt)"
+  python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-ray.txt"
+fi
 
 rand_stamp="$dest/light-random/.seed-$(python3 -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest()[:16])' "$here/randomize_light.py")"
 if [ ! -f "$rand_stamp" ]; then

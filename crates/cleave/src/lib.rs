@@ -50,6 +50,7 @@ mod placement;
 mod profile;
 mod read_back;
 mod run;
+pub mod serve;
 mod stages;
 
 pub use cleave_assign as assign;

@@ -31,6 +31,20 @@ impl Fail {
         }
     }
 
+    /// A child process that printed its own reason ended with `code`: exit with it, silently.
+    pub fn exit(code: i32) -> Fail {
+        Fail {
+            file: None,
+            cause: String::new(),
+            code: u8::try_from(code).ok().filter(|&c| c != 0).unwrap_or(1),
+        }
+    }
+
+    /// Nothing left to print (see [`Fail::exit`]).
+    pub fn is_silent(&self) -> bool {
+        self.file.is_none() && self.cause.is_empty()
+    }
+
     pub fn code(&self) -> u8 {
         self.code
     }

@@ -23,6 +23,7 @@ mod progress;
 mod query;
 mod report_cmd;
 mod run_cmd;
+mod serve_cmd;
 mod setup;
 mod stages_view;
 mod verify_cmd;
@@ -279,6 +280,53 @@ enum Command {
         /// TARGET is a model, placed by --part/--devices or else by the .part file beside it.
         #[arg(long)]
         partition: bool,
+        /// Time the partition (TARGET a stem.conn.json) served on the Ray cluster at ADDRESS,
+        /// one deployment per part: --runs requests with 1 and with --requests in flight;
+        /// throughput, latency percentiles and the overhead per hop between parts.
+        #[arg(long, value_name = "ADDRESS", conflicts_with = "partition")]
+        ray: Option<String>,
+        /// With --ray: Ray resources per backend as JSON, e.g. '{"npu": {"resources": {"npu": 1}}}'.
+        #[arg(long, value_name = "JSON", requires = "ray")]
+        resources: Option<String>,
+    },
+    /// Serve a written partition on a Ray cluster: one Ray Serve deployment per part, each
+    /// holding an ONNX Runtime session of its part and placed by its backend's Ray resources
+    /// (a backend named gpu*/cuda* asks for a GPU, any other for a custom resource of its own
+    /// name that the cluster's nodes declare, e.g. `ray start --resources='{"npu": 1}'`;
+    /// `cpu` asks for nothing), chained by deployment handles with requests pipelined, behind
+    /// an HTTP route (POST an .npz of the inputs; `?boundaries=1` also returns every tensor
+    /// between parts). Needs Python with Ray: pip install -r scripts/requirements-ray.txt.
+    Serve {
+        /// The partition's stem.conn.json (its part files beside it).
+        conn: PathBuf,
+        /// Address of the running cluster's head (HOST:PORT), as `ray start --head` printed it.
+        #[arg(
+            long,
+            value_name = "ADDRESS",
+            required_unless_present = "export",
+            conflicts_with = "export"
+        )]
+        ray: Option<String>,
+        /// Instead of deploying: write a self-contained Ray Serve application to DIR (the
+        /// parts, conn.json, app.py and serve_config.yaml), for `serve run` / `serve deploy`.
+        #[arg(long, value_name = "DIR")]
+        export: Option<PathBuf>,
+        /// Ray resources per backend as JSON, overriding the rule above, e.g.
+        /// '{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}}'.
+        #[arg(long, value_name = "JSON")]
+        resources: Option<String>,
+        /// HTTP port of the route.
+        #[arg(long, value_name = "PORT")]
+        http_port: Option<u16>,
+        /// Name of the Ray Serve application (default: the partition's stem).
+        #[arg(long)]
+        name: Option<String>,
+        /// Return once deployed instead of serving until interrupted.
+        #[arg(long)]
+        detach: bool,
+        /// Seconds to wait for the cluster and for the deployments to come up.
+        #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+        timeout: f64,
     },
     /// Write a random model shaped like a real network (chains, residual adds, branches joined
     /// by a concat, long skips; every tensor [1,4] float, no weights) and a .part file that
@@ -500,6 +548,41 @@ fn main() -> ExitCode {
         } => bench_partition::run(&target, &devices, runs, json),
         Command::Bench {
             target,
+            runs,
+            requests,
+            json,
+            ray: Some(address),
+            resources,
+            ..
+        } => serve_cmd::bench(serve_cmd::RayBenchArgs {
+            conn: &target,
+            address: &address,
+            runs,
+            requests,
+            resources: resources.as_deref(),
+            json,
+        }),
+        Command::Serve {
+            conn,
+            ray,
+            export,
+            resources,
+            http_port,
+            name,
+            detach,
+            timeout,
+        } => serve_cmd::serve(serve_cmd::ServeArgs {
+            conn: &conn,
+            ray: ray.as_deref(),
+            export: export.as_deref(),
+            resources: resources.as_deref(),
+            http_port,
+            name: name.as_deref(),
+            detach,
+            timeout_s: timeout,
+        }),
+        Command::Bench {
+            target,
             devices,
             runs,
             engines,
@@ -517,6 +600,7 @@ fn main() -> ExitCode {
             engines,
             json,
             partition: false,
+            ..
         } => bench_cmd::run(bench_cmd::BenchArgs {
             target: &target,
             devices: &devices,
@@ -568,7 +652,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(fail) => {
-            eprintln!("cleave: error: {fail}");
+            if !fail.is_silent() {
+                eprintln!("cleave: error: {fail}");
+            }
             ExitCode::from(fail.code())
         }
     }

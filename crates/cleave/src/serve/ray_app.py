@@ -1,0 +1,1013 @@
+#!/usr/bin/env python3
+"""Serve a cleave partition (a stem.conn.json and its part files) on a Ray cluster.
+
+One Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...), each holding an ONNX
+Runtime session of its part (CPU execution provider, one intra-op thread), and an ``ingress``
+deployment that chains them with deployment handles: each part gets exactly the tensors it
+lists, taken from the graph inputs and from the outputs of earlier parts. The ingress and
+the parts are asynchronous and accept several requests at once, so with several requests in
+flight different parts work on different requests at the same time (a pipeline).
+
+This file stands alone (only the standard library, numpy, onnxruntime and Ray): cleave
+carries it inside its binary and copies it into exported application folders.
+
+Placement: a part's backend (its device name in the conn.json) becomes Ray actor options
+-------------------------------------------------------------------------------------------
+* ``cpu``                 -> nothing asked: any node.
+* ``gpu*`` / ``cuda*``    -> ``{"num_gpus": 1/k}``, k the number of parts on that backend,
+                             so the parts of one GPU backend share one GPU.
+* any other name B        -> ``{"resources": {B: 0.01}}``: a custom resource that the nodes
+                             owning that device declare, e.g. ``ray start --resources='{"npu": 1}'``.
+                             The small amount makes it a placement tag rather than a quota:
+                             up to 100 parts (of any number of applications) share one unit.
+* ``num_cpus`` is 0 unless given: placement is the device's business, and ONNX Runtime
+  runs on one thread anyway.
+``--resources JSON`` (or ``build_app(conn, resources)``) maps backend names to whole
+``ray_actor_options`` fragments that replace the rule above, e.g.
+``'{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}, "cpu": {}}'``; the key ``"*"``
+replaces the rule for every backend not listed, and ``"ingress"`` the ingress's own options
+(by default it asks for a sliver of the head node, ``node:__internal_head__``, so it lives
+beside Serve's controller rather than on a device node that may go away).
+
+Parts up to 64 MiB travel inside the deployment's arguments, so nodes need no shared
+filesystem; larger ones are opened by path on the node, which must then see the same path
+(a shared filesystem, or the exported folder used as the runtime_env working_dir).
+
+HTTP
+----
+``POST http://HOST:PORT/NAME`` with an .npz body holding the graph inputs by name answers an
+.npz of the graph outputs; ``?boundaries=1`` adds every part's outputs (the tensors crossing
+between parts). The header ``x-cleave-parts`` carries, as JSON, each part's node and compute
+time. Bad input answers 400; a part that fails or does not answer in time answers 503.
+    python3 -c 'import numpy as np, io, sys; b=io.BytesIO(); \\
+      np.savez(b, **{"gpu_0/data_0": np.zeros((1,3,224,224), np.float32)}); \\
+      sys.stdout.buffer.write(b.getvalue())' > in.npz
+    curl -s --data-binary @in.npz 'http://127.0.0.1:8000/light_resnet50?boundaries=1' > out.npz
+
+Python (DeploymentHandle)
+-------------------------
+    import ray
+    from ray import serve
+    ray.init(address="HOST:PORT")
+    h = serve.get_app_handle("light_resnet50")
+    r = h.infer.remote({"gpu_0/data_0": x}, boundaries=True).result(timeout_s=60)
+    r["outputs"]     # {name: ndarray}, the graph outputs
+    r["boundaries"]  # {name: ndarray}, every part's outputs (only with boundaries=True)
+    r["parts"]       # [{"deployment", "backend", "node_id", "compute_s"}, ...]
+    h.describe.remote().result()  # each part's node id and that node's resources
+Inside another deployment, ``await h.infer.remote(...)`` instead of ``.result()``.
+
+Command line (``python3 ray_app.py SUBCOMMAND --help`` for every option)
+-------------------------------------------------------------------------
+    serve  CONN.json --address HOST:PORT [--resources JSON] [--http-port P] [--name NAME] [--detach]
+    export CONN.json OUT_DIR [--resources JSON] [--name NAME] [--http-port P]
+    bench  CONN.json --address HOST:PORT [--requests N] [--in-flight 1,8] [--json]
+    verify CONN.json --address HOST:PORT [--seed S] [--tol T | --rtol R --atol A] [--json]
+Exit codes: 0 success, 1 a failed check (verify mismatch, a deployment that did not come
+up, a failed request), 2 bad usage or a cluster that cannot be reached.
+"""
+
+import argparse
+import asyncio
+import concurrent.futures
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+
+# Set before Ray is imported anywhere in this process: Ray otherwise reports usage to its
+# makers, and warns about container CPU limits on every start.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
+
+INLINE_MAX_BYTES = 64 << 20
+CUSTOM_RESOURCE_AMOUNT = 0.01
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+PART_MAX_ONGOING = 16
+INGRESS_MAX_ONGOING = 64
+
+
+# ----------------------------------------------------------------------------------------
+# The partition
+# ----------------------------------------------------------------------------------------
+
+
+class Partition:
+    """A conn.json read, its paths made absolute."""
+
+    def __init__(self, conn_path):
+        self.path = os.path.abspath(conn_path)
+        self.dir = os.path.dirname(self.path)
+        with open(self.path, encoding="utf-8") as f:
+            raw = json.load(f)
+        self.raw = raw
+        src = raw.get("source") or {}
+        self.source_file = os.path.normpath(os.path.join(self.dir, src["file"])) if src.get("file") else None
+        self.inputs = list(src.get("inputs") or [])
+        self.outputs = list(src.get("outputs") or [])
+        self.parts = []
+        seen = set(self.inputs)
+        for i, p in enumerate(raw.get("parts") or []):
+            missing = [t for t in p["inputs"] if t not in seen]
+            if missing:
+                raise ValueError(f"{self.path}: part {i + 1} reads {missing[0]!r}, which neither a graph input nor an earlier part gives")
+            seen.update(p["outputs"])
+            backend = p.get("backend") or "cpu"
+            self.parts.append({
+                "index": i + 1,
+                "file": os.path.join(self.dir, p["file"]),
+                "inputs": list(p["inputs"]),
+                "outputs": list(p["outputs"]),
+                "backend": backend,
+                "deployment": f"part{i + 1}_{_safe(backend)}",
+            })
+        if not self.parts:
+            raise ValueError(f"{self.path}: lists no parts")
+        if not self.inputs:
+            self.inputs = list(self.parts[0]["inputs"])
+        if not self.outputs:
+            self.outputs = list(self.parts[-1]["outputs"])
+        bad = [t for t in self.outputs if t not in seen]
+        if bad:
+            raise ValueError(f"{self.path}: graph output {bad[0]!r} is produced by no part")
+
+    @property
+    def stem(self):
+        name = os.path.basename(self.path)
+        return name[: -len(".conn.json")] if name.endswith(".conn.json") else os.path.splitext(name)[0]
+
+    def digest(self):
+        """Identifies the partition, so a running application can be told apart from another."""
+        h = hashlib.sha256()
+        h.update(json.dumps(self.raw.get("parts"), sort_keys=True).encode())
+        for p in self.parts:
+            with open(p["file"], "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+        return h.hexdigest()[:16]
+
+
+def _safe(name):
+    return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
+
+
+def actor_options(partition, overrides=None):
+    """ray_actor_options for every part (by deployment name) and for "ingress"."""
+    overrides = dict(overrides or {})
+    per_backend = {}
+    for p in partition.parts:
+        per_backend[p["backend"]] = per_backend.get(p["backend"], 0) + 1
+    out = {}
+    for p in partition.parts:
+        b = p["backend"]
+        if b in overrides:
+            opts = dict(overrides[b] or {})
+        elif "*" in overrides:
+            opts = dict(overrides["*"] or {})
+        else:
+            opts = _default_rule(b, per_backend[b])
+        opts.setdefault("num_cpus", 0)
+        out[p["deployment"]] = opts
+    ingress = dict(overrides.get("ingress") or {"resources": {"node:__internal_head__": 0.001}})
+    ingress.setdefault("num_cpus", 0)
+    out["ingress"] = ingress
+    return out
+
+
+def _default_rule(backend, count):
+    low = backend.lower()
+    if low == "cpu":
+        return {}
+    if low.startswith(("gpu", "cuda")):
+        return {"num_gpus": round(1.0 / count, 4)}
+    return {"resources": {backend: CUSTOM_RESOURCE_AMOUNT}}
+
+
+def parse_resources(text):
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--resources is not JSON: {e}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError('--resources must map backend names to ray_actor_options objects, e.g. \'{"npu": {"resources": {"npu": 1}}}\'')
+    return value
+
+
+# ----------------------------------------------------------------------------------------
+# Deployments (plain classes here, made deployments in build_app, so that importing this
+# file needs no Ray: `export` runs without it)
+# ----------------------------------------------------------------------------------------
+
+
+def _node_report():
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    report = {"node_id": node_id, "node_ip": None, "node_resources": {}, "is_head": False, "pid": os.getpid()}
+    try:
+        for n in ray.nodes():
+            if n.get("NodeID") == node_id:
+                res = dict(n.get("Resources") or {})
+                report["node_ip"] = n.get("NodeManagerAddress")
+                report["is_head"] = "node:__internal_head__" in res
+                # Drop Ray's bookkeeping entries: only what a user declared says where a part belongs.
+                report["node_resources"] = {k: v for k, v in res.items() if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+                break
+    except Exception:  # the report is informative; a GCS hiccup must not fail the replica
+        pass
+    return report
+
+
+class PartReplica:
+    def __init__(self, spec, model_bytes, actor_opts):
+        import onnxruntime as ort
+
+        self.spec = spec
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        source = model_bytes if model_bytes is not None else spec["file"]
+        self.session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+        self.outputs = list(spec["outputs"])
+        # One computation at a time per part, as on one device; queued requests wait here
+        # while the event loop stays free to accept more and to answer health checks.
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.report = _node_report()
+        self.report.update(deployment=spec["deployment"], backend=spec["backend"], actor_options=actor_opts)
+
+    def _run(self, feeds):
+        t = time.perf_counter()
+        values = self.session.run(self.outputs, feeds)
+        return {"outputs": dict(zip(self.outputs, values)), "compute_s": time.perf_counter() - t, "node_id": self.report["node_id"]}
+
+    async def __call__(self, feeds):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._run, feeds)
+
+    def describe(self):
+        return self.report
+
+
+class Ingress:
+    def __init__(self, meta, timeout_s, *part_handles):
+        self.meta = meta
+        self.timeout_s = float(timeout_s)
+        self.handles = list(part_handles)
+
+    async def _call_part(self, i, feeds, deadline):
+        spec = self.meta["parts"][i]
+        left = deadline - time.monotonic()
+        who = f"{spec['deployment']} (backend {spec['backend']})"
+        if left <= 0:
+            raise TimeoutError(f"{who} not reached: the request ran out of its {self.timeout_s:g}s")
+        resp = self.handles[i].remote(feeds)
+        try:
+            return await asyncio.wait_for(resp, left)
+        except asyncio.TimeoutError:
+            resp.cancel()
+            raise TimeoutError(f"{who} did not answer within {self.timeout_s:g}s (its actor or node may be down; Serve restarts it once a node with its resources is up)") from None
+        except Exception as e:
+            raise RuntimeError(f"{who} failed: {short_error(e)}") from None
+
+    async def infer(self, feeds, boundaries=False):
+        missing = [n for n in self.meta["inputs"] if n not in feeds]
+        if missing:
+            raise ValueError(f"missing graph input {missing[0]!r} (expected {self.meta['inputs']})")
+        deadline = time.monotonic() + self.timeout_s
+        env = dict(feeds)
+        parts = []
+        for i, spec in enumerate(self.meta["parts"]):
+            r = await self._call_part(i, {n: env[n] for n in spec["inputs"]}, deadline)
+            env.update(r["outputs"])
+            parts.append({"deployment": spec["deployment"], "backend": spec["backend"], "node_id": r["node_id"], "compute_s": r["compute_s"]})
+        out = {"outputs": {n: env[n] for n in self.meta["outputs"]}, "parts": parts}
+        if boundaries:
+            out["boundaries"] = {n: env[n] for spec in self.meta["parts"] for n in spec["outputs"]}
+        return out
+
+    async def describe(self):
+        deadline = time.monotonic() + self.timeout_s
+        parts = []
+        for i, spec in enumerate(self.meta["parts"]):
+            resp = self.handles[i].describe.remote()
+            try:
+                parts.append(await asyncio.wait_for(resp, max(0.1, deadline - time.monotonic())))
+            except Exception as e:
+                resp.cancel()
+                parts.append({"deployment": spec["deployment"], "backend": spec["backend"], "error": short_error(e) or type(e).__name__})
+        return {"name": self.meta["name"], "digest": self.meta["digest"], "inputs": self.meta["inputs"], "outputs": self.meta["outputs"], "parts": parts}
+
+    async def __call__(self, request):
+        import numpy as np
+        from starlette.responses import JSONResponse, Response
+
+        try:
+            body = await request.body()
+            if not body.startswith(b"PK"):
+                raise ValueError("not a zip archive (np.savez writes one)")
+            with np.load(io.BytesIO(body), allow_pickle=False) as z:
+                feeds = {k: z[k] for k in z.files}
+        except Exception as e:
+            return JSONResponse({"error": f"the body is not an .npz of the inputs: {short_error(e)}"}, status_code=400)
+        want = request.query_params.get("boundaries", "0").lower() in ("1", "true", "yes")
+        try:
+            r = await self.infer(feeds, boundaries=want)
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        except Exception as e:
+            return JSONResponse({"error": short_error(e)}, status_code=503)
+        tensors = dict(r.get("boundaries") or {})
+        tensors.update(r["outputs"])
+        buf = io.BytesIO()
+        np.savez(buf, **tensors)
+        return Response(buf.getvalue(), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(r["parts"])})
+
+
+def short_error(e):
+    """The first line of the innermost cause: Ray wraps errors raised in actors in layers of
+    tracebacks that bury the one sentence a person needs."""
+    seen = 0
+    while getattr(e, "cause", None) is not None and seen < 8:
+        e = e.cause
+        seen += 1
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # RayTaskError text starts with the task's name and a traceback; the message is last.
+    if lines and (lines[0].startswith("ray::") or "Traceback" in text):
+        line = lines[-1]
+    else:
+        line = lines[0] if lines else ""
+    name = type(e).__name__
+    return f"{name}: {line}" if line and not line.startswith(name) else (line or name)
+
+
+def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S):
+    """The Ray Serve application for the partition at `conn_path`.
+
+    `resources` maps backend names to ray_actor_options fragments (see the module docstring);
+    `request_timeout_s` bounds a whole request inside the ingress.
+    """
+    from ray import cloudpickle, serve
+
+    module = sys.modules.get(PartReplica.__module__)
+    if module is not None and module.__name__ != "__main__":
+        # Imported (an exported app.py): ship the classes by value, so that replicas on
+        # other nodes need neither this file nor the application folder.
+        cloudpickle.register_pickle_by_value(module)
+    partition = Partition(conn_path)
+    opts = actor_options(partition, resources)
+    handles = []
+    specs = []
+    for p in partition.parts:
+        spec = {k: p[k] for k in ("index", "file", "inputs", "outputs", "backend", "deployment")}
+        size = os.path.getsize(p["file"])
+        model_bytes = None
+        if size <= INLINE_MAX_BYTES:
+            with open(p["file"], "rb") as f:
+                model_bytes = f.read()
+        dep = serve.deployment(
+            PartReplica,
+            name=p["deployment"],
+            num_replicas=1,
+            ray_actor_options=opts[p["deployment"]],
+            max_ongoing_requests=PART_MAX_ONGOING,
+            # A part that cannot load will not load on a retry either; fail the deploy soon.
+            max_constructor_retry_count=3,
+            health_check_period_s=2,
+            health_check_timeout_s=10,
+        )
+        handles.append(dep.bind(spec, model_bytes, opts[p["deployment"]]))
+        specs.append(spec)
+    meta = {
+        "name": name or partition.stem,
+        "digest": partition.digest(),
+        "inputs": partition.inputs,
+        "outputs": partition.outputs,
+        "parts": [{k: s[k] for k in ("inputs", "outputs", "backend", "deployment")} for s in specs],
+    }
+    ingress = serve.deployment(
+        Ingress,
+        name="ingress",
+        num_replicas=1,
+        ray_actor_options=opts["ingress"],
+        max_ongoing_requests=INGRESS_MAX_ONGOING,
+        health_check_period_s=2,
+        health_check_timeout_s=10,
+    )
+    return ingress.bind(meta, request_timeout_s, *handles)
+
+
+# ----------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------
+
+
+def die(code, message):
+    sys.stdout.flush()
+    print(f"ray_app: {message}", file=sys.stderr, flush=True)
+    # os._exit: a half-made Ray connection can hang the interpreter's normal shutdown.
+    os._exit(code)
+
+
+def load_partition(path):
+    try:
+        return Partition(path)
+    except FileNotFoundError as e:
+        die(2, f"{path}: cannot read: {e.strerror}: {e.filename}")
+    except (ValueError, KeyError, json.JSONDecodeError) as e:
+        die(2, f"{path}: not a usable conn.json: {e}")
+
+
+def split_address(address):
+    addr = address
+    for prefix in ("ray://", "http://"):
+        if addr.startswith(prefix):
+            addr = addr[len(prefix):]
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def connect(address, timeout_s):
+    """ray.init on `address`, bounded: a dead or wrong address dies in one line, exit 2."""
+    hp = split_address(address)
+    if hp is None:
+        die(2, f"--address {address!r} is not HOST:PORT (the head's GCS address, as `ray start --head` printed it)")
+    host, port = hp
+    # A plain TCP probe first: ray.init on a closed port retries for a long while.
+    try:
+        socket.create_connection((host, port), timeout=min(5.0, timeout_s)).close()
+    except OSError as e:
+        die(2, f"cannot reach the Ray cluster at {address}: {e.strerror or type(e).__name__}")
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    import ray
+
+    kwargs = {"address": f"{host}:{port}", "logging_level": "ERROR", "log_to_driver": False, "namespace": "cleave"}
+    if host in ("127.0.0.1", "localhost"):
+        kwargs["_node_ip_address"] = "127.0.0.1"
+    box = {}
+
+    def attempt():
+        try:
+            ray.init(**kwargs)
+            box["ok"] = True
+        except Exception as e:
+            box["error"] = e
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        die(2, f"cannot reach the Ray cluster at {address}: no answer within {timeout_s:g}s (is it a Ray head's GCS port?)")
+    if "error" in box:
+        die(2, f"cannot reach the Ray cluster at {address}: {short_error(box['error'])}")
+    # Serve's driver-side INFO lines repeat what this command prints itself. A filter, not a
+    # level: Serve sets its logger's level again when it starts.
+    import logging
+
+    logging.getLogger("ray.serve").addFilter(lambda record: record.levelno >= logging.WARNING)
+    return ray
+
+
+def check_resources(ray, partition, opts):
+    """Fails fast when no node could ever take a part; Serve would wait for one forever."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    for p in partition.parts:
+        o = opts[p["deployment"]]
+        need = dict(o.get("resources") or {})
+        if o.get("num_gpus"):
+            need["GPU"] = o["num_gpus"]
+        if o.get("num_cpus"):
+            need["CPU"] = o["num_cpus"]
+        if not any(all(n["Resources"].get(k, 0) >= v for k, v in need.items()) for n in nodes):
+            hint = ", ".join(f"{k}={v:g}" for k, v in need.items())
+            die(1, f"no live node offers {hint} for {p['deployment']} (backend {p['backend']}): start one with e.g. `ray start --resources='{{\"{p['backend']}\": 1}}'`, or map the backend with --resources")
+
+
+def app_status(serve, name):
+    try:
+        st = serve.status().applications.get(name)
+    except Exception:
+        return None
+    return st
+
+
+def describe_failure(serve, name):
+    st = app_status(serve, name)
+    if st is None:
+        return "no status"
+    bits = [str(getattr(st.status, "value", st.status))]
+    for dname, d in (st.deployments or {}).items():
+        if str(getattr(d.status, "value", d.status)) != "HEALTHY":
+            # The constructor's exception, when there is one, is the last line of a traceback.
+            msg = [ln.strip() for ln in (d.message or "").strip().splitlines() if ln.strip()]
+            why = f" - {msg[0][:200]}" + (f" ... {msg[-1][:300]}" if len(msg) > 1 else "") if msg else ""
+            bits.append(f"{dname}: {getattr(d.status, 'value', d.status)}{why}")
+    return "; ".join(bits)
+
+
+def deploy(ray, args, partition, name, *, reuse):
+    """Deploys (or, with reuse, keeps a running application of the same partition); returns
+    (ingress handle, whether this call deployed it)."""
+    from ray import serve
+
+    resources = parse_resources_or_die(args.resources)
+    opts = actor_options(partition, resources)
+    if reuse:
+        st = app_status(serve, name)
+        if st is not None and str(getattr(st.status, "value", st.status)) == "RUNNING":
+            h = serve.get_app_handle(name)
+            try:
+                d = h.describe.remote().result(timeout_s=30)
+                if d.get("digest") == partition.digest():
+                    return h, False
+            except Exception:
+                pass
+    check_resources(ray, partition, opts)
+    serve.start(proxy_location="HeadOnly", http_options={"host": args.http_host, "port": args.http_port})
+    app = build_app(partition.path, resources, name=name, request_timeout_s=args.request_timeout)
+    box = {}
+
+    def go():
+        try:
+            box["handle"] = serve.run(app, name=name, route_prefix=f"/{name}")
+        except Exception as e:
+            box["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(args.timeout)
+    if t.is_alive() or "error" in box:
+        why = describe_failure(serve, name)
+        # Leave no half-deployed application retrying on the cluster.
+        try:
+            serve.delete(name, _blocking=False)
+        except Exception:
+            pass
+        if t.is_alive():
+            die(1, f"{name} did not come up within {args.timeout:g}s (removed): {why}")
+        die(1, f"{name} failed to deploy (removed): {why}")
+    return box["handle"], True
+
+
+def parse_resources_or_die(text):
+    try:
+        return parse_resources(text)
+    except ValueError as e:
+        die(2, str(e))
+
+
+def describe_placement(handle, timeout_s=30):
+    return handle.describe.remote().result(timeout_s=timeout_s)
+
+
+def print_placement(desc):
+    for p in desc["parts"]:
+        if "error" in p:
+            print(f"  {p['deployment']:<14} backend {p['backend']:<6} unreachable: {p['error']}")
+            continue
+        res = ", ".join(f"{k}={v:g}" for k, v in sorted(p["node_resources"].items()))
+        head = " (head)" if p.get("is_head") else ""
+        print(f"  {p['deployment']:<14} backend {p['backend']:<6} node {p['node_id'][:12]}{head} {p.get('node_ip') or ''} [{res}]")
+
+
+def random_feeds(source_file, partition, seed):
+    """Seeded inputs shaped like the source model's (free dimensions taken as 1)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(seed)
+    types = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
+             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(source_file, so, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for i in sess.get_inputs():
+        if i.name not in partition.inputs:
+            continue
+        shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+        dt = types.get(i.type, np.float32)
+        if np.issubdtype(dt, np.floating):
+            feeds[i.name] = rng.standard_normal(shape).astype(dt)
+        elif dt is np.bool_:
+            feeds[i.name] = rng.integers(0, 2, shape).astype(dt)
+        else:
+            feeds[i.name] = rng.integers(0, 4, shape).astype(dt)
+    return feeds
+
+
+def reference_run(source_file, feeds, names):
+    """The whole source model in ONNX Runtime, with every tensor in `names` made a graph output."""
+    try:
+        import onnx
+    except ImportError:
+        die(2, "verify needs the onnx package to expose the source's boundary tensors: pip install -r scripts/requirements-test.txt")
+    import onnxruntime as ort
+
+    model = onnx.load(source_file)
+    have = {o.name for o in model.graph.output}
+    for n in names:
+        if n not in have:
+            # A name alone is enough: ONNX Runtime infers the type of an added output.
+            model.graph.output.append(onnx.ValueInfoProto(name=n))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    # Full graph optimisation may fuse an intermediate tensor away; basic keeps every one.
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return dict(zip(names, sess.run(list(names), feeds)))
+
+
+def running_http(args):
+    """Where Serve's proxy really listens: options given to an already running Serve are
+    ignored. Read through a private API, hence the fallback."""
+    try:
+        from ray.serve.context import _get_global_client
+
+        cfg = _get_global_client().http_config
+        return cfg.host, int(cfg.port)
+    except Exception:
+        return args.http_host, args.http_port
+
+
+def cmd_serve(args):
+    partition = load_partition(args.conn)
+    name = args.name or partition.stem
+    ray = connect(args.address, args.timeout)
+    from ray import serve
+
+    handle, _ = deploy(ray, args, partition, name, reuse=False)
+    desc = describe_placement(handle)
+    host, port = running_http(args)
+    print(f"deployed {name}: {len(partition.parts)} parts from {partition.path}")
+    if (host, port) != (args.http_host, args.http_port):
+        print(f"note: Serve was already running on this cluster with HTTP on {host}:{port}; --http-port/--http-host apply only when this command starts Serve")
+    print(f"route: http://{host}:{port}/{name}  (POST an .npz of {', '.join(partition.inputs)}; ?boundaries=1 adds the tensors between parts)")
+    print(f"python: serve.get_app_handle({name!r}).infer.remote({{name: array}}, boundaries=False)")
+    print_placement(desc)
+    sys.stdout.flush()
+    if args.detach:
+        return 0
+    print("serving; Ctrl-C stops and deletes the application", flush=True)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    # SIGTERM too (a supervisor, or cleave itself), and SIGINT even where a parent shell
+    # started this in the background with SIGINT ignored.
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print(f"stopping: deleting {name}", flush=True)
+        serve.delete(name)
+    return 0
+
+
+APP_PY = '''"""Ray Serve entry point of an exported cleave partition: `serve run app:app`, or
+`serve run serve_config.yaml` / `serve deploy serve_config.yaml` from this folder.
+Needs ray[serve], onnxruntime and numpy on every node."""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from ray_app import build_app  # noqa: E402
+
+# Backend -> ray_actor_options, as given to `export --resources` (see ray_app.py's docstring);
+# CLEAVE_RESOURCES in the environment replaces it.
+RESOURCES = json.loads(os.environ.get("CLEAVE_RESOURCES") or %(resources)r)
+
+app = build_app(os.path.join(HERE, %(conn)r), RESOURCES, name=%(name)r)
+'''
+
+CONFIG_YAML = """# Ray Serve config of an exported cleave partition.
+#   serve run serve_config.yaml     (RAY_ADDRESS=HOST:PORT, or --address)
+#   serve deploy serve_config.yaml  (through the head's dashboard, --address http://HOST:8265)
+# The application is built where Serve's controller runs (the head node): this folder must
+# be at working_dir's path there. The replicas need nothing from it (parts up to 64 MiB and
+# the code travel with the deployment). Elsewhere, replace working_dir by the URI of a zip of
+# this folder, or skip this file: `serve run app:app --working-dir .` from this folder.
+proxy_location: HeadOnly
+http_options:
+  host: %(host)s
+  port: %(port)d
+applications:
+  - name: %(name)s
+    route_prefix: /%(name)s
+    import_path: app:app
+    runtime_env:
+      working_dir: "local://%(dir)s"
+"""
+
+
+def cmd_export(args):
+    partition = load_partition(args.conn)
+    resources = parse_resources_or_die(args.resources)
+    name = args.name or partition.stem
+    out = os.path.abspath(args.out_dir)
+    if os.path.exists(out) and os.listdir(out) and not args.force:
+        die(2, f"{out} exists and is not empty (--force writes into it)")
+    os.makedirs(out, exist_ok=True)
+    for p in partition.parts:
+        dest = os.path.join(out, os.path.basename(p["file"]))
+        shutil.copyfile(p["file"], dest)
+    conn = json.loads(json.dumps(partition.raw))
+    for p in conn["parts"]:
+        p["file"] = os.path.basename(p["file"])
+    if conn.get("source", {}).get("file") and partition.source_file:
+        # Only `verify` reads the source; it stays where it is rather than doubling the folder.
+        conn["source"]["file"] = partition.source_file
+    conn_name = os.path.basename(partition.path)
+    with open(os.path.join(out, conn_name), "w", encoding="utf-8") as f:
+        json.dump(conn, f, indent=2)
+    shutil.copyfile(os.path.abspath(__file__), os.path.join(out, "ray_app.py"))
+    with open(os.path.join(out, "app.py"), "w", encoding="utf-8") as f:
+        f.write(APP_PY % {"resources": json.dumps(resources), "conn": conn_name, "name": name})
+    with open(os.path.join(out, "serve_config.yaml"), "w", encoding="utf-8") as f:
+        f.write(CONFIG_YAML % {"port": args.http_port, "host": args.http_host, "name": name, "dir": out})
+    print(f"wrote {out}: app.py, serve_config.yaml, ray_app.py, {conn_name} and {len(partition.parts)} parts")
+    print(f"  serve run {os.path.join(out, 'serve_config.yaml')}    # or, from {out}: serve run app:app --working-dir .")
+    return 0
+
+
+def percentile(values, q):
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
+
+
+def run_load(handle, feeds, count, in_flight, timeout_s):
+    """`count` requests with `in_flight` of them outstanding at any time."""
+    lock = threading.Lock()
+    state = {"next": 0}
+    lat, compute, errors = [], [], []
+
+    def worker():
+        while True:
+            with lock:
+                if state["next"] >= count:
+                    return
+                state["next"] += 1
+            t = time.perf_counter()
+            try:
+                r = handle.infer.remote(feeds).result(timeout_s=timeout_s)
+            except Exception as e:
+                with lock:
+                    errors.append(short_error(e) or type(e).__name__)
+                continue
+            dt = time.perf_counter() - t
+            with lock:
+                lat.append(dt)
+                compute.append([p["compute_s"] for p in r["parts"]])
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(in_flight)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t0, lat, compute, errors
+
+
+def cmd_bench(args):
+    import numpy as np
+
+    partition = load_partition(args.conn)
+    name = args.name or partition.stem
+    try:
+        levels = sorted({int(x) for x in args.in_flight.split(",") if x.strip()})
+    except ValueError:
+        die(2, f"--in-flight {args.in_flight!r} is not a comma-separated list of counts")
+    if not levels or levels[0] < 1 or args.requests < 1:
+        die(2, "--requests and every --in-flight count must be at least 1")
+    ray = connect(args.address, args.timeout)
+    from ray import serve
+
+    handle, deployed = deploy(ray, args, partition, name, reuse=True)
+    try:
+        feeds = random_feeds(partition.source_file, partition, 0) if partition.source_file and os.path.exists(partition.source_file) else None
+        if feeds is None:
+            feeds = _feeds_from_part(partition)
+        desc = describe_placement(handle)
+        client_timeout = args.request_timeout + 10
+        for _ in range(max(0, args.warmup)):
+            handle.infer.remote(feeds).result(timeout_s=client_timeout)
+        hops = len(partition.parts) + 1
+        rows = []
+        per_part = None
+        for k in levels:
+            wall, lat, compute, errors = run_load(handle, feeds, args.requests, k, client_timeout)
+            row = {"in_flight": k, "requests": args.requests, "ok": len(lat), "errors": len(errors),
+                   "throughput_rps": len(lat) / wall if wall > 0 else 0.0,
+                   "latency_p50_ms": percentile(lat, 50) * 1e3, "latency_p90_ms": percentile(lat, 90) * 1e3,
+                   "latency_mean_ms": (float(np.mean(lat)) * 1e3) if lat else float("nan")}
+            if errors:
+                row["first_error"] = errors[0]
+            if compute:
+                c = np.asarray(compute)
+                row["compute_sum_mean_ms"] = float(c.sum(axis=1).mean() * 1e3)
+                if k == 1:
+                    per_part = (c.mean(axis=0) * 1e3).tolist()
+                    row["per_hop_overhead_ms"] = (row["latency_mean_ms"] - row["compute_sum_mean_ms"]) / hops
+            rows.append(row)
+        result = {
+            "name": name, "address": args.address, "parts": len(partition.parts), "hops": hops,
+            "levels": rows,
+            "per_hop_overhead_ms": next((r.get("per_hop_overhead_ms") for r in rows if r["in_flight"] == 1), None),
+            "placement": [{"deployment": p["deployment"], "backend": p["backend"], "node_id": p.get("node_id"),
+                           "is_head": p.get("is_head"), "compute_mean_ms": (per_part[i] if per_part else None)}
+                          for i, p in enumerate(desc["parts"])],
+        }
+        failed = any(r["errors"] for r in rows)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(f"{name} on {args.address}: {len(partition.parts)} parts, {hops} hops a request "
+                  f"(client->ingress, then ingress->each part), {args.requests} requests per row")
+            print(f"{'in flight':>9} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'compute ms':>10} {'errors':>6}")
+            for r in rows:
+                print(f"{r['in_flight']:>9} {r['throughput_rps']:>8.1f} {r['latency_p50_ms']:>8.2f} {r['latency_p90_ms']:>8.2f} "
+                      f"{r.get('compute_sum_mean_ms', float('nan')):>10.2f} {r['errors']:>6}")
+            for p in result["placement"]:
+                c = f"{p['compute_mean_ms']:.2f} ms" if p["compute_mean_ms"] is not None else "-"
+                print(f"  {p['deployment']:<14} backend {p['backend']:<6} compute {c:>10}  node {str(p['node_id'])[:12]}{' (head)' if p['is_head'] else ''}")
+            if result["per_hop_overhead_ms"] is not None:
+                print(f"per-hop overhead (1 in flight): {result['per_hop_overhead_ms']:.2f} ms = (mean latency - summed part compute) / {hops} hops")
+            for r in rows:
+                if r["errors"]:
+                    print(f"{r['errors']} requests failed at {r['in_flight']} in flight, first: {r['first_error']}")
+        return 1 if failed else 0
+    finally:
+        if deployed and not args.keep:
+            serve.delete(name)
+
+
+def _feeds_from_part(partition):
+    """Zero inputs shaped by the first part when the source model is not at hand."""
+    import numpy as np
+    import onnxruntime as ort
+
+    feeds = {}
+    for p in partition.parts:
+        sess = ort.InferenceSession(p["file"], providers=["CPUExecutionProvider"])
+        for i in sess.get_inputs():
+            if i.name in partition.inputs and i.name not in feeds:
+                feeds[i.name] = np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], np.float32)
+    return feeds
+
+
+def cmd_verify(args):
+    import numpy as np
+
+    partition = load_partition(args.conn)
+    if not partition.source_file or not os.path.exists(partition.source_file):
+        die(2, f"{partition.path}: its source model {partition.source_file} is not here; verify compares against it")
+    name = args.name or partition.stem
+    feeds = random_feeds(partition.source_file, partition, args.seed)
+    boundary_names = [n for p in partition.parts for n in p["outputs"]]
+    want = reference_run(partition.source_file, feeds, list(dict.fromkeys(partition.outputs + boundary_names)))
+    ray = connect(args.address, args.timeout)
+    from ray import serve
+
+    handle, deployed = deploy(ray, args, partition, name, reuse=True)
+    try:
+        try:
+            got = handle.infer.remote(feeds, boundaries=True).result(timeout_s=args.request_timeout + 10)
+        except Exception as e:
+            die(1, f"{name}: the request failed: {short_error(e)}")
+        desc = describe_placement(handle)
+        rows = []
+        for kind, names, have in (("output", partition.outputs, got["outputs"]), ("boundary", boundary_names, got["boundaries"])):
+            for n in names:
+                a = np.asarray(have[n])
+                b = np.asarray(want[n])
+                if a.shape != b.shape:
+                    rows.append({"tensor": n, "kind": kind, "ok": False, "max_abs_diff": None, "why": f"shape {a.shape} vs {b.shape}"})
+                    continue
+                d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+                diff = float(d.max()) if a.size else 0.0
+                if not np.issubdtype(b.dtype, np.floating):
+                    ok, ratio = bool(np.array_equal(a, b)), 0.0 if np.array_equal(a, b) else float("inf")
+                elif args.rtol is None and args.atol is None:
+                    # As `cleave verify` judges: the relative L2 error of the whole tensor.
+                    # Engines round differently on each side of a cut, which trips
+                    # element-wise checks on near-zero values; a miswired tensor is off by
+                    # about its own size.
+                    norm = float(np.linalg.norm(b.astype(np.float64)))
+                    rel = float(np.linalg.norm(d)) / max(norm, 1e-30) if a.size else 0.0
+                    ok, ratio = rel <= args.tol, rel / args.tol
+                else:
+                    rtol = 1e-4 if args.rtol is None else args.rtol
+                    atol = 1e-5 if args.atol is None else args.atol
+                    # Share of the allowed |a-b| <= atol + rtol*|b| used up.
+                    ratio = float((d / (atol + rtol * np.abs(b.astype(np.float64)))).max()) if a.size else 0.0
+                    ok = bool(np.allclose(a, b, rtol=rtol, atol=atol))
+                rows.append({"tensor": n, "kind": kind, "ok": ok, "max_abs_diff": diff, "tolerance_used": ratio})
+        # A part on a node without the resource it asked for means the mapping was not applied.
+        opts = actor_options(partition, parse_resources_or_die(args.resources))
+        placement = []
+        for p in desc["parts"]:
+            need = opts[p["deployment"]].get("resources") or {}
+            res = p.get("node_resources") or {}
+            placed = "error" not in p and all(res.get(k, 0) > 0 for k in need)
+            placement.append({"deployment": p["deployment"], "backend": p["backend"], "node_id": p.get("node_id"),
+                              "is_head": p.get("is_head"), "node_resources": res, "placed_ok": placed})
+        ok = all(r["ok"] for r in rows) and all(p["placed_ok"] for p in placement)
+        if args.json:
+            print(json.dumps({"name": name, "seed": args.seed, "ok": ok, "tensors": rows, "placement": placement}, indent=2))
+        else:
+            how = f"relative L2 error <= {args.tol:g}" if args.rtol is None and args.atol is None else f"rtol {args.rtol}, atol {args.atol}"
+            print(f"{name}: seed {args.seed}, {how}, against {partition.source_file}")
+            for r in rows:
+                if r["max_abs_diff"] is None:
+                    d = r.get("why", "")
+                else:
+                    d = f"max abs diff {r['max_abs_diff']:.3g}, {100 * r['tolerance_used']:.1f}% of tolerance"
+                print(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['kind']:<8} {r['tensor']:<24} {d}")
+            print_placement(desc)
+            print(f"{name}: {'outputs and boundary tensors match' if ok else 'MISMATCH'}")
+        return 0 if ok else 1
+    finally:
+        if deployed and not args.keep:
+            serve.delete(name)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="ray_app.py",
+        description="Serve a cleave partition (stem.conn.json) on a Ray cluster with Ray Serve: one deployment per part, "
+                    "placed by its backend's Ray resources, chained by deployment handles behind one HTTP route.",
+        epilog="Placement rule: cpu -> anywhere; gpu*/cuda* -> num_gpus; any other backend B -> custom resource B that "
+               "nodes declare (ray start --resources='{\"B\": 1}'). Exit codes: 0 ok, 1 failed check, 2 usage or unreachable cluster.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p, cluster=True):
+        p.add_argument("conn", help="the partition's stem.conn.json (part files beside it)")
+        if cluster:
+            p.add_argument("--address", required=True, metavar="HOST:PORT", help="the Ray head's GCS address, as `ray start --head` printed it")
+            p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds to wait for the cluster and for the deployments to come up (default 120)")
+            p.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S, metavar="S",
+                           help=f"seconds one request may take inside the application before it fails (default {DEFAULT_REQUEST_TIMEOUT_S:g})")
+        p.add_argument("--resources", metavar="JSON", help='backend -> ray_actor_options, replacing the placement rule, e.g. \'{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}}\'')
+        p.add_argument("--name", help="Ray Serve application name, also the route /NAME (default: the partition's stem)")
+        p.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, metavar="P", help=f"HTTP port of the route (default {DEFAULT_HTTP_PORT})")
+        p.add_argument("--http-host", default="127.0.0.1", metavar="HOST",
+                       help="address Serve's HTTP proxy listens on; 0.0.0.0 for other machines (default 127.0.0.1)")
+
+    p = sub.add_parser("serve", help="deploy on a running cluster and serve until Ctrl-C")
+    common(p)
+    p.add_argument("--detach", action="store_true", help="return once deployed, leaving the application running")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("export", help="write a self-contained Ray Serve application folder (serve run / serve deploy)")
+    common(p, cluster=False)
+    p.add_argument("out_dir", metavar="OUT_DIR")
+    p.add_argument("--force", action="store_true", help="write into a non-empty OUT_DIR")
+    p.set_defaults(func=cmd_export)
+
+    for cmd, text in (("bench", "time requests through the Python handle with 1 and with N in flight"),
+                      ("verify", "compare outputs and every boundary tensor with the source model run whole")):
+        p = sub.add_parser(cmd, help=text)
+        common(p)
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.add_argument("--keep", action="store_true", help="leave the application running if this command deployed it")
+        if cmd == "bench":
+            p.add_argument("--requests", type=int, default=50, metavar="N", help="requests per in-flight level (default 50)")
+            p.add_argument("--in-flight", default="1,8", metavar="LIST", help="comma-separated in-flight levels (default 1,8)")
+            p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed requests first (default 3)")
+            p.set_defaults(func=cmd_bench)
+        else:
+            p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
+            p.add_argument("--tol", type=float, default=1e-3, help="largest relative L2 error of a float tensor (default 1e-3, as cleave verify)")
+            p.add_argument("--rtol", type=float, help="compare element by element instead: |a-b| <= atol + rtol*|b| (rtol default 1e-4)")
+            p.add_argument("--atol", type=float, help="absolute part of the element-wise check (default 1e-5)")
+            p.set_defaults(func=cmd_verify)
+
+    args = ap.parse_args(argv)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        code = 130
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Ray's shutdown hooks can stall on a cluster that lost a node; the work is done.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

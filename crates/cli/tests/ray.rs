@@ -1,0 +1,67 @@
+//! `cleave serve --ray` on a real two-node Ray cluster: resnet50 (random weights) split into 2
+//! and 3 stages, each part checked to run on the node its backend's resources demand, outputs
+//! and every boundary tensor equal to the whole model on ONNX Runtime, throughput at 1 and 8
+//! requests in flight, a worker node killed mid-run and brought back, and the same through
+//! the cleave binary. The cluster lives in network and PID namespaces of the script's own
+//! with only loopback (scripts/ray_cluster_test.sh), so no packet leaves the machine.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use cleave_testdata::light_random;
+use common::{cleave, ok, os, repo};
+
+fn stages(model: &Path, n: &str, devices: &str, out: &Path) -> std::path::PathBuf {
+    ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--stages"),
+        os(n),
+        os("--devices"),
+        os(devices),
+        os("-o"),
+        out.as_os_str(),
+    ]));
+    out.join("light_resnet50.conn.json")
+}
+
+#[test]
+fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = light_random("light_resnet50");
+    let two = stages(&model, "2", "cpu,npu", &tmp.path().join("s2"));
+    let three = stages(&model, "3", "cpu,npu,cpu2", &tmp.path().join("s3"));
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/ray_cluster_test.sh"))
+        .arg(&two)
+        .arg(&three)
+        .env("CLEAVE_BIN", env!("CARGO_BIN_EXE_cleave"))
+        .env("CLEAVE_RAY_TEST_REQUESTS", "30")
+        .env("CLEAVE_RAY_TEST_LIMIT_S", "900")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The figures (placement, throughput, per-hop overhead, failure timings) for the log.
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status.code()
+    );
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("ray_cluster_test: ") && l.contains(" passed, "))
+        .unwrap_or_default();
+    assert!(summary.ends_with(", 0 failed"), "{summary}\n{stdout}");
+    let passed: usize = summary
+        .trim_start_matches("ray_cluster_test: ")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    // Both splits' checks, the failure test and the binary's own: not a partial run.
+    assert!(passed >= 25, "{summary}");
+}

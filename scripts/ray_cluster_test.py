@@ -1,0 +1,466 @@
+#!/usr/bin/env python3
+"""The checks of scripts/ray_cluster_test.sh, run inside its namespaces against its two-node
+cluster: placement, equality with the whole model (Python handle and HTTP), throughput, an
+exported application, a killed and restarted worker node, an unreachable address.
+
+Not meant to be run by hand: the shell script starts the cluster and passes the addresses,
+the worker node's pid file and the command that starts the worker node again.
+"""
+
+import argparse
+import importlib.util
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+RESULTS = []
+FIGURES = {}
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def check(name, ok, detail=""):
+    RESULTS.append((name, bool(ok), detail))
+    log(f"{'PASS' if ok else 'FAIL'} {name}{(': ' + detail) if detail else ''}")
+    return ok
+
+
+def run_app(args, app, timeout_s):
+    """Runs ray_app.py with `args`; (rc, stdout, stderr, seconds)."""
+    return run_cmd([sys.executable, app] + args, timeout_s)
+
+
+def run_cmd(cmd, timeout_s):
+    """Runs `cmd`; (rc, stdout, stderr, seconds). A run past its time is killed with its
+    process group, so a hang becomes a failure rather than a stuck test."""
+    t = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return 124, out, err + f"\n(killed after {timeout_s}s)", time.monotonic() - t
+    return p.returncode, out, err, time.monotonic() - t
+
+
+def tail(text, n=6):
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+def load_module(path):
+    spec = importlib.util.spec_from_file_location("ray_app_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def nodes(ray):
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def wait_nodes(ray, count, limit_s, want_resource=None):
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        live = nodes(ray)
+        if len(live) >= count and (want_resource is None or any(want_resource in n["Resources"] for n in live)):
+            return live
+        time.sleep(0.5)
+    return None
+
+
+def expected_node(live, need):
+    """The node that alone can host a part asking for custom resources `need`: with none
+    asked, the head (the test declares every cpu-like backend there)."""
+    fits = [n for n in live if all(n["Resources"].get(k, 0) > 0 for k in need)]
+    if not need:
+        fits = [n for n in live if "node:__internal_head__" in n["Resources"]]
+    return fits[0]["NodeID"] if len(fits) == 1 else None
+
+
+def check_placement(ray, mod, label, handle, partition, resources):
+    opts = mod.actor_options(partition, resources)
+    live = nodes(ray)
+    desc = handle.describe.remote().result(timeout_s=30)
+    good = True
+    where = []
+    for p in desc["parts"]:
+        need = opts[p["deployment"]].get("resources") or {}
+        want = expected_node(live, need)
+        got = p.get("node_id")
+        role = "head" if p.get("is_head") else "worker"
+        where.append(f"{p['deployment']}->{role}:{str(got)[:8]}")
+        if want is None or got != want:
+            good = False
+    check(f"{label}: each part on the node its resources demand", good, ", ".join(where))
+    return desc
+
+
+def compare(mod, got, want, tol=1e-3):
+    """Relative L2 error per tensor, as `cleave verify` judges (a miswired tensor is off by
+    about its own size); (mismatched names, largest absolute difference)."""
+    import numpy as np
+
+    worst = 0.0
+    bad = []
+    for n, b in want.items():
+        if n not in got:
+            bad.append(f"{n} missing")
+            continue
+        a = np.asarray(got[n])
+        if a.shape != b.shape:
+            bad.append(n)
+            continue
+        d = np.linalg.norm(a.astype(np.float64) - b.astype(np.float64))
+        if d > tol * max(float(np.linalg.norm(b.astype(np.float64))), 1e-30):
+            bad.append(n)
+        if a.shape == b.shape and a.size:
+            worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+    return bad, worst
+
+
+def http_infer(port, name, feeds, boundaries, timeout_s):
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, **feeds)
+    url = f"http://127.0.0.1:{port}/{name}{'?boundaries=1' if boundaries else ''}"
+    req = urllib.request.Request(url, data=buf.getvalue(), method="POST", headers={"content-type": "application/octet-stream"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        body = r.read()
+        parts = json.loads(r.headers.get("x-cleave-parts") or "[]")
+    with np.load(io.BytesIO(body), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}, parts
+
+
+def test_partition(ray, serve, mod, a, idx, conn):
+    partition = mod.Partition(conn)
+    name = f"t{idx}"
+    label = f"{name} ({len(partition.parts)} parts, {os.path.basename(os.path.dirname(partition.path))})"
+    common = ["--address", a.address, "--name", name, "--resources", a.resources, "--request-timeout", str(a.request_timeout)]
+    rc, out, err, secs = run_app(["serve", conn, "--detach", "--http-port", str(a.http_port), "--timeout", "180"] + common, a.app, 240)
+    if not check(f"{label}: serve --detach deploys", rc == 0, f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err)}"):
+        return None
+    print(out.rstrip(), flush=True)
+    handle = serve.get_app_handle(name)
+    desc = check_placement(ray, mod, label, handle, partition, json.loads(a.resources))
+
+    rc, out, err, secs = run_app(["verify", conn, "--json", "--seed", "7"] + common, a.app, 240)
+    detail = f"rc {rc}: {tail(err or out)}"
+    if rc in (0, 1) and out.strip().startswith("{"):
+        v = json.loads(out)
+        worst = max((t.get("tolerance_used") or 0.0) for t in v["tensors"])
+        detail = f"{len(v['tensors'])} tensors, worst at {100 * worst:.1f}% of the relative L2 bound 1e-3, {secs:.1f}s"
+        FIGURES.setdefault("verify_tolerance_used_pct", {})[label] = round(100 * worst, 2)
+    check(f"{label}: verify (outputs + boundary tensors vs whole model)", rc == 0, detail)
+
+    # Independent of verify: this process's own reference, through HTTP and through the handle.
+    feeds = mod.random_feeds(partition.source_file, partition, 11)
+    names = list(dict.fromkeys(partition.outputs + [n for p in partition.parts for n in p["outputs"]]))
+    want = mod.reference_run(partition.source_file, feeds, names)
+    try:
+        got, parts = http_infer(a.http_port, name, feeds, True, a.request_timeout + 10)
+        bad, worst = compare(mod, got, want)
+        check(f"{label}: HTTP POST .npz ?boundaries=1 equals the whole model", not bad and len(parts) == len(partition.parts),
+              f"{len(want)} tensors, max abs diff {worst:.2e}" + (f", mismatched {bad}" if bad else ""))
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        check(f"{label}: HTTP POST .npz ?boundaries=1 equals the whole model", False, str(e))
+    r = handle.infer.remote(feeds, boundaries=True).result(timeout_s=a.request_timeout + 10)
+    merged = dict(r["boundaries"])
+    merged.update(r["outputs"])
+    bad, worst = compare(mod, merged, want)
+    check(f"{label}: handle infer(boundaries=True) equals the whole model", not bad, f"max abs diff {worst:.2e}")
+
+    rc, out, err, secs = run_app(["bench", conn, "--json", "--requests", str(a.requests), "--in-flight", "1,8"] + common, a.app, 300)
+    if check(f"{label}: bench 1 and 8 in flight", rc == 0 and out.strip().startswith("{"), f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err or out)}"):
+        b = json.loads(out)
+        FIGURES[label] = {
+            "rps": {r["in_flight"]: round(r["throughput_rps"], 1) for r in b["levels"]},
+            "p50_ms": {r["in_flight"]: round(r["latency_p50_ms"], 2) for r in b["levels"]},
+            "p90_ms": {r["in_flight"]: round(r["latency_p90_ms"], 2) for r in b["levels"]},
+            "per_hop_overhead_ms": round(b["per_hop_overhead_ms"], 2),
+            "hops": b["hops"],
+            "parts": [(p["deployment"], "head" if p["is_head"] else "worker", str(p["node_id"])[:8],
+                       round(p["compute_mean_ms"], 2) if p["compute_mean_ms"] is not None else None) for p in b["placement"]],
+        }
+    return name, partition, handle, desc
+
+
+def test_unreachable(a, conn):
+    rc, out, err, secs = run_app(["serve", conn, "--address", "127.0.0.1:1"], a.app, 30)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    ok = rc == 2 and len(lines) == 1 and "127.0.0.1:1" in lines[0] and secs < 10
+    check("unreachable address: one line, exit 2, fast", ok, f"rc {rc}, {secs:.1f}s, stderr {lines!r}")
+    FIGURES["unreachable_s"] = round(secs, 2)
+
+
+def test_cleave_binary(serve, a, mod, conn):
+    """The same application through the cleave binary, which carries its own copy of it."""
+    rc, out, err, secs = run_cmd([a.cleave, "serve", conn, "--ray", "127.0.0.1:1"], 30)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    check("cleave serve --ray to an unreachable address: one line, exit 2", rc == 2 and len(lines) == 1 and "127.0.0.1:1" in lines[0],
+          f"rc {rc}, {secs:.1f}s, stderr {lines!r}")
+    name = "viacleave"
+    rc, out, err, secs = run_cmd([a.cleave, "serve", conn, "--ray", a.address, "--detach", "--name", name, "--resources", a.resources,
+                                  "--http-port", str(a.http_port), "--timeout", "180"], 240)
+    if not check("cleave serve --ray --detach deploys", rc == 0, f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err or out)}"):
+        return
+    partition = mod.Partition(conn)
+    feeds = mod.random_feeds(partition.source_file, partition, 3)
+    want = mod.reference_run(partition.source_file, feeds, partition.outputs)
+    r = serve.get_app_handle(name).infer.remote(feeds).result(timeout_s=a.request_timeout + 10)
+    bad, worst = compare(mod, r["outputs"], want)
+    check("cleave serve: outputs equal the whole model", not bad, f"max abs diff {worst:.2e}")
+    serve.delete(name)
+    rc, out, err, secs = run_cmd([a.cleave, "bench", conn, "--ray", a.address, "--runs", "10", "--requests", "4", "--json",
+                                  "--resources", a.resources], 300)
+    levels = []
+    if rc == 0 and out.strip().startswith("{"):
+        levels = [lv["in_flight"] for lv in json.loads(out)["levels"]]
+    check("cleave bench --ray: 1 and 4 in flight", levels == [1, 4], f"rc {rc}, levels {levels}, {secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err or out)}")
+
+
+def test_export(serve, a, mod, conn, tmp):
+    out_dir = os.path.join(tmp, "exported")
+    rc, out, err, secs = run_app(["export", conn, out_dir, "--name", "exported", "--resources", a.resources,
+                                  "--http-port", str(a.http_port)], a.app, 60)
+    files = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
+    ok = rc == 0 and {"app.py", "serve_config.yaml", "ray_app.py"} <= set(files)
+    if not check("export writes app.py, serve_config.yaml, ray_app.py, parts", ok, ", ".join(files) if ok else f"rc {rc}: {tail(err)}"):
+        return
+    partition = mod.Partition(os.path.join(out_dir, os.path.basename(conn)))
+    feeds = mod.random_feeds(partition.source_file, partition, 3)
+    want = mod.reference_run(partition.source_file, feeds, partition.outputs)
+    env = dict(os.environ, RAY_ADDRESS=a.address)
+    t0 = time.monotonic()
+    p = subprocess.Popen(["serve", "run", os.path.join(out_dir, "serve_config.yaml")], cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(tmp, "serve_run.log"), "w"), start_new_session=True)
+    served, detail = False, "no answer within 150s"
+    try:
+        while time.monotonic() - t0 < 150 and p.poll() is None:
+            try:
+                got, _ = http_infer(a.http_port, "exported", feeds, False, 10)
+                bad, worst = compare(mod, got, want)
+                served, detail = not bad, f"up in {time.monotonic() - t0:.1f}s, max abs diff {worst:.2e}"
+                break
+            except (urllib.error.URLError, OSError, ValueError):
+                time.sleep(2)
+        if p.poll() is not None and not served:
+            detail = f"serve run exited {p.returncode}: " + tail(open(os.path.join(tmp, "serve_run.log")).read())
+    finally:
+        # Not Ctrl-C: on its way out `serve run` shuts down all of Serve, the other test
+        # applications with it. Killed, it leaves the application, deleted here instead.
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        try:
+            serve.delete("exported")
+        except Exception as e:
+            log(f"could not delete the exported application: {e}")
+    check("exported folder: `serve run serve_config.yaml` answers over HTTP", served, detail)
+
+
+def kill_worker(pidfile):
+    """SIGKILL to the worker's PID-namespace init and its unshare: the kernel then kills
+    every process of that node (raylet, agents, actors) at once, as a power cut would."""
+    pid = int(open(pidfile).read().strip())
+    victims = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            victims += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    for v in reversed(victims):
+        try:
+            os.kill(v, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return victims
+
+
+def test_node_failure(ray, serve, mod, a, name, partition):
+    handle = serve.get_app_handle(name)
+    feeds = mod.random_feeds(partition.source_file, partition, 5)
+    client_timeout = a.request_timeout + 10
+    lock = threading.Lock()
+    log_rows = []  # (start, end, ok, message)
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def load():
+        # Bounded in count and in time whatever happens to the cluster.
+        for _ in range(400):
+            if stop.is_set() or time.monotonic() - started > 120:
+                return
+            t = time.monotonic()
+            try:
+                handle.infer.remote(feeds).result(timeout_s=client_timeout)
+                row = (t, time.monotonic(), True, "")
+            except Exception as e:
+                row = (t, time.monotonic(), False, mod.short_error(e))
+            with lock:
+                log_rows.append(row)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
+    for th in threads:
+        th.start()
+    time.sleep(2.0)
+    with lock:
+        before_ok = sum(1 for r in log_rows if r[2])
+    t_kill = time.monotonic()
+    victims = kill_worker(a.worker_pidfile)
+    log(f"killed worker node (pids {victims}) with {before_ok} requests done")
+    # Keep the load on until several requests have failed or the window closes.
+    while time.monotonic() - t_kill < a.request_timeout * 3 + 20:
+        with lock:
+            fails = [r for r in log_rows if not r[2] and r[0] >= t_kill - 5]
+        if len(fails) >= 8:
+            break
+        time.sleep(0.5)
+    stop.set()
+    for th in threads:
+        th.join(client_timeout + 5)
+    hung = [th for th in threads if th.is_alive()]
+    with lock:
+        rows = list(log_rows)
+    after = [r for r in rows if r[1] >= t_kill]
+    fails = [r for r in after if not r[2]]
+    longest = max((r[1] - r[0] for r in rows), default=0.0)
+    first_fail = min((r[1] for r in fails), default=None)
+    msgs = sorted({r[3] for r in fails})
+    FIGURES["failure"] = {
+        "requests_before_kill_ok": before_ok,
+        "failed_after_kill": len(fails),
+        "first_error_after_kill_s": round(first_fail - t_kill, 2) if first_fail else None,
+        "longest_request_s": round(longest, 2),
+        "errors": msgs[:3],
+    }
+    alive = os.path.exists(f"/proc/{victims[0]}")
+    check("node kill: worker processes gone", not alive, f"pids {victims}")
+    check("node kill: in-flight and new requests fail with a clear error, none hangs",
+          fails and not hung and longest <= client_timeout + 5 and all(m for m in msgs),
+          f"{len(fails)} failed, first {FIGURES['failure']['first_error_after_kill_s']}s after the kill, longest request {longest:.1f}s; {msgs[:2]}")
+
+    t_restart = time.monotonic()
+    subprocess.run(["bash", a.worker_start], check=False, timeout=60)
+    live = wait_nodes(ray, 2, 90, want_resource="npu")
+    if not check("node restart: worker node back", live is not None, f"{time.monotonic() - t_restart:.1f}s"):
+        return
+    FIGURES["failure"]["node_back_s"] = round(time.monotonic() - t_restart, 1)
+    # Bounded retries, each bounded: Serve must notice the dead replica and place a new one.
+    ok_streak, tries, first_ok, last_err = 0, 0, None, ""
+    while time.monotonic() - t_restart < 180 and tries < 120 and ok_streak < 3:
+        tries += 1
+        t = time.monotonic()
+        try:
+            r = handle.infer.remote(feeds, boundaries=True).result(timeout_s=client_timeout)
+            ok_streak += 1
+            first_ok = first_ok or time.monotonic()
+        except Exception as e:
+            ok_streak = 0
+            last_err = mod.short_error(e)
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - t)))
+    recovered = ok_streak >= 3
+    FIGURES["failure"]["recovered_after_restart_s"] = round(first_ok - t_restart, 1) if first_ok else None
+    FIGURES["failure"]["retries"] = tries
+    if check("node restart: requests succeed again", recovered,
+             f"first success {FIGURES['failure']['recovered_after_restart_s']}s after restart, {tries} tries" + ("" if recovered else f"; last error {last_err}")):
+        want = mod.reference_run(partition.source_file, feeds, partition.outputs)
+        bad, worst = compare(mod, r["outputs"], want)
+        check("node restart: results still equal the whole model", not bad, f"max abs diff {worst:.2e}")
+        check_placement(ray, mod, f"{name} after restart", handle, partition, json.loads(a.resources))
+
+
+def guarded(what, fn, *args):
+    """A check that raises counts as one failure; the others still run."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        import traceback
+
+        traceback.print_exc()
+        check(f"{what}: ran to the end", False, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--app", required=True)
+    ap.add_argument("--address", required=True)
+    ap.add_argument("--resources", required=True)
+    ap.add_argument("--worker-pidfile", required=True)
+    ap.add_argument("--worker-start", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--http-port", type=int, default=8000)
+    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--request-timeout", type=float, default=10.0)
+    ap.add_argument("--cleave", help="the cleave binary: also serve and bench through it")
+    ap.add_argument("conns", nargs="+")
+    a = ap.parse_args()
+    t_all = time.monotonic()
+    mod = load_module(a.app)
+
+    test_unreachable(a, a.conns[0])
+
+    import ray
+    from ray import serve
+
+    ray.init(address=a.address, logging_level="ERROR", log_to_driver=False, namespace="cleave", _node_ip_address="127.0.0.1")
+    live = wait_nodes(ray, 2, 90, want_resource="npu")
+    if not check("cluster: head and worker node up", live is not None, ", ".join(f"{n['NodeID'][:8]}:{sorted(k for k in n['Resources'] if not k.startswith(('node:', 'memory', 'object')))}" for n in (live or []))):
+        return finish(t_all)
+
+    deployed = []
+    for i, conn in enumerate(a.conns, 1):
+        t = time.monotonic()
+        r = guarded(f"partition {conn}", test_partition, ray, serve, mod, a, i, conn)
+        log(f"partition {conn} took {time.monotonic() - t:.1f}s")
+        if r:
+            deployed.append(r)
+    if a.cleave:
+        t = time.monotonic()
+        guarded("cleave binary", test_cleave_binary, serve, a, mod, a.conns[0])
+        log(f"cleave binary test took {time.monotonic() - t:.1f}s")
+    t = time.monotonic()
+    guarded("export", test_export, serve, a, mod, a.conns[0], a.tmp)
+    log(f"export test took {time.monotonic() - t:.1f}s")
+    if deployed:
+        t = time.monotonic()
+        guarded("node failure", test_node_failure, ray, serve, mod, a, deployed[0][0], deployed[0][1])
+        FIGURES["failure_test_s"] = round(time.monotonic() - t, 1)
+    for name, *_ in deployed:
+        try:
+            serve.delete(name)
+        except Exception:
+            pass
+    return finish(t_all)
+
+
+def finish(t_all):
+    print("\n== figures ==", flush=True)
+    print(json.dumps(FIGURES, indent=1), flush=True)
+    passed = sum(1 for _, ok, _ in RESULTS if ok)
+    failed = len(RESULTS) - passed
+    for name, ok, detail in RESULTS:
+        if not ok:
+            print(f"FAILED: {name}: {detail}", flush=True)
+    print(f"checks took {time.monotonic() - t_all:.0f}s", flush=True)
+    print(f"ray_cluster_test: {passed} passed, {failed} failed", flush=True)
+    sys.stdout.flush()
+    os._exit(1 if failed or not RESULTS else 0)
+
+
+if __name__ == "__main__":
+    main()
