@@ -300,3 +300,49 @@ fn bad_cost_files_are_refused_in_one_line() {
     ]);
     assert_bad_input(&o, &model, "has no latency figures");
 }
+
+/// `partition --stages` with --costs: stage times in seconds from the file, and a device made
+/// slower in the file gets a smaller stage.
+#[test]
+fn pipeline_stages_take_their_times_from_the_cost_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (costs, mut v) = profile(tmp.path());
+    let (model, _) = example();
+    let stages = |costs: &Path| {
+        let out = ok(&cleave(&[
+            os("partition"),
+            model.as_os_str(),
+            os("--dim"),
+            os("batch=1"),
+            os("--stages"),
+            os("2"),
+            os("--devices"),
+            os("npu,cpu"),
+            os("--costs"),
+            costs.as_os_str(),
+            os("--dry-run"),
+        ]));
+        assert!(out.contains("stage times from the cost figures"), "{out}");
+        let first: usize = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("1 "))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no stage row: {out}"));
+        (first, out)
+    };
+    let (before, out) = stages(&costs);
+    assert!(out.contains(" ms "), "{out}");
+    for u in v["units"].as_array_mut().unwrap() {
+        if let Some(s) = u["latency_s"]["npu"].as_f64() {
+            u["latency_s"]["npu"] = Value::from(s * 50.0);
+        }
+    }
+    let slow = tmp.path().join("slow.json");
+    std::fs::write(&slow, serde_json::to_string(&v).unwrap()).unwrap();
+    let (after, out) = stages(&slow);
+    assert!(
+        after < before,
+        "npu 50x slower kept {after} of {before} nodes: {out}"
+    );
+}

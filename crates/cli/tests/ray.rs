@@ -29,6 +29,11 @@ fn stages(model: &Path, n: &str, devices: &str, out: &Path) -> std::path::PathBu
 
 #[test]
 fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
+    // The namespaces need root; CI runs as root. Elsewhere, skipping must be asked for.
+    if std::env::var_os("CLEAVE_SKIP_RAY").is_some() {
+        eprintln!("CLEAVE_SKIP_RAY is set: the Ray cluster test did not run");
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let model = light_random("light_resnet50");
     let two = stages(&model, "2", "cpu,npu", &tmp.path().join("s2"));
