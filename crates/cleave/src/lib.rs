@@ -68,6 +68,7 @@ pub use cleave_view as view;
 
 pub use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, Source};
 pub use cleave_partition::ValidatedPlan;
+pub use cleave_view::human_bytes;
 pub use devices::{DeviceRequest, Devices};
 pub use error::Error;
 pub use load::{frontend_for, frontends, load};
@@ -78,4 +79,4 @@ pub use placement::{
 pub use profile::{profile, ProfileOptions};
 pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
 pub use run::{conn_source, engine, load_parts, EngineEvaluator};
-pub use stages::{human_bytes, parse_memory, StageRequest, StageTime, Stages};
+pub use stages::{parse_memory, StageRequest, StageTime, Stages};

@@ -9,6 +9,8 @@ use cleave_cost::{plan_stages, StageDevice, StageError, StagePlan, StageProblem,
 use cleave_ir::{ValueDef, ValueId};
 use cleave_partition::{Partition, UnitGraph};
 
+use cleave_view::human_bytes;
+
 use crate::placement::Costs;
 use crate::{Cut, Devices, Error, Loaded};
 
@@ -311,22 +313,6 @@ impl Loaded {
                 )
             }
         }
-    }
-}
-
-/// Bytes in binary units with three significant decimals, as budgets are written.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[i])
     }
 }
 

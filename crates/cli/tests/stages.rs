@@ -159,7 +159,7 @@ fn a_model_that_cannot_fit_names_the_device_and_the_shortfall() {
     assert_bad_input(&o, &model, "does not fit in 4 stages");
     let err = stderr(&o);
     assert!(err.contains("short by") && err.contains(" on g"), "{err}");
-    assert!(err.contains("the budgets add up to 2.10 GiB"), "{err}");
+    assert!(err.contains("the budgets add up to 2.1 GiB"), "{err}");
     // A tensor of unknown size cannot be counted.
     let dynamic = repo().join("examples/tiny_cnn.onnx");
     let o = cleave(&[
@@ -196,33 +196,26 @@ fn a_dry_run_writes_nothing_and_a_real_run_writes_the_stages() {
     let tmp = tempfile::tempdir().unwrap();
     let model = repo().join("examples/tiny_cnn.onnx");
     let work = tmp.path().join("w");
-    let out = ok(&cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--stages"),
-        os("2"),
-        os("--dim"),
-        os("batch=1"),
-        os("--memory"),
-        os("stage1=1MiB,stage2=1MiB"),
-        os("--dry-run"),
-        os("-o"),
-        work.as_os_str(),
-    ]));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            os("partition"),
+            model.as_os_str(),
+            os("--stages"),
+            os("2"),
+            os("--dim"),
+            os("batch=1"),
+            os("--memory"),
+            os("stage1=1MiB,stage2=1MiB"),
+            os("-o"),
+            work.as_os_str(),
+        ];
+        args.extend(extra.iter().map(os));
+        ok(&cleave(&args))
+    };
+    let out = run(&["--dry-run"]);
     assert!(out.contains("dry run: nothing written"), "{out}");
     assert!(!work.exists());
-    let out = ok(&cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--stages"),
-        os("2"),
-        os("--dim"),
-        os("batch=1"),
-        os("--memory"),
-        os("stage1=1MiB,stage2=1MiB"),
-        os("-o"),
-        work.as_os_str(),
-    ]));
+    let out = run(&[]);
     assert_eq!(rows(&out).len(), 2, "{out}");
     assert!(work.join("tiny_cnn.conn.json").exists());
 }

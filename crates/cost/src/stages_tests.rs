@@ -2,21 +2,8 @@
 //! every set of cuts tried.
 
 use crate::stages::{plan_stages, stage_figures, StageError, StageFigures};
+use crate::tests::Rng;
 use crate::{StageDevice, StageProblem, StageTensor};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A random order of `n` units: each reads earlier tensors (skips included), some weights,
 /// some shared; devices of different speeds and budgets.

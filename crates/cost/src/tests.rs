@@ -5,16 +5,16 @@ use cleave_partition::UnitGraph;
 use crate::{exact, scalable, DeviceCosts, Flow, Link, Problem};
 
 /// A small deterministic generator, so a failing case can be replayed by its seed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
     fn unit(&mut self) -> f64 {

@@ -17,6 +17,7 @@ pub use data::{FusedGroup, LatencyView, NodeView, PartEdge, PartView, Report, Te
 pub use dot::to_dot;
 pub use html::to_html;
 pub use mermaid::to_markdown;
+pub use text::human_bytes;
 pub use write::{write_views, ViewError, Written};
 
 /// Above this many placed nodes the mermaid chart shows parts, not nodes: larger charts are
