@@ -169,7 +169,7 @@ impl Loaded {
             reads,
             tensors,
         };
-        let plan = plan_stages(&problem).map_err(|e| self.stage_error(e, &stage_device, unit))?;
+        let plan = plan_stages(&problem).map_err(|e| self.stage_error(e, &stage_device))?;
 
         let mut stage_of_pos = vec![0u32; units.len()];
         for (k, s) in plan.stages.iter().enumerate() {
@@ -265,7 +265,7 @@ impl Loaded {
         Ok((time, devices, StageTime::Seconds))
     }
 
-    fn stage_error(&self, e: StageError, stage_device: &[String], unit: StageTime) -> Error {
+    fn stage_error(&self, e: StageError, stage_device: &[String]) -> Error {
         match e {
             StageError::TooFewUnits { units, stages } => Error::usage(format!(
                 "--stages {stages}: the model has only {units} units to slice"
@@ -282,7 +282,6 @@ impl Loaded {
                     .max_by_key(|(_, s)| s.shortfall())
                     .map(|(k, s)| (k, s.clone()))
                     .unwrap_or((0, closest.stages[0].clone()));
-                let _ = unit;
                 let weights: u64 = closest.stages.iter().map(|s| s.weights).sum();
                 let budgets = closest
                     .stages
