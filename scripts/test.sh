@@ -9,7 +9,7 @@ bash scripts/fetch-test-data.sh
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 summary=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { printf "%d passed, %d failed", p, f }' "$log")
 # A whole run (no filter) knows every test binary in use: drop the ones earlier builds left.
 if [ "$#" -eq 0 ]; then bash scripts/prune-target.sh "$log"; fi
