@@ -4,12 +4,13 @@ use std::path::Path;
 
 use cleave_frontend::{Frontend, Source};
 use cleave_onnx::OnnxFrontend;
+use cleave_tflite::TfliteFrontend;
 
 use crate::Error;
 
 /// Every front-end, in the order they are asked.
 pub fn frontends() -> &'static [&'static dyn Frontend] {
-    &[&OnnxFrontend]
+    &[&OnnxFrontend, &TfliteFrontend]
 }
 
 /// The front-end that reads `path`; ONNX, the first, for a file no front-end claims, so that

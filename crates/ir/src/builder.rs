@@ -59,6 +59,7 @@ impl Table {
             name: name.to_string(),
             ty,
             def,
+            quant: None,
             consumers: Vec::new(),
         });
         self.names.insert(name.to_string(), id);
@@ -86,6 +87,7 @@ impl Table {
             name: name.to_string(),
             ty: TensorType::default(),
             def: ValueDef::Outer,
+            quant: None,
             consumers: Vec::new(),
         });
         self.names.insert(name.to_string(), id);

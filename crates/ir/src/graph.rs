@@ -48,12 +48,24 @@ pub enum ValueDef {
     Outer,
 }
 
+/// How a quantized tensor's integers map to real numbers: `real = scale * (q - zero_point)`,
+/// one pair for the whole tensor or one per index of `axis`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quantization {
+    pub scale: Vec<f32>,
+    pub zero_point: Vec<i64>,
+    /// The axis the pairs run along when there is more than one.
+    pub axis: Option<usize>,
+}
+
 /// A tensor of the graph.
 #[derive(Clone, Debug)]
 pub struct Value {
     pub name: String,
     pub ty: TensorType,
     pub def: ValueDef,
+    /// Quantization parameters, for formats that keep them on tensors.
+    pub quant: Option<Quantization>,
     /// Nodes that read this value, each once, in node order. Subgraph reads count for the
     /// node that owns the subgraph.
     pub consumers: Vec<NodeId>,

@@ -23,7 +23,7 @@ mod weight;
 pub use attr::{AttrValue, Attribute};
 pub use builder::{GraphBuilder, NodeSpec};
 pub use error::GraphError;
-pub use graph::{Graph, Node, NodeId, SourceRef, Value, ValueDef, ValueId};
+pub use graph::{Graph, Node, NodeId, Quantization, SourceRef, Value, ValueDef, ValueId};
 pub use model::{Function, Model, Opset};
 pub use semantics::{NamedOps, OpClass, OpSemantics, Window};
 pub use types::{Dim, ElemType, TensorType};

@@ -1,0 +1,387 @@
+//! TFLite and circle behind cleave's front-end interface.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use cleave_files::{
+    part_file_name, relative_path, remove_stale_parts, write_atomic, ConnFile, ConnModel,
+};
+use cleave_frontend::{
+    Emitted, EmittedPart, ExternalData, FixedDims, Frontend, FrontendError, RewriteOptions,
+    Rewritten, Source,
+};
+use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
+use cleave_partition::ValidatedPlan;
+
+use crate::build::{self, Selection};
+use crate::model::{FlatModel, Format};
+use crate::pack::{self, Layout, INLINE_LIMIT};
+use crate::to_ir::{to_ir, Converted};
+use crate::TfliteSemantics;
+
+/// Reads `.tflite` and `.circle` files (or any file with their identifiers).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TfliteFrontend;
+
+impl Frontend for TfliteFrontend {
+    fn name(&self) -> &'static str {
+        "tflite"
+    }
+
+    fn accepts(&self, path: &Path) -> bool {
+        let by_extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("tflite") || e.eq_ignore_ascii_case("circle"));
+        by_extension || sniff(path).is_some()
+    }
+
+    fn load(&self, path: &Path) -> Result<Box<dyn Source>, FrontendError> {
+        Ok(Box::new(TfliteSource::load(path)?))
+    }
+}
+
+/// The format named by a file's identifier, reading only its first bytes.
+fn sniff(path: &Path) -> Option<Format> {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    Format::of_bytes(&head)
+}
+
+/// A loaded TFLite or circle model: the verified file and its IR.
+#[derive(Clone)]
+pub struct TfliteSource {
+    pub file: FlatModel,
+    pub converted: Converted,
+    /// Tensor index by IR value name.
+    index: HashMap<String, usize>,
+}
+
+impl TfliteSource {
+    pub fn load(path: &Path) -> Result<TfliteSource, FrontendError> {
+        TfliteSource::new(FlatModel::load(path)?)
+    }
+
+    pub fn new(file: FlatModel) -> Result<TfliteSource, FrontendError> {
+        let converted = to_ir(&file)?;
+        let index = converted
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        Ok(TfliteSource {
+            file,
+            converted,
+            index,
+        })
+    }
+
+    pub fn format(&self) -> Format {
+        self.file.format
+    }
+
+    /// Notes from loading (renamed tensors, variables).
+    pub fn notes(&self) -> &[String] {
+        &self.converted.notes
+    }
+
+    fn err(&self, m: impl ToString) -> FrontendError {
+        FrontendError::new(&self.file.path, m)
+    }
+
+    fn tensor(&self, v: ValueId) -> Result<usize, FrontendError> {
+        let name = &self.converted.model.graph.value(v).name;
+        self.index
+            .get(name)
+            .copied()
+            .ok_or_else(|| self.err(format!("tensor '{name}' is not in the main subgraph")))
+    }
+
+    /// Packs a selection of this model in its own format.
+    pub fn encode(&self, sel: &Selection) -> Result<Vec<u8>, FrontendError> {
+        let f = &self.file;
+        let (bytes, layout_note) = match f.format {
+            Format::Tflite => {
+                let b = build::tflite::select(f, sel).map_err(|m| self.err(m))?;
+                encode_tflite(f, b).map_err(|m| self.err(m))?
+            }
+            Format::Circle => {
+                let b = build::circle::select(f, sel).map_err(|m| self.err(m))?;
+                encode_circle(f, b).map_err(|m| self.err(m))?
+            }
+        };
+        let _ = layout_note;
+        Ok(bytes)
+    }
+
+    /// The whole model written again through the object API (a round trip).
+    pub fn reencode(&self) -> Result<Vec<u8>, FrontendError> {
+        let f = &self.file;
+        let out = match f.format {
+            Format::Tflite => encode_tflite(f, build::tflite::whole(f)),
+            Format::Circle => encode_circle(f, build::circle::whole(f)),
+        };
+        out.map(|(b, _)| b).map_err(|m| self.err(m))
+    }
+
+    fn selection(
+        &self,
+        ops: Vec<usize>,
+        inputs: &[ValueId],
+        outputs: &[ValueId],
+        description: String,
+        keep_metadata: bool,
+    ) -> Result<Selection<'_>, FrontendError> {
+        Ok(Selection {
+            ops,
+            inputs: inputs
+                .iter()
+                .map(|&v| self.tensor(v))
+                .collect::<Result<_, _>>()?,
+            outputs: outputs
+                .iter()
+                .map(|&v| self.tensor(v))
+                .collect::<Result<_, _>>()?,
+            names: &self.converted.names,
+            description,
+            keep_metadata,
+        })
+    }
+
+    fn op_index(&self, n: cleave_ir::NodeId) -> Result<usize, FrontendError> {
+        let g = &self.converted.model.graph;
+        g.node(n).source.map(|s| s.index()).ok_or_else(|| {
+            self.err(format!(
+                "node '{}' has no operator in the file",
+                g.node_label(n)
+            ))
+        })
+    }
+}
+
+/// The layout for buffers of these sizes, and a note when it is not inline.
+fn layout_for(total: u64) -> (Layout, Option<String>) {
+    if total > INLINE_LIMIT {
+        (
+            Layout::Offsets,
+            Some(format!(
+                "{:.2} GB of weights: buffers placed after the flatbuffer (Buffer.offset), as TFLite does past 2 GB",
+                total as f64 / 1e9
+            )),
+        )
+    } else {
+        (Layout::Inline, None)
+    }
+}
+
+type Encoded = (Vec<u8>, Option<String>);
+
+fn encode_tflite(
+    f: &FlatModel,
+    b: build::Built<crate::schema::tflite::ModelT>,
+) -> Result<Encoded, String> {
+    let slices = build::buffer_slices(f, &b.buffers)?;
+    let refs: Vec<&[u8]> = slices.iter().map(|s| s.as_ref()).collect();
+    let (layout, note) = layout_for(refs.iter().map(|s| s.len() as u64).sum());
+    Ok((
+        pack::tflite::pack(&b.model, &refs, layout, Format::Tflite.identifier()),
+        note,
+    ))
+}
+
+fn encode_circle(
+    f: &FlatModel,
+    b: build::Built<crate::schema::circle::ModelT>,
+) -> Result<Encoded, String> {
+    let slices = build::buffer_slices(f, &b.buffers)?;
+    let refs: Vec<&[u8]> = slices.iter().map(|s| s.as_ref()).collect();
+    let (layout, note) = layout_for(refs.iter().map(|s| s.len() as u64).sum());
+    Ok((
+        pack::circle::pack(&b.model, &refs, layout, Format::Circle.identifier()),
+        note,
+    ))
+}
+
+impl Source for TfliteSource {
+    fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    fn extension(&self) -> &'static str {
+        self.file.format.extension()
+    }
+
+    fn model(&self) -> &Model {
+        &self.converted.model
+    }
+
+    fn semantics(&self) -> &dyn OpSemantics {
+        &TfliteSemantics
+    }
+
+    fn rewrite(&self, _opts: &RewriteOptions) -> Result<Rewritten, FrontendError> {
+        // TFLite converters already fold constants and fuse activations into ops.
+        Ok(Rewritten {
+            source: Box::new(self.clone()),
+            applied: Default::default(),
+            origins: Default::default(),
+            notes: Vec::new(),
+        })
+    }
+
+    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn Source>, FrontendError> {
+        if fixed.is_empty() {
+            return Ok(Box::new(self.clone()));
+        }
+        Err(self.err(format!(
+            "--shape and --dim are not supported for {} models yet: their dims are fixed when converting",
+            self.file.format.name()
+        )))
+    }
+
+    fn save_as(&mut self, path: &Path) -> Result<(), FrontendError> {
+        let bytes = self.reencode()?;
+        write_atomic(path, &bytes).map_err(|e| FrontendError::new(&e.path, &e))?;
+        self.file.path = path.to_path_buf();
+        Ok(())
+    }
+
+    fn write_parts(
+        &self,
+        plan: &ValidatedPlan,
+        workdir: &Path,
+        _external: ExternalData,
+    ) -> Result<Emitted, FrontendError> {
+        write_parts(self, plan, workdir)
+    }
+
+    fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError> {
+        let g = &self.converted.model.graph;
+        let ops: Vec<usize> = (0..g.nodes.len())
+            .map(|n| self.op_index(cleave_ir::NodeId(n as u32)))
+            .collect::<Result<_, _>>()?;
+        let mut outputs = g.outputs.clone();
+        outputs.extend(extra.iter().filter(|v| !g.outputs.contains(v)));
+        let description = self
+            .file
+            .root()
+            .description()
+            .unwrap_or_default()
+            .to_string();
+        let sel = self.selection(build::ordered(ops), &g.inputs, &outputs, description, true)?;
+        let bytes = self.encode(&sel)?;
+        write_atomic(path, &bytes).map_err(|e| FrontendError::new(&e.path, &e))
+    }
+
+    fn write_probe(
+        &self,
+        _elem: ElemType,
+        _dims: &[i64],
+        _path: &Path,
+    ) -> Result<(), FrontendError> {
+        Err(self.err(format!(
+            "profiling {} models is not supported yet",
+            self.file.format.name()
+        )))
+    }
+}
+
+fn write_parts(
+    src: &TfliteSource,
+    plan: &ValidatedPlan,
+    workdir: &Path,
+) -> Result<Emitted, FrontendError> {
+    let path = &src.file.path;
+    let write_err =
+        |p: &Path, e: std::io::Error| FrontendError::new(p, format!("cannot write: {e}"));
+    std::fs::create_dir_all(workdir).map_err(|e| write_err(workdir, e))?;
+    let work_real = workdir.canonicalize().map_err(|e| write_err(workdir, e))?;
+    let source_real = path
+        .canonicalize()
+        .map_err(|e| src.err(format!("cannot read: {e}")))?;
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
+    let ext = src.file.format.extension();
+    let g = &src.converted.model.graph;
+    let name = |v: &ValueId| g.value(*v).name.clone();
+    let bytes = |v: &ValueId| (name(v), g.value(*v).ty.byte_size());
+    let mut conn = ConnFile {
+        source: ConnModel {
+            file: relative_path(&work_real, &source_real),
+            inputs: g.inputs.iter().map(name).collect(),
+            outputs: g.outputs.iter().map(name).collect(),
+            backend: None,
+        },
+        parts: Vec::new(),
+    };
+    // Every part is built before anything is written, so a refusal leaves the folder as it was.
+    let mut encoded = Vec::with_capacity(plan.parts.len());
+    let total = plan.parts.len();
+    for (k, part) in plan.parts.iter().enumerate() {
+        let file = part_file_name(&stem, k, plan.device_name(part), ext);
+        if workdir
+            .join(&file)
+            .canonicalize()
+            .is_ok_and(|p| p == source_real)
+        {
+            return Err(src.err(format!(
+                "{file} would overwrite the source model; choose another WORKDIR"
+            )));
+        }
+        let ops = part
+            .nodes
+            .iter()
+            .chain(&part.constant_nodes)
+            .map(|&n| src.op_index(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let description = format!("part {} of {total} of {}, cut by cleave", k + 1, stem);
+        let sel = src.selection(
+            build::ordered(ops),
+            &part.inputs,
+            &part.outputs,
+            description,
+            false,
+        )?;
+        encoded.push((file, src.encode(&sel)?));
+    }
+    let mut written = Vec::new();
+    let mut summary = Vec::new();
+    for ((file, data), part) in encoded.into_iter().zip(&plan.parts) {
+        let backend = plan.device_name(part).to_string();
+        let path = workdir.join(&file);
+        write_atomic(&path, &data).map_err(|e| FrontendError::new(&e.path, &e))?;
+        written.push(file.clone());
+        conn.parts.push(ConnModel {
+            file: file.clone(),
+            inputs: part.inputs.iter().map(name).collect(),
+            outputs: part.outputs.iter().map(name).collect(),
+            backend: Some(backend.clone()),
+        });
+        summary.push(EmittedPart {
+            file,
+            backend,
+            nodes: part.nodes.len(),
+            constant_nodes: part.constant_nodes.len(),
+            inputs: part.inputs.iter().map(bytes).collect(),
+            outputs: part.outputs.iter().map(bytes).collect(),
+        });
+    }
+    let conn_json = workdir.join(format!("{stem}.conn.json"));
+    let conn_ini = workdir.join(format!("{stem}.conn.ini"));
+    write_atomic(&conn_json, conn.to_json().as_bytes())
+        .map_err(|e| FrontendError::new(&e.path, &e))?;
+    write_atomic(&conn_ini, conn.to_ini().as_bytes())
+        .map_err(|e| FrontendError::new(&e.path, &e))?;
+    remove_stale_parts(workdir, &stem, ext, &written, &source_real);
+    Ok(Emitted {
+        conn_json,
+        conn_ini,
+        conn,
+        parts: summary,
+        weights: None,
+        notes: src.converted.notes.clone(),
+    })
+}

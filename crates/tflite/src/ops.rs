@@ -1,0 +1,164 @@
+//! What the neutral stages need to know of TFLite's operators (circle's are a superset).
+
+use cleave_ir::{AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, ValueId, Window};
+
+/// TFLite operator semantics: NHWC tensors, OHWI convolution filters, `[1, H, W, C*M]`
+/// depthwise filters, activations fused into the op's options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TfliteSemantics;
+
+fn int_attr(node: &Node, name: &str) -> Option<i64> {
+    match node.attr(name)? {
+        AttrValue::Int(v) => Some(*v),
+        _ => None,
+    }
+}
+
+fn str_attr<'a>(node: &'a Node, name: &str) -> Option<&'a [u8]> {
+    match node.attr(name)? {
+        AttrValue::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// Ops whose result is not a function of their inputs alone: random generators, and the
+/// ones that read or write state shared through resource handles (never copied as
+/// constants into several parts).
+const STATEFUL: &[&str] = &[
+    "RANDOM_STANDARD_NORMAL",
+    "RANDOM_UNIFORM",
+    "MULTINOMIAL",
+    "VAR_HANDLE",
+    "READ_VARIABLE",
+    "ASSIGN_VARIABLE",
+    "CALL_ONCE",
+    "HASHTABLE",
+    "HASHTABLE_FIND",
+    "HASHTABLE_IMPORT",
+    "HASHTABLE_SIZE",
+];
+
+impl OpSemantics for TfliteSemantics {
+    fn class(&self, node: &Node) -> OpClass {
+        if !node.domain.is_empty() {
+            return OpClass::Other;
+        }
+        match node.op_type.as_str() {
+            "CONV_2D" | "DEPTHWISE_CONV_2D" => OpClass::Conv,
+            "MAX_POOL_2D" => OpClass::MaxPool,
+            "AVERAGE_POOL_2D" => OpClass::AveragePool,
+            "FULLY_CONNECTED" => OpClass::FullyConnected,
+            "BATCH_MATMUL" => OpClass::MatMul,
+            "RELU" => OpClass::Relu,
+            "RELU6" | "RELU_N1_TO_1" | "RELU_0_TO_1" => OpClass::Clip,
+            "LEAKY_RELU" => OpClass::LeakyRelu,
+            "ELU" => OpClass::Elu,
+            "LOGISTIC" => OpClass::Sigmoid,
+            "TANH" => OpClass::Tanh,
+            "PRELU" => OpClass::PRelu,
+            "ADD" => OpClass::Add,
+            "MUL" => OpClass::Mul,
+            "MAXIMUM" => OpClass::Max,
+            "ADD_N" => OpClass::Sum,
+            "QUANTIZE" => OpClass::Quantize,
+            "DEQUANTIZE" => OpClass::Dequantize,
+            _ => OpClass::Other,
+        }
+    }
+
+    fn is_deterministic(&self, node: &Node) -> bool {
+        !(node.domain.is_empty() && STATEFUL.contains(&node.op_type.as_str()))
+            // A custom op's behaviour is unknown: never fold or copy it as a constant.
+            && node.domain.is_empty()
+    }
+
+    fn window(&self, g: &Graph, n: NodeId) -> Option<Window> {
+        let node = g.node(n);
+        let (kernel, group) = match node.op_type.as_str() {
+            "CONV_2D" | "DEPTHWISE_CONV_2D" => {
+                let w = g.value((*node.inputs.get(1)?)?).ty.static_dims()?;
+                let [_, h, wd, i] = w[..] else { return None };
+                let group = if node.op_type == "DEPTHWISE_CONV_2D" {
+                    // Depthwise: one group per input channel.
+                    let input = g.value((*node.inputs.first()?)?).ty.static_dims()?;
+                    *input.last()?
+                } else {
+                    let input = g.value((*node.inputs.first()?)?).ty.static_dims();
+                    input
+                        .and_then(|d| d.last().copied())
+                        .filter(|&c| i > 0 && c % i == 0)
+                        .map_or(1, |c| c / i)
+                };
+                (vec![h, wd], group)
+            }
+            "MAX_POOL_2D" | "AVERAGE_POOL_2D" | "L2_POOL_2D" => (
+                vec![
+                    int_attr(node, "filter_height")?,
+                    int_attr(node, "filter_width")?,
+                ],
+                1,
+            ),
+            _ => return None,
+        };
+        let same = str_attr(node, "padding")? == b"SAME";
+        let dil = |k| int_attr(node, k).unwrap_or(1);
+        Some(Window {
+            kernel,
+            strides: vec![int_attr(node, "stride_h")?, int_attr(node, "stride_w")?],
+            dilations: vec![dil("dilation_h_factor"), dil("dilation_w_factor")],
+            pads: vec![0; 4],
+            explicit_pads: !same,
+            ceil_mode: false,
+            group,
+        })
+    }
+
+    fn format(&self) -> &str {
+        // circle's op names are TFLite's plus its own: one vocabulary.
+        "tflite"
+    }
+
+    fn channel_axis(&self, g: &Graph, v: ValueId) -> Option<usize> {
+        g.value(v).ty.rank()?.checked_sub(1)
+    }
+
+    fn flops(&self, g: &Graph, n: NodeId) -> u64 {
+        let node = g.node(n);
+        let out_elems = node
+            .outputs
+            .iter()
+            .flatten()
+            .next()
+            .and_then(|&v| g.value(v).ty.static_dims())
+            .map_or(1, |d| {
+                d.iter()
+                    .fold(1u64, |a, &x| a.saturating_mul(x.max(1) as u64))
+            });
+        let weight_dims = || {
+            node.inputs
+                .get(1)
+                .copied()
+                .flatten()
+                .and_then(|w| g.value(w).ty.static_dims())
+        };
+        let per_output = match node.op_type.as_str() {
+            // Each output: a multiply and an add per filter tap.
+            "CONV_2D" => weight_dims().map_or(1, |w| {
+                w.iter()
+                    .skip(1)
+                    .fold(2u64, |a, &x| a.saturating_mul(x.max(1) as u64))
+            }),
+            "DEPTHWISE_CONV_2D" => weight_dims().map_or(1, |w| {
+                w.iter()
+                    .skip(1)
+                    .take(2)
+                    .fold(2u64, |a, &x| a.saturating_mul(x.max(1) as u64))
+            }),
+            "FULLY_CONNECTED" => weight_dims()
+                .and_then(|w| w.last().copied())
+                .map_or(1, |k| 2u64.saturating_mul(k.max(1) as u64)),
+            _ => 1,
+        };
+        out_elems.saturating_mul(per_output)
+    }
+}

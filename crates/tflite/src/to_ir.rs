@@ -1,0 +1,512 @@
+//! A TFLite or circle model's main subgraph as cleave's IR.
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+use cleave_frontend::FrontendError;
+use cleave_ir::{
+    AttrValue, Attribute, Dim, GraphBuilder, Model, NodeSpec, Opset, Quantization, SourceRef,
+    TensorType, Weight, WeightData,
+};
+
+use crate::codes::{builtin_code, elem_type, op_name, CUSTOM};
+use crate::model::{FlatModel, Format};
+use crate::schema::tflite;
+
+/// The domain of custom operators (their op type is the custom code); builtins have "".
+pub const CUSTOM_DOMAIN: &str = "custom";
+
+/// The IR of a model and how its tensors were named.
+#[derive(Clone)]
+pub struct Converted {
+    pub model: Model,
+    /// The IR name of each tensor of the main subgraph, by tensor index: the tensor's own
+    /// name where it is non-empty and unique, else `NAME#INDEX`.
+    pub names: Vec<String>,
+    /// Renamed tensors and other things a user should know about the file.
+    pub notes: Vec<String>,
+}
+
+/// One operator's decoded code.
+pub struct OpKind {
+    pub op_type: String,
+    pub domain: String,
+}
+
+/// The op type and domain of operator code `index`.
+pub fn op_kind(fm: &FlatModel, index: usize) -> Result<OpKind, String> {
+    let codes = fm.root().operator_codes();
+    let count = codes.map_or(0, |c| c.len());
+    let code = codes
+        .filter(|_| index < count)
+        .map(|c| c.get(index))
+        .ok_or_else(|| format!("operator code {index} out of range ({count} codes)"))?;
+    let builtin = builtin_code(fm.format, &code);
+    if builtin == CUSTOM {
+        let name = code.custom_code().unwrap_or_default();
+        if name.is_empty() {
+            return Err(format!(
+                "operator code {index} is CUSTOM with no custom code"
+            ));
+        }
+        return Ok(OpKind {
+            op_type: name.to_string(),
+            domain: CUSTOM_DOMAIN.to_string(),
+        });
+    }
+    let op_type =
+        op_name(fm.format, builtin).map_or_else(|| format!("BUILTIN_{builtin}"), str::to_string);
+    Ok(OpKind {
+        op_type,
+        domain: String::new(),
+    })
+}
+
+fn err(fm: &FlatModel, m: impl ToString) -> FrontendError {
+    FrontendError::new(&fm.path, m)
+}
+
+/// Tensor names made unique: duplicates and empty names get their index appended.
+fn unique_names(tensors: &[tflite::Tensor]) -> (Vec<String>, usize) {
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for t in tensors {
+        *count.entry(t.name().unwrap_or_default()).or_default() += 1;
+    }
+    let mut taken: HashSet<String> = count
+        .iter()
+        .filter(|(n, &c)| c == 1 && !n.is_empty())
+        .map(|(n, _)| n.to_string())
+        .collect();
+    let mut renamed = 0;
+    let names = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let name = t.name().unwrap_or_default();
+            if !name.is_empty() && count.get(name) == Some(&1) {
+                return name.to_string();
+            }
+            renamed += 1;
+            let base = if name.is_empty() { "tensor" } else { name };
+            let mut candidate = format!("{base}#{i}");
+            while !taken.insert(candidate.clone()) {
+                candidate.push('_');
+            }
+            candidate
+        })
+        .collect();
+    (names, renamed)
+}
+
+/// The tensor's type: `shape_signature` where present (its -1s are unknown dims), else
+/// `shape`.
+fn tensor_type(format: Format, t: &tflite::Tensor) -> TensorType {
+    let elem = elem_type(format, t.type_().0);
+    let dims = t.shape_signature().or_else(|| t.shape());
+    let shape = dims.map_or_else(Vec::new, |d| {
+        d.iter()
+            .map(|x| {
+                if x < 0 {
+                    Dim::Unknown
+                } else {
+                    Dim::Fixed(i64::from(x))
+                }
+            })
+            .collect()
+    });
+    TensorType {
+        elem: Some(elem),
+        shape: Some(shape),
+    }
+}
+
+fn quantization(t: &tflite::Tensor) -> Option<Quantization> {
+    let q = t.quantization()?;
+    let scale: Vec<f32> = q.scale().map(|v| v.iter().collect()).unwrap_or_default();
+    if scale.is_empty() {
+        return None;
+    }
+    let zero_point: Vec<i64> = q
+        .zero_point()
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
+    let axis = (scale.len() > 1)
+        .then(|| usize::try_from(q.quantized_dimension()).ok())
+        .flatten();
+    Some(Quantization {
+        scale,
+        zero_point,
+        axis,
+    })
+}
+
+/// The bytes of buffer `index`, sliced out of the file without copying: its inline data, or
+/// for models past 2 GiB, `offset`/`size` from the start of the file.
+pub fn buffer_bytes(fm: &FlatModel, index: u32) -> Result<Option<Bytes>, String> {
+    if index == 0 {
+        return Ok(None);
+    }
+    let buffers = fm.root().buffers();
+    let count = buffers.map_or(0, |b| b.len());
+    let i = index as usize;
+    let buf = buffers
+        .filter(|_| i < count)
+        .map(|b| b.get(i))
+        .ok_or_else(|| format!("buffer {index} out of range ({count} buffers)"))?;
+    if buf.offset() > 1 {
+        let range = usize::try_from(buf.offset())
+            .ok()
+            .zip(usize::try_from(buf.size()).ok())
+            .and_then(|(o, n)| Some(o..o.checked_add(n)?))
+            .filter(|r| r.end <= fm.data.len())
+            .ok_or_else(|| {
+                format!(
+                    "buffer {index}: offset {} size {} passes the end of the file ({} bytes)",
+                    buf.offset(),
+                    buf.size(),
+                    fm.data.len()
+                )
+            })?;
+        return Ok(Some(fm.data.slice(range)));
+    }
+    Ok(buf
+        .data()
+        .filter(|d| !d.is_empty())
+        .map(|d| fm.data.slice_ref(d.bytes())))
+}
+
+fn activation(code: tflite::ActivationFunctionType) -> Attribute {
+    let name = code.variant_name().unwrap_or("UNKNOWN");
+    Attribute {
+        name: "fused_activation_function".into(),
+        value: AttrValue::String(Bytes::from_static(name.as_bytes())),
+    }
+}
+
+fn int(name: &str, v: impl Into<i64>) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value: AttrValue::Int(v.into()),
+    }
+}
+
+fn padding(p: tflite::Padding) -> Attribute {
+    let name = p.variant_name().unwrap_or("UNKNOWN");
+    Attribute {
+        name: "padding".into(),
+        value: AttrValue::String(Bytes::from_static(name.as_bytes())),
+    }
+}
+
+/// The options the neutral stages and profiles look at, as attributes; the part writer
+/// copies every option from the file, so nothing is lost by leaving the rest out.
+fn attributes(op_type: &str, op: &tflite::Operator) -> Vec<Attribute> {
+    let mut a = Vec::new();
+    match op_type {
+        "CONV_2D" => {
+            if let Some(o) = op.builtin_options_as_conv_2_doptions() {
+                a.extend([
+                    padding(o.padding()),
+                    int("stride_h", o.stride_h()),
+                    int("stride_w", o.stride_w()),
+                    int("dilation_h_factor", o.dilation_h_factor()),
+                    int("dilation_w_factor", o.dilation_w_factor()),
+                    activation(o.fused_activation_function()),
+                ]);
+            }
+        }
+        "DEPTHWISE_CONV_2D" => {
+            if let Some(o) = op.builtin_options_as_depthwise_conv_2_doptions() {
+                a.extend([
+                    padding(o.padding()),
+                    int("stride_h", o.stride_h()),
+                    int("stride_w", o.stride_w()),
+                    int("dilation_h_factor", o.dilation_h_factor()),
+                    int("dilation_w_factor", o.dilation_w_factor()),
+                    int("depth_multiplier", o.depth_multiplier()),
+                    activation(o.fused_activation_function()),
+                ]);
+            }
+        }
+        "MAX_POOL_2D" | "AVERAGE_POOL_2D" | "L2_POOL_2D" => {
+            if let Some(o) = op.builtin_options_as_pool_2_doptions() {
+                a.extend([
+                    padding(o.padding()),
+                    int("stride_h", o.stride_h()),
+                    int("stride_w", o.stride_w()),
+                    int("filter_height", o.filter_height()),
+                    int("filter_width", o.filter_width()),
+                    activation(o.fused_activation_function()),
+                ]);
+            }
+        }
+        "FULLY_CONNECTED" => {
+            if let Some(o) = op.builtin_options_as_fully_connected_options() {
+                a.push(activation(o.fused_activation_function()));
+                a.push(int("keep_num_dims", o.keep_num_dims()));
+            }
+        }
+        "ADD" => a.extend(
+            op.builtin_options_as_add_options()
+                .map(|o| activation(o.fused_activation_function())),
+        ),
+        "SUB" => a.extend(
+            op.builtin_options_as_sub_options()
+                .map(|o| activation(o.fused_activation_function())),
+        ),
+        "MUL" => a.extend(
+            op.builtin_options_as_mul_options()
+                .map(|o| activation(o.fused_activation_function())),
+        ),
+        "DIV" => a.extend(
+            op.builtin_options_as_div_options()
+                .map(|o| activation(o.fused_activation_function())),
+        ),
+        "CONCATENATION" => {
+            if let Some(o) = op.builtin_options_as_concatenation_options() {
+                a.push(int("axis", o.axis()));
+                a.push(activation(o.fused_activation_function()));
+            }
+        }
+        "LEAKY_RELU" => {
+            if let Some(o) = op.builtin_options_as_leaky_relu_options() {
+                a.push(Attribute {
+                    name: "alpha".into(),
+                    value: AttrValue::Float(o.alpha()),
+                });
+            }
+        }
+        _ => {}
+    }
+    a.extend(
+        subgraph_refs(op_type, op)
+            .into_iter()
+            .map(|(name, index)| int(name, index)),
+    );
+    a
+}
+
+/// The subgraphs an operator runs, by option name: IF's branches, WHILE's condition and
+/// body, CALL_ONCE's initialiser, CALL's callee.
+pub fn subgraph_refs(op_type: &str, op: &tflite::Operator) -> Vec<(&'static str, i64)> {
+    match op_type {
+        "IF" => op
+            .builtin_options_as_if_options()
+            .map_or_else(Vec::new, |o| {
+                vec![
+                    ("then_subgraph_index", i64::from(o.then_subgraph_index())),
+                    ("else_subgraph_index", i64::from(o.else_subgraph_index())),
+                ]
+            }),
+        "WHILE" => op
+            .builtin_options_as_while_options()
+            .map_or_else(Vec::new, |o| {
+                vec![
+                    ("cond_subgraph_index", i64::from(o.cond_subgraph_index())),
+                    ("body_subgraph_index", i64::from(o.body_subgraph_index())),
+                ]
+            }),
+        "CALL_ONCE" => op
+            .builtin_options_as_call_once_options()
+            .map_or_else(Vec::new, |o| {
+                vec![("init_subgraph_index", i64::from(o.init_subgraph_index()))]
+            }),
+        "CALL" => op
+            .builtin_options_as_call_options()
+            .map_or_else(Vec::new, |o| vec![("subgraph", i64::from(o.subgraph()))]),
+        _ => Vec::new(),
+    }
+}
+
+/// Converts the main subgraph (the first) to the IR.
+pub fn to_ir(fm: &FlatModel) -> Result<Converted, FrontendError> {
+    let root = fm.root();
+    let subgraphs = root
+        .subgraphs()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| err(fm, "the model has no subgraph"))?;
+    let sg = subgraphs.get(0);
+    let tensors: Vec<tflite::Tensor> = sg.tensors().map(|t| t.iter().collect()).unwrap_or_default();
+    let (names, renamed) = unique_names(&tensors);
+    let mut notes = Vec::new();
+    if renamed > 0 {
+        notes.push(format!(
+            "{renamed} tensor(s) have an empty or repeated name; cleave calls them NAME#INDEX (their index in the main subgraph), in parts too"
+        ));
+    }
+    let tensor = |what: &str, i: i32| -> Result<usize, FrontendError> {
+        usize::try_from(i)
+            .ok()
+            .filter(|&i| i < tensors.len())
+            .ok_or_else(|| {
+                err(
+                    fm,
+                    format!(
+                        "{what} reads tensor {i}, out of range ({} tensors)",
+                        tensors.len()
+                    ),
+                )
+            })
+    };
+    let sg_inputs: Vec<usize> = sg
+        .inputs()
+        .map(|v| {
+            v.iter()
+                .map(|i| tensor("the main subgraph's input list", i))
+                .collect()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let sg_outputs: Vec<usize> = sg
+        .outputs()
+        .map(|v| {
+            v.iter()
+                .map(|i| tensor("the main subgraph's output list", i))
+                .collect()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    if fm.format == Format::Tflite && root.external_buffers().is_some_and(|b| !b.is_empty()) {
+        return Err(err(
+            fm,
+            "the model keeps weights in external buffer groups, which cleave does not read yet",
+        ));
+    }
+
+    let mut b = GraphBuilder::new(sg.name().unwrap_or("main"));
+    let input_set: HashSet<usize> = sg_inputs.iter().copied().collect();
+    for &i in &sg_inputs {
+        b.input(names[i].clone(), tensor_type(fm.format, &tensors[i]));
+    }
+    let mut produced = vec![false; tensors.len()];
+    let operators: Vec<tflite::Operator> = sg
+        .operators()
+        .map(|o| o.iter().collect())
+        .unwrap_or_default();
+    let subgraph_count = subgraphs.len();
+    for (k, op) in operators.iter().enumerate() {
+        let kind = op_kind(fm, op.opcode_index() as usize)
+            .map_err(|m| err(fm, format!("operator {k}: {m}")))?;
+        let what = format!("operator {k} ({})", kind.op_type);
+        let ins = op
+            .inputs()
+            .map(|v| {
+                v.iter()
+                    .map(|i| {
+                        if i == -1 {
+                            Ok(String::new())
+                        } else {
+                            tensor(&what, i).map(|i| names[i].clone())
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let mut outs = Vec::new();
+        for i in op.outputs().iter().flat_map(|v| v.iter()) {
+            if i == -1 {
+                outs.push(String::new());
+                continue;
+            }
+            let i = tensor(&what, i)?;
+            if input_set.contains(&i) {
+                return Err(err(
+                    fm,
+                    format!("{what} writes tensor '{}', a graph input", names[i]),
+                ));
+            }
+            produced[i] = true;
+            outs.push(names[i].clone());
+        }
+        for (name, index) in subgraph_refs(&kind.op_type, op) {
+            if usize::try_from(index).map_or(true, |i| i >= subgraph_count || i == 0) {
+                return Err(err(fm, format!("{what}: {name} {index} is not a subgraph other than the main one ({subgraph_count} subgraphs)")));
+            }
+        }
+        let name = outs
+            .iter()
+            .find(|o| !o.is_empty())
+            .cloned()
+            .unwrap_or_else(|| format!("{}#{k}", kind.op_type));
+        let attrs = attributes(&kind.op_type, op);
+        b.node(NodeSpec {
+            name,
+            op_type: kind.op_type,
+            domain: kind.domain,
+            inputs: ins,
+            outputs: outs,
+            attrs,
+            source: Some(SourceRef(k as u32)),
+        });
+    }
+    let mut variables = 0;
+    for (i, t) in tensors.iter().enumerate() {
+        if input_set.contains(&i) {
+            continue;
+        }
+        let ty = tensor_type(fm.format, t);
+        if produced[i] {
+            b.value_type(names[i].clone(), ty);
+            continue;
+        }
+        let data = buffer_bytes(fm, t.buffer())
+            .map_err(|m| err(fm, format!("tensor '{}': {m}", names[i])))?;
+        let dims = ty
+            .shape
+            .iter()
+            .flatten()
+            .map(|d| d.fixed().unwrap_or(0))
+            .collect();
+        let elem = ty.elem.unwrap_or(cleave_ir::ElemType::Other(-128));
+        let weight = match data {
+            Some(bytes) if t.sparsity().is_none() => WeightData::Bytes(bytes),
+            Some(_) => WeightData::Opaque,
+            None if t.is_variable() => {
+                variables += 1;
+                WeightData::Opaque
+            }
+            None => continue,
+        };
+        b.weight(
+            names[i].clone(),
+            Weight {
+                elem,
+                dims,
+                data: weight,
+            },
+        );
+    }
+    if variables > 0 {
+        notes.push(format!(
+            "{variables} variable tensor(s) (state kept between runs) are copied into every part that reads them, each copy with its own state"
+        ));
+    }
+    for &i in &sg_outputs {
+        b.output(names[i].clone());
+    }
+    let mut graph = b
+        .finish(false)
+        .map_err(|e| err(fm, format!("invalid graph: {e}")))?;
+    for (i, t) in tensors.iter().enumerate() {
+        if let (Some(q), Some(v)) = (quantization(t), graph.find(&names[i])) {
+            graph.value_mut(v).quant = Some(q);
+        }
+    }
+    let model = Model {
+        format: fm.format.name(),
+        format_version: i64::from(root.version()),
+        opsets: vec![Opset {
+            domain: String::new(),
+            version: i64::from(root.version()),
+        }],
+        producer: root.description().unwrap_or_default().to_string(),
+        graph,
+        functions: Vec::new(),
+    };
+    Ok(Converted {
+        model,
+        names,
+        notes,
+    })
+}
