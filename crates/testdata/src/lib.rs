@@ -80,3 +80,29 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// The TFLite test models `scripts/tflite_models.py` fetched: MediaPipe's face models and
+/// their calibrated uint8/int8 copies, sorted.
+pub fn tflite_files() -> Vec<PathBuf> {
+    let root = dir();
+    let mut files: Vec<PathBuf> = ["tflite", "tflite-quant"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(root.join(d)).ok())
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "tflite"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 9,
+        "{} TFLite models in {}: run `bash scripts/fetch-test-data.sh`",
+        files.len(),
+        root.display()
+    );
+    files
+}
+
+/// The repository's `scripts/` folder.
+pub fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
+}

@@ -22,10 +22,17 @@ fn vendored_schemas_match_their_recorded_hashes() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema");
     let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap();
     let mut checked = 0;
-    for line in sums.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in sums
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let (hash, file) = line.split_once("  ").unwrap();
         let data = std::fs::read(dir.join(file)).unwrap();
-        assert_eq!(sha256_hex(&data), hash, "{file} changed: run scripts/gen-flatbuffers.sh");
+        assert_eq!(
+            sha256_hex(&data),
+            hash,
+            "{file} changed: run scripts/gen-flatbuffers.sh"
+        );
         checked += 1;
     }
     assert_eq!(checked, 2, "{sums}");
@@ -36,6 +43,9 @@ fn vendored_schemas_match_their_recorded_hashes() {
         ("circle_schema_generated.rs", "\"CIR0\""),
     ] {
         let code = std::fs::read_to_string(generated.join(file)).unwrap();
-        assert!(code.contains(&format!("pub const MODEL_IDENTIFIER: &str = {ident};")), "{file}");
+        assert!(
+            code.contains(&format!("pub const MODEL_IDENTIFIER: &str = {ident};")),
+            "{file}"
+        );
     }
 }

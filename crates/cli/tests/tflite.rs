@@ -1,0 +1,200 @@
+//! TFLite through the binary: seeded random splits of every test model by opcode and by
+//! opname over 2 and 3 backends, each partition checked without cleave by
+//! `scripts/check_tflite_parts.py` (LiteRT runs the source with every tensor kept and the
+//! parts chained; every boundary tensor compared), and bad files refused in one line.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{assert_bad_input, cleave, ok, os, repo};
+use serde_json::Value;
+
+const BACKENDS: [&str; 3] = ["cpu", "acl_cl", "acl_neon"];
+
+/// A small seeded generator (xorshift), so a failing split can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// (node name, op, device) of every placed node, from `query --json` with `args` (none when
+/// the query is refused).
+fn query_nodes(model: &Path, args: &[&std::ffi::OsStr]) -> Vec<(String, String, String)> {
+    let mut all = vec![os("query"), model.as_os_str(), os("--json")];
+    all.extend_from_slice(args);
+    let out = cleave(&all);
+    if !out.status.success() {
+        // A priority list that cannot place every node: nothing to learn from it.
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
+            (s("name"), s("op"), s("device"))
+        })
+        .collect()
+}
+
+fn part_file(dir: &Path, backends: &[&str], section: &str, rules: &[(String, &str)]) -> PathBuf {
+    let mut text = format!(
+        "[partition]\nbackends={}\ndefault={}\ncomply={}\n\n[{section}]\n",
+        backends.join(","),
+        backends[0],
+        section.to_lowercase()
+    );
+    for (k, v) in rules {
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    let path = dir.join(format!("{section}-{}.part", backends.len()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs the check script; returns its summary line.
+fn check(conn: &Path, source: &Path) -> String {
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/check_tflite_parts.py"))
+        .arg(conn)
+        .arg(source)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "check_tflite_parts.py failed on {}:\n{text}",
+        conn.display()
+    );
+    text.trim().lines().last().unwrap_or_default().to_string()
+}
+
+#[test]
+fn random_splits_of_every_model_reproduce_it_in_litert() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut total_parts = 0;
+    for model in cleave_testdata::tflite_files() {
+        let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
+        let all_cpu = part_file(tmp.path(), &BACKENDS[..1], "OPCODE", &[]);
+        let nodes = query_nodes(&model, &[os("--part"), all_cpu.as_os_str()]);
+        assert!(!nodes.is_empty(), "{stem}: query found no node");
+        let ops: BTreeSet<&str> = nodes.iter().map(|(_, op, _)| op.as_str()).collect();
+        // An [OPNAME] pin is obeyed or refused, so pins go only where the device's profile
+        // runs the node.
+        let runs: Vec<(String, String)> = BACKENDS[1..]
+            .iter()
+            .flat_map(|b| query_nodes(&model, &[os("--devices"), os(&format!("{b},cpu"))]))
+            .filter(|(_, _, d)| d != "cpu")
+            .map(|(n, _, d)| (n, d))
+            .collect();
+        for count in [2, 3] {
+            let backends = &BACKENDS[..count];
+            let by_code: Vec<(String, &str)> = ops
+                .iter()
+                .map(|op| (op.to_string(), backends[rng.below(count)]))
+                .collect();
+            let mut by_name: Vec<(String, &str)> = Vec::new();
+            for (name, _, _) in &nodes {
+                if rng.below(3) != 0 {
+                    continue;
+                }
+                let b = backends[1 + rng.below(count - 1)];
+                if runs.iter().any(|(n, d)| n == name && d == b) {
+                    by_name.push((name.clone(), b));
+                }
+            }
+            for (section, rules) in [("OPCODE", by_code), ("OPNAME", by_name)] {
+                let part = part_file(tmp.path(), backends, section, &rules);
+                let work = tmp.path().join(format!("{stem}-{section}-{count}"));
+                ok(&cleave(&[
+                    os("partition"),
+                    model.as_os_str(),
+                    os("--part"),
+                    part.as_os_str(),
+                    os("-o"),
+                    work.as_os_str(),
+                ]));
+                let conn = work.join(format!("{stem}.conn.json"));
+                let v: Value =
+                    serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+                let parts = v["parts"].as_array().unwrap().len();
+                total_parts += parts;
+                let summary = check(&conn, &model);
+                eprintln!("{stem} {section} over {count}: {summary}");
+            }
+        }
+    }
+    assert!(
+        total_parts > 36,
+        "{total_parts} parts in all: the splits did not split"
+    );
+}
+
+#[test]
+fn bad_tflite_files_are_refused_in_one_line_and_nothing_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = cleave_testdata::tflite_files()
+        .into_iter()
+        .find(|p| p.ends_with("iris_landmark.tflite"))
+        .unwrap();
+    let bytes = std::fs::read(&model).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "truncated.tflite",
+            bytes[..bytes.len() / 3].to_vec(),
+            "not a valid tflite flatbuffer, or truncated",
+        ),
+        (
+            "short.tflite",
+            bytes[..6].to_vec(),
+            "too short for a flatbuffer",
+        ),
+        (
+            "garbage.tflite",
+            b"this is not a flatbuffer at all, just text".to_vec(),
+            "file identifier is",
+        ),
+        (
+            "wrong-id.tflite",
+            [&bytes[..4], b"XYZ0", &bytes[8..]].concat(),
+            "file identifier is 'XYZ0', expected 'TFL3'",
+        ),
+        ("empty.tflite", Vec::new(), "too short"),
+    ];
+    for (name, data, cause) in cases {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, &data).unwrap();
+        let out_dir = tmp.path().join(format!("out-{name}"));
+        let o = cleave(&[
+            os("partition"),
+            path.as_os_str(),
+            os("--devices"),
+            os("cpu"),
+            os("-o"),
+            out_dir.as_os_str(),
+        ]);
+        assert_bad_input(&o, &path, cause);
+        assert!(!out_dir.exists(), "{name}: something was written");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            data,
+            "{name}: the source changed"
+        );
+    }
+}
