@@ -64,6 +64,7 @@ pub use cleave_ir as ir;
 pub use cleave_onnx as onnx;
 pub use cleave_partition as partition;
 pub use cleave_runtime as runtime;
+pub use cleave_tflite as tflite;
 pub use cleave_view as view;
 
 pub use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, Source};

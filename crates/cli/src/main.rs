@@ -68,7 +68,9 @@ enum Command {
         dim: Vec<String>,
     },
     /// Load a model and save it again. ONNX to ONNX gives the same bytes (external data stays
-    /// external, copied beside OUT); other formats arrive later.
+    /// external, copied beside OUT). TFLite and circle convert into each other by OUT's
+    /// extension (`a.tflite b.circle` and back); what the target cannot express (circle-only
+    /// operators in TFLite, TFLite's newer types in circle) is refused, naming it.
     Convert {
         /// The model to read.
         input: PathBuf,

@@ -198,3 +198,69 @@ fn bad_tflite_files_are_refused_in_one_line_and_nothing_is_written() {
         );
     }
 }
+
+#[test]
+fn converted_to_circle_a_model_partitions_into_circle_parts_that_reproduce_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = cleave_testdata::tflite_files()
+        .into_iter()
+        .find(|p| p.ends_with("face_detection_short_range.tflite"))
+        .unwrap();
+    let circle = tmp.path().join("short.circle");
+    ok(&cleave(&[
+        os("convert"),
+        model.as_os_str(),
+        circle.as_os_str(),
+    ]));
+    let part = part_file(
+        tmp.path(),
+        &BACKENDS[..2],
+        "OPCODE",
+        &[("DEPTHWISE_CONV_2D".to_string(), "acl_cl")],
+    );
+    let work = tmp.path().join("w");
+    ok(&cleave(&[
+        os("partition"),
+        circle.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ]));
+    let conn = work.join("short.conn.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    let files: Vec<&str> = v["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["file"].as_str().unwrap())
+        .collect();
+    assert!(
+        files.len() > 2 && files.iter().all(|f| f.ends_with(".circle")),
+        "{files:?}"
+    );
+    for f in &files {
+        let head = std::fs::read(work.join(f)).unwrap();
+        assert_eq!(&head[4..8], b"CIR0", "{f}");
+    }
+    // The circle source against the original TFLite: the check runs the circle files in
+    // LiteRT under TFLite's identifier.
+    eprintln!("{}", check(&conn, &circle));
+    // And back: the same tree as the original, so LiteRT computes the same.
+    let back = tmp.path().join("back.tflite");
+    ok(&cleave(&[
+        os("convert"),
+        circle.as_os_str(),
+        back.as_os_str(),
+    ]));
+    let o = cleave(&[
+        os("convert"),
+        model.as_os_str(),
+        tmp.path().join("x.onnx").as_os_str(),
+    ]);
+    assert_bad_input(
+        &o,
+        &tmp.path().join("x.onnx"),
+        "converts to a .tflite or .circle file only",
+    );
+}

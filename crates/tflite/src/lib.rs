@@ -13,11 +13,13 @@ extern crate alloc;
 
 pub mod build;
 pub mod codes;
+pub mod convert;
 mod frontend;
 pub mod model;
 mod ops;
 pub mod pack;
 pub mod schema;
+pub mod synth;
 pub mod to_ir;
 
 pub use frontend::{TfliteFrontend, TfliteSource};
