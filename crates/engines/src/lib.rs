@@ -1,16 +1,20 @@
 //! The engines behind `cleave_runtime::Engine`: [`Tract`] runs ONNX in process,
-//! [`OnnxRuntime`] loads ONNX Runtime's shared library at run time. Also what reads ONNX's own
+//! [`OnnxRuntime`] loads ONNX Runtime's shared library at run time, [`Litert`] loads LiteRT's
+//! (for `.tflite` models). Also what reads ONNX's own
 //! tensor files ([`read_pb`]) and runs ONNX's node tests ([`conformance`]).
 //!
 //! Architecture invariant: only this crate links an inference engine.
 
 pub mod conformance;
+mod litert_engine;
+mod litert_ffi;
 mod ort_engine;
 mod pb;
 mod tract_engine;
 
 use cleave_runtime::{Engine, EngineKind, RuntimeError};
 
+pub use litert_engine::{litert_library_path, Litert};
 pub use ort_engine::{ort_library_path, OnnxRuntime};
 pub use pb::read_pb;
 pub use tract_engine::Tract;

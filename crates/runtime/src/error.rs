@@ -29,6 +29,12 @@ pub enum RuntimeError {
     },
     #[error("ONNX Runtime is unavailable: {message}")]
     OrtUnavailable { message: String },
+    /// An engine loaded at run time whose library is missing or unusable.
+    #[error("{engine} is unavailable: {message}")]
+    Unavailable {
+        engine: &'static str,
+        message: String,
+    },
     #[error("model partition or configuration has problems: no part can run, {detail}")]
     Stuck { path: PathBuf, detail: String },
     #[error("input '{name}': {message}")]
@@ -56,7 +62,7 @@ impl RuntimeError {
             | RuntimeError::Input { path, .. }
             | RuntimeError::Conn { path, .. }
             | RuntimeError::Model { path, .. } => Some(path),
-            RuntimeError::OrtUnavailable { .. } => None,
+            RuntimeError::OrtUnavailable { .. } | RuntimeError::Unavailable { .. } => None,
         }
     }
 }
