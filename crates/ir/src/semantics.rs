@@ -91,6 +91,14 @@ pub trait OpSemantics: Sync {
     fn constant_nodes(&self, g: &Graph) -> Vec<bool> {
         g.constant_nodes(|n| self.is_deterministic(n))
     }
+
+    /// The vocabulary the model's op types are spelled in, as a key: a device profile may
+    /// list a table of ops per vocabulary, because one device runs different op sets of
+    /// different formats. Formats that share op names share a key. The core never interprets
+    /// it; the empty default selects a profile's general table.
+    fn format(&self) -> &str {
+        ""
+    }
 }
 
 /// Semantics from a table of op names: for formats with no attribute conventions to read and
@@ -101,6 +109,7 @@ pub struct NamedOps {
     classes: std::collections::HashMap<String, OpClass>,
     nondeterministic: std::collections::HashSet<String>,
     channel_axis: usize,
+    format: String,
 }
 
 impl Default for NamedOps {
@@ -109,6 +118,7 @@ impl Default for NamedOps {
             classes: Default::default(),
             nondeterministic: Default::default(),
             channel_axis: 1,
+            format: String::new(),
         }
     }
 }
@@ -131,6 +141,12 @@ impl NamedOps {
         self.channel_axis = axis;
         self
     }
+
+    /// The key [`OpSemantics::format`] answers (empty unless set).
+    pub fn format(mut self, format: &str) -> NamedOps {
+        self.format = format.to_string();
+        self
+    }
 }
 
 impl OpSemantics for NamedOps {
@@ -151,6 +167,10 @@ impl OpSemantics for NamedOps {
 
     fn channel_axis(&self, _: &Graph, _: ValueId) -> Option<usize> {
         Some(self.channel_axis)
+    }
+
+    fn format(&self) -> &str {
+        &self.format
     }
 
     fn flops(&self, g: &Graph, n: NodeId) -> u64 {

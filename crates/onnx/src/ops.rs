@@ -103,6 +103,12 @@ impl OpSemantics for OnnxSemantics {
         g.node(producer).op_type == "QuantizeLinear"
             && g.node(consumer).op_type == "DequantizeLinear"
     }
+
+    /// No built-in profile has an `[formats.onnx]` table, so ONNX models read each profile's
+    /// general table, as before profiles had per-format tables.
+    fn format(&self) -> &str {
+        "onnx"
+    }
 }
 
 fn ints<'a>(node: &'a Node, name: &str) -> Option<&'a [i64]> {
