@@ -558,17 +558,165 @@ fn dims_i32(path: &Path, name: &str, shape: &[usize]) -> Result<Vec<i32>, Runtim
         })
 }
 
+/// Runs `f` on a buffer's host memory between a lock and its unlock.
+///
+/// # Safety
+/// `h` is a live host-memory buffer; `f` keeps within its size and does not keep the pointer.
+unsafe fn locked<R>(
+    a: &Api,
+    path: &Path,
+    what: &str,
+    h: Handle,
+    mode: c_int,
+    f: impl FnOnce(*mut c_void) -> R,
+) -> Result<R, RuntimeError> {
+    let mut mem: *mut c_void = std::ptr::null_mut();
+    let st = unsafe { (a.LiteRtLockTensorBuffer)(h, &mut mem, mode) };
+    check(path, &format!("locking {what}"), st)?;
+    let r = f(mem);
+    let st = unsafe { (a.LiteRtUnlockTensorBuffer)(h) };
+    check(path, &format!("unlocking {what}"), st)?;
+    Ok(r)
+}
+
+impl LitertSession {
+    fn input_err(&self, port: &Port, message: String) -> RuntimeError {
+        RuntimeError::Input {
+            path: self.path.clone(),
+            name: port.name.clone(),
+            message,
+        }
+    }
+
+    /// Checks input `i` against its port, resizes the model to it where a dynamic dimension
+    /// differs from the last run, and copies it into a new buffer of `bufs`. Returns whether
+    /// it resized.
+    fn feed(
+        &self,
+        i: usize,
+        port: &Port,
+        t: &HostTensor,
+        bufs: &mut Buffers,
+    ) -> Result<bool, RuntimeError> {
+        let (a, p) = (self.api, self.path.as_path());
+        if t.elem != port.elem {
+            return Err(self.input_err(
+                port,
+                format!("element type is {}, the model wants {}", t.elem, port.elem),
+            ));
+        }
+        let dims = dims_i32(p, &port.name, &t.shape)?;
+        let fits = dims.len() == port.dims.len()
+            && dims.iter().zip(&port.dims).all(|(&d, &w)| w < 0 || d == w);
+        if !fits {
+            return Err(self.input_err(
+                port,
+                format!("shape is {:?}, the model wants {:?}", t.shape, port.dims),
+            ));
+        }
+        let width = elem_bytes(t.elem).unwrap_or(1);
+        if t.data.len() != t.len() * width {
+            let n = t.data.len();
+            return Err(self.input_err(
+                port,
+                format!("{n} bytes for {} elements of {}", t.len(), t.elem),
+            ));
+        }
+        // A byte other than 0 or 1 is not a C++ bool.
+        if t.elem == ElemType::Bool && t.data.iter().any(|&b| b > 1) {
+            return Err(self.input_err(port, "bool bytes must be 0 or 1".into()));
+        }
+        let layout = Layout::dense(&dims).ok_or_else(|| {
+            self.input_err(port, format!("rank {} is past LiteRT's 8", dims.len()))
+        })?;
+
+        let mut now = Layout::zeroed();
+        // SAFETY: live compiled model; `i` is an input of signature 0.
+        let st =
+            unsafe { (a.LiteRtGetCompiledModelInputTensorLayout)(self.compiled, 0, i, &mut now) };
+        check(p, &format!("reading input '{}''s shape", port.name), st)?;
+        let resize = now.dims() != dims.as_slice();
+        if resize {
+            // SAFETY: as above; `dims` lives through the call.
+            let st = unsafe {
+                (a.LiteRtCompiledModelResizeInputTensor)(
+                    self.compiled,
+                    0,
+                    i,
+                    dims.as_ptr(),
+                    dims.len(),
+                )
+            };
+            let what = format!("resizing input '{}' to {:?}", port.name, t.shape);
+            check(p, &what, st)?;
+        }
+
+        let ty = RankedTensorType {
+            element_type: code_of(t.elem).unwrap_or(0),
+            layout,
+        };
+        let what = format!("input '{}'", port.name);
+        let h = bufs.make(self.env, p, &what, &ty, t.data.len())?;
+        if !t.data.is_empty() {
+            // SAFETY: the buffer was made `t.data.len()` bytes long.
+            unsafe {
+                locked(a, p, &what, h, ffi::LOCK_WRITE, |dst| {
+                    if !dst.is_null() {
+                        std::ptr::copy_nonoverlapping(t.data.as_ptr(), dst.cast(), t.data.len());
+                    }
+                })
+            }?;
+        }
+        Ok(resize)
+    }
+
+    /// An output's tensor, as the buffer it was run into holds it.
+    fn read(&self, port: &Port, h: Handle) -> Result<HostTensor, RuntimeError> {
+        let (a, p) = (self.api, self.path.as_path());
+        let what = format!("output '{}'", port.name);
+        let mut ty = RankedTensorType {
+            element_type: 0,
+            layout: Layout::zeroed(),
+        };
+        let mut size = 0usize;
+        // SAFETY: a live buffer; the lock gives `size` readable bytes until the unlock.
+        let data = unsafe {
+            let st = (a.LiteRtGetTensorBufferTensorType)(h, &mut ty);
+            check(p, &format!("reading {what}'s type"), st)?;
+            let st = (a.LiteRtGetTensorBufferPackedSize)(h, &mut size);
+            check(p, &format!("reading {what}'s size"), st)?;
+            locked(a, p, &what, h, ffi::LOCK_READ, |src| {
+                if size == 0 || src.is_null() {
+                    Vec::new()
+                } else {
+                    std::slice::from_raw_parts(src.cast::<u8>(), size).to_vec()
+                }
+            })?
+        };
+        let shape = ty.layout.dims().iter().map(|&d| d.max(0) as usize);
+        let t = HostTensor {
+            elem: port.elem,
+            shape: shape.collect(),
+            data,
+        };
+        let want = t.len() * elem_bytes(port.elem).unwrap_or(1);
+        if t.data.len() != want {
+            let (n, shape) = (t.data.len(), &t.shape);
+            return Err(engine_err(
+                p,
+                format!("{what} came back with {n} bytes for shape {shape:?}, not {want}"),
+            ));
+        }
+        Ok(t)
+    }
+}
+
 impl Session for LitertSession {
     fn run(
         &mut self,
         inputs: &[(String, HostTensor)],
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         let (a, p) = (self.api, self.path.as_path());
-        let input_err = |name: &str, message: String| RuntimeError::Input {
-            path: p.to_path_buf(),
-            name: name.to_string(),
-            message,
-        };
         let mut bufs = Buffers {
             api: a,
             handles: Vec::new(),
@@ -580,103 +728,13 @@ impl Session for LitertSession {
                 .find(|(n, _)| *n == port.name)
                 .or_else(|| inputs.iter().find(|(n, _)| *n == port.key));
             let Some((_, t)) = given else {
-                return Err(input_err(&port.name, "not given".into()));
+                return Err(self.input_err(port, "not given".into()));
             };
-            if t.elem != port.elem {
-                return Err(input_err(
-                    &port.name,
-                    format!("element type is {}, the model wants {}", t.elem, port.elem),
-                ));
-            }
-            let dims = dims_i32(p, &port.name, &t.shape)?;
-            let fits = dims.len() == port.dims.len()
-                && dims.iter().zip(&port.dims).all(|(&d, &w)| w < 0 || d == w);
-            if !fits {
-                return Err(input_err(
-                    &port.name,
-                    format!("shape is {:?}, the model wants {:?}", t.shape, port.dims),
-                ));
-            }
-            let width = elem_bytes(t.elem).unwrap_or(1);
-            if t.data.len() != t.len() * width {
-                return Err(input_err(
-                    &port.name,
-                    format!(
-                        "{} bytes for {} elements of {}",
-                        t.data.len(),
-                        t.len(),
-                        t.elem
-                    ),
-                ));
-            }
-            // A byte other than 0 or 1 is not a C++ bool.
-            if t.elem == ElemType::Bool && t.data.iter().any(|&b| b > 1) {
-                return Err(input_err(&port.name, "bool bytes must be 0 or 1".into()));
-            }
-            let mut now = Layout::zeroed();
-            // SAFETY: live compiled model; `i` is an input of signature 0.
-            let st = unsafe {
-                (a.LiteRtGetCompiledModelInputTensorLayout)(self.compiled, 0, i, &mut now)
-            };
-            check(p, &format!("reading input '{}''s shape", port.name), st)?;
-            if now.dims() != dims.as_slice() {
-                // SAFETY: as above; `dims` lives through the call.
-                let st = unsafe {
-                    (a.LiteRtCompiledModelResizeInputTensor)(
-                        self.compiled,
-                        0,
-                        i,
-                        dims.as_ptr(),
-                        dims.len(),
-                    )
-                };
-                check(
-                    p,
-                    &format!("resizing input '{}' to {:?}", port.name, t.shape),
-                    st,
-                )?;
-                resized = true;
-            }
-            let layout = Layout::dense(&dims).ok_or_else(|| {
-                input_err(
-                    &port.name,
-                    format!("rank {} is past LiteRT's 8", dims.len()),
-                )
-            })?;
-            let ty = RankedTensorType {
-                element_type: code_of(t.elem).unwrap_or(0),
-                layout,
-            };
-            let h = bufs.make(
-                self.env,
-                p,
-                &format!("input '{}'", port.name),
-                &ty,
-                t.data.len(),
-            )?;
-            if !t.data.is_empty() {
-                let mut dst: *mut c_void = std::ptr::null_mut();
-                // SAFETY: the buffer holds `t.data.len()` bytes (its requested size); it is
-                // unlocked before anything else touches it.
-                unsafe {
-                    check(
-                        p,
-                        &format!("locking input '{}'", port.name),
-                        (a.LiteRtLockTensorBuffer)(h, &mut dst, ffi::LOCK_WRITE),
-                    )?;
-                    if !dst.is_null() {
-                        std::ptr::copy_nonoverlapping(t.data.as_ptr(), dst.cast(), t.data.len());
-                    }
-                    check(
-                        p,
-                        &format!("unlocking input '{}'", port.name),
-                        (a.LiteRtUnlockTensorBuffer)(h),
-                    )?;
-                }
-            }
+            resized |= self.feed(i, port, t, &mut bufs)?;
         }
         let n_in = bufs.handles.len();
 
+        // After a resize LiteRT works the output shapes out again (and reallocates).
         let mut layouts = vec![Layout::zeroed(); self.outputs.len()];
         // SAFETY: one layout slot per output of signature 0.
         let st = unsafe {
@@ -691,18 +749,12 @@ impl Session for LitertSession {
         check(p, "reading the output shapes", st)?;
         for (port, layout) in self.outputs.iter().zip(&layouts) {
             let count: usize = layout.dims().iter().map(|&d| d.max(0) as usize).product();
-            let width = elem_bytes(port.elem).unwrap_or(1);
             let ty = RankedTensorType {
                 element_type: code_of(port.elem).unwrap_or(0),
                 layout: *layout,
             };
-            bufs.make(
-                self.env,
-                p,
-                &format!("output '{}'", port.name),
-                &ty,
-                count * width,
-            )?;
+            let bytes = count * elem_bytes(port.elem).unwrap_or(1);
+            bufs.make(self.env, p, &format!("output '{}'", port.name), &ty, bytes)?;
         }
 
         let (ins, outs) = bufs.handles.split_at_mut(n_in);
@@ -719,69 +771,11 @@ impl Session for LitertSession {
         };
         check(p, "running", st)?;
 
-        let mut result = Vec::with_capacity(self.outputs.len());
-        for (port, &h) in self.outputs.iter().zip(&bufs.handles[n_in..]) {
-            let mut ty = RankedTensorType {
-                element_type: 0,
-                layout: Layout::zeroed(),
-            };
-            let mut size = 0usize;
-            let mut src: *mut c_void = std::ptr::null_mut();
-            // SAFETY: a live buffer; the lock gives `size` readable bytes until the unlock.
-            let data = unsafe {
-                check(
-                    p,
-                    &format!("reading output '{}''s type", port.name),
-                    (a.LiteRtGetTensorBufferTensorType)(h, &mut ty),
-                )?;
-                check(
-                    p,
-                    &format!("reading output '{}''s size", port.name),
-                    (a.LiteRtGetTensorBufferPackedSize)(h, &mut size),
-                )?;
-                check(
-                    p,
-                    &format!("locking output '{}'", port.name),
-                    (a.LiteRtLockTensorBuffer)(h, &mut src, ffi::LOCK_READ),
-                )?;
-                let data = if size == 0 || src.is_null() {
-                    Vec::new()
-                } else {
-                    std::slice::from_raw_parts(src.cast::<u8>(), size).to_vec()
-                };
-                check(
-                    p,
-                    &format!("unlocking output '{}'", port.name),
-                    (a.LiteRtUnlockTensorBuffer)(h),
-                )?;
-                data
-            };
-            let shape: Vec<usize> = ty
-                .layout
-                .dims()
-                .iter()
-                .map(|&d| d.max(0) as usize)
-                .collect();
-            let t = HostTensor {
-                elem: port.elem,
-                shape,
-                data,
-            };
-            let want = t.len() * elem_bytes(port.elem).unwrap_or(1);
-            if t.data.len() != want {
-                return Err(engine_err(
-                    p,
-                    format!(
-                        "output '{}' came back with {} bytes for shape {:?}, not {want}",
-                        port.name,
-                        t.data.len(),
-                        t.shape
-                    ),
-                ));
-            }
-            result.push((port.name.clone(), t));
-        }
-        Ok(result)
+        self.outputs
+            .iter()
+            .zip(&bufs.handles[n_in..])
+            .map(|(port, &h)| Ok((port.name.clone(), self.read(port, h)?)))
+            .collect()
     }
 }
 
