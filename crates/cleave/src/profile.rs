@@ -162,7 +162,10 @@ pub fn profile(
 
     // Each engine measures every unit once (devices on one engine share the figures), and
     // the whole model as one part, which calibrates the sum of its units.
-    let mut kinds: Vec<EngineKind> = names.iter().map(|d| opts.engines.for_backend(d)).collect();
+    let mut kinds: Vec<EngineKind> = names
+        .iter()
+        .map(|d| opts.engines.for_part(d, &whole_plain))
+        .collect();
     kinds.sort();
     kinds.dedup();
     let total = (kinds.len() * parts.len()) as u64;
@@ -302,7 +305,7 @@ pub fn profile(
         })
         .collect();
     for device in &names {
-        let Some(fig) = per_engine.get(&opts.engines.for_backend(device)) else {
+        let Some(fig) = per_engine.get(&opts.engines.for_part(device, &whole_plain)) else {
             continue;
         };
         entries.insert(device.clone(), fig.entry.clone());
@@ -397,13 +400,14 @@ fn feed_of(
         .collect()
 }
 
-/// Runs the whole model once, on ONNX Runtime where it is found, else tract.
+/// Runs the whole model once, on the first of its engines that runs it (ONNX Runtime where it
+/// is found, else tract; LiteRT for TFLite).
 fn reference_values(
     whole: &Path,
     feeds: &[(String, HostTensor)],
 ) -> Result<HashMap<String, HostTensor>, Error> {
     let mut why = Vec::new();
-    for kind in [EngineKind::Ort, EngineKind::Tract] {
+    for &kind in EngineKind::candidates(whole) {
         let run = crate::engine(kind)
             .and_then(|e| Ok(e.load(whole, false)?))
             .and_then(|mut s| Ok(s.run(feeds)?));

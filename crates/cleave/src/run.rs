@@ -35,20 +35,17 @@ pub fn conn_source(conn: &Path) -> Result<Box<dyn cleave_frontend::Source>, Erro
     crate::load(&dir.join(&c.source.file))
 }
 
-/// Constant folding on the engines cleave links: ONNX Runtime when its library is found
-/// (the engine whose folding the EP tables assume), tract otherwise or when ONNX Runtime
-/// refuses the constants.
+/// Constant folding on the engines cleave links: for ONNX, ONNX Runtime when its library is
+/// found (the engine whose folding the EP tables assume), tract otherwise or when ONNX Runtime
+/// refuses the constants; for TFLite, LiteRT. Engines are made per model file, as its format
+/// asks (the run-time libraries are loaded once per process either way).
 pub struct EngineEvaluator {
-    engines: Vec<Box<dyn Engine>>,
+    _private: (),
 }
 
 impl EngineEvaluator {
     pub fn new() -> EngineEvaluator {
-        let engines = [EngineKind::Ort, EngineKind::Tract]
-            .into_iter()
-            .filter_map(|k| cleave_engines::engine(k).ok())
-            .collect();
-        EngineEvaluator { engines }
+        EngineEvaluator { _private: () }
     }
 }
 
@@ -61,7 +58,10 @@ impl Default for EngineEvaluator {
 impl Evaluator for EngineEvaluator {
     fn evaluate(&self, model: &Path) -> Result<Vec<Computed>, String> {
         let mut why = Vec::new();
-        for e in &self.engines {
+        let engines = EngineKind::candidates(model)
+            .iter()
+            .filter_map(|&k| cleave_engines::engine(k).ok());
+        for e in engines {
             let run = e.load(model, false).and_then(|mut s| s.run(&[]));
             match run {
                 Ok(outs) => {

@@ -38,8 +38,11 @@ fn cases(dir: &Path) -> Vec<PathBuf> {
 }
 
 pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
-    let kind = EngineKind::parse(engine)
-        .ok_or_else(|| Fail::usage(format!("--engine '{engine}': engines are tract, ort")))?;
+    let kind = EngineKind::parse(engine).ok_or_else(|| {
+        Fail::usage(format!(
+            "--engine '{engine}': engines are tract, ort, litert"
+        ))
+    })?;
     let eng = cleave::engine(kind)?;
     let list = cases(dir);
     if list.is_empty() {

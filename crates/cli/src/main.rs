@@ -184,8 +184,9 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         devices: setup::DeviceArgs,
-        /// Engine per device, e.g. nnapi=tract,cpu=ort. Default: a device named `ort` runs on
-        /// ONNX Runtime, every other on tract.
+        /// Engine per device, e.g. nnapi=tract,cpu=ort (engines: tract, ort, litert). Default:
+        /// LiteRT for a .tflite model, else a device named `ort` runs on ONNX Runtime, every
+        /// other on tract.
         #[arg(long = "engine", value_delimiter = ',', value_name = "DEVICE=ENGINE")]
         engines: Vec<String>,
         /// Untimed runs per unit and device before the timed ones.
@@ -236,8 +237,9 @@ enum Command {
         /// Folder for the outputs (NAME.npy).
         #[arg(short = 'o', long = "output", default_value = ".", value_name = "DIR")]
         out_dir: PathBuf,
-        /// Engine per backend, e.g. npu=tract,cpu=ort. Default: a backend named `ort` runs on
-        /// ONNX Runtime, every other on tract.
+        /// Engine per backend, e.g. npu=tract,cpu=ort (engines: tract, ort, litert). Default:
+        /// a .tflite part runs on LiteRT, else a backend named `ort` runs on ONNX Runtime, every
+        /// other on tract.
         #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
         engines: Vec<String>,
         /// Keep N requests in flight, one worker per device (the VPU page's pipelining):

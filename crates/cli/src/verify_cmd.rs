@@ -85,7 +85,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     }
     let reference = EngineKind::parse(a.reference).ok_or_else(|| {
         Fail::usage(format!(
-            "--reference '{}': engines are tract, ort",
+            "--reference '{}': engines are tract, ort, litert",
             a.reference
         ))
     })?;

@@ -24,5 +24,6 @@ pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, RuntimeError> {
     Ok(match kind {
         EngineKind::Tract => Box::new(Tract),
         EngineKind::Ort => Box::new(OnnxRuntime::new()?),
+        EngineKind::Litert => Box::new(Litert::new()?),
     })
 }

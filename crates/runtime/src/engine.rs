@@ -24,6 +24,7 @@ pub trait Engine: Send + Sync {
 pub enum EngineKind {
     Tract,
     Ort,
+    Litert,
 }
 
 impl EngineKind {
@@ -31,6 +32,7 @@ impl EngineKind {
         match s {
             "tract" => Some(EngineKind::Tract),
             "ort" | "onnxruntime" => Some(EngineKind::Ort),
+            "litert" | "tflite" => Some(EngineKind::Litert),
             _ => None,
         }
     }
@@ -39,15 +41,30 @@ impl EngineKind {
         match self {
             EngineKind::Tract => "tract",
             EngineKind::Ort => "ort",
+            EngineKind::Litert => "litert",
         }
     }
+
+    /// The engines that run a model file, the preferred first: LiteRT for a `.tflite` file,
+    /// else ONNX Runtime, then tract.
+    pub fn candidates(file: &Path) -> &'static [EngineKind] {
+        if is_tflite(file) {
+            &[EngineKind::Litert]
+        } else {
+            &[EngineKind::Ort, EngineKind::Tract]
+        }
+    }
+}
+
+fn is_tflite(file: &Path) -> bool {
+    file.extension().is_some_and(|e| e == "tflite")
 }
 
 /// Makes the engine of a kind (supplied by the crate that links the engines).
 pub type EngineFactory<'a> = &'a dyn Fn(EngineKind) -> Result<Box<dyn Engine>, RuntimeError>;
 
-/// Which engine runs each backend (`--engine npu=tract,cpu=ort`). By default a backend named
-/// `ort` runs on ONNX Runtime and every other backend on tract.
+/// Which engine runs each backend (`--engine npu=tract,cpu=ort`). By default a `.tflite` part
+/// runs on LiteRT, a backend named `ort` on ONNX Runtime and every other backend on tract.
 #[derive(Clone, Debug, Default)]
 pub struct EngineMap {
     map: BTreeMap<String, EngineKind>,
@@ -62,11 +79,21 @@ impl EngineMap {
                 format!("--engine '{p}': expected BACKEND=ENGINE, e.g. npu=tract")
             })?;
             let kind = EngineKind::parse(e.trim()).ok_or_else(|| {
-                format!("--engine '{p}': unknown engine '{e}' (engines: tract, ort)")
+                format!("--engine '{p}': unknown engine '{e}' (engines: tract, ort, litert)")
             })?;
             map.insert(b.trim().to_string(), kind);
         }
         Ok(EngineMap { map })
+    }
+
+    /// The engine for a part file: `--engine`'s choice for its backend, else LiteRT for a
+    /// `.tflite` file, else [`EngineMap::for_backend`]'s default.
+    pub fn for_part(&self, backend: &str, file: &Path) -> EngineKind {
+        match self.map.get(backend) {
+            Some(&kind) => kind,
+            None if is_tflite(file) => EngineKind::Litert,
+            None => self.for_backend(backend),
+        }
     }
 
     pub fn for_backend(&self, backend: &str) -> EngineKind {
@@ -78,5 +105,30 @@ impl EngineMap {
             } else {
                 EngineKind::Tract
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tflite_parts_default_to_litert_unless_engine_says_otherwise() {
+        let m = EngineMap::default();
+        let tflite = Path::new("m.00001_cpu.tflite");
+        let onnx = Path::new("m.00001_ort.onnx");
+        assert_eq!(m.for_part("cpu", tflite), EngineKind::Litert);
+        assert_eq!(m.for_part("ort", tflite), EngineKind::Litert);
+        assert_eq!(m.for_part("ort", onnx), EngineKind::Ort);
+        assert_eq!(m.for_part("cpu", onnx), EngineKind::Tract);
+        let m = EngineMap::parse(&["cpu=tract".into(), "npu=tflite".into()]).unwrap();
+        assert_eq!(m.for_part("cpu", tflite), EngineKind::Tract);
+        assert_eq!(m.for_part("npu", onnx), EngineKind::Litert);
+        assert_eq!(EngineKind::parse("litert"), Some(EngineKind::Litert));
+        assert_eq!(EngineKind::candidates(tflite), [EngineKind::Litert]);
+        assert_eq!(
+            EngineKind::candidates(onnx),
+            [EngineKind::Ort, EngineKind::Tract]
+        );
     }
 }

@@ -55,12 +55,12 @@ pub fn load_parts(
     let mut made: HashMap<EngineKind, Box<dyn crate::Engine>> = HashMap::new();
     for p in &conn.parts {
         let backend = cleave_files::backend_of(&p.file, p.backend.as_deref());
-        let kind = engines.for_backend(&backend);
+        let path = dir.join(&p.file);
+        let kind = engines.for_part(&backend, &path);
         let engine = match made.entry(kind) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(make(kind)?),
         };
-        let path = dir.join(&p.file);
         if !path.is_file() {
             return Err(RuntimeError::Conn {
                 path: conn_path.to_path_buf(),
