@@ -393,9 +393,9 @@ enum Command {
         /// Engine per backend for the parts, e.g. npu=tract,cpu=ort.
         #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
         engines: Vec<String>,
-        /// Engine that runs the whole model.
-        #[arg(long, default_value = "tract")]
-        reference: String,
+        /// Engine that runs the whole model. Default: litert for a .tflite model, else tract.
+        #[arg(long)]
+        reference: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -644,7 +644,7 @@ fn main() -> ExitCode {
                 seed,
                 inputs: &inputs,
                 engines: &engines,
-                reference: &reference,
+                reference: reference.as_deref(),
                 json,
             }) {
                 Ok(true) => Ok(()),

@@ -18,7 +18,8 @@ pub struct VerifyArgs<'a> {
     pub seed: u64,
     pub inputs: &'a [String],
     pub engines: &'a [String],
-    pub reference: &'a str,
+    /// The whole model's engine; by default LiteRT for TFLite, tract otherwise.
+    pub reference: Option<&'a str>,
     pub json: bool,
 }
 
@@ -83,12 +84,13 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
             }
         }
     }
-    let reference = EngineKind::parse(a.reference).ok_or_else(|| {
-        Fail::usage(format!(
-            "--reference '{}': engines are tract, ort, litert",
-            a.reference
-        ))
-    })?;
+    let reference = match a.reference {
+        Some(r) => EngineKind::parse(r).ok_or_else(|| {
+            Fail::usage(format!("--reference '{r}': engines are tract, ort, litert"))
+        })?,
+        None if source.extension() == "tflite" => EngineKind::Litert,
+        None => EngineKind::Tract,
+    };
     let engine = cleave::engine(reference)?;
     let mut whole = if a.boundaries {
         let extra: Vec<_> = names.iter().filter_map(|(n, _)| g.find(n)).collect();
