@@ -67,7 +67,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
 
     // All three set up at once and timed in interleaved rounds, so that the machine's drift
     // (other load, frequency) hits every mode alike and the ratios stay meaningful.
-    let mono_engine = cleave::engine(EngineKind::Tract)?;
+    let mono_engine = cleave::engine(EngineKind::default_for(source.path()))?;
     let mut mono = mono_engine
         .load(source.path(), false)
         .map_err(runtime_fail)?;
@@ -77,7 +77,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
     bar.finish_and_clear();
     let bar = crate::progress::bar("bench rounds", runs as u64 + 1);
-    // Warm-up: tract builds its plans on the first run.
+    // Warm-up: tract builds its plans on the first run, LiteRT allocates its buffers.
     mono.run(&feeds).map_err(runtime_fail)?;
     parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
     run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
@@ -151,7 +151,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         );
         return Ok(());
     }
-    println!("{}: {} parts, {} runs, {} requests in flight when pipelined (engine of the monolithic run: tract)", report.model, report.parts, runs, n);
+    println!("{}: {} parts, {} runs, {} requests in flight when pipelined (engine of the monolithic run: {})", report.model, report.parts, runs, n, mono_engine.name());
     println!("  {:<12} {:>12} {:>14}", "mode", "median ms", "requests/s");
     for md in &report.modes {
         println!(

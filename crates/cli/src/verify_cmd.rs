@@ -88,8 +88,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         Some(r) => EngineKind::parse(r).ok_or_else(|| {
             Fail::usage(format!("--reference '{r}': engines are tract, ort, litert"))
         })?,
-        None if source.extension() == "tflite" => EngineKind::Litert,
-        None => EngineKind::Tract,
+        None => EngineKind::default_for(source.path()),
     };
     let engine = cleave::engine(reference)?;
     let mut whole = if a.boundaries {

@@ -45,6 +45,16 @@ impl EngineKind {
         }
     }
 
+    /// The engine that runs a whole model unless told otherwise: LiteRT for a `.tflite` file,
+    /// else tract.
+    pub fn default_for(file: &Path) -> EngineKind {
+        if is_tflite(file) {
+            EngineKind::Litert
+        } else {
+            EngineKind::Tract
+        }
+    }
+
     /// The engines that run a model file, the preferred first: LiteRT for a `.tflite` file,
     /// else ONNX Runtime, then tract.
     pub fn candidates(file: &Path) -> &'static [EngineKind] {
@@ -125,6 +135,8 @@ mod tests {
         assert_eq!(m.for_part("cpu", tflite), EngineKind::Tract);
         assert_eq!(m.for_part("npu", onnx), EngineKind::Litert);
         assert_eq!(EngineKind::parse("litert"), Some(EngineKind::Litert));
+        assert_eq!(EngineKind::default_for(tflite), EngineKind::Litert);
+        assert_eq!(EngineKind::default_for(onnx), EngineKind::Tract);
         assert_eq!(EngineKind::candidates(tflite), [EngineKind::Litert]);
         assert_eq!(
             EngineKind::candidates(onnx),
