@@ -77,7 +77,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
     bar.finish_and_clear();
     let bar = crate::progress::bar("bench rounds", runs as u64 + 1);
-    // Warm-up: tract builds its plans on the first run, LiteRT allocates its buffers.
+    // Warm-up: tract builds its plans on the first run; LiteRT's first run is slower too.
     mono.run(&feeds).map_err(runtime_fail)?;
     parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
     run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
