@@ -27,12 +27,17 @@ pub struct Coverage {
     pub verdict: String,
 }
 
-/// A device is an accelerator when it has a profile that does not run every op.
-pub fn accelerators<'a>(a: &'a Assignment, profiles: &Profiles) -> Vec<(u16, &'a str)> {
+/// A device is an accelerator when it has a profile that does not run every op of the
+/// model's `format` (the key its semantics answer).
+pub fn accelerators<'a>(
+    a: &'a Assignment,
+    profiles: &Profiles,
+    format: &str,
+) -> Vec<(u16, &'a str)> {
     a.devices
         .iter()
         .enumerate()
-        .filter(|(_, d)| profiles.get(d).is_some_and(|p| !p.all_ops))
+        .filter(|(_, d)| profiles.get(d).is_some_and(|p| !p.runs_every_op(format)))
         .map(|(i, d)| (i as u16, d.as_str()))
         .collect()
 }
@@ -49,7 +54,7 @@ pub fn coverage(
     let partition = partition_default(&ug, Options { allow_disconnected });
     let plan = Plan::build(g, a, &ug, &partition).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
-    for (index, device) in accelerators(a, profiles) {
+    for (index, device) in accelerators(a, profiles, sem.format()) {
         let Some(profile) = profiles.get(device) else {
             continue;
         };
@@ -84,7 +89,7 @@ pub fn coverage(
             );
             let verdict = profile.check(g, node, sem);
             if verdict != Verdict::UnsupportedOp {
-                if let Some(note) = profile.note(node) {
+                if let Some(note) = profile.note(node, sem) {
                     caveats.insert(op.clone(), note.to_string());
                 }
             }
@@ -108,7 +113,12 @@ pub fn coverage(
             .into_iter()
             .map(|(op, note)| format!("{op}: {note}"))
             .collect();
-        c.verdict = verdict(device, c.parts.len(), c.nodes_on_device, c.nodes_total);
+        // A profile for other formats only refuses every node: say so rather than list
+        // every op type of the model as if the device lacked each one by chance.
+        c.verdict = match profile.format_note(sem.format()) {
+            Some(note) => format!("no: {note}"),
+            None => verdict(device, c.parts.len(), c.nodes_on_device, c.nodes_total),
+        };
         out.push(c);
     }
     Ok(out)

@@ -96,22 +96,102 @@ struct ProfileFile {
     defaults: Constraint,
     #[serde(default)]
     ops: BTreeMap<String, Constraint>,
+    /// `[formats.KEY]`: a table per op vocabulary.
+    #[serde(default)]
+    formats: BTreeMap<String, TableFile>,
     #[serde(default)]
     fuse: FuseSection,
     cost: Option<DeclaredCost>,
 }
 
-/// What a device can run.
-#[derive(Clone, Debug)]
-pub struct Profile {
-    pub name: String,
-    pub description: String,
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableFile {
+    #[serde(default)]
+    all_ops: bool,
+    #[serde(default)]
+    defaults: Constraint,
+    #[serde(default)]
+    ops: BTreeMap<String, Constraint>,
+}
+
+/// The ops of one vocabulary that a device runs.
+#[derive(Clone, Debug, Default)]
+pub struct OpTable {
     /// Runs every op (subject to `defaults`).
     pub all_ops: bool,
     /// Conditions for every op, unless an op's own entry sets the same field.
     pub defaults: Constraint,
     /// Supported ops by (domain, op type); the default domain is "".
     pub ops: BTreeMap<(String, String), Constraint>,
+}
+
+impl OpTable {
+    fn new(all_ops: bool, defaults: Constraint, ops: BTreeMap<String, Constraint>) -> OpTable {
+        let ops = ops
+            .into_iter()
+            .map(|(key, c)| match key.rsplit_once("::") {
+                Some((d, o)) => ((normalise_domain(d), o.to_string()), c),
+                None => ((String::new(), key), c),
+            })
+            .collect();
+        OpTable {
+            all_ops,
+            defaults,
+            ops,
+        }
+    }
+
+    fn check(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Verdict {
+        let key = (normalise_domain(&node.domain), node.op_type.clone());
+        let own = self.ops.get(&key);
+        if own.is_none() && !self.all_ops {
+            return Verdict::UnsupportedOp;
+        }
+        let merged = merge(&self.defaults, own);
+        match merged.violation(g, node, sem) {
+            None => Verdict::Supported,
+            Some(reason) => Verdict::Constraint(reason),
+        }
+    }
+
+    fn runs_nothing(&self) -> bool {
+        !self.all_ops && self.ops.is_empty()
+    }
+
+    fn without_constraints(&self) -> OpTable {
+        let strip = |c: &Constraint| Constraint {
+            note: c.note.clone(),
+            ..Constraint::default()
+        };
+        OpTable {
+            all_ops: self.all_ops,
+            defaults: strip(&self.defaults),
+            ops: self
+                .ops
+                .iter()
+                .map(|(k, c)| (k.clone(), strip(c)))
+                .collect(),
+        }
+    }
+}
+
+/// What a device can run.
+///
+/// Op names differ between formats (ONNX `Conv`, TFLite `CONV_2D`), and a device may run
+/// different op sets of each (ONE's CPU backend runs any ONNX model cleave hands it but only
+/// its own list of TFLite ops), so a profile holds a general table and optional tables per
+/// format key, chosen by what the model's [`OpSemantics::format`] answers.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    /// The ops of a model whose format has no table in `formats`: in a profile without
+    /// `[formats.*]` sections, of every model.
+    pub general: OpTable,
+    /// `[formats.KEY]` tables, each replacing `general` for models whose semantics answer
+    /// KEY.
+    pub formats: BTreeMap<String, OpTable>,
     pub fuse: FuseSection,
     /// Declared latency figures, for placement by cost without measuring.
     pub cost: Option<DeclaredCost>,
@@ -139,63 +219,93 @@ impl Profile {
                 message,
             })?;
         }
-        let mut ops = BTreeMap::new();
-        for (key, c) in f.ops {
-            let (domain, op) = match key.rsplit_once("::") {
-                Some((d, o)) => (normalise_domain(d), o.to_string()),
-                None => (String::new(), key),
-            };
-            ops.insert((domain, op), c);
+        // The empty key is what semantics without a format answer, and those read the
+        // general table: a table under it would never be used.
+        if f.formats.contains_key("") {
+            return Err(ProfileError::Parse {
+                path: path.to_path_buf(),
+                message: "[formats.\"\"]: a format key must not be empty".to_string(),
+            });
         }
         Ok(Profile {
             name: f.name,
             description: f.description,
-            all_ops: f.all_ops,
-            defaults: f.defaults,
-            ops,
+            general: OpTable::new(f.all_ops, f.defaults, f.ops),
+            formats: f
+                .formats
+                .into_iter()
+                .map(|(k, t)| (k, OpTable::new(t.all_ops, t.defaults, t.ops)))
+                .collect(),
             fuse: f.fuse,
             cost: f.cost,
         })
     }
 
-    /// Whether this device runs `node`; `sem` answers which ops are deterministic (for
-    /// `const_inputs`).
-    pub fn check(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Verdict {
-        let key = (normalise_domain(&node.domain), node.op_type.clone());
-        let own = self.ops.get(&key);
-        if own.is_none() && !self.all_ops {
-            return Verdict::UnsupportedOp;
-        }
-        let merged = merge(&self.defaults, own);
-        match merged.violation(g, node, sem) {
-            None => Verdict::Supported,
-            Some(reason) => Verdict::Constraint(reason),
-        }
+    /// The table for models whose semantics answer `format`.
+    pub fn table(&self, format: &str) -> &OpTable {
+        self.formats.get(format).unwrap_or(&self.general)
     }
 
-    /// The same op list with every checkable condition dropped (notes kept): support by op
+    /// Whether this device runs every op of a model of `format` (subject to its defaults).
+    pub fn runs_every_op(&self, format: &str) -> bool {
+        self.table(format).all_ops
+    }
+
+    /// Whether this device runs `node`, by the table of the model's format; `sem` answers
+    /// that format and which ops are deterministic (for `const_inputs`).
+    pub fn check(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Verdict {
+        self.table(sem.format()).check(g, node, sem)
+    }
+
+    /// The same op lists with every checkable condition dropped (notes kept): support by op
     /// type alone, as ONNX Runtime's usability checker judges it.
     pub fn without_constraints(&self) -> Profile {
-        let strip = |c: &Constraint| Constraint {
-            note: c.note.clone(),
-            ..Constraint::default()
-        };
         Profile {
-            defaults: strip(&self.defaults),
-            ops: self
-                .ops
+            general: self.general.without_constraints(),
+            formats: self
+                .formats
                 .iter()
-                .map(|(k, c)| (k.clone(), strip(c)))
+                .map(|(k, t)| (k.clone(), t.without_constraints()))
                 .collect(),
             ..self.clone()
         }
     }
 
-    /// Limitations the profile states for this op but cannot check.
-    pub fn note(&self, node: &Node) -> Option<&str> {
-        self.ops
+    /// Limitations the profile states for this op (in the table of the model's format) but
+    /// cannot check.
+    pub fn note(&self, node: &Node, sem: &dyn OpSemantics) -> Option<&str> {
+        self.table(sem.format())
+            .ops
             .get(&(normalise_domain(&node.domain), node.op_type.clone()))
             .and_then(|c| c.note.as_deref())
+    }
+
+    /// Why the device runs no op at all of a model of `format`, when that is because its
+    /// profile lists ops for other formats only (ONE's ACL backends and ONNX models): said
+    /// where a refusal of every node needs explaining.
+    pub fn format_note(&self, format: &str) -> Option<String> {
+        if !self.table(format).runs_nothing() {
+            return None;
+        }
+        let others: Vec<&str> = self
+            .formats
+            .iter()
+            .filter(|(k, t)| k.as_str() != format && !t.runs_nothing())
+            .map(|(k, _)| k.as_str())
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        let what = if format.is_empty() {
+            "no op of this model's format".to_string()
+        } else {
+            format!("no {format} op")
+        };
+        Some(format!(
+            "{} runs {what}: its profile lists ops for {} models only",
+            self.name,
+            others.join(", ")
+        ))
     }
 }
 
@@ -495,11 +605,11 @@ mod tests {
         assert!(bare
             .get("nnapi")
             .unwrap()
-            .note(&conv_with("weight", 4).nodes[0])
+            .note(&conv_with("weight", 4).nodes[0], &ops())
             .is_none());
         let pad = graph("Pad", &[1, 1, 2, 2], vec![]);
         assert_eq!(
-            bare.get("nnapi").unwrap().note(&pad.nodes[0]),
+            bare.get("nnapi").unwrap().note(&pad.nodes[0], &ops()),
             Some("Input pads values should be non-negative."),
             "notes survive"
         );
@@ -544,5 +654,81 @@ mod tests {
             p.check("coreml", &g, &g.nodes[0], &ops()),
             Verdict::Supported
         );
+    }
+
+    /// The semantics of a TFLite or circle model, as the format key selects tables.
+    fn tflite() -> NamedOps {
+        NamedOps::default().channel_axis(3).format("tflite")
+    }
+
+    /// `y = OP(x)` with x of type `input` and y of type `output`, in `domain`.
+    fn typed(
+        domain: &str,
+        op: &str,
+        input: ElemType,
+        output: ElemType,
+        attrs: Vec<cleave_ir::Attribute>,
+    ) -> Graph {
+        let dims = [1, 8, 8, 4];
+        let mut b = GraphBuilder::new("g");
+        b.input("x", TensorType::fixed(input, &dims));
+        b.node(NodeSpec {
+            name: "n".into(),
+            op_type: op.into(),
+            domain: domain.into(),
+            inputs: vec!["x".into()],
+            outputs: vec!["y".into()],
+            attrs,
+            ..Default::default()
+        });
+        b.value_type("y", TensorType::fixed(output, &dims));
+        b.output("y");
+        b.finish(false).unwrap()
+    }
+
+    fn tfl(p: &Profiles, device: &str, op: &str, elem: ElemType) -> Verdict {
+        let g = typed("", op, elem, elem, vec![]);
+        p.check(device, &g, &g.nodes[0], &tflite())
+    }
+
+    #[test]
+    fn format_tables_parse_and_replace_the_general_one() {
+        let text = r#"
+            name = "npu"
+            all_ops = true
+            [formats.tflite]
+            [formats.tflite.defaults]
+            dtypes = ["int8"]
+            [formats.tflite.ops]
+            CONV_2D = {}
+            "custom::Gelu" = { dtypes = ["float32"] }
+        "#;
+        let p = Profile::parse(text, Path::new("npu.toml")).unwrap();
+        let mut ps = Profiles::builtin();
+        ps.insert(p);
+        assert_eq!(tfl(&ps, "npu", "CONV_2D", ElemType::I8), Verdict::Supported);
+        assert!(matches!(
+            tfl(&ps, "npu", "CONV_2D", ElemType::F32),
+            Verdict::Constraint(_)
+        ));
+        assert_eq!(tfl(&ps, "npu", "ADD", ElemType::I8), Verdict::UnsupportedOp);
+        let gelu = typed("custom", "Gelu", ElemType::F32, ElemType::F32, vec![]);
+        assert_eq!(
+            ps.check("npu", &gelu, &gelu.nodes[0], &tflite()),
+            Verdict::Supported
+        );
+        // Any other format reads the general table: every op.
+        let g = graph("Anything", &[2], vec![]);
+        assert_eq!(ps.check("npu", &g, &g.nodes[0], &ops()), Verdict::Supported);
+        for bad in [
+            "name = \"x\"\n[formats.\"\"]\nall_ops = true\n",
+            "name = \"x\"\n[formats.tflite]\nbogus = 1\n",
+        ] {
+            let e = Profile::parse(bad, Path::new("x.toml")).unwrap_err();
+            assert!(
+                e.to_string().contains("must not be empty") || e.to_string().contains("bogus"),
+                "{e}"
+            );
+        }
     }
 }
