@@ -7,16 +7,18 @@
 # Targets (fuzz/fuzz_targets): load_onnx (bytes → model → IR → inference), pipeline_onnx
 # (the same, then assignment, fusion groups, partitioning, validation and each part built in
 # memory; its mutator edits attributes, initializers, wiring, op types and opsets of decoded
-# models), part_rules (ONE .part files). Needs the nightly toolchain and cargo-fuzz, which it
+# models), part_rules (ONE .part files), load_tflite (TFLite/circle bytes → IR, then the
+# whole model, a part and the other format written back). Needs the nightly toolchain and cargo-fuzz, which it
 # installs when missing. Builds with debug assertions, so integer overflow is a crash.
-# Seeds: the ONNX node-test models and the examples (scripts/fetch-test-data.sh first).
+# Seeds: the ONNX node-test models, the examples and the small TFLite test models
+# (scripts/fetch-test-data.sh first).
 # Inputs found, crash artifacts and the instrumented build live under ~/.cache/cleave/.
 set -euo pipefail
 
 secs="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(load_onnx pipeline_onnx part_rules)
+[ ${#targets[@]} -gt 0 ] || targets=(load_onnx pipeline_onnx part_rules load_tflite)
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$HOME/.cache/cleave"
@@ -30,9 +32,9 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
 fi
 
 seeds="$cache/fuzz-seeds"
-if [ ! -f "$seeds/.complete" ]; then
+if [ ! -f "$seeds/.complete-2" ]; then
   rm -rf "$seeds"
-  mkdir -p "$seeds/onnx" "$seeds/part"
+  mkdir -p "$seeds/onnx" "$seeds/part" "$seeds/tflite"
   [ -d "$data/node" ] || { echo "no test data in $data: run scripts/fetch-test-data.sh" >&2; exit 1; }
   find "$data/node" -name model.onnx -size -64k | while read -r m; do
     cp "$m" "$seeds/onnx/$(basename "$(dirname "$m")").onnx"
@@ -41,7 +43,9 @@ if [ ! -f "$seeds/.complete" ]; then
   cp "$root"/examples/*.part "$seeds/part/"
   printf '[partition]\nbackends=npu,cpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\nconv1=npu\n' >"$seeds/part/opname.part"
   printf '[partition]\nbackends=acl_cl,cpu\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nDIV=acl_cl\n_=cpu\n' >"$seeds/part/opcode.part"
-  touch "$seeds/.complete"
+  find "$data/tflite" "$data/tflite-quant" -name '*.tflite' -size -256k -exec cp {} "$seeds/tflite/" \;
+  [ -n "$(ls "$seeds/tflite")" ] || { echo "no TFLite test models in $data: run scripts/fetch-test-data.sh" >&2; exit 1; }
+  touch "$seeds/.complete-2"
 fi
 
 export CARGO_TARGET_DIR="$cache/fuzz-target"
@@ -53,6 +57,7 @@ status=0
 for t in "${targets[@]}"; do
   case "$t" in
     part_rules) seed="$seeds/part" ;;
+    load_tflite) seed="$seeds/tflite" ;;
     *) seed="$seeds/onnx" ;;
   esac
   found="$cache/fuzz-corpus/$t"
