@@ -129,7 +129,17 @@ impl Plan {
         }
         let graph_outputs: HashSet<ValueId> = g.outputs.iter().copied().collect();
         for (x, part) in parts.iter_mut().enumerate() {
-            fill_boundary(g, &part_of_node, x as u32, part, &graph_outputs);
+            fill_inputs(g, &part_of_node, x as u32, part);
+        }
+        // A part's outputs are what other parts take as inputs (directly, or through the
+        // constants they copy) and graph outputs: never a value only a copy inside the same
+        // part reads.
+        let read: HashSet<ValueId> = parts
+            .iter()
+            .flat_map(|p| p.inputs.iter().copied())
+            .collect();
+        for part in &mut parts {
+            fill_outputs(g, part, &read, &graph_outputs);
         }
         Ok(Plan {
             devices: a.devices.clone(),
@@ -138,13 +148,7 @@ impl Plan {
     }
 }
 
-fn fill_boundary(
-    g: &Graph,
-    part_of_node: &[u32],
-    me: u32,
-    part: &mut Part,
-    graph_outputs: &HashSet<ValueId>,
-) {
+fn fill_inputs(g: &Graph, part_of_node: &[u32], me: u32, part: &mut Part) {
     let mut consts: HashSet<NodeId> = HashSet::new();
     let mut weights: Vec<ValueId> = Vec::new();
     let mut inputs: Vec<ValueId> = Vec::new();
@@ -176,17 +180,22 @@ fn fill_boundary(
     weights.dedup();
     inputs.sort_unstable();
     inputs.dedup();
+    part.constant_nodes = constant_nodes;
+    part.weights = weights;
+    part.inputs = inputs;
+}
+
+fn fill_outputs(
+    g: &Graph,
+    part: &mut Part,
+    read: &HashSet<ValueId>,
+    graph_outputs: &HashSet<ValueId>,
+) {
     let mut outputs = Vec::new();
     for &n in &part.nodes {
         for &v in g.node(n).outputs.iter().flatten() {
-            // A copied constant reading it may sit in another part (see `through_copies`).
-            let read_elsewhere = g
-                .value(v)
-                .consumers
-                .iter()
-                .any(|c| part_of_node[c.index()] != me);
-            // A constant node copied elsewhere may read this too: then it is not constant.
-            if read_elsewhere || graph_outputs.contains(&v) {
+            // A part never takes its own values as inputs, so `read` is other parts' reads.
+            if read.contains(&v) || graph_outputs.contains(&v) {
                 outputs.push(v);
             }
         }
@@ -201,8 +210,5 @@ fn fill_boundary(
             .filter(|&v| g.value(v).consumers.is_empty())
             .collect();
     }
-    part.constant_nodes = constant_nodes;
-    part.weights = weights;
-    part.inputs = inputs;
     part.outputs = outputs;
 }

@@ -118,3 +118,55 @@ fn every_broken_plan_is_caught() {
         Err(ValidationError::ConstantPlaced { .. })
     ));
 }
+
+/// A pinned constant node (a weight unpacker an [OPNAME] rule places) read only through a
+/// constant copied into its own part hands nothing on: the part's outputs are what other parts
+/// read, not every value a copied constant reads.
+#[test]
+fn a_placed_constant_read_only_by_a_copy_in_its_own_part_is_no_output() {
+    let mut b = GraphBuilder::new("g");
+    b.input("x", TensorType::fixed(ElemType::F32, &[2]));
+    b.weight(
+        "w",
+        Weight {
+            elem: ElemType::F32,
+            dims: vec![2],
+            data: WeightData::Bytes(vec![0u8; 8].into()),
+        },
+    );
+    b.node(spec("unpack", "Densify", &["w"], &["dense"]));
+    b.node(spec("deq", "Dequantize", &["dense"], &["k"]));
+    b.node(spec("c", "Add", &["x", "k"], &["y"]));
+    b.output("y");
+    let g = b.finish(false).unwrap();
+    let dev = |d| Placement::Device(d, Reason::OpName);
+    for (unpack_on, parts) in [(0u16, 1usize), (1, 2)] {
+        let a = Assignment {
+            devices: vec!["A".into(), "B".into()],
+            placement: vec![dev(unpack_on), Placement::Constant, dev(0)],
+            groups: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let p = plan(&g, &a);
+        assert_eq!(p.parts.len(), parts);
+        assert_eq!(check_plan(&g, &a, &p), Ok(()));
+        let dense = g.find("dense").unwrap();
+        let reader = p
+            .parts
+            .iter()
+            .find(|q| q.nodes.contains(&NodeId(2)))
+            .unwrap();
+        assert_eq!(reader.outputs, vec![g.find("y").unwrap()]);
+        assert_eq!(reader.constant_nodes, vec![NodeId(1)]);
+        if parts == 2 {
+            // On another device the unpacked weight crosses between the parts.
+            let maker = p
+                .parts
+                .iter()
+                .find(|q| q.nodes.contains(&NodeId(0)))
+                .unwrap();
+            assert_eq!(maker.outputs, vec![dense]);
+            assert!(reader.inputs.contains(&dense));
+        }
+    }
+}
