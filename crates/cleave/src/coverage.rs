@@ -77,16 +77,13 @@ pub fn coverage(
         };
         let mut caveats = BTreeMap::new();
         for (i, node) in g.nodes.iter().enumerate() {
-            // Spelled as ONNX Runtime's checker spells ops, `domain:op`.
-            let op = format!(
-                "{}:{}",
-                if node.domain.is_empty() {
-                    "ai.onnx"
-                } else {
-                    &node.domain
-                },
-                node.op_type
-            );
+            // ONNX ops spelled as ONNX Runtime's checker spells them, `domain:op`; other
+            // formats' builtins by their own name, anything else `domain:op`.
+            let op = match (node.domain.is_empty(), sem.format()) {
+                (true, "" | "onnx") => format!("ai.onnx:{}", node.op_type),
+                (true, _) => node.op_type.clone(),
+                (false, _) => format!("{}:{}", node.domain, node.op_type),
+            };
             let verdict = profile.check(g, node, sem);
             if verdict != Verdict::UnsupportedOp {
                 if let Some(note) = profile.note(node, sem) {
