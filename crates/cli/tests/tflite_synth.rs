@@ -1,0 +1,717 @@
+//! The synthesized TFLite and circle models (`cleave::tflite::synth`) through the binary:
+//! seeded 2- and 3-backend splits by opcode and by opname, each checked without cleave by
+//! `scripts/check_tflite_parts.py`; IF and WHILE cut apart and kept together, each part
+//! carrying its bodies; ONE's circle-partitioner example (`Net_InstanceNorm_003` with
+//! `DIV=acl_cl`) giving ONE's three parts, run in onert.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cleave::tflite::pack::Layout;
+use cleave::tflite::schema::tflite;
+use cleave::tflite::synth;
+use common::{cleave, ok, os, repo};
+use serde_json::Value;
+
+const BACKENDS: [&str; 3] = ["cpu", "acl_cl", "acl_neon"];
+
+/// A small seeded generator (xorshift), so a failing split can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// (node name, op, device) of every placed node, from `query --json` with `args`.
+fn query_nodes(model: &Path, args: &[&str]) -> Vec<(String, String, String)> {
+    let mut all = vec![os("query"), model.as_os_str(), os("--json")];
+    all.extend(args.iter().map(os));
+    let v: Value = serde_json::from_str(&ok(&cleave(&all))).unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
+            (s("name"), s("op"), s("device"))
+        })
+        .collect()
+}
+
+/// A ONE `.part` file.
+fn part_file(path: &Path, backends: &[&str], section: &str, rules: &[(String, &str)]) {
+    let mut text = format!(
+        "[partition]\nbackends={}\ndefault={}\ncomply={}\n\n[{section}]\n",
+        backends.join(","),
+        backends[0],
+        section.to_lowercase()
+    );
+    for (k, v) in rules {
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// `cleave partition MODEL --part PART -o WORK`; the connection file's JSON.
+fn partition(model: &Path, part: &Path, work: &Path) -> Value {
+    ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ]));
+    let stem = model.file_stem().unwrap().to_str().unwrap();
+    let conn = work.join(format!("{stem}.conn.json"));
+    serde_json::from_str(&std::fs::read_to_string(conn).unwrap()).unwrap()
+}
+
+/// Runs the check script; returns its summary line.
+fn check(conn: &Path, source: &Path, extra: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/check_tflite_parts.py"))
+        .arg(conn)
+        .arg(source)
+        .args(extra)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "check_tflite_parts.py {} {} {extra:?} failed:\n{text}",
+        conn.display(),
+        source.display()
+    );
+    text.trim().lines().last().unwrap_or_default().to_string()
+}
+
+/// A one-element bool array as a .npy file (format 1.0).
+fn npy_bool(path: &Path, value: bool) {
+    let mut header = "{'descr': '|b1', 'fortran_order': False, 'shape': (1,), }".to_string();
+    // Magic, version and length take 10 bytes; the header ends in a newline at a multiple
+    // of 64.
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    header.push_str(&" ".repeat(pad));
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.push(u8::from(value));
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The data of every buffer, wherever the file keeps it.
+fn buffer_data(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let root = tflite::root_as_model(bytes).unwrap();
+    root.buffers()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            if b.offset() > 1 {
+                bytes[b.offset() as usize..][..b.size() as usize].to_vec()
+            } else {
+                b.data().map(|d| d.bytes().to_vec()).unwrap_or_default()
+            }
+        })
+        .collect()
+}
+
+/// The source with the main subgraph's tensors named as cleave names them in parts: an
+/// empty name becomes `tensor#INDEX`, a repeated one `NAME#INDEX` (what the loader's note
+/// says). check_tflite_parts.py finds boundary tensors in the source by name, and the
+/// original has none named so; the copy computes the same (only names differ), and
+/// LiteRT's outputs on both are compared here.
+fn renamed_copy(source: &Path, dir: &Path) -> PathBuf {
+    let bytes = std::fs::read(source).unwrap();
+    let mut model = tflite::root_as_model(&bytes).unwrap().unpack();
+    let tensors = model.subgraphs.as_mut().unwrap()[0]
+        .tensors
+        .as_mut()
+        .unwrap();
+    let names: Vec<String> = tensors
+        .iter()
+        .map(|t| t.name.clone().unwrap_or_default())
+        .collect();
+    let mut renamed = 0;
+    for (i, t) in tensors.iter_mut().enumerate() {
+        let name = &names[i];
+        if name.is_empty() {
+            t.name = Some(format!("tensor#{i}"));
+        } else if names.iter().filter(|n| *n == name).count() > 1 {
+            t.name = Some(format!("{name}#{i}"));
+        } else {
+            continue;
+        }
+        renamed += 1;
+    }
+    assert!(renamed > 0, "{}: nothing to rename", source.display());
+    let data = buffer_data(&bytes);
+    let slices: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let copy = dir.join(format!(
+        "{}.renamed.tflite",
+        source.file_stem().unwrap().to_str().unwrap()
+    ));
+    std::fs::write(
+        &copy,
+        cleave::tflite::pack::tflite::pack(&model, &slices, Layout::Inline, "TFL3"),
+    )
+    .unwrap();
+    let run = |m: &Path, out: &str| -> Vec<u8> {
+        let out = dir.join(out);
+        let status = Command::new("python3")
+            .arg(repo().join("scripts/tflite_oracle.py"))
+            .arg("run")
+            .arg(m)
+            .args(["--seed", "3", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(status.status.success());
+        let index: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("index.json")).unwrap())
+                .unwrap();
+        std::fs::read(out.join(index["outputs"][0]["file"].as_str().unwrap())).unwrap()
+    };
+    assert_eq!(
+        run(source, "renamed-a"),
+        run(&copy, "renamed-b"),
+        "the renamed copy computes differently"
+    );
+    copy
+}
+
+/// Operator names of every subgraph of a part file, and the subgraphs IF and WHILE name.
+struct PartFile {
+    subgraph_ops: Vec<Vec<String>>,
+    refs: Vec<(String, Vec<i32>)>,
+}
+
+fn read_part(path: &Path) -> PartFile {
+    let bytes = std::fs::read(path).unwrap();
+    let root = tflite::root_as_model(&bytes).unwrap();
+    let codes: Vec<String> = root
+        .operator_codes()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let code = c
+                .builtin_code()
+                .0
+                .max(i32::from(c.deprecated_builtin_code()));
+            tflite::BuiltinOperator(code)
+                .variant_name()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut refs = Vec::new();
+    let subgraph_ops = root
+        .subgraphs()
+        .unwrap()
+        .iter()
+        .map(|sg| {
+            sg.operators()
+                .unwrap()
+                .iter()
+                .map(|op| {
+                    let name = codes[op.opcode_index() as usize].clone();
+                    if let Some(o) = op.builtin_options_as_if_options() {
+                        refs.push((
+                            name.clone(),
+                            vec![o.then_subgraph_index(), o.else_subgraph_index()],
+                        ));
+                    }
+                    if let Some(o) = op.builtin_options_as_while_options() {
+                        refs.push((
+                            name.clone(),
+                            vec![o.cond_subgraph_index(), o.body_subgraph_index()],
+                        ));
+                    }
+                    name
+                })
+                .collect()
+        })
+        .collect();
+    PartFile { subgraph_ops, refs }
+}
+
+/// Subgraph `k` with operator codes as builtin numbers and each tensor's buffer as its data,
+/// so a body copied into a part (codes and buffers renumbered) compares with the source's.
+fn normalized_subgraph(bytes: &[u8], k: usize) -> (tflite::SubGraphT, Vec<Vec<u8>>) {
+    let root = tflite::root_as_model(bytes).unwrap();
+    let codes: Vec<i32> = root
+        .operator_codes()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            c.builtin_code()
+                .0
+                .max(i32::from(c.deprecated_builtin_code()))
+        })
+        .collect();
+    let data = buffer_data(bytes);
+    let mut sg = root.subgraphs().unwrap().get(k).unpack();
+    for op in sg.operators.iter_mut().flatten() {
+        op.opcode_index = codes[op.opcode_index as usize] as u32;
+    }
+    let mut tensor_data = Vec::new();
+    for t in sg.tensors.iter_mut().flatten() {
+        tensor_data.push(data[t.buffer as usize].clone());
+        t.buffer = 0;
+    }
+    (sg, tensor_data)
+}
+
+struct Model {
+    path: PathBuf,
+    /// What check_tflite_parts.py compares with (a renamed copy where names repeat).
+    reference: PathBuf,
+    /// Extra runs of the check (beyond the default seeded one).
+    extra_checks: Vec<Vec<std::ffi::OsString>>,
+}
+
+fn models(dir: &Path) -> Vec<Model> {
+    npy_bool(&dir.join("flag-true.npy"), true);
+    npy_bool(&dir.join("flag-false.npy"), false);
+    synth::all()
+        .into_iter()
+        .map(|(name, bytes)| {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let reference = if name.contains("names") || name.contains("offsets") {
+                renamed_copy(&path, dir)
+            } else {
+                path.clone()
+            };
+            let mut extra_checks: Vec<Vec<std::ffi::OsString>> = Vec::new();
+            if name.contains("control") {
+                for v in ["true", "false"] {
+                    let npy = dir.join(format!("flag-{v}.npy"));
+                    extra_checks.push(vec![
+                        "--input".into(),
+                        format!("flag={}", npy.display()).into(),
+                    ]);
+                }
+            }
+            if name.contains("dynamic") {
+                extra_checks.push(vec!["--shape".into(), "x=3,8".into()]);
+            }
+            if name.ends_with(".circle") {
+                extra_checks.push(vec!["--circle-onert".into()]);
+            }
+            Model {
+                path,
+                reference,
+                extra_checks,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn random_splits_of_every_synth_model_reproduce_it_in_litert() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut checks = 0;
+    for m in models(tmp.path()) {
+        let stem = m.path.file_stem().unwrap().to_string_lossy().into_owned();
+        let nodes = query_nodes(&m.path, &["--devices", "cpu"]);
+        assert!(
+            nodes.iter().all(|(_, _, d)| d == "cpu"),
+            "{stem}: {nodes:?}"
+        );
+        // Which accelerator runs which node, so that every rule is one the device obeys.
+        let runs: Vec<(String, String)> = BACKENDS[1..]
+            .iter()
+            .flat_map(|b| query_nodes(&m.path, &["--devices", &format!("{b},cpu")]))
+            .filter(|(_, _, d)| d != "cpu")
+            .map(|(n, _, d)| (n, d))
+            .collect();
+        let runs_on = |node: &str, b: &str| b == "cpu" || runs.contains(&(node.into(), b.into()));
+        let ops: BTreeSet<&str> = nodes.iter().map(|(_, op, _)| op.as_str()).collect();
+        let mut most_parts = 0;
+        for round in 0..2 {
+            for count in [2, 3] {
+                let backends = &BACKENDS[..count];
+                let mut by_code: Vec<(String, &str)> = Vec::new();
+                for op in &ops {
+                    let able: Vec<&str> = backends
+                        .iter()
+                        .copied()
+                        .filter(|b| {
+                            nodes
+                                .iter()
+                                .filter(|(_, o, _)| o == op)
+                                .all(|(n, _, _)| runs_on(n, b))
+                        })
+                        .collect();
+                    by_code.push((op.to_string(), able[rng.below(able.len())]));
+                }
+                let mut by_name: Vec<(String, &str)> = Vec::new();
+                for (name, _, _) in &nodes {
+                    let b = backends[rng.below(count)];
+                    if runs_on(name, b) {
+                        by_name.push((name.clone(), b));
+                    }
+                }
+                for (section, rules) in [("OPCODE", by_code), ("OPNAME", by_name)] {
+                    let tag = format!("{stem}-{section}-{count}-{round}");
+                    let part = tmp.path().join(format!("{tag}.part"));
+                    part_file(&part, backends, section, &rules);
+                    let work = tmp.path().join(&tag);
+                    let v = partition(&m.path, &part, &work);
+                    let parts = v["parts"].as_array().unwrap().len();
+                    most_parts = most_parts.max(parts);
+                    let conn = work.join(format!("{stem}.conn.json"));
+                    let summary = check(&conn, &m.reference, &[]);
+                    eprintln!("{tag}: {parts} parts; {summary}");
+                    for extra in &m.extra_checks {
+                        let args: Vec<&std::ffi::OsStr> =
+                            extra.iter().map(|s| s.as_os_str()).collect();
+                        let summary = check(&conn, &m.reference, &args);
+                        eprintln!("  {extra:?}: {summary}");
+                    }
+                    checks += 1 + m.extra_checks.len();
+                }
+            }
+        }
+        assert!(most_parts >= 3, "{stem}: no split gave 3 parts or more");
+    }
+    eprintln!("{checks} checks");
+}
+
+/// The part file of the part whose backend is `backend` and which runs `op`.
+fn part_running(work: &Path, conn: &Value, op: &str) -> (String, PartFile) {
+    let mut found = conn["parts"].as_array().unwrap().iter().filter_map(|p| {
+        let file = p["file"].as_str().unwrap().to_string();
+        let part = read_part(&work.join(&file));
+        part.subgraph_ops[0]
+            .iter()
+            .any(|o| o == op)
+            .then_some((file, part))
+    });
+    let hit = found.next().unwrap_or_else(|| panic!("no part runs {op}"));
+    assert!(found.next().is_none(), "two parts run {op}");
+    hit
+}
+
+#[test]
+fn if_and_while_parts_carry_their_bodies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let source = dir.join("synth_control.tflite");
+    let source_bytes = synth::control_flow();
+    std::fs::write(&source, &source_bytes).unwrap();
+    npy_bool(&dir.join("flag-true.npy"), true);
+    npy_bool(&dir.join("flag-false.npy"), false);
+    // The source: 0 main, 1 then, 2 else, 3 cond, 4 body.
+    let body = |k: usize| normalized_subgraph(&source_bytes, k);
+
+    // Apart: the accelerator takes ADD, MUL and LOGISTIC (IF and WHILE run only on the cpu),
+    // so IF and WHILE land in different cpu parts.
+    // Together: the accelerator takes ADD and LOGISTIC; IF, MUL, WHILE share one cpu part.
+    let cases: [(&str, &[&str], usize); 2] = [
+        ("apart", &["ADD", "MUL", "LOGISTIC"], 5),
+        ("together", &["ADD", "LOGISTIC"], 3),
+    ];
+    for (case, on_acl, want_parts) in cases {
+        let rules: Vec<(String, &str)> =
+            on_acl.iter().map(|op| (op.to_string(), "acl_cl")).collect();
+        let part = dir.join(format!("{case}.part"));
+        part_file(&part, &BACKENDS[..2], "OPCODE", &rules);
+        let work = dir.join(case);
+        let conn = partition(&source, &part, &work);
+        let parts = conn["parts"].as_array().unwrap();
+        assert_eq!(parts.len(), want_parts, "{case}: {conn}");
+        let (if_file, if_part) = part_running(&work, &conn, "IF");
+        let (while_file, while_part) = part_running(&work, &conn, "WHILE");
+        assert_eq!(
+            if_file != while_file,
+            case == "apart",
+            "{case}: IF in {if_file}, WHILE in {while_file}"
+        );
+        // Every part holds exactly the bodies its operators name, and they are the source's.
+        for p in parts {
+            let file = p["file"].as_str().unwrap();
+            let path = work.join(file);
+            let part = read_part(&path);
+            let bytes = std::fs::read(&path).unwrap();
+            let named: usize = part.refs.iter().map(|(_, r)| r.len()).sum();
+            assert_eq!(
+                part.subgraph_ops.len(),
+                1 + named,
+                "{case}: {file}: {:?}",
+                part.subgraph_ops
+            );
+            for (op, refs) in &part.refs {
+                let want: &[usize] = if op == "IF" { &[1, 2] } else { &[3, 4] };
+                for (&r, &w) in refs.iter().zip(want) {
+                    assert_eq!(
+                        normalized_subgraph(&bytes, r as usize),
+                        body(w),
+                        "{case}: {file}: {op}'s subgraph {r} is not the source's subgraph {w}"
+                    );
+                }
+            }
+        }
+        let refs_of = |p: &PartFile, op: &str| -> Vec<usize> {
+            let r = &p.refs.iter().find(|(o, _)| o == op).unwrap().1;
+            r.iter().map(|&i| i as usize).collect()
+        };
+        let i = refs_of(&if_part, "IF");
+        assert_eq!(if_part.subgraph_ops[i[0]], ["MUL", "ADD"]);
+        assert_eq!(if_part.subgraph_ops[i[1]], ["SUB", "TANH"]);
+        let w = refs_of(&while_part, "WHILE");
+        assert_eq!(while_part.subgraph_ops[w[0]], ["LESS"]);
+        assert_eq!(while_part.subgraph_ops[w[1]], ["ADD", "MUL"]);
+        // Both branches of the IF, through the parts.
+        let conn_path = work.join("synth_control.conn.json");
+        for v in ["true", "false"] {
+            let given = format!("flag={}", dir.join(format!("flag-{v}.npy")).display());
+            let summary = check(&conn_path, &source, &[os("--input"), os(&given)]);
+            eprintln!("{case}, flag {v}: {summary}");
+        }
+    }
+}
+
+#[test]
+fn shared_buffer_stays_shared_in_a_part_and_renamed_tensors_cross_boundaries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for (name, bytes) in [
+        ("synth_names.tflite", synth::names_and_shared()),
+        ("synth_offsets.tflite", synth::names_offsets()),
+    ] {
+        let source = dir.join(name);
+        std::fs::write(&source, bytes).unwrap();
+        let reference = renamed_copy(&source, dir);
+        let part = dir.join("logistic.part");
+        part_file(
+            &part,
+            &BACKENDS[..2],
+            "OPCODE",
+            &[("LOGISTIC".into(), "acl_cl")],
+        );
+        let stem = source.file_stem().unwrap().to_str().unwrap().to_string();
+        let work = dir.join(&stem);
+        let conn = partition(&source, &part, &work);
+        let parts = conn["parts"].as_array().unwrap();
+        assert_eq!(parts.len(), 3, "{conn}");
+        let set = |p: &Value, k: &str| -> BTreeSet<String> {
+            p[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_string())
+                .collect()
+        };
+        let names = |v: &[&str]| -> BTreeSet<String> { v.iter().map(|s| s.to_string()).collect() };
+        // FULLY_CONNECTED ×2 and ADD | LOGISTIC | MUL and CONCATENATION.
+        assert_eq!(set(&parts[0], "outputs"), names(&["fc_a", "tensor#6"]));
+        assert_eq!(set(&parts[1], "inputs"), names(&["tensor#6"]));
+        assert_eq!(set(&parts[1], "outputs"), names(&["dup#7"]));
+        assert_eq!(
+            set(&parts[2], "inputs"),
+            names(&["tensor#6", "dup#7", "fc_a"])
+        );
+        // The first part's two weight tensors read one buffer, inline.
+        let first = std::fs::read(work.join(parts[0]["file"].as_str().unwrap())).unwrap();
+        let m = tflite::root_as_model(&first).unwrap();
+        let tensors = m.subgraphs().unwrap().get(0).tensors().unwrap();
+        let buffer_of = |n: &str| {
+            tensors
+                .iter()
+                .find(|t| t.name() == Some(n))
+                .unwrap_or_else(|| panic!("no tensor {n}"))
+                .buffer()
+        };
+        let (a, b) = (buffer_of("fc_a/weights"), buffer_of("fc_b/weights"));
+        assert!(a != 0 && a == b, "{name}: weights in buffers {a} and {b}");
+        let data = m.buffers().unwrap().get(a as usize).data().unwrap();
+        assert_eq!(data.len(), 8 * 8 * 4);
+        assert_eq!(
+            m.buffers().unwrap().len(),
+            3,
+            "{name}: buffer 0, the weights, the bias"
+        );
+        let summary = check(&work.join(format!("{stem}.conn.json")), &reference, &[]);
+        eprintln!("{name}: {summary}");
+    }
+}
+
+#[test]
+fn ones_instance_norm_example_gives_ones_three_parts() {
+    let tmp = tempfile::tempdir().unwrap();
+    // As ONE's README runs it: model and .part file in the work folder.
+    let work = tmp.path().join("Net_InstanceNorm_003");
+    std::fs::create_dir(&work).unwrap();
+    let source = work.join("Net_InstanceNorm_003.circle");
+    std::fs::write(&source, synth::instance_norm_circle()).unwrap();
+    let part = work.join("Net_InstanceNorm_003.part");
+    part_file(&part, &BACKENDS[..2], "OPCODE", &[("DIV".into(), "acl_cl")]);
+    let conn = partition(&source, &part, &work);
+
+    let mut files: Vec<String> = std::fs::read_dir(&work)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "Net_InstanceNorm_003.00001_cpu.circle",
+            "Net_InstanceNorm_003.00002_acl_cl.circle",
+            "Net_InstanceNorm_003.00003_cpu.circle",
+            "Net_InstanceNorm_003.circle",
+            "Net_InstanceNorm_003.conn.ini",
+            "Net_InstanceNorm_003.conn.json",
+            "Net_InstanceNorm_003.part",
+        ]
+    );
+    // ONE's connection file, lists compared as sets (cleave's order within a list may
+    // differ from ONE's: its second part's inputs are [Pow, Sub], ONE's [Sub, Pow]).
+    let set = |v: &Value| -> BTreeSet<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let names = |v: &[&str]| -> BTreeSet<String> { v.iter().map(|s| s.to_string()).collect() };
+    assert_eq!(conn["source"]["file"], "Net_InstanceNorm_003.circle");
+    assert_eq!(set(&conn["source"]["inputs"]), names(&["Input"]));
+    assert_eq!(set(&conn["source"]["outputs"]), names(&["Add_as_terminal"]));
+    let want: [(&str, &[&str], &[&str]); 3] = [
+        (
+            "Net_InstanceNorm_003.00001_cpu.circle",
+            &["Input"],
+            &["Pow", "Sub"],
+        ),
+        (
+            "Net_InstanceNorm_003.00002_acl_cl.circle",
+            &["Sub", "Pow"],
+            &["Div"],
+        ),
+        (
+            "Net_InstanceNorm_003.00003_cpu.circle",
+            &["Div"],
+            &["Add_as_terminal"],
+        ),
+    ];
+    let parts = conn["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 3);
+    for (p, (file, ins, outs)) in parts.iter().zip(want) {
+        assert_eq!(p["file"], file);
+        assert_eq!(set(&p["inputs"]), names(ins), "{file}");
+        assert_eq!(set(&p["outputs"]), names(outs), "{file}");
+    }
+    // The parts are circle files: ONE's identifier, and the ops ONE's parts hold.
+    let ops: Vec<Vec<String>> = parts
+        .iter()
+        .map(|p| {
+            let bytes = std::fs::read(work.join(p["file"].as_str().unwrap())).unwrap();
+            assert_eq!(&bytes[4..8], b"CIR0");
+            let m = cleave::tflite::schema::circle::root_as_model(&bytes).unwrap();
+            let codes = m.operator_codes().unwrap();
+            m.subgraphs()
+                .unwrap()
+                .get(0)
+                .operators()
+                .unwrap()
+                .iter()
+                .map(|o| {
+                    let c = codes.get(o.opcode_index() as usize);
+                    cleave::tflite::schema::circle::BuiltinOperator(i32::from(
+                        c.deprecated_builtin_code(),
+                    ))
+                    .variant_name()
+                    .unwrap()
+                    .to_string()
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            vec!["MEAN", "SQUARED_DIFFERENCE", "MEAN", "ADD", "POW", "SUB"],
+            vec!["DIV"],
+            vec!["MUL", "ADD"]
+        ]
+    );
+    let conn_path = work.join("Net_InstanceNorm_003.conn.json");
+    let onert = check(&conn_path, &source, &[os("--circle-onert")]);
+    assert!(onert.contains("load in onert"), "{onert}");
+    eprintln!("onert: {onert}");
+    eprintln!("LiteRT: {}", check(&conn_path, &source, &[]));
+}
+
+#[test]
+fn int8_boundaries_keep_their_quantization() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("synth_int8.tflite");
+    let bytes = synth::int8_per_channel();
+    std::fs::write(&source, &bytes).unwrap();
+    // The int8 ADD on the accelerator: conv and dw (int8) go to it, sum (int8) comes back.
+    let part = tmp.path().join("add.part");
+    part_file(&part, &BACKENDS[..2], "OPCODE", &[("ADD".into(), "acl_cl")]);
+    let work = tmp.path().join("w");
+    let conn = partition(&source, &part, &work);
+    let parts = conn["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 3, "{conn}");
+    assert_eq!(parts[1]["backend"], "acl_cl");
+    let quant_of = |data: &[u8], name: &str| {
+        let m = tflite::root_as_model(data).unwrap();
+        let t = m
+            .subgraphs()
+            .unwrap()
+            .get(0)
+            .tensors()
+            .unwrap()
+            .iter()
+            .find(|t| t.name() == Some(name))
+            .unwrap_or_else(|| panic!("no tensor {name}"));
+        let q = t.quantization().unwrap();
+        (
+            t.type_(),
+            q.scale().unwrap().iter().collect::<Vec<f32>>(),
+            q.zero_point().unwrap().iter().collect::<Vec<i64>>(),
+        )
+    };
+    let mut boundary = BTreeSet::new();
+    for p in parts {
+        let data = std::fs::read(work.join(p["file"].as_str().unwrap())).unwrap();
+        for k in ["inputs", "outputs"] {
+            for t in p[k].as_array().unwrap() {
+                let t = t.as_str().unwrap();
+                if t == "input" || t == "output" {
+                    continue;
+                }
+                let (ty, scale, zp) = quant_of(&data, t);
+                assert_eq!(ty, tflite::TensorType::INT8, "{t}");
+                assert_eq!((scale.len(), zp.len()), (1, 1), "{t}");
+                assert_eq!(quant_of(&data, t), quant_of(&bytes, t), "{t}");
+                boundary.insert(t.to_string());
+            }
+        }
+    }
+    let want: BTreeSet<String> = ["conv", "dw", "sum"].map(String::from).into();
+    assert_eq!(boundary, want);
+    // Exact: LiteRT's int8 kernels on the same integers (no --int-tol).
+    eprintln!(
+        "{}",
+        check(&work.join("synth_int8.conn.json"), &source, &[])
+    );
+}
