@@ -22,8 +22,9 @@ const NEUTRAL: [&str; 10] = [
 ];
 
 /// What a neutral crate may never reach, however indirectly.
-const FORMAT_OR_ENGINE: [&str; 8] = [
+const FORMAT_OR_ENGINE: [&str; 11] = [
     "cleave-onnx",
+    "cleave-tflite",
     "cleave-engines",
     "cleave",
     "prost",
@@ -31,6 +32,8 @@ const FORMAT_OR_ENGINE: [&str; 8] = [
     "protox",
     "tract-onnx",
     "ort",
+    "flatbuffers",
+    "libloading",
 ];
 
 /// `cargo tree` over the host's resolved graph (offline: the test build has fetched it all),

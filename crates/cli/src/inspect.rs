@@ -61,6 +61,17 @@ struct Params {
 }
 
 pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> Result<(), Fail> {
+    if cleave::frontend_for(path).name() != "onnx" {
+        // Formats that store every tensor's type need no inference: the loaded IR is typed.
+        let loaded = cleave::load_model(path)?.fix_dims(fixed)?;
+        let s = summarise(
+            path,
+            loaded.model(),
+            cleave::onnx::InferReport::default(),
+            loaded.semantics(),
+        );
+        return show(path, s, loaded.model(), json, types);
+    }
     let onnx = OnnxModel::load(path)?;
     let mut model = to_checked_ir(&onnx)?;
     if !fixed.is_empty() {
@@ -73,7 +84,11 @@ pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> R
     }
     let report = infer_types(&mut model);
     cleave::onnx::check_typed(path, &model)?;
-    let mut s = summarise(path, &model, report);
+    let s = summarise(path, &model, report, &cleave::onnx::OnnxSemantics);
+    show(path, s, &model, json, types)
+}
+
+fn show(path: &Path, mut s: Summary, model: &Model, json: bool, types: bool) -> Result<(), Fail> {
     if types {
         let g = &model.graph;
         s.types = Some(
@@ -91,7 +106,12 @@ pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> R
     Ok(())
 }
 
-fn summarise(path: &Path, m: &Model, report: cleave::onnx::InferReport) -> Summary {
+fn summarise(
+    path: &Path,
+    m: &Model,
+    report: cleave::onnx::InferReport,
+    sem: &dyn OpSemantics,
+) -> Summary {
     let g = &m.graph;
     let mut ops = BTreeMap::new();
     for n in &g.nodes {
@@ -103,7 +123,7 @@ fn summarise(path: &Path, m: &Model, report: cleave::onnx::InferReport) -> Summa
         *ops.entry(key).or_insert(0) += 1;
     }
     let weights: Vec<_> = g.weights().collect();
-    let constant = cleave::onnx::OnnxSemantics.constant_nodes(g);
+    let constant = sem.constant_nodes(g);
     let computed: Vec<_> = g
         .nodes
         .iter()
@@ -125,7 +145,7 @@ fn summarise(path: &Path, m: &Model, report: cleave::onnx::InferReport) -> Summa
             .opsets
             .iter()
             .map(|o| OpsetJson {
-                domain: if o.domain.is_empty() {
+                domain: if o.domain.is_empty() && m.format == "onnx" {
                     "ai.onnx".into()
                 } else {
                     o.domain.clone()
@@ -184,17 +204,25 @@ fn render(s: &Summary) -> String {
     } else {
         format!(", producer {}", s.producer)
     };
-    let _ = writeln!(
-        o,
-        "format     {} (IR version {}{producer})",
-        s.format, s.ir_version
-    );
-    let opsets: Vec<String> = s
-        .opsets
-        .iter()
-        .map(|o| format!("{} {}", o.domain, o.version))
-        .collect();
-    let _ = writeln!(o, "opsets     {}", opsets.join(", "));
+    if s.format == "onnx" {
+        let _ = writeln!(
+            o,
+            "format     {} (IR version {}{producer})",
+            s.format, s.ir_version
+        );
+        let opsets: Vec<String> = s
+            .opsets
+            .iter()
+            .map(|o| format!("{} {}", o.domain, o.version))
+            .collect();
+        let _ = writeln!(o, "opsets     {}", opsets.join(", "));
+    } else {
+        let _ = writeln!(
+            o,
+            "format     {} (schema version {}{producer})",
+            s.format, s.ir_version
+        );
+    }
     let _ = writeln!(o, "nodes      {} (graph depth {})", s.nodes, s.depth);
     let mut ops: Vec<_> = s.ops.iter().collect();
     ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

@@ -334,3 +334,43 @@ fn verify_runs_tflite_parts_on_litert_against_the_whole_model() {
     ]);
     assert_ne!(o.status.code(), Some(0), "a swapped part passed verify");
 }
+
+#[test]
+fn inspect_counts_the_operators_litert_counts() {
+    for name in [
+        "iris_landmark_uint8.tflite",
+        "face_detection_full_range_sparse.tflite",
+    ] {
+        let model = test_model(name);
+        let ours: Value = serde_json::from_str(&ok(&cleave(&[
+            os("inspect"),
+            model.as_os_str(),
+            os("--json"),
+        ])))
+        .unwrap();
+        let out = Command::new("python3")
+            .arg(repo().join("scripts/tflite_oracle.py"))
+            .arg("tensors")
+            .arg(&model)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let litert: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(ours["format"], "tflite");
+        let want = litert["ops"].as_object().unwrap();
+        assert_eq!(ours["ops"].as_object().unwrap(), want, "{name}");
+        let names = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(&ours["inputs"]), names(&litert["inputs"]), "{name}");
+        assert_eq!(names(&ours["outputs"]), names(&litert["outputs"]), "{name}");
+    }
+}
