@@ -374,3 +374,95 @@ fn inspect_counts_the_operators_litert_counts() {
         assert_eq!(names(&ours["outputs"]), names(&litert["outputs"]), "{name}");
     }
 }
+
+/// A one-operator model (x → ADD(x, w) → y) with `edit` applied to its tables.
+fn broken_model(edit: impl FnOnce(&mut cleave::tflite::schema::tflite::ModelT)) -> Vec<u8> {
+    use cleave::tflite::pack::{self, Layout};
+    use cleave::tflite::schema::tflite as s;
+    let tensor = |name: &str, buffer: u32| {
+        let mut t = s::TensorT::default();
+        t.shape = Some(vec![1, 4]);
+        t.name = Some(name.into());
+        t.buffer = buffer;
+        t
+    };
+    let mut add = s::OperatorT::default();
+    add.inputs = Some(vec![0, 1]);
+    add.outputs = Some(vec![2]);
+    let mut sg = s::SubGraphT::default();
+    sg.tensors = Some(vec![tensor("x", 0), tensor("w", 1), tensor("y", 0)]);
+    sg.inputs = Some(vec![0]);
+    sg.outputs = Some(vec![2]);
+    sg.operators = Some(vec![add]);
+    let mut code = s::OperatorCodeT::default();
+    code.deprecated_builtin_code = 0; // ADD
+    let mut m = s::ModelT::default();
+    m.version = 3;
+    m.operator_codes = Some(vec![code]);
+    m.subgraphs = Some(vec![sg]);
+    edit(&mut m);
+    let w = [0u8; 16];
+    pack::tflite::pack(&m, &[&[], &w], Layout::Inline, "TFL3")
+}
+
+#[test]
+fn tflite_files_with_bad_indices_are_refused_in_one_line() {
+    use cleave::tflite::schema::tflite as s;
+    fn sg(m: &mut s::ModelT) -> &mut s::SubGraphT {
+        &mut m.subgraphs.as_mut().unwrap()[0]
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    type Edit = Box<dyn FnOnce(&mut s::ModelT)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        ("sound", Box::new(|_| {}), ""),
+        (
+            "tensor-index",
+            Box::new(move |m| sg(m).operators.as_mut().unwrap()[0].inputs = Some(vec![0, 7])),
+            "operator 0 (ADD) reads tensor 7, out of range (3 tensors)",
+        ),
+        (
+            "opcode-index",
+            Box::new(move |m| sg(m).operators.as_mut().unwrap()[0].opcode_index = 5),
+            "operator 0: operator code 5 out of range (1 codes)",
+        ),
+        (
+            "buffer-index",
+            Box::new(move |m| sg(m).tensors.as_mut().unwrap()[1].buffer = 9),
+            "tensor 'w': buffer 9 out of range (2 buffers)",
+        ),
+        (
+            "unwritten",
+            Box::new(move |m| sg(m).tensors.as_mut().unwrap()[1].buffer = 0),
+            "reads tensor 'w', which is not a graph input, a constant or any node's output",
+        ),
+        (
+            "graph-input-written",
+            Box::new(move |m| sg(m).operators.as_mut().unwrap()[0].outputs = Some(vec![0])),
+            "writes tensor 'x', a graph input",
+        ),
+        (
+            "no-subgraph",
+            Box::new(|m| m.subgraphs = Some(Vec::new())),
+            "the model has no subgraph",
+        ),
+    ];
+    for (name, edit, cause) in cases {
+        let path = tmp.path().join(format!("{name}.tflite"));
+        std::fs::write(&path, broken_model(edit)).unwrap();
+        let out_dir = tmp.path().join(format!("out-{name}"));
+        let o = cleave(&[
+            os("partition"),
+            path.as_os_str(),
+            os("--devices"),
+            os("cpu"),
+            os("-o"),
+            out_dir.as_os_str(),
+        ]);
+        if cause.is_empty() {
+            ok(&o);
+            continue;
+        }
+        assert_bad_input(&o, &path, cause);
+        assert!(!out_dir.exists(), "{name}: something was written");
+    }
+}
