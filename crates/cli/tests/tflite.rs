@@ -9,25 +9,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_bad_input, cleave, ok, os, repo};
+use common::{assert_bad_input, check_tflite_parts, cleave, ok, os, repo, Rng};
 use serde_json::Value;
 
 /// Backends with no profile: `.part` rules place nodes on them unchecked, as ONE's
 /// partitioner does, so every random rule is obeyed. (The built-in `cpu`/`acl_*` profiles
 /// refuse ops ONE's runtime lacks, e.g. PRELU on cpu; `query` tests them below.)
 const BACKENDS: [&str; 3] = ["host", "dsp", "gpu"];
-
-/// A small seeded generator (xorshift), so a failing split can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
 
 /// (node name, op, device) of every placed node, from `query --json` with `args` (none when
 /// the query is refused).
@@ -64,27 +52,6 @@ fn part_file(dir: &Path, backends: &[&str], section: &str, rules: &[(String, &st
     let path = dir.join(format!("{section}-{}.part", backends.len()));
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// Runs the check script; returns its summary line.
-fn check(conn: &Path, source: &Path) -> String {
-    let out = Command::new("python3")
-        .arg(repo().join("scripts/check_tflite_parts.py"))
-        .arg(conn)
-        .arg(source)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "check_tflite_parts.py failed on {}:\n{text}",
-        conn.display()
-    );
-    text.trim().lines().last().unwrap_or_default().to_string()
 }
 
 #[test]
@@ -130,7 +97,7 @@ fn random_splits_of_every_model_reproduce_it_in_litert() {
                     serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
                 let parts = v["parts"].as_array().unwrap().len();
                 total_parts += parts;
-                let summary = check(&conn, &model);
+                let summary = check_tflite_parts(&conn, &model, &[]);
                 eprintln!("{stem} {section} over {count}: {summary}");
             }
         }
@@ -240,7 +207,7 @@ fn converted_to_circle_a_model_partitions_into_circle_parts_that_reproduce_it() 
     }
     // The circle source against the original TFLite: the check runs the circle files in
     // LiteRT under TFLite's identifier.
-    eprintln!("{}", check(&conn, &circle));
+    eprintln!("{}", check_tflite_parts(&conn, &circle, &[]));
     // And back: the same tree as the original, so LiteRT computes the same.
     let back = tmp.path().join("back.tflite");
     ok(&cleave(&[

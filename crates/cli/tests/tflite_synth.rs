@@ -13,22 +13,10 @@ use std::process::Command;
 use cleave::tflite::pack::Layout;
 use cleave::tflite::schema::tflite;
 use cleave::tflite::synth;
-use common::{cleave, ok, os, repo};
+use common::{check_tflite_parts, cleave, ok, os, repo, Rng};
 use serde_json::Value;
 
 const BACKENDS: [&str; 3] = ["cpu", "acl_cl", "acl_neon"];
-
-/// A small seeded generator (xorshift), so a failing split can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
 
 /// (node name, op, device) of every placed node, from `query --json` with `args`.
 fn query_nodes(model: &Path, args: &[&str]) -> Vec<(String, String, String)> {
@@ -73,29 +61,6 @@ fn partition(model: &Path, part: &Path, work: &Path) -> Value {
     let stem = model.file_stem().unwrap().to_str().unwrap();
     let conn = work.join(format!("{stem}.conn.json"));
     serde_json::from_str(&std::fs::read_to_string(conn).unwrap()).unwrap()
-}
-
-/// Runs the check script; returns its summary line.
-fn check(conn: &Path, source: &Path, extra: &[&std::ffi::OsStr]) -> String {
-    let out = Command::new("python3")
-        .arg(repo().join("scripts/check_tflite_parts.py"))
-        .arg(conn)
-        .arg(source)
-        .args(extra)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "check_tflite_parts.py {} {} {extra:?} failed:\n{text}",
-        conn.display(),
-        source.display()
-    );
-    text.trim().lines().last().unwrap_or_default().to_string()
 }
 
 /// A one-element bool array as a .npy file (format 1.0).
@@ -373,12 +338,12 @@ fn random_splits_of_every_synth_model_reproduce_it_in_litert() {
                     let parts = v["parts"].as_array().unwrap().len();
                     most_parts = most_parts.max(parts);
                     let conn = work.join(format!("{stem}.conn.json"));
-                    let summary = check(&conn, &m.reference, &[]);
+                    let summary = check_tflite_parts(&conn, &m.reference, &[]);
                     eprintln!("{tag}: {parts} parts; {summary}");
                     for extra in &m.extra_checks {
                         let args: Vec<&std::ffi::OsStr> =
                             extra.iter().map(|s| s.as_os_str()).collect();
-                        let summary = check(&conn, &m.reference, &args);
+                        let summary = check_tflite_parts(&conn, &m.reference, &args);
                         eprintln!("  {extra:?}: {summary}");
                     }
                     checks += 1 + m.extra_checks.len();
@@ -478,7 +443,7 @@ fn if_and_while_parts_carry_their_bodies() {
         let conn_path = work.join("synth_control.conn.json");
         for v in ["true", "false"] {
             let given = format!("flag={}", dir.join(format!("flag-{v}.npy")).display());
-            let summary = check(&conn_path, &source, &[os("--input"), os(&given)]);
+            let summary = check_tflite_parts(&conn_path, &source, &[os("--input"), os(&given)]);
             eprintln!("{case}, flag {v}: {summary}");
         }
     }
@@ -543,7 +508,7 @@ fn shared_buffer_stays_shared_in_a_part_and_renamed_tensors_cross_boundaries() {
             3,
             "{name}: buffer 0, the weights, the bias"
         );
-        let summary = check(&work.join(format!("{stem}.conn.json")), &reference, &[]);
+        let summary = check_tflite_parts(&work.join(format!("{stem}.conn.json")), &reference, &[]);
         eprintln!("{name}: {summary}");
     }
 }
@@ -649,10 +614,10 @@ fn ones_instance_norm_example_gives_ones_three_parts() {
         ]
     );
     let conn_path = work.join("Net_InstanceNorm_003.conn.json");
-    let onert = check(&conn_path, &source, &[os("--circle-onert")]);
+    let onert = check_tflite_parts(&conn_path, &source, &[os("--circle-onert")]);
     assert!(onert.contains("load in onert"), "{onert}");
     eprintln!("onert: {onert}");
-    eprintln!("LiteRT: {}", check(&conn_path, &source, &[]));
+    eprintln!("LiteRT: {}", check_tflite_parts(&conn_path, &source, &[]));
 }
 
 #[test]
@@ -709,6 +674,6 @@ fn int8_boundaries_keep_their_quantization() {
     // Exact: LiteRT's int8 kernels on the same integers (no --int-tol).
     eprintln!(
         "{}",
-        check(&work.join("synth_int8.conn.json"), &source, &[])
+        check_tflite_parts(&work.join("synth_int8.conn.json"), &source, &[])
     );
 }

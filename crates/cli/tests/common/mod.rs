@@ -118,3 +118,39 @@ pub fn ok(o: &Output) -> String {
     );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// A small seeded generator (xorshift), so a failing split can be replayed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Runs `scripts/check_tflite_parts.py` (LiteRT as the oracle) and fails the test with its
+/// output unless it passes; returns its summary line.
+pub fn check_tflite_parts(conn: &Path, source: &Path, extra: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new("python3")
+        .arg(repo().join("scripts/check_tflite_parts.py"))
+        .arg(conn)
+        .arg(source)
+        .args(extra)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "check_tflite_parts.py {} {} {extra:?} failed:\n{text}",
+        conn.display(),
+        source.display()
+    );
+    text.trim().lines().last().unwrap_or_default().to_string()
+}
