@@ -99,10 +99,11 @@ impl TfliteSource {
             .ok_or_else(|| self.err(format!("tensor '{name}' is not in the main subgraph")))
     }
 
-    /// Packs a selection of this model in its own format.
-    pub fn encode(&self, sel: &Selection) -> Result<Vec<u8>, FrontendError> {
+    /// Packs a selection of this model in its own format; the note says when the buffers
+    /// went after the flatbuffer.
+    pub fn encode(&self, sel: &Selection) -> Result<(Vec<u8>, Option<String>), FrontendError> {
         let f = &self.file;
-        let (bytes, layout_note) = match f.format {
+        let encoded = match f.format {
             Format::Tflite => {
                 let b = build::tflite::select(f, sel).map_err(|m| self.err(m))?;
                 encode_tflite(f, b).map_err(|m| self.err(m))?
@@ -112,8 +113,7 @@ impl TfliteSource {
                 encode_circle(f, b).map_err(|m| self.err(m))?
             }
         };
-        let _ = layout_note;
-        Ok(bytes)
+        Ok(encoded)
     }
 
     /// The whole model written again through the object API (a round trip).
@@ -271,7 +271,7 @@ impl Source for TfliteSource {
             .unwrap_or_default()
             .to_string();
         let sel = self.selection(build::ordered(ops), &g.inputs, &outputs, description, true)?;
-        let bytes = self.encode(&sel)?;
+        let (bytes, _) = self.encode(&sel)?;
         write_atomic(path, &bytes).map_err(|e| FrontendError::new(&e.path, &e))
     }
 
@@ -319,6 +319,7 @@ fn write_parts(
     };
     // Every part is built before anything is written, so a refusal leaves the folder as it was.
     let mut encoded = Vec::with_capacity(plan.parts.len());
+    let mut notes = src.converted.notes.clone();
     let total = plan.parts.len();
     for (k, part) in plan.parts.iter().enumerate() {
         let file = part_file_name(&stem, k, plan.device_name(part), ext);
@@ -345,7 +346,9 @@ fn write_parts(
             description,
             false,
         )?;
-        encoded.push((file, src.encode(&sel)?));
+        let (bytes, note) = src.encode(&sel)?;
+        notes.extend(note.map(|n| format!("{file}: {n}")));
+        encoded.push((file, bytes));
     }
     let mut written = Vec::new();
     let mut summary = Vec::new();
@@ -382,6 +385,6 @@ fn write_parts(
         conn,
         parts: summary,
         weights: None,
-        notes: src.converted.notes.clone(),
+        notes,
     })
 }
