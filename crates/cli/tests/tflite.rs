@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_bad_input, check_tflite_parts, cleave, ok, os, repo, Rng};
+use common::{
+    assert_bad_input, check_tflite_parts, cleave, ok, os, query_nodes, repo, write_part_file, Rng,
+};
 use serde_json::Value;
 
 /// Backends with no profile: `.part` rules place nodes on them unchecked, as ONE's
@@ -17,40 +19,9 @@ use serde_json::Value;
 /// refuse ops ONE's runtime lacks, e.g. PRELU on cpu; `query` tests them below.)
 const BACKENDS: [&str; 3] = ["host", "dsp", "gpu"];
 
-/// (node name, op, device) of every placed node, from `query --json` with `args` (none when
-/// the query is refused).
-fn query_nodes(model: &Path, args: &[&std::ffi::OsStr]) -> Vec<(String, String, String)> {
-    let mut all = vec![os("query"), model.as_os_str(), os("--json")];
-    all.extend_from_slice(args);
-    let out = cleave(&all);
-    if !out.status.success() {
-        // A priority list that cannot place every node: nothing to learn from it.
-        return Vec::new();
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
-            (s("name"), s("op"), s("device"))
-        })
-        .collect()
-}
-
 fn part_file(dir: &Path, backends: &[&str], section: &str, rules: &[(String, &str)]) -> PathBuf {
-    let mut text = format!(
-        "[partition]\nbackends={}\ndefault={}\ncomply={}\n\n[{section}]\n",
-        backends.join(","),
-        backends[0],
-        section.to_lowercase()
-    );
-    for (k, v) in rules {
-        text.push_str(&format!("{k}={v}\n"));
-    }
     let path = dir.join(format!("{section}-{}.part", backends.len()));
-    std::fs::write(&path, text).unwrap();
+    write_part_file(&path, backends, section, rules);
     path
 }
 
@@ -62,7 +33,7 @@ fn random_splits_of_every_model_reproduce_it_in_litert() {
     for model in cleave_testdata::tflite_files() {
         let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
         let all_cpu = part_file(tmp.path(), &BACKENDS[..1], "OPCODE", &[]);
-        let nodes = query_nodes(&model, &[os("--part"), all_cpu.as_os_str()]);
+        let nodes = query_nodes(&model, &[os("--part"), all_cpu.as_os_str()]).unwrap_or_default();
         assert!(!nodes.is_empty(), "{stem}: query found no node");
         let ops: BTreeSet<&str> = nodes.iter().map(|(_, op, _)| op.as_str()).collect();
         for count in [2, 3] {

@@ -13,40 +13,10 @@ use std::process::Command;
 use cleave::tflite::pack::Layout;
 use cleave::tflite::schema::tflite;
 use cleave::tflite::synth;
-use common::{check_tflite_parts, cleave, ok, os, repo, Rng};
+use common::{check_tflite_parts, cleave, ok, os, query_nodes, repo, write_part_file, Rng};
 use serde_json::Value;
 
 const BACKENDS: [&str; 3] = ["cpu", "acl_cl", "acl_neon"];
-
-/// (node name, op, device) of every placed node, from `query --json` with `args`.
-fn query_nodes(model: &Path, args: &[&str]) -> Vec<(String, String, String)> {
-    let mut all = vec![os("query"), model.as_os_str(), os("--json")];
-    all.extend(args.iter().map(os));
-    let v: Value = serde_json::from_str(&ok(&cleave(&all))).unwrap();
-    v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| {
-            let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
-            (s("name"), s("op"), s("device"))
-        })
-        .collect()
-}
-
-/// A ONE `.part` file.
-fn part_file(path: &Path, backends: &[&str], section: &str, rules: &[(String, &str)]) {
-    let mut text = format!(
-        "[partition]\nbackends={}\ndefault={}\ncomply={}\n\n[{section}]\n",
-        backends.join(","),
-        backends[0],
-        section.to_lowercase()
-    );
-    for (k, v) in rules {
-        text.push_str(&format!("{k}={v}\n"));
-    }
-    std::fs::write(path, text).unwrap();
-}
 
 /// `cleave partition MODEL --part PART -o WORK`; the connection file's JSON.
 fn partition(model: &Path, part: &Path, work: &Path) -> Value {
@@ -290,7 +260,8 @@ fn random_splits_of_every_synth_model_reproduce_it_in_litert() {
     let mut checks = 0;
     for m in models(tmp.path()) {
         let stem = m.path.file_stem().unwrap().to_string_lossy().into_owned();
-        let nodes = query_nodes(&m.path, &["--devices", "cpu"]);
+        let nodes = query_nodes(&m.path, &[os("--devices"), os("cpu")])
+            .expect("cpu runs every synth model");
         assert!(
             nodes.iter().all(|(_, _, d)| d == "cpu"),
             "{stem}: {nodes:?}"
@@ -298,7 +269,10 @@ fn random_splits_of_every_synth_model_reproduce_it_in_litert() {
         // Which accelerator runs which node, so that every rule is one the device obeys.
         let runs: Vec<(String, String)> = BACKENDS[1..]
             .iter()
-            .flat_map(|b| query_nodes(&m.path, &["--devices", &format!("{b},cpu")]))
+            .flat_map(|b| {
+                query_nodes(&m.path, &[os("--devices"), os(&format!("{b},cpu"))])
+                    .unwrap_or_else(|| panic!("query --devices {b},cpu refused"))
+            })
             .filter(|(_, _, d)| d != "cpu")
             .map(|(n, _, d)| (n, d))
             .collect();
@@ -332,7 +306,7 @@ fn random_splits_of_every_synth_model_reproduce_it_in_litert() {
                 for (section, rules) in [("OPCODE", by_code), ("OPNAME", by_name)] {
                     let tag = format!("{stem}-{section}-{count}-{round}");
                     let part = tmp.path().join(format!("{tag}.part"));
-                    part_file(&part, backends, section, &rules);
+                    write_part_file(&part, backends, section, &rules);
                     let work = tmp.path().join(&tag);
                     let v = partition(&m.path, &part, &work);
                     let parts = v["parts"].as_array().unwrap().len();
@@ -393,7 +367,7 @@ fn if_and_while_parts_carry_their_bodies() {
         let rules: Vec<(String, &str)> =
             on_acl.iter().map(|op| (op.to_string(), "acl_cl")).collect();
         let part = dir.join(format!("{case}.part"));
-        part_file(&part, &BACKENDS[..2], "OPCODE", &rules);
+        write_part_file(&part, &BACKENDS[..2], "OPCODE", &rules);
         let work = dir.join(case);
         let conn = partition(&source, &part, &work);
         let parts = conn["parts"].as_array().unwrap();
@@ -461,7 +435,7 @@ fn shared_buffer_stays_shared_in_a_part_and_renamed_tensors_cross_boundaries() {
         std::fs::write(&source, bytes).unwrap();
         let reference = renamed_copy(&source, dir);
         let part = dir.join("logistic.part");
-        part_file(
+        write_part_file(
             &part,
             &BACKENDS[..2],
             "OPCODE",
@@ -522,7 +496,7 @@ fn ones_instance_norm_example_gives_ones_three_parts() {
     let source = work.join("Net_InstanceNorm_003.circle");
     std::fs::write(&source, synth::instance_norm_circle()).unwrap();
     let part = work.join("Net_InstanceNorm_003.part");
-    part_file(&part, &BACKENDS[..2], "OPCODE", &[("DIV".into(), "acl_cl")]);
+    write_part_file(&part, &BACKENDS[..2], "OPCODE", &[("DIV".into(), "acl_cl")]);
     let conn = partition(&source, &part, &work);
 
     let mut files: Vec<String> = std::fs::read_dir(&work)
@@ -628,7 +602,7 @@ fn int8_boundaries_keep_their_quantization() {
     std::fs::write(&source, &bytes).unwrap();
     // The int8 ADD on the accelerator: conv and dw (int8) go to it, sum (int8) comes back.
     let part = tmp.path().join("add.part");
-    part_file(&part, &BACKENDS[..2], "OPCODE", &[("ADD".into(), "acl_cl")]);
+    write_part_file(&part, &BACKENDS[..2], "OPCODE", &[("ADD".into(), "acl_cl")]);
     let work = tmp.path().join("w");
     let conn = partition(&source, &part, &work);
     let parts = conn["parts"].as_array().unwrap();

@@ -154,3 +154,38 @@ pub fn check_tflite_parts(conn: &Path, source: &Path, extra: &[&std::ffi::OsStr]
     );
     text.trim().lines().last().unwrap_or_default().to_string()
 }
+
+/// (node name, op, device) of every node from `cleave query MODEL --json ARGS`; `None` when
+/// the query is refused (a priority list that cannot place every node).
+pub fn query_nodes(
+    model: &Path,
+    args: &[&std::ffi::OsStr],
+) -> Option<Vec<(String, String, String)>> {
+    let mut all = vec![os("query"), model.as_os_str(), os("--json")];
+    all.extend_from_slice(args);
+    let out = cleave(&all);
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = v["nodes"].as_array().unwrap().iter().map(|n| {
+        let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
+        (s("name"), s("op"), s("device"))
+    });
+    Some(nodes.collect())
+}
+
+/// Writes a ONE `.part` file: `backends` (the first the default) and one section of rules,
+/// complied with by that section.
+pub fn write_part_file(path: &Path, backends: &[&str], section: &str, rules: &[(String, &str)]) {
+    let mut text = format!(
+        "[partition]\nbackends={}\ndefault={}\ncomply={}\n\n[{section}]\n",
+        backends.join(","),
+        backends[0],
+        section.to_lowercase()
+    );
+    for (k, v) in rules {
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    std::fs::write(path, text).unwrap();
+}
