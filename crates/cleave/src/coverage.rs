@@ -187,3 +187,80 @@ mod tests {
         );
     }
 }
+
+/// One node's device, as `query` answers it (OpenVINO's `query_model`, with the reason).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct NodeRow {
+    pub name: String,
+    pub op: String,
+    /// None for nodes computing constants: they are copied into the parts that read them.
+    pub device: Option<String>,
+    pub reason: &'static str,
+}
+
+/// What `query` answers: every node's device, the counts, and each accelerator's coverage.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct QueryReport {
+    pub devices: Vec<String>,
+    /// In topological order.
+    pub nodes: Vec<NodeRow>,
+    /// Nodes per device.
+    pub counts: BTreeMap<String, usize>,
+    pub constant_nodes: usize,
+    /// Per accelerator (a device whose profile does not run every op): its parts, coverage,
+    /// unsupported op types, unchecked caveats and ONNX Runtime's usability verdict.
+    pub coverage: Vec<Coverage>,
+}
+
+/// Why a node went where it did, in words.
+pub fn reason(p: cleave_assign::Placement) -> &'static str {
+    use cleave_assign::{Placement, Reason};
+    match p {
+        Placement::Constant => "constant",
+        Placement::Device(_, r) => match r {
+            Reason::OpName => "[OPNAME] rule",
+            Reason::OpCode => "[OPCODE] rule",
+            Reason::Default => "default",
+            Reason::Priority => "priority",
+            Reason::QdqPair => "Q/DQ pair",
+            Reason::ConstantOutput => "constant output",
+            Reason::Fused => "fused group",
+            Reason::Cost => "latency",
+        },
+    }
+}
+
+/// The query report of an assigned model.
+pub fn query(l: &crate::Assigned, allow_disconnected: bool) -> Result<QueryReport, crate::Error> {
+    let g = l.loaded.graph();
+    let a = &l.assignment;
+    let mut counts: BTreeMap<String, usize> = a.devices.iter().map(|d| (d.clone(), 0)).collect();
+    let mut rows = Vec::with_capacity(g.nodes.len());
+    for &n in g.topo_order() {
+        let device = a.device_name(n).map(String::from);
+        if let Some(d) = &device {
+            *counts.entry(d.clone()).or_default() += 1;
+        }
+        rows.push(NodeRow {
+            name: g.node_label(n).to_string(),
+            op: g.node(n).op_type.clone(),
+            device,
+            reason: reason(a.placement[n.index()]),
+        });
+    }
+    let constant_nodes = rows.iter().filter(|r| r.device.is_none()).count();
+    let coverage =
+        coverage(&l.loaded, a, &l.devices.profiles, allow_disconnected).map_err(|e| {
+            crate::Error::input(
+                l.loaded.path(),
+                format!("internal error, the partition is invalid: {e}"),
+            )
+        })?;
+    Ok(QueryReport {
+        devices: a.devices.clone(),
+        nodes: rows,
+        counts,
+        constant_nodes,
+        coverage,
+    })
+}

@@ -49,6 +49,7 @@ mod pipeline;
 mod placement;
 mod profile;
 mod read_back;
+mod request;
 mod run;
 pub mod serve;
 mod stages;
@@ -79,5 +80,8 @@ pub use placement::{
 };
 pub use profile::{profile, ProfileOptions};
 pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
+pub use request::{
+    load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, Objective,
+};
 pub use run::{conn_source, engine, load_parts, EngineEvaluator};
 pub use stages::{parse_memory, StageRequest, StageTime, Stages};

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleave::partition::{References, ValidatedPlan};
-use cleave::{Costs, Cut, Devices, Emitted, ExternalData, StageRequest};
+use cleave::{Cut, Devices, Emitted, ExternalData};
 
 use crate::setup::{load_and_assign, Assigned, DeviceArgs};
 use crate::Fail;
@@ -191,36 +191,9 @@ fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built,
 /// `--stages N`: consecutive slices of a topological order, one part each, on the listed
 /// devices in turn (or on `stage1..N`), the slowest stage as fast as the budgets allow.
 fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
-    if a.devices.objective == crate::setup::Objective::Latency {
-        return Err(Fail::usage(
-            "--stages and --objective latency both decide the devices: choose one",
-        ));
-    }
-    let memory = a
-        .memory
-        .iter()
-        .map(|m| cleave::parse_memory(m).map_err(Fail::usage))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Stage devices are names; profiles matter only for their declared [cost] figures.
-    let profiles = if a.devices.devices.is_empty() {
-        Devices::priority(&[])
-    } else {
-        Devices::resolve(&a.devices.request())?
-    };
-    let costs = match &a.devices.costs {
-        Some(path) => Costs::read(path)?,
-        None => Costs::default(),
-    };
-    let bar = crate::progress::spinner("loading");
-    let loaded = a.devices.load(a.model)?;
-    bar.set_message("planning the stages");
-    let stages = loaded.stages(&StageRequest {
-        stages: n,
-        devices: &a.devices.devices,
-        memory: &memory,
-        profiles: &profiles,
-        costs: &costs,
-    })?;
+    let request = a.devices.assign_request()?;
+    let bar = crate::progress::spinner("loading and planning the stages");
+    let (loaded, stages) = cleave::load_and_stage(a.model, &request, n, a.memory)?;
     bar.finish_and_clear();
     let lines = crate::stages_view::table(&stages);
     let mut built = finish(

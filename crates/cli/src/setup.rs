@@ -3,11 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use cleave::assign::Assignment;
-use cleave::{
-    load_model, Costs, DeviceRequest, Devices, FixedDims, LatencyChoice, Loaded, Prediction,
-    RewriteLevel,
-};
+pub use cleave::Assigned;
+use cleave::{load_model, AssignRequest, DeviceRequest, FixedDims, Loaded, RewriteLevel};
 
 use crate::Fail;
 
@@ -110,6 +107,29 @@ impl DeviceArgs {
 }
 
 impl DeviceArgs {
+    /// The facade's request: devices, fixed dims, rewrite, objective and figures.
+    pub fn assign_request(&self) -> Result<AssignRequest, Fail> {
+        if self.objective == Objective::Latency && !(self.margin.is_finite() && self.margin >= 0.0)
+        {
+            return Err(Fail::usage(format!(
+                "--margin {}: give a fraction, at least 0",
+                self.margin
+            )));
+        }
+        Ok(AssignRequest {
+            devices: self.request(),
+            fixed: self.fixed_dims()?,
+            optimize: self.optimize.map(Into::into),
+            fold_limit: self.fold_limit_bytes(),
+            objective: match self.objective {
+                Objective::Fewest => cleave::Objective::Fewest,
+                Objective::Latency => cleave::Objective::Latency,
+            },
+            costs: self.costs.clone(),
+            margin: self.margin,
+        })
+    }
+
     /// `--fold-limit` in bytes.
     pub fn fold_limit_bytes(&self) -> u64 {
         self.fold_limit.saturating_mul(1 << 20)
@@ -172,65 +192,12 @@ pub fn parse_fixed(shape: &[String], dim: &[String]) -> Result<FixedDims, Fail> 
     Ok(fixed)
 }
 
-/// A model loaded, rewritten if asked, and assigned.
-pub struct Assigned {
-    pub loaded: Loaded,
-    pub devices: Devices,
-    pub assignment: Assignment,
-    /// Latency figures, when `--costs` or `--objective latency` asked for them.
-    pub costs: Option<Costs>,
-    /// What `--objective latency` chose.
-    pub latency: Option<LatencyChoice>,
-}
-
-impl Assigned {
-    /// The predicted latency of `plan`, when there are figures.
-    pub fn predict(&self, plan: &cleave::partition::Plan) -> Result<Option<Prediction>, Fail> {
-        let Some(costs) = &self.costs else {
-            return Ok(None);
-        };
-        Ok(Some(self.loaded.predict(
-            &self.assignment,
-            plan,
-            &self.devices,
-            costs,
-        )?))
-    }
-}
-
 /// Loads a model and gives every node a device, as `query` and `partition` do; prints the
 /// assignment's warnings.
 pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned, Fail> {
-    let devices = Devices::resolve(&args.request())?;
-    let mut loaded = args.load(model_path)?;
-    if let Some(level) = args.optimize {
-        loaded = loaded.rewrite(level.into(), &devices, args.fold_limit_bytes())?;
-    }
-    let mut assignment = loaded.assign(&devices)?;
-    for w in &assignment.warnings {
+    let assigned = cleave::load_and_assign(model_path, &args.assign_request()?)?;
+    for w in &assigned.assignment.warnings {
         eprintln!("cleave: warning: {}: {w}", model_path.display());
     }
-    let costs = match &args.costs {
-        Some(path) => Some(Costs::read(path)?),
-        None => (args.objective == Objective::Latency).then(Costs::default),
-    };
-    let mut latency = None;
-    if let (Objective::Latency, Some(c)) = (args.objective, &costs) {
-        if !(args.margin.is_finite() && args.margin >= 0.0) {
-            return Err(Fail::usage(format!(
-                "--margin {}: give a fraction, at least 0",
-                args.margin
-            )));
-        }
-        let choice = loaded.place_for_latency(&assignment, &devices, c, args.margin)?;
-        assignment = choice.assignment.clone();
-        latency = Some(choice);
-    }
-    Ok(Assigned {
-        loaded,
-        devices,
-        assignment,
-        costs,
-        latency,
-    })
+    Ok(assigned)
 }

@@ -1,0 +1,159 @@
+//! A partition request as the CLI and the Python package both state it: load the model with
+//! its dims fixed, rewrite it if asked, give every node a device (by rules and priority, or by
+//! predicted latency), or cut it into pipeline stages. Both faces call these; neither
+//! composes the stages itself.
+
+use std::path::{Path, PathBuf};
+
+use cleave_assign::Assignment;
+use cleave_frontend::{FixedDims, RewriteLevel};
+
+use crate::{
+    load_model, parse_memory, Costs, DeviceRequest, Devices, Error, LatencyChoice, Loaded,
+    Prediction, StageRequest, Stages,
+};
+
+/// What the placement optimises.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Objective {
+    /// Each node on the first device that runs it, cut into the fewest parts.
+    #[default]
+    Fewest,
+    /// Each unit where the predicted end-to-end latency is least (needs figures).
+    Latency,
+}
+
+/// Everything that decides where nodes go.
+#[derive(Clone, Debug)]
+pub struct AssignRequest {
+    pub devices: DeviceRequest,
+    /// Dims to fix before anything reads the model (`--shape`, `--dim`).
+    pub fixed: FixedDims,
+    /// Rewrite the model first, at this level.
+    pub optimize: Option<RewriteLevel>,
+    /// The most bytes constant folding may add.
+    pub fold_limit: u64,
+    pub objective: Objective,
+    /// A cost file from `cleave profile`.
+    pub costs: Option<PathBuf>,
+    /// With [`Objective::Latency`]: how much faster than the best single device a split must
+    /// be predicted to be.
+    pub margin: f64,
+}
+
+impl Default for AssignRequest {
+    fn default() -> Self {
+        AssignRequest {
+            devices: DeviceRequest::default(),
+            fixed: FixedDims::default(),
+            optimize: None,
+            fold_limit: cleave_frontend::DEFAULT_FOLD_LIMIT,
+            objective: Objective::Fewest,
+            costs: None,
+            margin: crate::DEFAULT_MARGIN,
+        }
+    }
+}
+
+/// A model loaded, rewritten if asked, and assigned.
+pub struct Assigned {
+    pub loaded: Loaded,
+    pub devices: Devices,
+    pub assignment: Assignment,
+    /// Latency figures, when a cost file or the latency objective asked for them.
+    pub costs: Option<Costs>,
+    /// What the latency objective chose.
+    pub latency: Option<LatencyChoice>,
+}
+
+impl Assigned {
+    /// The predicted latency of `plan`, when there are figures.
+    pub fn predict(&self, plan: &cleave_partition::Plan) -> Result<Option<Prediction>, Error> {
+        let Some(costs) = &self.costs else {
+            return Ok(None);
+        };
+        Ok(Some(self.loaded.predict(
+            &self.assignment,
+            plan,
+            &self.devices,
+            costs,
+        )?))
+    }
+}
+
+/// The model at `path` with `fixed` dims applied.
+pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<Loaded, Error> {
+    load_model(path)?.fix_dims(fixed)
+}
+
+/// Loads a model and gives every node a device. Warnings (fused groups dissolved) are in the
+/// assignment for the caller to show.
+pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Error> {
+    let devices = Devices::resolve(&req.devices)?;
+    let mut loaded = load_fixed(path, &req.fixed)?;
+    if let Some(level) = req.optimize {
+        loaded = loaded.rewrite(level, &devices, req.fold_limit)?;
+    }
+    let mut assignment = loaded.assign(&devices)?;
+    let costs = match &req.costs {
+        Some(path) => Some(Costs::read(path)?),
+        None => (req.objective == Objective::Latency).then(Costs::default),
+    };
+    let mut latency = None;
+    if let (Objective::Latency, Some(c)) = (req.objective, &costs) {
+        if !(req.margin.is_finite() && req.margin >= 0.0) {
+            return Err(Error::usage(format!(
+                "margin {}: give a fraction, at least 0",
+                req.margin
+            )));
+        }
+        let choice = loaded.place_for_latency(&assignment, &devices, c, req.margin)?;
+        assignment = choice.assignment.clone();
+        latency = Some(choice);
+    }
+    Ok(Assigned {
+        loaded,
+        devices,
+        assignment,
+        costs,
+        latency,
+    })
+}
+
+/// `stages` consecutive slices of a topological order, on `req`'s devices in turn (or on
+/// `stage1..N`), the slowest as fast as the `memory` budgets (`DEVICE=SIZE`) allow.
+pub fn load_and_stage(
+    path: &Path,
+    req: &AssignRequest,
+    stages: usize,
+    memory: &[String],
+) -> Result<(Loaded, Stages), Error> {
+    if req.objective == Objective::Latency {
+        return Err(Error::usage(
+            "stages and the latency objective both decide the devices: choose one",
+        ));
+    }
+    let memory = memory
+        .iter()
+        .map(|m| parse_memory(m).map_err(Error::usage))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Stage devices are names; profiles matter only for their declared [cost] figures.
+    let profiles = if req.devices.devices.is_empty() {
+        Devices::priority(&[])
+    } else {
+        Devices::resolve(&req.devices)?
+    };
+    let costs = match &req.costs {
+        Some(path) => Costs::read(path)?,
+        None => Costs::default(),
+    };
+    let loaded = load_fixed(path, &req.fixed)?;
+    let stages = loaded.stages(&StageRequest {
+        stages,
+        devices: &req.devices.devices,
+        memory: &memory,
+        profiles: &profiles,
+        costs: &costs,
+    })?;
+    Ok((loaded, stages))
+}
