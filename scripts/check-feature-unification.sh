@@ -20,7 +20,7 @@ fi
 pick() { awk -F'|' 'NR==FNR{k[$0]=1;next} ($1 in k)' <(printf '%s\n' "$keep") -; }
 test=$(units --workspace -e normal,build,dev | pick)
 status=0
-for sel in "--workspace" "-p cleave-cli"; do
+for sel in "--workspace" "-p cleave-cli" "-p cleave-py"; do
   run=$(units $sel -e normal,build | pick)
   bad=$(comm -23 <(printf '%s\n' "$run") <(printf '%s\n' "$test") | cut -d'|' -f1 | sort -u)
   while IFS= read -r p; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Serves cleave partitions on a real two-node Ray cluster and checks them end to end, with
-# crates/cleave/src/serve/ray_app.py (the application cleave carries) and the checks in
+# python/cleave/serve.py (the application cleave carries) and the checks in
 # scripts/ray_cluster_test.py.
 #
 #   scripts/ray_cluster_test.sh CONN.json|DIR [CONN.json|DIR ...]
@@ -23,7 +23,7 @@ set -u
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
-APP=$ROOT/crates/cleave/src/serve/ray_app.py
+APP=$ROOT/python/cleave/serve.py
 LIMIT=${CLEAVE_RAY_TEST_LIMIT_S:-900}
 
 if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then

@@ -1,7 +1,8 @@
 //! The invariants ARCHITECTURE.md states, checked: the format-neutral core depends on no format
 //! crate, no protobuf and no engine (from `cargo tree`'s resolved graph); `crates/ir`
 //! names no format in its code; only `cleave-engines` links an engine; the binary reaches the
-//! stages only through the facade.
+//! stages only through the facade, and the Python module through the facade and the command
+//! line's library.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -110,6 +111,16 @@ fn the_binary_reaches_the_stages_only_through_the_facade() {
         .filter(|d| d.starts_with("cleave") && *d != "cleave-cli")
         .collect();
     assert_eq!(ours, ["cleave", "cleave-workspace-hack"]);
+}
+
+#[test]
+fn the_python_module_is_the_facade_and_the_command_line_only() {
+    let deps = tree(&["-p", "cleave-py", "-e", "normal", "--depth", "1"]);
+    let ours: Vec<&String> = deps
+        .iter()
+        .filter(|d| d.starts_with("cleave") && *d != "cleave-py")
+        .collect();
+    assert_eq!(ours, ["cleave", "cleave-cli", "cleave-workspace-hack"]);
 }
 
 /// Words that name a model format, a serialisation or an engine.

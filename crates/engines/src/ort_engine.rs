@@ -39,7 +39,7 @@ impl OnnxRuntime {
             let path = ort_library_path();
             if !path.is_file() {
                 return Err(format!(
-                    "{} not found; run `bash scripts/fetch-ort.sh` or set ORT_DYLIB_PATH",
+                    "{} not found; pip install onnxruntime and use cleave from Python (it finds the package's library), or set ORT_DYLIB_PATH to libonnxruntime.so",
                     path.display()
                 ));
             }

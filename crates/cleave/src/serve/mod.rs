@@ -1,6 +1,7 @@
 //! Serving a written partition on Ray: one Ray Serve deployment per part, chained by
-//! deployment handles. The application is a Python file (Ray's API is Python) carried inside
-//! the binary; this module checks the partition, writes the file out and runs it.
+//! deployment handles. The application is the Python package's `cleave.serve` module (Ray's
+//! API is Python), carried inside the binary as that same file; this module checks the
+//! partition, writes the file out and runs it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use cleave_files::ConnFile;
 use crate::Error;
 
 /// The Ray Serve application and its command line (`serve`, `export`, `bench`, `verify`).
-pub const RAY_APP: &str = include_str!("ray_app.py");
+pub const RAY_APP: &str = include_str!("../../../../python/cleave/serve.py");
 
 /// The Python interpreter to run it with: `$CLEAVE_PYTHON`, else `python3`.
 fn python() -> OsString {
@@ -54,7 +55,7 @@ fn check_python(need: &[&str]) -> Result<(), Error> {
         })?;
     if !out.status.success() {
         return Err(Error::usage(format!(
-            "{} cannot import {imports}: pip install -r scripts/requirements-ray.txt (or set CLEAVE_PYTHON)",
+            "{} cannot import {imports}: pip install 'cleave-nn[ray]' (or set CLEAVE_PYTHON to a Python that has them)",
             python().to_string_lossy()
         )));
     }

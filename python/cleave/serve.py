@@ -8,8 +8,10 @@ lists, taken from the graph inputs and from the outputs of earlier parts. The in
 the parts are asynchronous and accept several requests at once, so with several requests in
 flight different parts work on different requests at the same time (a pipeline).
 
-This file stands alone (only the standard library, numpy, onnxruntime and Ray): cleave
-carries it inside its binary and copies it into exported application folders.
+This module is ``cleave.serve`` in the Python package (``from cleave.serve import build_app``)
+and stands alone (only the standard library, numpy, onnxruntime and Ray): the cleave binary
+carries this same file inside it for ``cleave serve``, and copies it into exported application
+folders.
 
 Placement: a part's backend (its device name in the conn.json) becomes Ray actor options
 -------------------------------------------------------------------------------------------
@@ -57,7 +59,7 @@ Python (DeploymentHandle)
     h.describe.remote().result()  # each part's node id and that node's resources
 Inside another deployment, ``await h.infer.remote(...)`` instead of ``.result()``.
 
-Command line (``python3 ray_app.py SUBCOMMAND --help`` for every option)
+Command line (``python -m cleave.serve SUBCOMMAND --help`` for every option)
 -------------------------------------------------------------------------
     serve  CONN.json --address HOST:PORT [--resources JSON] [--http-port P] [--name NAME] [--detach]
     export CONN.json OUT_DIR [--resources JSON] [--name NAME] [--http-port P]
@@ -611,7 +613,7 @@ def reference_run(source_file, feeds, names):
     try:
         import onnx
     except ImportError:
-        die(2, "verify needs the onnx package to expose the source's boundary tensors: pip install -r scripts/requirements-test.txt")
+        die(2, "verify needs the onnx package to expose the source's boundary tensors: pip install onnx")
     import onnxruntime as ort
 
     model = onnx.load(source_file)
@@ -949,7 +951,7 @@ def cmd_verify(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(
-        prog="ray_app.py",
+        prog="python -m cleave.serve",
         description="Serve a cleave partition (stem.conn.json) on a Ray cluster with Ray Serve: one deployment per part, "
                     "placed by its backend's Ray resources, chained by deployment handles behind one HTTP route.",
         epilog="Placement rule: cpu -> anywhere; gpu*/cuda* -> num_gpus; any other backend B -> custom resource B that "

@@ -1,0 +1,40 @@
+//! `cleave._cleave`: the extension module under the `cleave` Python package. It exposes the
+//! library facade (load, query, partition, write, run) and the command line, run in process.
+//! The Python package (`python/cleave`) wraps these in the API users call; what is Python
+//! by nature (exceptions with attributes, numpy feeds, the Ray app) lives there.
+
+mod errors;
+mod model;
+mod plan;
+mod tensors;
+
+use pyo3::prelude::*;
+
+/// Runs the `cleave` command line (`argv[0]` the program name) and returns its exit code.
+/// The GIL is released while it runs.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    py.detach(|| cleave_cli::run(argv))
+}
+
+/// The names of the built-in device profiles.
+#[pyfunction]
+fn builtin_devices() -> Vec<String> {
+    cleave::device::Profiles::builtin()
+        .names()
+        .map(String::from)
+        .collect()
+}
+
+#[pymodule]
+fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(builtin_devices, m)?)?;
+    m.add_function(wrap_pyfunction!(model::load_path, m)?)?;
+    m.add_function(wrap_pyfunction!(model::load_bytes, m)?)?;
+    m.add_class::<model::Model>()?;
+    m.add_class::<plan::Plan>()?;
+    m.add_class::<plan::Runner>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,428 @@
+//! `Model`: a model loaded by the front-end that reads it, with the requests made of it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cleave::frontend::FixedDims;
+use cleave::ir::{Dim, Graph, ValueId};
+use cleave::runtime::{EngineKind, HostTensor};
+use cleave::{AssignRequest, DeviceRequest, Loaded, Objective, RewriteLevel};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tempfile::TempDir;
+
+use crate::errors::{from_engine, from_facade, raise, Kind};
+use crate::plan::Plan;
+use crate::tensors::{to_host, to_numpy};
+
+#[pyclass(module = "cleave._cleave", frozen)]
+pub struct Model {
+    pub(crate) path: PathBuf,
+    pub(crate) fixed: FixedDims,
+    pub(crate) loaded: Loaded,
+    /// The folder a model given as bytes was written into; it lives as long as anything
+    /// made from the model needs it.
+    pub(crate) tmp: Option<Arc<TempDir>>,
+}
+
+fn fixed_dims(
+    shape: Option<HashMap<String, Vec<i64>>>,
+    dim: Option<HashMap<String, i64>>,
+) -> PyResult<FixedDims> {
+    let mut fixed = FixedDims::default();
+    for (name, dims) in shape.unwrap_or_default() {
+        if let Some(d) = dims.iter().find(|&&d| d < 0) {
+            return Err(raise(
+                Kind::Argument,
+                None,
+                &format!("shape of '{name}': {d} is not a dimension"),
+            ));
+        }
+        fixed.shapes.push((name, dims));
+    }
+    for (name, v) in dim.unwrap_or_default() {
+        if v < 0 {
+            return Err(raise(
+                Kind::Argument,
+                None,
+                &format!("dim '{name}': {v} is not a dimension"),
+            ));
+        }
+        fixed.dims.push((name, v));
+    }
+    Ok(fixed)
+}
+
+fn open(path: PathBuf, fixed: FixedDims, tmp: Option<Arc<TempDir>>) -> PyResult<Model> {
+    let loaded = cleave::load_fixed(&path, &fixed).map_err(|e| from_facade(e, &path))?;
+    Ok(Model {
+        path,
+        fixed,
+        loaded,
+        tmp,
+    })
+}
+
+/// Loads the model file at `path` (ONNX, TFLite or circle), `shape`/`dim` fixed.
+#[pyfunction]
+#[pyo3(signature = (path, shape=None, dim=None))]
+pub fn load_path(
+    py: Python<'_>,
+    path: PathBuf,
+    shape: Option<HashMap<String, Vec<i64>>>,
+    dim: Option<HashMap<String, i64>>,
+) -> PyResult<Model> {
+    let fixed = fixed_dims(shape, dim)?;
+    py.detach(|| open(path, fixed, None))
+}
+
+/// Loads a model from its bytes; the format is read from them (TFLite and circle carry a file
+/// identifier, anything else is read as ONNX). `name` names the file in messages.
+#[pyfunction]
+#[pyo3(signature = (data, name="model", shape=None, dim=None))]
+pub fn load_bytes(
+    py: Python<'_>,
+    data: &[u8],
+    name: &str,
+    shape: Option<HashMap<String, Vec<i64>>>,
+    dim: Option<HashMap<String, i64>>,
+) -> PyResult<Model> {
+    let fixed = fixed_dims(shape, dim)?;
+    let ext = match data.get(4..8) {
+        Some(b"TFL3") => "tflite",
+        Some(b"CIR0") => "circle",
+        _ => "onnx",
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("cleave-model-")
+        .tempdir()
+        .map_err(|e| raise(Kind::Argument, None, &format!("no temporary folder: {e}")))?;
+    let stem: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = tmp.path().join(format!("{stem}.{ext}"));
+    std::fs::write(&path, data)
+        .map_err(|e| raise(Kind::Argument, Some(&path), &format!("cannot write: {e}")))?;
+    py.detach(|| open(path, fixed, Some(Arc::new(tmp))))
+}
+
+/// `(name, dtype, dims)` of each value: dtype in numpy's spelling where it has one, a dim an
+/// int, a symbolic name, or None.
+fn describe(py: Python<'_>, g: &Graph, values: &[ValueId]) -> PyResult<Vec<Py<PyAny>>> {
+    values
+        .iter()
+        .map(|&v| {
+            let value = g.value(v);
+            let dtype = value.ty.elem.map(|e| e.name());
+            let dims: Option<Vec<Py<PyAny>>> = value
+                .ty
+                .shape
+                .as_ref()
+                .map(|s| {
+                    s.iter()
+                        .map(|d| {
+                            Ok(match d {
+                                Dim::Fixed(n) => n.into_pyobject(py)?.into_any().unbind(),
+                                Dim::Param(p) => p.into_pyobject(py)?.into_any().unbind(),
+                                Dim::Unknown => py.None(),
+                            })
+                        })
+                        .collect::<PyResult<Vec<_>>>()
+                })
+                .transpose()?;
+            Ok((value.name.clone(), dtype, dims)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind())
+        })
+        .collect()
+}
+
+/// The placement request the keyword arguments of `query` and `partition` make.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn request(
+    fixed: &FixedDims,
+    devices: Vec<String>,
+    rules: Option<PathBuf>,
+    default: Option<String>,
+    profiles: Vec<PathBuf>,
+    optimize: Option<&str>,
+    objective: &str,
+    costs: Option<PathBuf>,
+    margin: f64,
+    no_constraints: bool,
+) -> PyResult<AssignRequest> {
+    let optimize = match optimize {
+        None => None,
+        Some("basic") => Some(RewriteLevel::Basic),
+        Some("device") => Some(RewriteLevel::Device),
+        Some(o) => {
+            return Err(raise(
+                Kind::Argument,
+                None,
+                &format!("optimize='{o}': choose 'basic' or 'device'"),
+            ))
+        }
+    };
+    let objective = match objective {
+        "parts" | "fewest" => Objective::Fewest,
+        "latency" => Objective::Latency,
+        o => {
+            return Err(raise(
+                Kind::Argument,
+                None,
+                &format!("objective='{o}': choose 'parts' or 'latency'"),
+            ))
+        }
+    };
+    Ok(AssignRequest {
+        devices: DeviceRequest {
+            devices,
+            part: rules,
+            default,
+            profiles,
+            no_constraints,
+        },
+        fixed: fixed.clone(),
+        optimize,
+        objective,
+        costs,
+        margin,
+        ..AssignRequest::default()
+    })
+}
+
+#[pymethods]
+impl Model {
+    /// The model file (a temporary copy for a model given as bytes).
+    #[getter]
+    fn path(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// "onnx", "tflite" or "circle".
+    #[getter]
+    fn format(&self) -> &'static str {
+        self.loaded.model().format
+    }
+
+    #[getter]
+    fn inputs(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        let g = self.loaded.graph();
+        describe(py, g, &g.inputs)
+    }
+
+    #[getter]
+    fn outputs(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        let g = self.loaded.graph();
+        describe(py, g, &g.outputs)
+    }
+
+    /// Nodes of the top-level graph.
+    #[getter]
+    fn node_count(&self) -> usize {
+        self.loaded.graph().nodes.len()
+    }
+
+    /// Nodes per op type.
+    #[getter]
+    fn op_counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for n in &self.loaded.graph().nodes {
+            *counts.entry(n.op_type.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Every node's device and why, and each accelerator's coverage, as `cleave query
+    /// --json` prints it (a JSON string).
+    #[pyo3(signature = (devices, rules, default, profiles, optimize, objective, costs, margin, no_constraints, allow_disconnected))]
+    #[allow(clippy::too_many_arguments)]
+    fn query_json(
+        &self,
+        py: Python<'_>,
+        devices: Vec<String>,
+        rules: Option<PathBuf>,
+        default: Option<String>,
+        profiles: Vec<PathBuf>,
+        optimize: Option<&str>,
+        objective: &str,
+        costs: Option<PathBuf>,
+        margin: f64,
+        no_constraints: bool,
+        allow_disconnected: bool,
+    ) -> PyResult<String> {
+        let req = request(
+            &self.fixed,
+            devices,
+            rules,
+            default,
+            profiles,
+            optimize,
+            objective,
+            costs,
+            margin,
+            no_constraints,
+        )?;
+        let path = &self.path;
+        py.detach(|| {
+            let assigned = cleave::load_and_assign(path, &req)?;
+            let report = cleave::coverage::query(&assigned, allow_disconnected)?;
+            serde_json::to_string(&report).map_err(cleave::Error::usage)
+        })
+        .map_err(|e| from_facade(e, path))
+    }
+
+    /// Assigns, partitions and validates; see the Python wrapper for the arguments.
+    #[pyo3(signature = (devices, rules, default, profiles, optimize, objective, costs, margin, no_constraints, stages, memory, allow_disconnected, algorithm, budget_s))]
+    #[allow(clippy::too_many_arguments)]
+    fn partition(
+        &self,
+        py: Python<'_>,
+        devices: Vec<String>,
+        rules: Option<PathBuf>,
+        default: Option<String>,
+        profiles: Vec<PathBuf>,
+        optimize: Option<&str>,
+        objective: &str,
+        costs: Option<PathBuf>,
+        margin: f64,
+        no_constraints: bool,
+        stages: Option<usize>,
+        memory: Vec<String>,
+        allow_disconnected: bool,
+        algorithm: &str,
+        budget_s: f64,
+    ) -> PyResult<Plan> {
+        let req = request(
+            &self.fixed,
+            devices,
+            rules,
+            default,
+            profiles,
+            optimize,
+            objective,
+            costs,
+            margin,
+            no_constraints,
+        )?;
+        let algorithm = match algorithm {
+            "default" => cleave::Algorithm::Default { allow_disconnected },
+            "openvino" if budget_s.is_finite() && budget_s > 0.0 => cleave::Algorithm::OpenVino {
+                budget: std::time::Duration::from_secs_f64(budget_s),
+            },
+            a => {
+                return Err(raise(
+                    Kind::Argument,
+                    None,
+                    &format!(
+                        "algorithm='{a}' (budget {budget_s} s): choose 'default' or 'openvino' with a positive budget"
+                    ),
+                ))
+            }
+        };
+        let path = self.path.clone();
+        let tmp = self.tmp.clone();
+        py.detach(|| Plan::make(&path, &req, stages, &memory, algorithm, tmp))
+            .map_err(|e| from_facade(e, &self.path))
+    }
+
+    /// Runs the whole model once on `engine` (its format's default when None) and returns
+    /// `outputs` (the graph's outputs when None; any other tensor of the graph may be named).
+    #[pyo3(signature = (feeds, outputs=None, engine=None))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        feeds: &Bound<'py, PyDict>,
+        outputs: Option<Vec<String>>,
+        engine: Option<&str>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let feeds = feeds_of(feeds)?;
+        let source = &self.loaded.source;
+        let g = self.loaded.graph();
+        let kind = match engine {
+            None => EngineKind::default_for(source.path()),
+            Some(e) => EngineKind::parse(e).ok_or_else(|| {
+                raise(
+                    Kind::Argument,
+                    None,
+                    &format!("engine='{e}': engines are tract, onnxruntime, litert"),
+                )
+            })?,
+        };
+        let graph_outputs: Vec<String> =
+            g.outputs.iter().map(|&v| g.value(v).name.clone()).collect();
+        let wanted = outputs.unwrap_or_else(|| graph_outputs.clone());
+        let mut extra = Vec::new();
+        for name in &wanted {
+            match g.find(name) {
+                Some(v) if !graph_outputs.contains(name) => extra.push(v),
+                Some(_) => {}
+                None => {
+                    return Err(raise(
+                        Kind::Argument,
+                        Some(source.path()),
+                        &format!("the model has no tensor '{name}'"),
+                    ))
+                }
+            }
+        }
+        let got = py.detach(|| -> Result<Vec<(String, HostTensor)>, PyErr> {
+            let engine = cleave::engine(kind).map_err(from_engine)?;
+            let tmp;
+            let file: &Path = if extra.is_empty() {
+                source.path()
+            } else {
+                tmp = tempfile::tempdir().map_err(|e| {
+                    raise(Kind::Argument, None, &format!("no temporary folder: {e}"))
+                })?;
+                let p = tmp.path().join(format!("whole.{}", source.extension()));
+                source
+                    .write_with_outputs(&extra, &p)
+                    .map_err(|e| from_facade(e.into(), source.path()))?;
+                // The file must outlive the load below; the engine reads it there.
+                return run_file(&*engine, &p, &feeds);
+            };
+            run_file(&*engine, file, &feeds)
+        })?;
+        let out = PyDict::new(py);
+        for (name, t) in got {
+            if wanted.contains(&name) {
+                let arr = to_numpy(py, &name, t)?;
+                out.set_item(name, arr)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn run_file(
+    engine: &dyn cleave::runtime::Engine,
+    file: &Path,
+    feeds: &[(String, HostTensor)],
+) -> PyResult<Vec<(String, HostTensor)>> {
+    let mut session = engine
+        .load(file, false)
+        .map_err(|e| from_engine(e.into()))?;
+    session.run(feeds).map_err(|e| from_engine(e.into()))
+}
+
+/// `{name: array}` as host tensors.
+pub(crate) fn feeds_of(feeds: &Bound<'_, PyDict>) -> PyResult<Vec<(String, HostTensor)>> {
+    feeds
+        .iter()
+        .map(|(k, v)| {
+            let name: String = k.extract()?;
+            let t = to_host(&name, &v)?;
+            Ok((name, t))
+        })
+        .collect()
+}

@@ -1,0 +1,109 @@
+//! numpy arrays to and from the runtime's host tensors. An input is copied once, from the
+//! array's own buffer into the tensor the engine reads; an output's bytes become the numpy
+//! array's buffer without a copy (viewed as its dtype and reshaped).
+
+use cleave::ir::ElemType;
+use cleave::runtime::HostTensor;
+use numpy::{PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+/// The element type of a numpy dtype (kind character and item size), native byte order.
+fn elem_of(kind: u8, size: usize) -> Option<ElemType> {
+    Some(match (kind, size) {
+        (b'f', 2) => ElemType::F16,
+        (b'f', 4) => ElemType::F32,
+        (b'f', 8) => ElemType::F64,
+        (b'i', 1) => ElemType::I8,
+        (b'i', 2) => ElemType::I16,
+        (b'i', 4) => ElemType::I32,
+        (b'i', 8) => ElemType::I64,
+        (b'u', 1) => ElemType::U8,
+        (b'u', 2) => ElemType::U16,
+        (b'u', 4) => ElemType::U32,
+        (b'u', 8) => ElemType::U64,
+        (b'b', 1) => ElemType::Bool,
+        (b'c', 8) => ElemType::C64,
+        (b'c', 16) => ElemType::C128,
+        _ => return None,
+    })
+}
+
+/// numpy's name for an element type, where numpy has one.
+fn dtype_name(elem: ElemType) -> Option<&'static str> {
+    Some(match elem {
+        ElemType::F16 => "float16",
+        ElemType::F32 => "float32",
+        ElemType::F64 => "float64",
+        ElemType::I8 => "int8",
+        ElemType::I16 => "int16",
+        ElemType::I32 => "int32",
+        ElemType::I64 => "int64",
+        ElemType::U8 => "uint8",
+        ElemType::U16 => "uint16",
+        ElemType::U32 => "uint32",
+        ElemType::U64 => "uint64",
+        ElemType::Bool => "bool",
+        ElemType::C64 => "complex64",
+        ElemType::C128 => "complex128",
+        _ => return None,
+    })
+}
+
+/// A C-contiguous numpy array of a numeric dtype in native byte order, as a host tensor.
+pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
+    let arr = obj.cast::<PyUntypedArray>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "input '{name}': expected a numpy array, got {}",
+            obj.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        ))
+    })?;
+    let dtype = arr.dtype();
+    let (kind, size) = (dtype.kind(), dtype.itemsize());
+    let elem = elem_of(kind, size)
+        .filter(|_| matches!(dtype.byteorder(), b'=' | b'|' | b'<'))
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "input '{name}': numpy dtype '{dtype}' has no tensor type cleave runs"
+            ))
+        })?;
+    if !arr.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "input '{name}': the array is not C-contiguous (use numpy.ascontiguousarray)"
+        )));
+    }
+    let shape = arr.shape().to_vec();
+    let count = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .and_then(|n| n.checked_mul(size))
+        .ok_or_else(|| PyValueError::new_err(format!("input '{name}': too large")))?;
+    let data = if count == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: a C-contiguous array's buffer holds exactly `count` bytes from `data`, and
+        // the GIL (held by `obj`'s lifetime) keeps it alive and unmoved while it is copied.
+        unsafe {
+            let ptr = (*arr.as_array_ptr()).fields.data as *const u8;
+            std::slice::from_raw_parts(ptr, count).to_vec()
+        }
+    };
+    Ok(HostTensor { elem, shape, data })
+}
+
+/// A host tensor as a numpy array that owns the tensor's bytes.
+pub fn to_numpy<'py>(py: Python<'py>, name: &str, t: HostTensor) -> PyResult<Bound<'py, PyAny>> {
+    let dtype = dtype_name(t.elem).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "tensor '{name}' is {}, which numpy has no type for",
+            t.elem.name()
+        ))
+    })?;
+    let shape = t.shape.clone();
+    let bytes = PyArray1::<u8>::from_vec(py, t.data);
+    bytes
+        .call_method1("view", (dtype,))?
+        .call_method1("reshape", (shape,))
+}

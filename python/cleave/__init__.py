@@ -1,0 +1,520 @@
+"""cleave: split a neural-network model across heterogeneous devices and run the pieces.
+
+The pipeline of the ``cleave`` command, on models and numpy arrays::
+
+    import numpy as np
+    import cleave
+
+    model = cleave.load("examples/tiny_cnn.onnx", shape={"input": (1, 3, 16, 16)})
+    plan = model.partition(rules="examples/tiny_cnn.part")   # or devices=["nnapi", "cpu"]
+    print([(p.backend, len(p.nodes)) for p in plan.parts])
+    plan.save("out/tiny_cnn")                                 # the CLI's files
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16), dtype=np.float32)
+    got = plan.runner().run({"input": x})
+    want = model.run({"input": x})
+    assert all(np.allclose(got[k], want[k], atol=1e-5) for k in want)
+
+Every failure raises a subclass of :class:`cleave.Error`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _engines
+from ._errors import ArgumentError, EngineError, Error, InvalidModelError
+
+_engines.configure()
+
+from . import _cleave  # noqa: E402  (after the engines are pointed at this Python's packages)
+
+__version__: str = _cleave.__version__
+
+__all__ = [
+    "load",
+    "verify",
+    "builtin_devices",
+    "Model",
+    "Plan",
+    "Part",
+    "Runner",
+    "Query",
+    "NodePlacement",
+    "TensorInfo",
+    "Verification",
+    "Error",
+    "InvalidModelError",
+    "ArgumentError",
+    "EngineError",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Rules = Union[PathLike, Mapping[str, Any]]
+Feeds = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A graph input or output: its name, numpy dtype name and dims (an int, a symbolic
+    name, or None when unknown; ``shape`` is None when even the rank is unknown)."""
+
+    name: str
+    dtype: Optional[str]
+    shape: Optional[Tuple[Union[int, str, None], ...]]
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """One node's device (None for a node computing a constant, copied where read) and why."""
+
+    name: str
+    op: str
+    device: Optional[str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Query:
+    """What :meth:`Model.query` answers, as ``cleave query --json`` does."""
+
+    devices: List[str]
+    nodes: List[NodePlacement]
+    counts: Dict[str, int]
+    constant_nodes: int
+    coverage: List[Dict[str, Any]]
+
+    def device_of(self, node: str) -> Optional[str]:
+        """The device of the node named `node`."""
+        for n in self.nodes:
+            if n.name == node:
+                return n.device
+        raise KeyError(node)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a plan, in dependency order (``index`` from 1, as the file names count)."""
+
+    index: int
+    backend: str
+    nodes: List[str]
+    constant_nodes: List[str]
+    inputs: List[str]
+    outputs: List[str]
+    weight_bytes: int
+
+
+@dataclass
+class Verification:
+    """What :func:`verify` found: per tensor, the largest absolute difference and whether it
+    is within tolerance."""
+
+    passed: bool
+    reference: str
+    tensors: List[Dict[str, Any]] = field(default_factory=list)
+
+
+def builtin_devices() -> List[str]:
+    """The device profiles cleave knows without a profile file (``cpu``, ``nnapi``, ...)."""
+    return list(_cleave.builtin_devices())
+
+
+def _dims(shape: Optional[Mapping[str, Sequence[int]]]) -> Optional[Dict[str, List[int]]]:
+    if shape is None:
+        return None
+    return {str(k): [int(d) for d in v] for k, v in shape.items()}
+
+
+def load(
+    model: Any,
+    shape: Optional[Mapping[str, Sequence[int]]] = None,
+    dim: Optional[Mapping[str, int]] = None,
+) -> "Model":
+    """Loads a model: a path, the file's ``bytes``, or an ``onnx.ModelProto``.
+
+    ONNX, TFLite and circle are recognised by their content. ``shape`` fixes inputs' shapes
+    (``{"x": (1, 3, 224, 224)}``) and ``dim`` named dims (``{"batch": 1}``) before anything
+    reads the model, as ``--shape`` and ``--dim`` do.
+
+    >>> m = cleave.load("examples/tiny_cnn.onnx", shape={"input": (1, 3, 16, 16)})
+    >>> m.format, m.inputs[0].shape
+    ('onnx', (1, 3, 16, 16))
+
+    Raises :class:`InvalidModelError` for a model cleave cannot read, naming the cause.
+    """
+    dims = {str(k): int(v) for k, v in dim.items()} if dim is not None else None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        inner = _cleave.load_bytes(bytes(model), "model", _dims(shape), dims)
+    elif hasattr(model, "SerializeToString"):
+        # An onnx.ModelProto (or any protobuf message of a model): its bytes, no file to manage.
+        name = getattr(getattr(model, "graph", None), "name", "") or "model"
+        inner = _cleave.load_bytes(model.SerializeToString(), name, _dims(shape), dims)
+    elif isinstance(model, (str, os.PathLike)):
+        inner = _cleave.load_path(os.fspath(model), _dims(shape), dims)
+    else:
+        raise ArgumentError(
+            f"load() takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}"
+        )
+    return Model(inner)
+
+
+def _part_text(rules: Mapping[str, Any]) -> str:
+    """A ONE ``.part`` file from a dict: ``{"backends": [...], "default": ..., "comply":
+    ..., "OPCODE": {op: device}, "OPNAME": {node: device}}``."""
+    lines = ["[partition]"]
+    known = {"backends", "default", "comply", "OPCODE", "OPNAME"}
+    unknown = set(rules) - known
+    if unknown:
+        raise ArgumentError(f"rules: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    backends = rules.get("backends")
+    if backends is not None:
+        if isinstance(backends, str):
+            backends = [backends]
+        lines.append("backends=" + ",".join(str(b) for b in backends))
+    for key in ("default", "comply"):
+        if rules.get(key) is not None:
+            lines.append(f"{key}={rules[key]}")
+    for section in ("OPCODE", "OPNAME"):
+        table = rules.get(section)
+        if table:
+            lines.append(f"\n[{section}]")
+            lines.extend(f"{k}={v}" for k, v in table.items())
+    return "\n".join(lines) + "\n"
+
+
+class _Request:
+    """The keyword arguments of query and partition, with a dict of rules written as a
+    temporary ``.part`` file for the call's duration."""
+
+    def __init__(self, devices: Optional[Iterable[str]], rules: Optional[Rules]) -> None:
+        if isinstance(devices, str):
+            devices = [d for d in devices.split(",") if d]
+        self.devices = [os.fspath(d) for d in (devices or [])]
+        self._tmp: Optional[tempfile.TemporaryDirectory[str]] = None
+        self.rules: Optional[str] = None
+        if isinstance(rules, Mapping):
+            self._tmp = tempfile.TemporaryDirectory(prefix="cleave-rules-")
+            self.rules = os.path.join(self._tmp.name, "rules.part")
+            with open(self.rules, "w") as f:
+                f.write(_part_text(rules))
+        elif rules is not None:
+            self.rules = os.fspath(rules)
+
+    def __enter__(self) -> "_Request":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def _paths(items: Optional[Iterable[PathLike]]) -> List[str]:
+    return [os.fspath(p) for p in (items or [])]
+
+
+class Model:
+    """A model loaded by cleave (see :func:`load`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._m = inner
+
+    def __repr__(self) -> str:
+        return f"<cleave.Model {self.format} {self.path!r}: {self.node_count} nodes>"
+
+    @property
+    def path(self) -> str:
+        """The model file (a private copy when the model was given as bytes)."""
+        return str(self._m.path)
+
+    @property
+    def format(self) -> str:
+        """``"onnx"``, ``"tflite"`` or ``"circle"``."""
+        return str(self._m.format)
+
+    @property
+    def inputs(self) -> List[TensorInfo]:
+        return [TensorInfo(n, t, tuple(s) if s is not None else None) for n, t, s in self._m.inputs]
+
+    @property
+    def outputs(self) -> List[TensorInfo]:
+        return [TensorInfo(n, t, tuple(s) if s is not None else None) for n, t, s in self._m.outputs]
+
+    @property
+    def node_count(self) -> int:
+        return int(self._m.node_count)
+
+    @property
+    def op_counts(self) -> Dict[str, int]:
+        """Nodes per operator type."""
+        return dict(self._m.op_counts)
+
+    def query(
+        self,
+        devices: Optional[Iterable[str]] = None,
+        *,
+        rules: Optional[Rules] = None,
+        default: Optional[str] = None,
+        profiles: Optional[Iterable[PathLike]] = None,
+        optimize: Optional[str] = None,
+        objective: str = "parts",
+        costs: Optional[PathLike] = None,
+        margin: float = 0.10,
+        no_constraints: bool = False,
+        allow_disconnected: bool = False,
+    ) -> Query:
+        """Which device runs each node, and why (OpenVINO's ``query_model``).
+
+        ``devices`` is a priority list (``["nnapi", "cpu"]``, like ``HETERO:NPU,CPU``): each
+        node goes to the first whose profile runs it. ``rules`` is a ONE ``.part`` file or a
+        dict of its sections. The other arguments are ``cleave query``'s flags.
+
+        >>> m = cleave.load("examples/tiny_cnn.onnx")
+        >>> m.query(["nnapi", "cpu"]).counts   # NNAPI wants static shapes: all on the CPU
+        {'cpu': 11, 'nnapi': 0}
+        >>> m = cleave.load("examples/tiny_cnn.onnx", shape={"input": (1, 3, 16, 16)})
+        >>> m.query(["nnapi", "cpu"]).counts
+        {'cpu': 0, 'nnapi': 11}
+        """
+        import json
+
+        with _Request(devices, rules) as r:
+            text = self._m.query_json(
+                r.devices, r.rules, default, _paths(profiles), optimize, objective,
+                os.fspath(costs) if costs is not None else None, float(margin),
+                bool(no_constraints), bool(allow_disconnected),
+            )
+        d = json.loads(text)
+        return Query(
+            devices=d["devices"],
+            nodes=[NodePlacement(**n) for n in d["nodes"]],
+            counts=d["counts"],
+            constant_nodes=d["constant_nodes"],
+            coverage=d["coverage"],
+        )
+
+    def partition(
+        self,
+        devices: Optional[Iterable[str]] = None,
+        *,
+        rules: Optional[Rules] = None,
+        default: Optional[str] = None,
+        profiles: Optional[Iterable[PathLike]] = None,
+        objective: str = "parts",
+        costs: Optional[PathLike] = None,
+        margin: float = 0.10,
+        optimize: Optional[str] = None,
+        stages: Optional[int] = None,
+        memory: Optional[Mapping[str, str]] = None,
+        allow_disconnected: bool = False,
+        algorithm: str = "default",
+        budget_s: float = 10.0,
+        no_constraints: bool = False,
+    ) -> "Plan":
+        """Cuts the model into valid single-device parts, as ``cleave partition`` does.
+
+        ``objective="parts"`` gives the fewest parts; ``"latency"`` places by predicted latency
+        (needs ``costs``, a file from ``cleave profile``, or profiles with ``[cost]``).
+        ``stages=N`` cuts N pipeline stages over ``devices`` instead, each within its
+        ``memory`` budget (``{"gpu0": "16GiB"}``). Nothing is written until
+        :meth:`Plan.save`.
+
+        >>> plan = cleave.load("examples/tiny_cnn.onnx").partition(rules="examples/tiny_cnn.part")
+        >>> [p.backend for p in plan.parts]
+        ['npu', 'cpu', 'npu', 'cpu']
+        """
+        mem = [f"{k}={v}" for k, v in (memory or {}).items()]
+        with _Request(devices, rules) as r:
+            inner = self._m.partition(
+                r.devices, r.rules, default, _paths(profiles), optimize, objective,
+                os.fspath(costs) if costs is not None else None, float(margin),
+                bool(no_constraints), stages, mem, bool(allow_disconnected), algorithm,
+                float(budget_s),
+            )
+        return Plan(inner, self)
+
+    def run(
+        self,
+        feeds: Feeds,
+        outputs: Optional[Sequence[str]] = None,
+        engine: Optional[str] = None,
+    ) -> Dict[str, np.ndarray]:
+        """Runs the whole model once; returns ``outputs`` (the graph's outputs by default; any
+        tensor of the graph may be named). ``engine``: ``"tract"``, ``"onnxruntime"`` or
+        ``"litert"`` (default: LiteRT for TFLite, tract for ONNX)."""
+        if engine is not None:
+            _engines.require(engine)
+        return dict(self._m.run(_feeds(feeds), list(outputs) if outputs is not None else None, engine))
+
+    def random_inputs(self, seed: int = 0) -> Dict[str, np.ndarray]:
+        """A random array for every input (needs static shapes: fix them with ``shape=``)."""
+        rng = np.random.default_rng(seed)
+        feeds: Dict[str, np.ndarray] = {}
+        for t in self.inputs:
+            if t.shape is None or any(not isinstance(d, int) for d in t.shape):
+                raise ArgumentError(
+                    f"input '{t.name}' has a dynamic shape {t.shape}: load the model with shape={{'{t.name}': (...)}}",
+                    self.path,
+                )
+            dtype = np.dtype(t.dtype or "float32")
+            dims = tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
+            if dtype.kind == "f":
+                feeds[t.name] = rng.standard_normal(dims).astype(dtype)
+            elif dtype.kind == "b":
+                feeds[t.name] = rng.integers(0, 2, dims).astype(bool)
+            else:
+                feeds[t.name] = rng.integers(0, 8, dims).astype(dtype)
+        return feeds
+
+
+def _feeds(feeds: Feeds) -> Dict[str, np.ndarray]:
+    if not isinstance(feeds, Mapping):
+        raise ArgumentError(f"feeds must be a dict of name -> numpy array, not {type(feeds).__name__}")
+    # Arrays that already are C-contiguous pass as they are (no copy here).
+    return {str(k): np.ascontiguousarray(v) for k, v in feeds.items()}
+
+
+class Plan:
+    """A validated partition: single-device, connected, no cycle between parts."""
+
+    def __init__(self, inner: Any, model: Model) -> None:
+        self._p = inner
+        self.model = model
+        self.parts: List[Part] = [Part(**d) for d in inner.parts_info()]
+
+    def __repr__(self) -> str:
+        per: Dict[str, int] = {}
+        for p in self.parts:
+            per[p.backend] = per.get(p.backend, 0) + 1
+        return f"<cleave.Plan {len(self.parts)} parts: " + ", ".join(f"{n} on {d}" for d, n in per.items()) + ">"
+
+    @property
+    def devices(self) -> List[str]:
+        return list(self._p.devices)
+
+    @property
+    def warnings(self) -> List[str]:
+        """The assignment's warnings (fused groups that had to be dissolved)."""
+        return list(self._p.warnings)
+
+    @property
+    def stages(self) -> List[str]:
+        """One line per pipeline stage, when ``stages=`` made the plan."""
+        return list(self._p.stage_lines)
+
+    def save(self, folder: PathLike, external_data: str = "inline") -> str:
+        """Writes ``stem.00001_<backend>.<ext>`` per part and ONE's ``stem.conn.json`` /
+        ``stem.conn.ini`` into `folder`, as ``cleave partition -o folder``; returns the
+        ``.conn.json`` path. ``external_data="shared"`` puts large weights in one file."""
+        return str(self._p.save(os.fspath(folder), external_data))
+
+    def part_bytes(self) -> List[bytes]:
+        """Each part's file contents, in order (weights inline)."""
+        return [bytes(b) for _, b in self._p.part_files()]
+
+    def to_onnx(self) -> List[Any]:
+        """Each part as an ``onnx.ModelProto`` (needs the onnx package; ONNX models only)."""
+        if self.model.format != "onnx":
+            raise ArgumentError(f"to_onnx(): the model is {self.model.format}; use part_bytes()")
+        try:
+            import onnx
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ArgumentError("to_onnx() needs the onnx package: pip install onnx") from e
+        return [onnx.load_from_string(b) for b in self.part_bytes()]
+
+    def report(self, path: Optional[PathLike] = None) -> str:
+        """Writes the HTML view of the partition (and its markdown and DOT beside it);
+        returns the HTML file, copied to `path` when given."""
+        html = str(self._p.report())
+        if path is None:
+            return html
+        import shutil
+
+        dest = os.fspath(path)
+        tmp = dest + ".tmp"
+        shutil.copyfile(html, tmp)
+        os.replace(tmp, dest)
+        return dest
+
+    def runner(self, engines: Optional[Mapping[str, str]] = None) -> "Runner":
+        """Loads every part into an engine: ``engines`` maps a backend to ``"tract"``,
+        ``"onnxruntime"`` or ``"litert"`` (default: LiteRT for TFLite parts, tract for ONNX)."""
+        pairs = [(str(b), str(e)) for b, e in (engines or {}).items()]
+        for _, e in pairs:
+            _engines.require(e)
+        return Runner(self._p.runner(pairs))
+
+
+class Runner:
+    """The parts of a plan loaded into their engines."""
+
+    def __init__(self, inner: Any) -> None:
+        self._r = inner
+
+    @property
+    def outputs(self) -> List[str]:
+        """The model's outputs."""
+        return list(self._r.outputs)
+
+    @property
+    def boundaries(self) -> List[str]:
+        """The tensors one part hands another."""
+        return list(self._r.boundaries)
+
+    def run(self, feeds: Feeds, boundaries: bool = False) -> Dict[str, np.ndarray]:
+        """Runs every part once; returns the model's outputs by name, plus every tensor between
+        parts when ``boundaries=True``. Outputs own their memory (no copy is made of them)."""
+        return dict(self._r.run(_feeds(feeds), bool(boundaries)))
+
+
+def verify(
+    model: Model,
+    plan: Plan,
+    feeds: Optional[Feeds] = None,
+    *,
+    seed: int = 0,
+    boundaries: bool = True,
+    engines: Optional[Mapping[str, str]] = None,
+    reference: Optional[str] = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> Verification:
+    """Runs the parts and the whole model on the same inputs (random ones from `seed` unless
+    `feeds`) and compares the outputs and, with ``boundaries``, every tensor between parts,
+    as ``cleave verify --boundaries --rtol --atol`` does.
+
+    >>> model = cleave.load("examples/tiny_cnn.onnx", shape={"input": (1, 3, 16, 16)})
+    >>> plan = model.partition(rules="examples/tiny_cnn.part")
+    >>> v = cleave.verify(model, plan)
+    >>> v.passed, [t["kind"] for t in v.tensors]
+    (True, ['output', 'boundary', 'boundary', 'boundary', 'boundary'])
+    """
+    if feeds is None:
+        feeds = model.random_inputs(seed)
+    runner = plan.runner(engines)
+    got = runner.run(feeds, boundaries=boundaries)
+    names = runner.outputs + (runner.boundaries if boundaries else [])
+    want = model.run(feeds, outputs=names, engine=reference)
+    result = Verification(passed=True, reference=reference or ("litert" if model.format == "tflite" else "tract"))
+    for name in names:
+        if name not in want or name not in got:
+            continue
+        a, b = got[name], want[name]
+        if a.shape != b.shape:
+            ok, diff = False, float("inf")
+        elif a.dtype.kind in "fc":
+            diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+            ok = bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+        else:
+            diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
+            ok = bool(np.array_equal(a, b))
+        result.tensors.append(
+            {"tensor": name, "kind": "output" if name in runner.outputs else "boundary",
+             "max_abs": diff, "ok": ok}
+        )
+        result.passed = result.passed and ok
+    return result

@@ -1,0 +1,5 @@
+"""``python -m cleave``: the ``cleave`` command."""
+
+from ._cli import main
+
+main()

@@ -1,0 +1,34 @@
+"""Shared fixtures. These tests run against the installed wheel (scripts/test.sh installs it
+with `pip install .` into a fresh virtual environment); the source tree is not on sys.path.
+onnxruntime's own Python package is the oracle throughout: it never goes through cleave."""
+
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def test_data() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("CLEAVE_TEST_DATA", pathlib.Path.home() / ".cache/cleave/test-data"))
+
+
+@pytest.fixture
+def corpus_model():
+    """A real detector (PaddleOCR v4 det, 672 nodes, dynamic batch, height and width)."""
+    path = test_data() / "corpus" / "ppocrv4_det.onnx"
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run `bash scripts/fetch-test-data.sh`")
+    return path
+
+
+@pytest.fixture
+def tiny_cnn():
+    return EXAMPLES / "tiny_cnn.onnx"
+
+
+@pytest.fixture
+def tiny_part():
+    return EXAMPLES / "tiny_cnn.part"
