@@ -446,7 +446,7 @@ fn onnx_runtime_missing_is_reported_with_the_fix() {
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(
-        e.contains("ONNX Runtime is unavailable") && e.contains("scripts/fetch-ort.sh"),
+        e.contains("ONNX Runtime is unavailable") && e.contains("pip install onnxruntime"),
         "{e}"
     );
 }

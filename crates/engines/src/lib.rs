@@ -10,6 +10,7 @@ mod litert_engine;
 mod litert_ffi;
 mod ort_engine;
 mod pb;
+mod python_pkg;
 mod tract_engine;
 
 use cleave_runtime::{Engine, EngineKind, RuntimeError};

@@ -5,7 +5,6 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use cleave_ir::ElemType;
@@ -20,7 +19,7 @@ const LIBRARY: &str = "libLiteRt.so";
 /// Where cleave finds LiteRT: `CLEAVE_LITERT_LIB` (the path of `libLiteRt.so`), else the
 /// folder of the `ai_edge_litert` package that `python3` (or `$CLEAVE_PYTHON`) imports.
 pub fn litert_library_path() -> Result<PathBuf, String> {
-    let python = std::env::var("CLEAVE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let python = crate::python_pkg::python();
     find_library(
         std::env::var_os("CLEAVE_LITERT_LIB").map(PathBuf::from),
         &python,
@@ -42,17 +41,8 @@ fn find_library(explicit: Option<PathBuf>, python: &str) -> Result<PathBuf, Stri
             ))
         };
     }
-    // find_spec locates the package without importing it (its __init__ pulls in numpy).
-    let probe = "import importlib.util as u; s = u.find_spec('ai_edge_litert'); \
-                 print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')";
-    let out = Command::new(python)
-        .args(["-c", probe])
-        .output()
-        .map_err(|e| format!("cannot run {python} to find ai_edge_litert ({e}); {install}"))?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || dir.is_empty() {
-        return Err(format!("{python} has no ai_edge_litert package; {install}"));
-    }
+    let dir = crate::python_pkg::package_dir(python, "ai_edge_litert")
+        .map_err(|e| format!("{e}; {install}"))?;
     let lib = Path::new(&dir).join(LIBRARY);
     if lib.is_file() {
         Ok(lib)

@@ -16,14 +16,34 @@ use cleave_runtime::{Engine, Session};
 pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
 
 /// Where cleave looks for ONNX Runtime: `ORT_DYLIB_PATH`, else
-/// `~/.cache/cleave/ort/libonnxruntime.so.1.31.1`.
+/// `~/.cache/cleave/ort/libonnxruntime.so.1.31.1`, else the library inside the `onnxruntime`
+/// package of the user's Python (`$CLEAVE_PYTHON`, else `python3`).
 pub fn ort_library_path() -> PathBuf {
-    match std::env::var_os("ORT_DYLIB_PATH") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/cleave/ort")
-            .join(ORT_LIBRARY),
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return PathBuf::from(p);
     }
+    let cached = PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+        .join(".cache/cleave/ort")
+        .join(ORT_LIBRARY);
+    if cached.is_file() {
+        return cached;
+    }
+    python_library().unwrap_or(cached)
+}
+
+/// `libonnxruntime.so*` in the `onnxruntime` package's `capi` folder, if Python has one.
+fn python_library() -> Option<PathBuf> {
+    let dir = crate::python_pkg::package_dir(&crate::python_pkg::python(), "onnxruntime").ok()?;
+    let mut libs: Vec<PathBuf> = std::fs::read_dir(Path::new(&dir).join("capi"))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libonnxruntime.so"))
+        })
+        .collect();
+    libs.sort();
+    libs.into_iter().next()
 }
 
 static ENV: OnceLock<Result<Environment, String>> = OnceLock::new();
@@ -39,7 +59,7 @@ impl OnnxRuntime {
             let path = ort_library_path();
             if !path.is_file() {
                 return Err(format!(
-                    "{} not found; pip install onnxruntime and use cleave from Python (it finds the package's library), or set ORT_DYLIB_PATH to libonnxruntime.so",
+                    "{} not found; pip install onnxruntime (cleave finds the library in the package), or set ORT_DYLIB_PATH to libonnxruntime.so",
                     path.display()
                 ));
             }
