@@ -100,6 +100,10 @@ impl PartFile {
         if backends.is_empty() {
             return Err(invalid("[partition] backends is empty or missing".into()));
         }
+        for b in &backends {
+            cleave_files::check_backend_name(b)
+                .map_err(|e| invalid(format!("[partition] backends: {e}")))?;
+        }
         let mut opcode = BTreeMap::new();
         let mut opname = BTreeMap::new();
         let mut underscore = None;

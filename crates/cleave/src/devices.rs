@@ -112,7 +112,8 @@ fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
     }
     let mut seen = HashSet::new();
     for d in &devices {
-        if d.is_empty() || !seen.insert(d) {
+        cleave_files::check_backend_name(d).map_err(|e| Error::usage(format!("--devices: {e}")))?;
+        if !seen.insert(d) {
             return Err(Error::usage(format!(
                 "--devices: '{d}' is empty or listed twice"
             )));

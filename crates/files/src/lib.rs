@@ -11,4 +11,6 @@ mod naming;
 
 pub use atomic::{write_atomic, WriteError};
 pub use conn::{ConnFile, ConnModel};
-pub use naming::{backend_of, is_part_file, part_file_name, relative_path, remove_stale_parts};
+pub use naming::{
+    backend_of, check_backend_name, is_part_file, part_file_name, relative_path, remove_stale_parts,
+};

@@ -4,9 +4,37 @@
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 
-/// The file of part `k` (0-based): `stem.00001_<backend>.<ext>`.
-pub fn part_file_name(stem: &str, k: usize, backend: &str, ext: &str) -> String {
-    format!("{stem}.{:05}_{backend}.{ext}", k + 1)
+/// The longest backend name accepted.
+const MAX_BACKEND_LEN: usize = 64;
+
+/// Checks a backend (device) name against the one rule for them: a letter or digit, then
+/// letters, digits, `_`, `.` or `-`, at most 64 characters. A backend name becomes part of file
+/// names, connection files and Ray deployment names, so a rule file must not be able to choose
+/// where cleave writes (`../x`, `a/b`).
+pub fn check_backend_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if first_ok && rest_ok && name.len() <= MAX_BACKEND_LEN {
+        Ok(())
+    } else {
+        Err(format!(
+            "backend name '{name}' is not allowed: it must be a letter or digit followed by letters, \
+             digits, '_', '.' or '-', at most {MAX_BACKEND_LEN} characters (it becomes part of file names)"
+        ))
+    }
+}
+
+/// The file of part `k` (0-based): `stem.00001_<backend>.<ext>`; refused unless the backend
+/// follows [`check_backend_name`] and the result is one plain file name.
+pub fn part_file_name(stem: &str, k: usize, backend: &str, ext: &str) -> Result<String, String> {
+    check_backend_name(backend)?;
+    let name = format!("{stem}.{:05}_{backend}.{ext}", k + 1);
+    let mut components = Path::new(&name).components();
+    match (components.next(), components.next()) {
+        (Some(Component::Normal(_)), None) => Ok(name),
+        _ => Err(format!("part file name '{name}' is not a plain file name")),
+    }
 }
 
 /// Model extensions a part file may carry; `backend_of` strips them before reading the suffix.
@@ -95,7 +123,7 @@ mod tests {
 
     #[test]
     fn part_names_round_trip_their_backend() {
-        let f = part_file_name("net", 0, "acl_cl", "circle");
+        let f = part_file_name("net", 0, "acl_cl", "circle").unwrap();
         assert_eq!(f, "net.00001_acl_cl.circle");
         assert_eq!(backend_of(&f, None), "acl_cl");
         assert_eq!(backend_of("net.00002_npu.onnx", None), "npu");
@@ -104,5 +132,33 @@ mod tests {
         assert!(!is_part_file("net.00002_npu.onnx", "net", "tflite"));
         assert!(!is_part_file("net.0002_npu.onnx", "net", "onnx"));
         assert!(!is_part_file("netx.00002_npu.onnx", "net", "onnx"));
+    }
+
+    #[test]
+    fn backend_names_cannot_leave_the_folder() {
+        for ok in ["cpu", "acl_cl", "gpu0", "npu.1", "x-y", "0"] {
+            assert!(check_backend_name(ok).is_ok(), "{ok}");
+        }
+        let long = "a".repeat(65);
+        for bad in [
+            "",
+            "../../evil",
+            "a/b",
+            "..",
+            ".hidden",
+            "-x",
+            "a\\b",
+            "é",
+            "a b",
+            &long,
+        ] {
+            let e = check_backend_name(bad).unwrap_err();
+            assert!(e.contains(&format!("'{bad}'")), "{e}");
+        }
+        assert_eq!(
+            part_file_name("m", 0, "cpu", "onnx").unwrap(),
+            "m.00001_cpu.onnx"
+        );
+        assert!(part_file_name("m", 0, "../x", "onnx").is_err());
     }
 }

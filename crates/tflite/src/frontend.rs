@@ -322,7 +322,7 @@ fn write_parts(
     let mut notes = src.converted.notes.clone();
     let total = plan.parts.len();
     for (k, part) in plan.parts.iter().enumerate() {
-        let file = part_file_name(&stem, k, plan.device_name(part), ext);
+        let file = part_file_name(&stem, k, plan.device_name(part), ext).map_err(|e| src.err(e))?;
         if workdir
             .join(&file)
             .canonicalize()

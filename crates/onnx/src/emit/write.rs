@@ -100,7 +100,8 @@ pub fn emit_with(
         parts: Vec::new(),
     };
     for (k, part) in plan.parts.iter().enumerate() {
-        let file = part_file_name(&stem, k, plan.device_name(part), "onnx");
+        let file =
+            part_file_name(&stem, k, plan.device_name(part), "onnx").map_err(EmitError::Source)?;
         if workdir
             .join(&file)
             .canonicalize()
@@ -121,7 +122,7 @@ pub fn emit_with(
     let mut summary = Vec::new();
     for ((k, part), proto) in plan.parts.iter().enumerate().zip(protos) {
         let backend = plan.device_name(part).to_string();
-        let file = part_file_name(&stem, k, &backend, "onnx");
+        let file = part_file_name(&stem, k, &backend, "onnx").map_err(EmitError::Source)?;
         let path = workdir.join(&file);
         write_atomic(&path, &encode_model(&proto))?;
         written.push(file.clone());
