@@ -440,3 +440,100 @@ fn models_the_onnx_checker_rejects_are_refused_by_every_command() {
         assert!(!out.exists(), "{name}: parts written for an invalid model");
     }
 }
+
+/// A rule file or a device list must not choose where cleave writes: backend names follow
+/// one rule, checked before anything is written.
+#[test]
+fn backend_names_that_are_paths_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("a/b/c");
+    // The folder the exploit needed, present.
+    for k in 1..=4 {
+        std::fs::create_dir_all(work.join(format!("tiny_cnn.0000{k}_.."))).unwrap();
+    }
+    let part = tmp.path().join("evil.part");
+    std::fs::write(
+        &part,
+        "[partition]\nbackends=cpu,../../../evil\ndefault=cpu\n\n[OPCODE]\nSoftmax=../../../evil\n",
+    )
+    .unwrap();
+    let model = example("tiny_cnn.onnx");
+    let o = cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ]);
+    assert_bad_input(&o, &part, "backend name '../../../evil' is not allowed");
+    let mut written: Vec<_> = walk(tmp.path());
+    written.sort();
+    assert!(
+        written.iter().all(|p| !p.ends_with(".onnx") && !p.ends_with(".json")),
+        "{written:?}"
+    );
+    for devices in ["npu,a/b", "..,cpu", "cpu,-x"] {
+        let o = cleave(&[
+            os("query"),
+            model.as_os_str(),
+            os("--devices"),
+            os(devices),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{devices}");
+        let e = stderr(&o);
+        assert!(e.contains("is not allowed") && e.lines().count() == 1, "{e}");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+/// tract asserts on a negative dim (a ConstantOfShape of [-5, 4]); the engine guard turns the
+/// panic into one line naming the model, exit 2, never 101.
+#[test]
+fn an_engine_panic_is_one_line_and_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = TensorProto {
+        name: Some("s".into()),
+        dims: vec![2],
+        data_type: Some(tensor_proto::DataType::Int64 as i32),
+        int64_data: vec![-5, 4],
+        ..Default::default()
+    };
+    let mut m = model(
+        vec![
+            node("cos", "ConstantOfShape", &["s"], &["c"]),
+            node("add", "Add", &["x", "c"], &["y"]),
+        ],
+        vec![s],
+        "y",
+    );
+    if let Some(g) = m.graph.as_mut() {
+        g.output[0].r#type = None;
+    }
+    let path = write(tmp.path(), "neg.onnx", &m.encode_to_vec());
+    let runs: [&[&str]; 2] = [
+        &["verify", "--devices", "cpu"],
+        &["verify", "--devices", "cpu", "--reference", "tract", "--optimize", "basic"],
+    ];
+    for args in runs {
+        let mut all = vec![os(args[0]), path.as_os_str()];
+        all.extend(args[1..].iter().map(os));
+        let o = cleave(&all);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains("tract cannot run it: the engine panicked"), "{e}");
+        assert!(!e.contains("thread 'main' panicked") && e.lines().count() == 1, "{e}");
+    }
+}

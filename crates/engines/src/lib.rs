@@ -6,6 +6,7 @@
 //! Architecture invariant: only this crate links an inference engine.
 
 pub mod conformance;
+mod guard;
 mod litert_engine;
 mod litert_ffi;
 mod ort_engine;
@@ -20,11 +21,13 @@ pub use ort_engine::{ort_library_path, OnnxRuntime};
 pub use pb::read_pb;
 pub use tract_engine::Tract;
 
-/// The engine of a kind; an [`cleave_runtime::EngineFactory`].
+/// The engine of a kind; an [`cleave_runtime::EngineFactory`]. Its loads and runs are guarded:
+/// a panic inside the engine is an error naming the model, never the end of the process.
 pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, RuntimeError> {
-    Ok(match kind {
+    let inner: Box<dyn Engine> = match kind {
         EngineKind::Tract => Box::new(Tract),
         EngineKind::Ort => Box::new(OnnxRuntime::new()?),
         EngineKind::Litert => Box::new(Litert::new()?),
-    })
+    };
+    Ok(Box::new(guard::Guarded(inner)))
 }
