@@ -383,6 +383,58 @@ fn tflite_files_with_bad_indices_are_refused_in_one_line() {
             Box::new(|m| m.subgraphs = Some(Vec::new())),
             "the model has no subgraph",
         ),
+        (
+            "short-buffer",
+            Box::new(move |m| sg(m).tensors.as_mut().unwrap()[1].shape = Some(vec![1, 8])),
+            "tensor 'w': buffer 1 holds 16 bytes, but float32 [1, 8] needs 32",
+        ),
+        (
+            "huge-dims",
+            Box::new(move |m| {
+                sg(m).tensors.as_mut().unwrap()[1].shape = Some(vec![1 << 30, 1 << 30, 1 << 30])
+            }),
+            "tensor 'w': float32 [1073741824, 1073741824, 1073741824] has more elements than any buffer can hold",
+        ),
+        (
+            "zero-element-constant",
+            Box::new(move |m| {
+                let mut z = s::TensorT::default();
+                z.shape = Some(vec![0]);
+                z.name = Some("z".into());
+                z.type_ = s::TensorType::INT32;
+                let g = sg(m);
+                g.tensors.as_mut().unwrap().push(z);
+                g.operators.as_mut().unwrap()[0].inputs = Some(vec![0, 1, 3]);
+            }),
+            "",
+        ),
+        (
+            "subgraph-cycle",
+            Box::new(move |m| {
+                let mut code = s::OperatorCodeT::default();
+                code.deprecated_builtin_code = 127;
+                code.builtin_code = s::BuiltinOperator::CALL_ONCE;
+                m.operator_codes.as_mut().unwrap().push(code);
+                let call = || {
+                    let mut op = s::OperatorT::default();
+                    op.opcode_index = 1;
+                    op.inputs = Some(Vec::new());
+                    op.outputs = Some(Vec::new());
+                    op.builtin_options = s::BuiltinOptionsT::CallOnceOptions(Box::new(
+                        {
+                            let mut o = s::CallOnceOptionsT::default();
+                            o.init_subgraph_index = 1;
+                            o
+                        }));
+                    op
+                };
+                sg(m).operators.as_mut().unwrap().push(call());
+                let mut body = s::SubGraphT::default();
+                body.operators = Some(vec![call()]);
+                m.subgraphs.as_mut().unwrap().push(body);
+            }),
+            "subgraphs call each other in a cycle (1 → 1), which no interpreter can run",
+        ),
     ];
     for (name, edit, cause) in cases {
         let path = tmp.path().join(format!("{name}.tflite"));

@@ -286,6 +286,96 @@ fn attributes(op_type: &str, op: &tflite::Operator) -> Vec<Attribute> {
     a
 }
 
+/// Elements of a static shape (None when a dim is unknown or the count overflows).
+fn static_count(ty: &TensorType) -> Option<u64> {
+    ty.shape.as_ref()?.iter().try_fold(1u64, |acc, d| {
+        acc.checked_mul(u64::try_from(d.fixed()?).ok()?)
+    })
+}
+
+/// A constant's buffer must hold exactly its dims times its element size (sub-byte types
+/// packed), as LiteRT requires; strings and unknown dims are not checked here.
+fn check_buffer_len(ty: &TensorType, len: usize, buffer: u32) -> Result<(), String> {
+    let (Some(elem), Some(shape)) = (ty.elem, ty.shape.as_ref()) else {
+        return Ok(());
+    };
+    let Some(bits) = elem.bits() else {
+        return Ok(());
+    };
+    if shape.iter().any(|d| d.fixed().is_none()) {
+        return Ok(());
+    }
+    let dims: Vec<i64> = shape.iter().filter_map(|d| d.fixed()).collect();
+    let describe = || format!("{} {dims:?}", elem.name());
+    let need = static_count(ty)
+        .and_then(|n| n.checked_mul(u64::from(bits)))
+        .map(|b| b.div_ceil(8))
+        .ok_or_else(|| format!("{} has more elements than any buffer can hold", describe()))?;
+    if u64::try_from(len).ok() != Some(need) {
+        return Err(format!(
+            "buffer {buffer} holds {len} bytes, but {} needs {need}",
+            describe()
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses subgraphs that reach themselves through IF, WHILE, CALL_ONCE or CALL (LiteRT
+/// would refuse them at load), naming the cycle.
+fn check_subgraph_cycles(fm: &FlatModel) -> Result<(), String> {
+    let Some(subgraphs) = fm.root().subgraphs() else {
+        return Ok(());
+    };
+    let n = subgraphs.len();
+    let mut calls: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (s, sg) in subgraphs.iter().enumerate() {
+        for op in sg.operators().iter().flat_map(|o| o.iter()) {
+            let Ok(kind) = op_kind(fm, op.opcode_index() as usize) else {
+                continue;
+            };
+            for (_, index) in subgraph_refs(&kind.op_type, &op) {
+                if let Some(t) = usize::try_from(index).ok().filter(|&t| t < n) {
+                    calls[s].push(t);
+                }
+            }
+        }
+    }
+    // Depth-first from the main subgraph, iteratively (a crafted file may nest deeply).
+    let mut state = vec![0u8; n]; // 0 unseen, 1 on the path, 2 done
+    let mut path: Vec<(usize, usize)> = vec![(0, 0)];
+    if n > 0 {
+        state[0] = 1;
+    }
+    while let Some(&mut (s, ref mut next)) = path.last_mut() {
+        if let Some(&t) = calls[s].get(*next) {
+            *next += 1;
+            match state[t] {
+                0 => {
+                    state[t] = 1;
+                    path.push((t, 0));
+                }
+                1 => {
+                    let start = path.iter().position(|&(p, _)| p == t).unwrap_or(0);
+                    let cycle: Vec<String> = path[start..]
+                        .iter()
+                        .map(|&(p, _)| p.to_string())
+                        .chain(std::iter::once(t.to_string()))
+                        .collect();
+                    return Err(format!(
+                        "subgraphs call each other in a cycle ({}), which no interpreter can run",
+                        cycle.join(" → ")
+                    ));
+                }
+                _ => {}
+            }
+        } else {
+            state[s] = 2;
+            path.pop();
+        }
+    }
+    Ok(())
+}
+
 /// The subgraphs an operator runs, by option name: IF's branches, WHILE's condition and
 /// body, CALL_ONCE's initialiser, CALL's callee.
 pub fn subgraph_refs(op_type: &str, op: &tflite::Operator) -> Vec<(&'static str, i64)> {
@@ -325,6 +415,7 @@ pub fn to_ir(fm: &FlatModel) -> Result<Converted, FrontendError> {
         .subgraphs()
         .filter(|s| !s.is_empty())
         .ok_or_else(|| err(fm, "the model has no subgraph"))?;
+    check_subgraph_cycles(fm).map_err(|m| err(fm, m))?;
     let sg = subgraphs.get(0);
     let tensors: Vec<tflite::Tensor> = sg.tensors().map(|t| t.iter().collect()).unwrap_or_default();
     let (names, renamed) = unique_names(&tensors);
@@ -460,12 +551,19 @@ pub fn to_ir(fm: &FlatModel) -> Result<Converted, FrontendError> {
             .collect();
         let elem = ty.elem.unwrap_or(cleave_ir::ElemType::Other(-128));
         let weight = match data {
-            Some(bytes) if t.sparsity().is_none() => WeightData::Bytes(bytes),
+            Some(bytes) if t.sparsity().is_none() => {
+                check_buffer_len(&ty, bytes.len(), t.buffer())
+                    .map_err(|m| err(fm, format!("tensor '{}': {m}", names[i])))?;
+                WeightData::Bytes(bytes)
+            }
             Some(_) => WeightData::Opaque,
             None if t.is_variable() => {
                 variables += 1;
                 WeightData::Opaque
             }
+            // A zero-element constant (Keras writes `shape` inputs of [0]) has no bytes to
+            // store, and its buffer is empty; it is still a constant, as LiteRT reads it.
+            None if static_count(&ty) == Some(0) => WeightData::Bytes(Bytes::new()),
             None => continue,
         };
         b.weight(
