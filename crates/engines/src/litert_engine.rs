@@ -605,7 +605,7 @@ impl LitertSession {
             ));
         }
         let width = elem_bytes(t.elem).unwrap_or(1);
-        if t.data.len() != t.len() * width {
+        if t.byte_len(width) != Some(t.data.len()) {
             let n = t.data.len();
             return Err(self.input_err(
                 port,
@@ -689,7 +689,9 @@ impl LitertSession {
             shape: shape.collect(),
             data,
         };
-        let want = t.len() * elem_bytes(port.elem).unwrap_or(1);
+        let want = t
+            .byte_len(elem_bytes(port.elem).unwrap_or(1))
+            .unwrap_or(usize::MAX);
         if t.data.len() != want {
             let (n, shape) = (t.data.len(), &t.shape);
             return Err(engine_err(
@@ -738,12 +740,27 @@ impl Session for LitertSession {
         };
         check(p, "reading the output shapes", st)?;
         for (port, layout) in self.outputs.iter().zip(&layouts) {
-            let count: usize = layout.dims().iter().map(|&d| d.max(0) as usize).product();
+            let bytes = layout
+                .dims()
+                .iter()
+                .try_fold(1usize, |acc, &d| {
+                    acc.checked_mul(usize::try_from(d).unwrap_or(0))
+                })
+                .and_then(|n| n.checked_mul(elem_bytes(port.elem).unwrap_or(1)))
+                .ok_or_else(|| {
+                    engine_err(
+                        p,
+                        format!(
+                            "output '{}' has dims {:?}, too large",
+                            port.name,
+                            layout.dims()
+                        ),
+                    )
+                })?;
             let ty = RankedTensorType {
                 element_type: code_of(port.elem).unwrap_or(0),
                 layout: *layout,
             };
-            let bytes = count * elem_bytes(port.elem).unwrap_or(1);
             bufs.make(self.env, p, &format!("output '{}'", port.name), &ty, bytes)?;
         }
 

@@ -38,7 +38,11 @@ pub fn read_pb(path: &Path) -> Result<HostTensor, RuntimeError> {
             )))
         }
     };
-    let want = w.ty().byte_size().unwrap_or(0) as usize;
+    let want = w
+        .ty()
+        .byte_size()
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| bad(format!("dims {:?} of {} are too large", w.dims, w.elem)))?;
     if data.len() != want {
         return Err(bad(format!(
             "holds {} bytes, its type {} needs {want}",

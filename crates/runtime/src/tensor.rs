@@ -21,8 +21,22 @@ pub struct Diff {
 }
 
 impl HostTensor {
+    /// Elements; `usize::MAX` when the dims' product overflows (no buffer is that long, so a
+    /// size check against the data then fails, as it must).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        self.checked_len().unwrap_or(usize::MAX)
+    }
+
+    /// Elements, or None when the dims' product overflows.
+    pub fn checked_len(&self) -> Option<usize> {
+        self.shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    }
+
+    /// Bytes the data must hold at `width` bytes an element, or None on overflow.
+    pub fn byte_len(&self, width: usize) -> Option<usize> {
+        self.checked_len()?.checked_mul(width)
     }
 
     pub fn is_empty(&self) -> bool {
