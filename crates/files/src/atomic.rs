@@ -12,7 +12,9 @@ pub struct WriteError {
 }
 
 /// Writes `data` to a temporary file beside `path`, syncs it and renames it into place, so a
-/// reader never sees half a file and a failed write leaves what was there.
+/// reader never sees half a file and a failed write leaves what was there. The temporary
+/// file is created exclusively under a random name (a link planted in a shared folder is
+/// never followed) and removed on every error path; the folder is synced after the rename.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), WriteError> {
     let write_err = |source| WriteError {
         path: path.to_path_buf(),
@@ -28,21 +30,20 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), WriteError> {
             "not a file name",
         ))
     })?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(write_err)?;
+    tmp.write_all(data).map_err(write_err)?;
+    tmp.as_file().sync_all().map_err(write_err)?;
+    tmp.persist(path).map_err(|e| write_err(e.error))?;
+    // The rename is durable once the folder's entry is; a folder that cannot be opened or
+    // synced (some filesystems) still holds the complete file.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
     }
-    result.map_err(write_err)
+    Ok(())
 }
 
 #[cfg(test)]
