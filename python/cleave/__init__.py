@@ -188,22 +188,45 @@ def _part_text(rules: Mapping[str, Any]) -> str:
 
 
 class _Request:
-    """The keyword arguments of query and partition, with a dict of rules written as a
-    temporary ``.part`` file for the call's duration."""
+    """The keyword arguments query and partition share, as the extension takes them (``args``),
+    with a dict of rules written as a temporary ``.part`` file for the call's duration."""
 
-    def __init__(self, devices: Optional[Iterable[str]], rules: Optional[Rules]) -> None:
+    def __init__(
+        self,
+        devices: Optional[Iterable[str]],
+        rules: Optional[Rules],
+        default: Optional[str],
+        profiles: Optional[Iterable[PathLike]],
+        optimize: Optional[str],
+        objective: str,
+        costs: Optional[PathLike],
+        margin: float,
+        no_constraints: bool,
+        allow_disconnected: bool,
+    ) -> None:
         if isinstance(devices, str):
             devices = [d for d in devices.split(",") if d]
-        self.devices = [os.fspath(d) for d in (devices or [])]
         self._tmp: Optional[tempfile.TemporaryDirectory[str]] = None
-        self.rules: Optional[str] = None
+        path: Optional[str] = None
         if isinstance(rules, Mapping):
             self._tmp = tempfile.TemporaryDirectory(prefix="cleave-rules-")
-            self.rules = os.path.join(self._tmp.name, "rules.part")
-            with open(self.rules, "w") as f:
+            path = os.path.join(self._tmp.name, "rules.part")
+            with open(path, "w") as f:
                 f.write(_part_text(rules))
         elif rules is not None:
-            self.rules = os.fspath(rules)
+            path = os.fspath(rules)
+        self.args: Dict[str, Any] = {
+            "devices": [os.fspath(d) for d in (devices or [])],
+            "rules": path,
+            "default": default,
+            "profiles": _paths(profiles),
+            "optimize": optimize,
+            "objective": objective,
+            "costs": os.fspath(costs) if costs is not None else None,
+            "margin": float(margin),
+            "no_constraints": bool(no_constraints),
+            "allow_disconnected": bool(allow_disconnected),
+        }
 
     def __enter__(self) -> "_Request":
         return self
@@ -282,12 +305,9 @@ class Model:
         """
         import json
 
-        with _Request(devices, rules) as r:
-            text = self._m.query_json(
-                r.devices, r.rules, default, _paths(profiles), optimize, objective,
-                os.fspath(costs) if costs is not None else None, float(margin),
-                bool(no_constraints), bool(allow_disconnected),
-            )
+        with _Request(devices, rules, default, profiles, optimize, objective, costs, margin,
+                      no_constraints, allow_disconnected) as r:
+            text = self._m.query_json(r.args)
         d = json.loads(text)
         return Query(
             devices=d["devices"],
@@ -328,13 +348,9 @@ class Model:
         ['npu', 'cpu', 'npu', 'cpu']
         """
         mem = [f"{k}={v}" for k, v in (memory or {}).items()]
-        with _Request(devices, rules) as r:
-            inner = self._m.partition(
-                r.devices, r.rules, default, _paths(profiles), optimize, objective,
-                os.fspath(costs) if costs is not None else None, float(margin),
-                bool(no_constraints), stages, mem, bool(allow_disconnected), algorithm,
-                float(budget_s),
-            )
+        with _Request(devices, rules, default, profiles, optimize, objective, costs, margin,
+                      no_constraints, allow_disconnected) as r:
+            inner = self._m.partition(r.args, stages, mem, algorithm, float(budget_s))
         return Plan(inner, self)
 
     def run(

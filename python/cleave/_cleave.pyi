@@ -34,33 +34,12 @@ class Model:
     def node_count(self) -> int: ...
     @property
     def op_counts(self) -> Dict[str, int]: ...
-    def query_json(
-        self,
-        devices: List[str],
-        rules: Optional[str],
-        default: Optional[str],
-        profiles: List[str],
-        optimize: Optional[str],
-        objective: str,
-        costs: Optional[str],
-        margin: float,
-        no_constraints: bool,
-        allow_disconnected: bool,
-    ) -> str: ...
+    def query_json(self, request: Dict[str, Any]) -> str: ...
     def partition(
         self,
-        devices: List[str],
-        rules: Optional[str],
-        default: Optional[str],
-        profiles: List[str],
-        optimize: Optional[str],
-        objective: str,
-        costs: Optional[str],
-        margin: float,
-        no_constraints: bool,
+        request: Dict[str, Any],
         stages: Optional[int],
         memory: List[str],
-        allow_disconnected: bool,
         algorithm: str,
         budget_s: float,
     ) -> Plan: ...

@@ -146,58 +146,65 @@ fn describe(py: Python<'_>, g: &Graph, values: &[ValueId]) -> PyResult<Vec<Py<Py
         .collect()
 }
 
-/// The placement request the keyword arguments of `query` and `partition` make.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn request(
-    fixed: &FixedDims,
+/// The keyword arguments `query` and `partition` share, as the Python wrapper passes them
+/// (a dict with every key present).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct Request {
     devices: Vec<String>,
     rules: Option<PathBuf>,
     default: Option<String>,
     profiles: Vec<PathBuf>,
-    optimize: Option<&str>,
-    objective: &str,
+    optimize: Option<String>,
+    objective: String,
     costs: Option<PathBuf>,
     margin: f64,
     no_constraints: bool,
-) -> PyResult<AssignRequest> {
-    let optimize = match optimize {
-        None => None,
-        Some("basic") => Some(RewriteLevel::Basic),
-        Some("device") => Some(RewriteLevel::Device),
-        Some(o) => {
-            return Err(raise(
-                Kind::Argument,
-                None,
-                &format!("optimize='{o}': choose 'basic' or 'device'"),
-            ))
-        }
-    };
-    let objective = match objective {
-        "parts" | "fewest" => Objective::Fewest,
-        "latency" => Objective::Latency,
-        o => {
-            return Err(raise(
-                Kind::Argument,
-                None,
-                &format!("objective='{o}': choose 'parts' or 'latency'"),
-            ))
-        }
-    };
-    Ok(AssignRequest {
-        devices: DeviceRequest {
-            devices,
-            part: rules,
-            default,
-            profiles,
-            no_constraints,
-        },
-        fixed: fixed.clone(),
-        optimize,
-        objective,
-        costs,
-        margin,
-        ..AssignRequest::default()
-    })
+    allow_disconnected: bool,
+}
+
+impl Request {
+    /// The facade's request, with the model's fixed dims.
+    fn assign_request(self, fixed: &FixedDims) -> PyResult<AssignRequest> {
+        let optimize = match self.optimize.as_deref() {
+            None => None,
+            Some("basic") => Some(RewriteLevel::Basic),
+            Some("device") => Some(RewriteLevel::Device),
+            Some(o) => {
+                return Err(raise(
+                    Kind::Argument,
+                    None,
+                    &format!("optimize='{o}': choose 'basic' or 'device'"),
+                ))
+            }
+        };
+        let objective = match self.objective.as_str() {
+            "parts" | "fewest" => Objective::Fewest,
+            "latency" => Objective::Latency,
+            o => {
+                return Err(raise(
+                    Kind::Argument,
+                    None,
+                    &format!("objective='{o}': choose 'parts' or 'latency'"),
+                ))
+            }
+        };
+        Ok(AssignRequest {
+            devices: DeviceRequest {
+                devices: self.devices,
+                part: self.rules,
+                default: self.default,
+                profiles: self.profiles,
+                no_constraints: self.no_constraints,
+            },
+            fixed: fixed.clone(),
+            optimize,
+            objective,
+            costs: self.costs,
+            margin: self.margin,
+            ..AssignRequest::default()
+        })
+    }
 }
 
 #[pymethods]
@@ -244,34 +251,9 @@ impl Model {
 
     /// Every node's device and why, and each accelerator's coverage, as `cleave query
     /// --json` prints it (a JSON string).
-    #[pyo3(signature = (devices, rules, default, profiles, optimize, objective, costs, margin, no_constraints, allow_disconnected))]
-    #[allow(clippy::too_many_arguments)]
-    fn query_json(
-        &self,
-        py: Python<'_>,
-        devices: Vec<String>,
-        rules: Option<PathBuf>,
-        default: Option<String>,
-        profiles: Vec<PathBuf>,
-        optimize: Option<&str>,
-        objective: &str,
-        costs: Option<PathBuf>,
-        margin: f64,
-        no_constraints: bool,
-        allow_disconnected: bool,
-    ) -> PyResult<String> {
-        let req = request(
-            &self.fixed,
-            devices,
-            rules,
-            default,
-            profiles,
-            optimize,
-            objective,
-            costs,
-            margin,
-            no_constraints,
-        )?;
+    fn query_json(&self, py: Python<'_>, request: Request) -> PyResult<String> {
+        let allow_disconnected = request.allow_disconnected;
+        let req = request.assign_request(&self.fixed)?;
         let path = &self.path;
         py.detach(|| {
             let assigned = cleave::load_and_assign(path, &req)?;
@@ -282,38 +264,18 @@ impl Model {
     }
 
     /// Assigns, partitions and validates; see the Python wrapper for the arguments.
-    #[pyo3(signature = (devices, rules, default, profiles, optimize, objective, costs, margin, no_constraints, stages, memory, allow_disconnected, algorithm, budget_s))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (request, stages, memory, algorithm, budget_s))]
     fn partition(
         &self,
         py: Python<'_>,
-        devices: Vec<String>,
-        rules: Option<PathBuf>,
-        default: Option<String>,
-        profiles: Vec<PathBuf>,
-        optimize: Option<&str>,
-        objective: &str,
-        costs: Option<PathBuf>,
-        margin: f64,
-        no_constraints: bool,
+        request: Request,
         stages: Option<usize>,
         memory: Vec<String>,
-        allow_disconnected: bool,
         algorithm: &str,
         budget_s: f64,
     ) -> PyResult<Plan> {
-        let req = request(
-            &self.fixed,
-            devices,
-            rules,
-            default,
-            profiles,
-            optimize,
-            objective,
-            costs,
-            margin,
-            no_constraints,
-        )?;
+        let allow_disconnected = request.allow_disconnected;
+        let req = request.assign_request(&self.fixed)?;
         let algorithm = match algorithm {
             "default" => cleave::Algorithm::Default { allow_disconnected },
             "openvino" if budget_s.is_finite() && budget_s > 0.0 => cleave::Algorithm::OpenVino {
@@ -375,23 +337,19 @@ impl Model {
                 }
             }
         }
-        let got = py.detach(|| -> Result<Vec<(String, HostTensor)>, PyErr> {
+        let got = py.detach(|| -> PyResult<Vec<(String, HostTensor)>> {
             let engine = cleave::engine(kind).map_err(from_engine)?;
-            let tmp;
-            let file: &Path = if extra.is_empty() {
-                source.path()
-            } else {
-                tmp = tempfile::tempdir().map_err(|e| {
-                    raise(Kind::Argument, None, &format!("no temporary folder: {e}"))
-                })?;
-                let p = tmp.path().join(format!("whole.{}", source.extension()));
-                source
-                    .write_with_outputs(&extra, &p)
-                    .map_err(|e| from_facade(e.into(), source.path()))?;
-                // The file must outlive the load below; the engine reads it there.
-                return run_file(&*engine, &p, &feeds);
-            };
-            run_file(&*engine, file, &feeds)
+            if extra.is_empty() {
+                return run_file(&*engine, source.path(), &feeds);
+            }
+            // A copy whose outputs include the tensors asked for, alive while it runs.
+            let tmp = tempfile::tempdir()
+                .map_err(|e| raise(Kind::Argument, None, &format!("no temporary folder: {e}")))?;
+            let copy = tmp.path().join(format!("whole.{}", source.extension()));
+            source
+                .write_with_outputs(&extra, &copy)
+                .map_err(|e| from_facade(e.into(), source.path()))?;
+            run_file(&*engine, &copy, &feeds)
         })?;
         let out = PyDict::new(py);
         for (name, t) in got {
