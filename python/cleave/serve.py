@@ -93,6 +93,8 @@ CUSTOM_RESOURCE_AMOUNT = 0.01
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 PART_MAX_ONGOING = 16
+# The largest request body, and the most bytes its inputs may unpack to.
+MAX_BODY_BYTES = int(os.environ.get("CLEAVE_MAX_BODY_BYTES", str(1 << 30)))
 INGRESS_MAX_ONGOING = 64
 
 
@@ -311,11 +313,12 @@ class Ingress:
         from starlette.responses import JSONResponse, Response
 
         try:
-            body = await request.body()
-            if not body.startswith(b"PK"):
-                raise ValueError("not a zip archive (np.savez writes one)")
-            with np.load(io.BytesIO(body), allow_pickle=False) as z:
-                feeds = {k: z[k] for k in z.files}
+            body = bytearray()
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    raise ValueError(f"the body passes {MAX_BODY_BYTES} bytes (CLEAVE_MAX_BODY_BYTES)")
+            feeds = read_npz(bytes(body), self.meta["inputs"], MAX_BODY_BYTES)
         except Exception as e:
             return JSONResponse({"error": f"the body is not an .npz of the inputs: {short_error(e)}"}, status_code=400)
         want = request.query_params.get("boundaries", "0").lower() in ("1", "true", "yes")
@@ -327,9 +330,49 @@ class Ingress:
             return JSONResponse({"error": short_error(e)}, status_code=503)
         tensors = dict(r.get("boundaries") or {})
         tensors.update(r["outputs"])
-        buf = io.BytesIO()
-        np.savez(buf, **tensors)
-        return Response(buf.getvalue(), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(r["parts"])})
+        return Response(write_npz(tensors), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(r["parts"])})
+
+
+def read_npz(body, inputs, max_bytes):
+    """The graph inputs in an .npz body. Only members named for an input are read, each only
+    after its declared uncompressed size (from the zip directory, which bounds what is read)
+    has been checked against `max_bytes` in all: a small archive cannot expand into gigabytes,
+    and members the model does not take are never decompressed."""
+    import zipfile
+
+    import numpy as np
+
+    if not body.startswith(b"PK"):
+        raise ValueError("not a zip archive (np.savez writes one)")
+    wanted = set(inputs)
+    feeds = {}
+    total = 0
+    with zipfile.ZipFile(io.BytesIO(body)) as z:
+        for info in z.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name not in wanted:
+                continue
+            total += info.file_size
+            if total > max_bytes:
+                raise ValueError(f"the inputs unpack to more than {max_bytes} bytes (CLEAVE_MAX_BODY_BYTES)")
+            with z.open(info) as f:
+                feeds[name] = np.lib.format.read_array(f, allow_pickle=False)
+    return feeds
+
+
+def write_npz(tensors):
+    """An .npz of `tensors`, any name included (np.savez takes its names as keyword
+    arguments, so a tensor called ``file`` would clash with its first parameter)."""
+    import zipfile
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, value in tensors.items():
+            with z.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
+    return buf.getvalue()
 
 
 def short_error(e):

@@ -327,3 +327,35 @@ def test_docstring_examples_run(monkeypatch):
     monkeypatch.chdir(ROOT)
     result = doctest.testmod(cleave, extraglobs={"cleave": cleave}, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 8 and result.failed == 0
+
+
+def test_serve_bodies_are_bounded_and_any_name_round_trips():
+    import io
+    import zipfile
+
+    from cleave.serve import read_npz, write_npz
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    body = write_npz({"x": x, "file": np.ones(2, np.int64), "gpu_0/data_0": x})
+    got = read_npz(body, ["x", "file", "gpu_0/data_0"], 1 << 20)
+    assert sorted(got) == ["file", "gpu_0/data_0", "x"]
+    np.testing.assert_array_equal(got["x"], x)
+    # Members the model does not take are not read; a bomb in one of them is never unpacked.
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", _npy(x))
+        z.writestr("junk.npy", b"\0" * (64 << 20))
+    assert len(buf.getvalue()) < 1 << 20
+    assert sorted(read_npz(buf.getvalue(), ["x"], 1 << 20)) == ["x"]
+    with pytest.raises(ValueError, match="more than"):
+        read_npz(buf.getvalue(), ["x", "junk"], 1 << 20)
+    with pytest.raises(ValueError, match="not a zip"):
+        read_npz(b"garbage", ["x"], 1 << 20)
+
+
+def _npy(a):
+    import io
+
+    f = io.BytesIO()
+    np.save(f, a)
+    return f.getvalue()
