@@ -1,19 +1,22 @@
 use cleave_device::{Profiles, Verdict};
 use cleave_fuse::{find_groups, Group, Rule, UnknownRule};
-use cleave_ir::{Graph, NodeId, OpSemantics};
+use cleave_ir::{Graph, Node, NodeId, OpSemantics};
 
 use crate::part_file::PartFile;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AssignError {
     /// The VPU page's message, then a hint.
-    #[error("[{device}] Cannot convert layer {node} due to unsupported layer type {op}{detail}; add a fallback device that supports it, e.g. --devices {suggest}")]
+    #[error(
+        "[{device}] Cannot convert layer {node} due to unsupported layer type {op}{detail}; {hint}"
+    )]
     Unsupported {
         device: String,
         node: String,
         op: String,
         detail: String,
-        suggest: String,
+        /// A device list that runs the node, never the one just given, or why there is none.
+        hint: String,
     },
     #[error("{rule} puts layer {node} ({op}) on {device}, which cannot run it: {reason}")]
     RuleUnsupported {
@@ -216,16 +219,12 @@ pub fn assign(
                     Verdict::Constraint(r) => format!(" ({r})"),
                     _ => String::new(),
                 };
-                let mut suggest: Vec<&str> = devices.iter().map(String::as_str).collect();
-                if !suggest.contains(&"cpu") {
-                    suggest.push("cpu");
-                }
                 return Err(AssignError::Unsupported {
                     device: device.to_uppercase(),
                     node: label.to_string(),
                     op: node.op_type.clone(),
                     detail,
-                    suggest: suggest.join(","),
+                    hint: fallback_hint(&devices, profiles, g, node, sem),
                 });
             }
         }
@@ -355,6 +354,31 @@ pub fn inseparable_pairs(g: &Graph, sem: &dyn OpSemantics) -> Vec<(NodeId, NodeI
         }
     }
     out
+}
+
+/// What to add to `devices` so `node` runs somewhere: the first known profile that runs it
+/// (cpu first), never a list the user already gave; or that no known profile runs it.
+fn fallback_hint(
+    devices: &[String],
+    profiles: &Profiles,
+    g: &Graph,
+    node: &Node,
+    sem: &dyn OpSemantics,
+) -> String {
+    let known: Vec<&str> = std::iter::once("cpu")
+        .chain(profiles.names().filter(|&n| n != "cpu"))
+        .filter(|n| profiles.get(n).is_some())
+        .collect();
+    let runs = known.into_iter().find(|d| {
+        !devices.iter().any(|x| x == d) && profiles.check(d, g, node, sem) == Verdict::Supported
+    });
+    match runs {
+        Some(d) => {
+            let list: Vec<&str> = devices.iter().map(String::as_str).chain([d]).collect();
+            format!("add a fallback device that supports it, e.g. --devices {}", list.join(","))
+        }
+        None => "no built-in device profile runs it: add a device whose profile (--profile FILE.toml) lists it, or one without a profile, which runs every op".to_string(),
+    }
 }
 
 #[cfg(test)]

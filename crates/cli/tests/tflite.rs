@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    assert_bad_input, check_tflite_parts, cleave, ok, os, query_nodes, repo, write_part_file, Rng,
+    assert_bad_input, check_tflite_parts, cleave, ok, os, query_nodes, repo, stderr,
+    write_part_file, Rng,
 };
 use serde_json::Value;
 
@@ -228,6 +229,12 @@ fn query_reports_one_runtime_coverage_in_tflite_names() {
     // On ONE's cpu alone the PRELUs cannot go anywhere: OpenVINO's message, naming one.
     let o = cleave(&[os("query"), model.as_os_str(), os("--devices"), os("cpu")]);
     assert_bad_input(&o, &model, "unsupported layer type PRELU");
+    // The hint names a device that runs PRELU, never the list just typed.
+    let e = stderr(&o);
+    assert!(
+        e.contains("e.g. --devices cpu,acl_cl") && !e.ends_with("--devices cpu\n"),
+        "{e}"
+    );
 }
 
 #[test]
