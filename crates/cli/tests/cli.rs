@@ -470,19 +470,19 @@ fn backend_names_that_are_paths_are_refused() {
     let mut written: Vec<_> = walk(tmp.path());
     written.sort();
     assert!(
-        written.iter().all(|p| !p.ends_with(".onnx") && !p.ends_with(".json")),
+        written
+            .iter()
+            .all(|p| !p.ends_with(".onnx") && !p.ends_with(".json")),
         "{written:?}"
     );
     for devices in ["npu,a/b", "..,cpu", "cpu,-x"] {
-        let o = cleave(&[
-            os("query"),
-            model.as_os_str(),
-            os("--devices"),
-            os(devices),
-        ]);
+        let o = cleave(&[os("query"), model.as_os_str(), os("--devices"), os(devices)]);
         assert_eq!(o.status.code(), Some(2), "{devices}");
         let e = stderr(&o);
-        assert!(e.contains("is not allowed") && e.lines().count() == 1, "{e}");
+        assert!(
+            e.contains("is not allowed") && e.lines().count() == 1,
+            "{e}"
+        );
     }
 }
 
@@ -525,7 +525,15 @@ fn an_engine_panic_is_one_line_and_exit_2() {
     let path = write(tmp.path(), "neg.onnx", &m.encode_to_vec());
     let runs: [&[&str]; 2] = [
         &["verify", "--devices", "cpu"],
-        &["verify", "--devices", "cpu", "--reference", "tract", "--optimize", "basic"],
+        &[
+            "verify",
+            "--devices",
+            "cpu",
+            "--reference",
+            "tract",
+            "--optimize",
+            "basic",
+        ],
     ];
     for args in runs {
         let mut all = vec![os(args[0]), path.as_os_str()];
@@ -533,7 +541,13 @@ fn an_engine_panic_is_one_line_and_exit_2() {
         let o = cleave(&all);
         let e = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
-        assert!(e.contains("tract cannot run it: the engine panicked"), "{e}");
-        assert!(!e.contains("thread 'main' panicked") && e.lines().count() == 1, "{e}");
+        assert!(
+            e.contains("tract cannot run it: the engine panicked"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("thread 'main' panicked") && e.lines().count() == 1,
+            "{e}"
+        );
     }
 }
