@@ -359,3 +359,13 @@ def _npy(a):
     f = io.BytesIO()
     np.save(f, a)
     return f.getvalue()
+
+
+def test_readme_python_example_runs():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Python"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[: code.index("```")]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.strip()) < 1e-5
