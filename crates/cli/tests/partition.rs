@@ -419,6 +419,83 @@ fn workdir_keeps_foreign_files_and_the_source_is_untouched() {
     assert!(leftovers.is_empty());
 }
 
+/// Every file of `dir` (not folders) with its bytes.
+fn files_in(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| {
+            let bytes = std::fs::read(e.path()).unwrap();
+            (e.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn a_write_that_fails_half_way_leaves_the_previous_partition_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rules = |op: &str| {
+        write_part(
+            tmp.path(),
+            &format!("{op}.part"),
+            &format!("[partition]\nbackends=cpu,acl_cl\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\n{op}=acl_cl\n"),
+        )
+    };
+    let (div, add) = (rules("DIV"), rules("ADD"));
+    let m = example("instance_norm.onnx");
+    let work = tmp.path().join("work");
+    partition(&m, &work, &["--part", div.to_str().unwrap()]);
+    // The ADD rule gives four parts: a folder stands where the fourth must go.
+    for b in ["cpu", "acl_cl"] {
+        std::fs::create_dir(work.join(format!("instance_norm.00004_{b}.onnx"))).unwrap();
+    }
+    let before = files_in(&work);
+    assert_eq!(before.len(), 5, "{:?}", before.keys());
+    let o = cleave(&[
+        os("partition"),
+        m.as_os_str(),
+        os("--part"),
+        add.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("instance_norm.00004_") && err.contains("a folder is in the way"),
+        "{err}"
+    );
+    assert_eq!(files_in(&work), before, "the earlier partition was changed");
+    let names: Vec<String> = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names.len(),
+        7,
+        "a staging folder was left behind: {names:?}"
+    );
+    ok(&cleave(&[
+        os("check"),
+        work.join("instance_norm.conn.json").as_os_str(),
+    ]));
+    // Once the folders are gone the same command replaces three parts by four.
+    for b in ["cpu", "acl_cl"] {
+        std::fs::remove_dir(work.join(format!("instance_norm.00004_{b}.onnx"))).unwrap();
+    }
+    partition(&m, &work, &["--part", add.to_str().unwrap()]);
+    let after = files_in(&work);
+    let c = conn(&work, "instance_norm");
+    assert_eq!(c.parts.len(), 4);
+    assert_eq!(after.len(), 6, "{:?}", after.keys());
+    for p in &c.parts {
+        assert!(after.contains_key(&p.file), "{}", p.file);
+    }
+}
+
 #[test]
 fn symbolic_batch_survives_in_part_boundaries() {
     let tmp = tempfile::tempdir().unwrap();

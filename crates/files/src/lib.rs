@@ -1,4 +1,5 @@
-//! Files cleave writes whatever the model format: every file through [`write_atomic`], and the
+//! Files cleave writes whatever the model format: every file through [`write_atomic`], a
+//! partition's files all together through [`Staged`], and the
 //! connection files of ONE's circle-partitioner ([`ConnFile`]), with the part naming scheme
 //! `stem.00001_<backend>.<ext>` that both share.
 //!
@@ -8,9 +9,11 @@
 mod atomic;
 mod conn;
 mod naming;
+mod staged;
 
 pub use atomic::{write_atomic, WriteError};
 pub use conn::{ConnFile, ConnModel};
 pub use naming::{
-    backend_of, check_backend_name, is_part_file, part_file_name, relative_path, remove_stale_parts,
+    backend_of, check_backend_name, is_part_file, part_file_name, relative_path, stale_parts,
 };
+pub use staged::{ConnFiles, Staged};

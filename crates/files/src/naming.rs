@@ -68,22 +68,32 @@ pub fn is_part_file(name: &str, stem: &str, ext: &str) -> bool {
     b.len() >= 6 && b[..5].iter().all(u8::is_ascii_digit) && b[5] == b'_'
 }
 
-/// Removes part files of an earlier run (same stem, more parts or other backends), which
-/// would contradict the new connection files; never one in `keep`, never `source`.
-pub fn remove_stale_parts(workdir: &Path, stem: &str, ext: &str, keep: &[String], source: &Path) {
+/// Part files of an earlier run (same stem, more parts or other backends), which would
+/// contradict the new connection files: never one in `keep`, never `source`.
+pub fn stale_parts(
+    workdir: &Path,
+    stem: &str,
+    ext: &str,
+    keep: &[String],
+    source: &Path,
+) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(workdir) else {
-        return;
+        return Vec::new();
     };
     let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if is_part_file(&name, stem, ext)
-            && !keep.contains(name.as_str())
-            && !e.path().canonicalize().is_ok_and(|p| p == source)
-        {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+    let mut stale: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_stale = is_part_file(&name, stem, ext)
+                && !keep.contains(name.as_str())
+                && e.file_type().is_ok_and(|t| !t.is_dir())
+                && !e.path().canonicalize().is_ok_and(|p| p == source);
+            is_stale.then_some(name)
+        })
+        .collect();
+    stale.sort();
+    stale
 }
 
 /// `to` relative to the folder `from` (both absolute), with `../` as needed.

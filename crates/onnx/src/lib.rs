@@ -63,4 +63,6 @@ pub fn to_checked_ir(m: &OnnxModel) -> Result<cleave_ir::Model, OnnxError> {
     })?;
     Ok(ir)
 }
-pub use weights_file::{write_weights_file, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES};
+pub use weights_file::{
+    write_weights_file, write_weights_file_to, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES,
+};

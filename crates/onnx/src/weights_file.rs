@@ -98,6 +98,20 @@ pub fn write_weights_file(
     out: &Path,
     min_bytes: u64,
 ) -> Result<Option<WeightsFile>, OnnxError> {
+    write_weights_file_to(source, tensors, out, out, min_bytes)
+}
+
+/// [`write_weights_file`] for a file that will be at `out` but is written at `write_to` (a
+/// staging folder): `out` names the file in the parts and decides whether the source already
+/// reads it. Nothing is written at `write_to` when the result's source is
+/// [`WeightsSource::Existing`].
+pub fn write_weights_file_to(
+    source: &OnnxModel,
+    tensors: &[&TensorProto],
+    out: &Path,
+    write_to: &Path,
+    min_bytes: u64,
+) -> Result<Option<WeightsFile>, OnnxError> {
     let base = source.base_dir();
     let mut plan: Vec<(&str, Origin)> = Vec::new();
     for t in tensors {
@@ -212,7 +226,7 @@ pub fn write_weights_file(
             if out_real.as_ref() == Some(&only_real) {
                 return Ok(Some(done(WeightsSource::Existing)));
             }
-            if copy_atomic(&only_real, out).is_ok() {
+            if copy_atomic(&only_real, write_to).is_ok() {
                 return Ok(Some(done(WeightsSource::WholeFile)));
             }
         }
@@ -228,7 +242,7 @@ pub fn write_weights_file(
             });
         }
     }
-    let at = stream(&plan, out)?;
+    let at = stream(&plan, write_to)?;
     Ok(Some(WeightsFile {
         path: out.to_path_buf(),
         location,

@@ -3,9 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use cleave_files::{
-    part_file_name, relative_path, remove_stale_parts, write_atomic, ConnFile, ConnModel,
-};
+use cleave_files::{part_file_name, relative_path, write_atomic, ConnFile, ConnModel, Staged};
 use cleave_frontend::{
     Emitted, EmittedPart, ExternalData, FixedDims, Frontend, FrontendError, RewriteOptions,
     Rewritten, Source,
@@ -296,7 +294,7 @@ fn write_parts(
     let path = &src.file.path;
     let write_err =
         |p: &Path, e: std::io::Error| FrontendError::new(p, format!("cannot write: {e}"));
-    std::fs::create_dir_all(workdir).map_err(|e| write_err(workdir, e))?;
+    let mut staged = Staged::new(workdir).map_err(|e| FrontendError::new(&e.path, &e))?;
     let work_real = workdir.canonicalize().map_err(|e| write_err(workdir, e))?;
     let source_real = path
         .canonicalize()
@@ -317,12 +315,13 @@ fn write_parts(
         },
         parts: Vec::new(),
     };
-    // Every part is built before anything is written, so a refusal leaves the folder as it was.
-    let mut encoded = Vec::with_capacity(plan.parts.len());
+    // A refusal part-way drops `staged`, which removes what it wrote: the folder is as it was.
     let mut notes = src.converted.notes.clone();
+    let mut summary = Vec::new();
     let total = plan.parts.len();
     for (k, part) in plan.parts.iter().enumerate() {
-        let file = part_file_name(&stem, k, plan.device_name(part), ext).map_err(|e| src.err(e))?;
+        let backend = plan.device_name(part).to_string();
+        let file = part_file_name(&stem, k, &backend, ext).map_err(|e| src.err(e))?;
         if workdir
             .join(&file)
             .canonicalize()
@@ -346,17 +345,11 @@ fn write_parts(
             description,
             false,
         )?;
-        let (bytes, note) = src.encode(&sel)?;
+        let (data, note) = src.encode(&sel)?;
         notes.extend(note.map(|n| format!("{file}: {n}")));
-        encoded.push((file, bytes));
-    }
-    let mut written = Vec::new();
-    let mut summary = Vec::new();
-    for ((file, data), part) in encoded.into_iter().zip(&plan.parts) {
-        let backend = plan.device_name(part).to_string();
-        let path = workdir.join(&file);
-        write_atomic(&path, &data).map_err(|e| FrontendError::new(&e.path, &e))?;
-        written.push(file.clone());
+        staged
+            .write(&file, &data)
+            .map_err(|e| FrontendError::new(&e.path, &e))?;
         conn.parts.push(ConnModel {
             file: file.clone(),
             inputs: part.inputs.iter().map(name).collect(),
@@ -372,16 +365,12 @@ fn write_parts(
             outputs: part.outputs.iter().map(bytes).collect(),
         });
     }
-    let conn_json = workdir.join(format!("{stem}.conn.json"));
-    let conn_ini = workdir.join(format!("{stem}.conn.ini"));
-    write_atomic(&conn_json, conn.to_json().as_bytes())
+    let files = staged
+        .commit_partition(&stem, ext, &conn, &source_real, &[])
         .map_err(|e| FrontendError::new(&e.path, &e))?;
-    write_atomic(&conn_ini, conn.to_ini().as_bytes())
-        .map_err(|e| FrontendError::new(&e.path, &e))?;
-    remove_stale_parts(workdir, &stem, ext, &written, &source_real);
     Ok(Emitted {
-        conn_json,
-        conn_ini,
+        conn_json: files.json,
+        conn_ini: files.ini,
         conn,
         parts: summary,
         weights: None,

@@ -1,6 +1,6 @@
 use std::path::{Path, PathBuf};
 
-use cleave_files::{part_file_name, relative_path, remove_stale_parts, ConnFile, ConnModel};
+use cleave_files::{part_file_name, relative_path, ConnFile, ConnModel, Staged, WriteError};
 use cleave_frontend::{Emitted, EmittedPart, ExternalData, SharedWeights};
 use cleave_ir::Model;
 use cleave_partition::{Plan, ValidatedPlan};
@@ -8,7 +8,7 @@ use cleave_partition::{Plan, ValidatedPlan};
 use super::part::{part_model_with, SourceIndex};
 use crate::proto::ModelProto;
 use crate::{
-    encode_model, encoded_len, write_atomic, write_weights_file, OnnxError, OnnxModel, WeightsFile,
+    encode_model, encoded_len, write_weights_file_to, OnnxError, OnnxModel, WeightsFile,
     WeightsSource, MIN_EXTERNAL_BYTES,
 };
 
@@ -53,9 +53,10 @@ impl From<OnnxError> for EmitError {
     }
 }
 
-/// Writes every part and the connection files into `workdir` (created if missing). Earlier
-/// part files of the same stem that this plan does not produce are removed; nothing else in
-/// `workdir`, and never the source model, is touched. Weights are inline.
+/// Writes every part and the connection files into `workdir` (created if missing), all or
+/// nothing (see [`Staged`]). Earlier part files of the same stem that this plan does not
+/// produce are removed; nothing else in `workdir`, and never the source model, is touched.
+/// Weights are inline.
 pub fn emit(
     source: &OnnxModel,
     model: &Model,
@@ -77,7 +78,7 @@ pub fn emit_with(
         path: path.to_path_buf(),
         source,
     };
-    std::fs::create_dir_all(workdir).map_err(|e| write_err(workdir, e))?;
+    let mut staged = Staged::new(workdir).map_err(from_write)?;
     let work_real = workdir.canonicalize().map_err(|e| write_err(workdir, e))?;
     let source_real = source
         .path
@@ -112,20 +113,32 @@ pub fn emit_with(
             )));
         }
     }
-    let weights_path = workdir.join(format!("{stem}.weights"));
-    let (protos, weights, notes) = part_models(source, model, plan, external, &weights_path)?;
-    if weights.is_none() {
-        remove_stale_weights(source, &weights_path, &source_real);
+    let weights_name = format!("{stem}.weights");
+    let weights_path = workdir.join(&weights_name);
+    let (protos, weights, notes) = part_models(
+        source,
+        model,
+        plan,
+        external,
+        (&weights_path, &staged.path(&weights_name)),
+    )?;
+    let mut also_remove = Vec::new();
+    match &weights {
+        Some(w) if w.source != WeightsSource::Existing => staged.add(&weights_name),
+        Some(_) => {}
+        None if stale_weights(source, &weights_path, &source_real) => {
+            also_remove.push(weights_name)
+        }
+        None => {}
     }
 
-    let mut written = Vec::new();
     let mut summary = Vec::new();
     for ((k, part), proto) in plan.parts.iter().enumerate().zip(protos) {
         let backend = plan.device_name(part).to_string();
         let file = part_file_name(&stem, k, &backend, "onnx").map_err(EmitError::Source)?;
-        let path = workdir.join(&file);
-        write_atomic(&path, &encode_model(&proto))?;
-        written.push(file.clone());
+        staged
+            .write(&file, &encode_model(&proto))
+            .map_err(from_write)?;
         conn.parts.push(ConnModel {
             file: file.clone(),
             inputs: part
@@ -149,19 +162,24 @@ pub fn emit_with(
             outputs: part.outputs.iter().map(|&v| bytes(v)).collect(),
         });
     }
-    let conn_json = workdir.join(format!("{stem}.conn.json"));
-    let conn_ini = workdir.join(format!("{stem}.conn.ini"));
-    write_atomic(&conn_json, conn.to_json().as_bytes())?;
-    write_atomic(&conn_ini, conn.to_ini().as_bytes())?;
-    remove_stale_parts(workdir, &stem, "onnx", &written, &source_real);
+    let files = staged
+        .commit_partition(&stem, "onnx", &conn, &source_real, &also_remove)
+        .map_err(from_write)?;
     Ok(Emitted {
-        conn_json,
-        conn_ini,
+        conn_json: files.json,
+        conn_ini: files.ini,
         conn,
         parts: summary,
         weights: weights.map(|w| shared_weights(&w)),
         notes,
     })
+}
+
+fn from_write(e: WriteError) -> EmitError {
+    EmitError::Write {
+        path: e.path,
+        source: e.source,
+    }
 }
 
 fn shared_weights(w: &WeightsFile) -> SharedWeights {
@@ -186,7 +204,7 @@ fn part_models(
     model: &Model,
     plan: &Plan,
     external: ExternalData,
-    weights_path: &Path,
+    (weights_path, write_to): (&Path, &Path),
 ) -> Result<PartModels, EmitError> {
     let index = SourceIndex::new(source)?;
     let build = |shared: Option<&WeightsFile>| {
@@ -228,22 +246,21 @@ fn part_models(
         .iter()
         .filter(|t| used.contains(t.name()))
         .collect();
-    let weights = write_weights_file(source, &tensors, weights_path, MIN_EXTERNAL_BYTES)?;
+    let weights =
+        write_weights_file_to(source, &tensors, weights_path, write_to, MIN_EXTERNAL_BYTES)?;
     Ok((build(weights.as_ref())?, weights, notes))
 }
 
-/// A weights file of an earlier shared run that the new inline parts no longer read (unless
-/// the source itself reads it).
-fn remove_stale_weights(source: &OnnxModel, weights_path: &Path, source_real: &Path) {
+/// Whether the weights file of an earlier shared run is there and the new inline parts no
+/// longer read it (nor does the source itself).
+fn stale_weights(source: &OnnxModel, weights_path: &Path, source_real: &Path) -> bool {
     let Ok(real) = weights_path.canonicalize() else {
-        return;
+        return false;
     };
     let source_reads = real == source_real
         || source
             .data_files()
             .iter()
             .any(|f| f.canonicalize().is_ok_and(|f| f == real));
-    if !source_reads {
-        let _ = std::fs::remove_file(weights_path);
-    }
+    !source_reads && real.is_file()
 }

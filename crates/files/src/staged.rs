@@ -1,0 +1,258 @@
+//! All-or-nothing output: a partition's files are written into a staging folder inside the
+//! output folder, then moved into place together, replacing and removing the previous
+//! partition's files; when any step fails, the output folder is put back as it was.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::{stale_parts, ConnFile, WriteError};
+
+/// Files written under their final names into a hidden folder of `workdir`, moved into
+/// `workdir` by [`Staged::commit`]. Dropped without a commit, it removes what it wrote.
+pub struct Staged {
+    workdir: PathBuf,
+    dir: tempfile::TempDir,
+    names: Vec<String>,
+}
+
+impl Staged {
+    /// Creates `workdir` if missing and a staging folder inside it (on the same filesystem, so
+    /// the final moves are renames).
+    pub fn new(workdir: &Path) -> Result<Self, WriteError> {
+        let err = |source| WriteError {
+            path: workdir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(workdir).map_err(err)?;
+        let dir = tempfile::Builder::new()
+            .prefix(".cleave-staging-")
+            .tempdir_in(workdir)
+            .map_err(err)?;
+        Ok(Staged {
+            workdir: workdir.to_path_buf(),
+            dir,
+            names: Vec::new(),
+        })
+    }
+
+    /// Where `name` is staged, for writers that stream into a path; [`Staged::add`] it after.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Counts a file written at [`Staged::path`] among those to move. Files move in the order
+    /// they were added: add the connection files last.
+    pub fn add(&mut self, name: &str) {
+        self.names.push(name.to_string());
+    }
+
+    /// Writes `data` as `name` in the staging folder.
+    pub fn write(&mut self, name: &str, data: &[u8]) -> Result<(), WriteError> {
+        let path = self.path(name);
+        let err = |source| WriteError {
+            path: self.workdir.join(name),
+            source,
+        };
+        let mut f = File::create_new(&path).map_err(err)?;
+        f.write_all(data).map_err(err)?;
+        f.sync_all().map_err(err)?;
+        self.add(name);
+        Ok(())
+    }
+
+    /// Moves every staged file into `workdir`, replacing files of the same name, and removes
+    /// the files of `workdir` named in `remove` (an earlier partition's parts). Replaced and
+    /// removed files are first moved aside into the staging folder, so that a failure at any
+    /// step moves everything back; they are deleted only once every new file is in place.
+    pub fn commit(self, remove: &[String]) -> Result<(), WriteError> {
+        let aside = self.dir.path().join(".previous");
+        let err = |path: &Path, source| WriteError {
+            path: path.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir(&aside).map_err(|e| err(&aside, e))?;
+        // A folder where a file must go is refused before anything moves: moving a user's
+        // folder aside is not this command's business.
+        for name in &self.names {
+            let target = self.workdir.join(name);
+            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+                return Err(err(
+                    &target,
+                    std::io::Error::new(
+                        std::io::ErrorKind::IsADirectory,
+                        "a folder is in the way of this output file; nothing was changed",
+                    ),
+                ));
+            }
+        }
+        let mut journal = Journal::default();
+        let moved = self.move_all(&aside, remove, &mut journal);
+        if let Err(e) = moved {
+            journal.undo();
+            return Err(e);
+        }
+        if let Ok(d) = File::open(&self.workdir) {
+            let _ = d.sync_all();
+        }
+        // Dropping the staging folder deletes the previous files moved aside.
+        Ok(())
+    }
+
+    fn move_all(
+        &self,
+        aside: &Path,
+        remove: &[String],
+        journal: &mut Journal,
+    ) -> Result<(), WriteError> {
+        let mut out: Vec<&String> = self.names.iter().collect();
+        out.extend(remove.iter().filter(|r| !self.names.contains(r)));
+        for name in out {
+            let target = self.workdir.join(name);
+            if std::fs::symlink_metadata(&target).is_ok() {
+                journal.rename(&target, &aside.join(name))?;
+            }
+        }
+        for name in &self.names {
+            journal.rename(&self.path(name), &self.workdir.join(name))?;
+        }
+        Ok(())
+    }
+}
+
+/// The connection files `stem.conn.json` and `stem.conn.ini` of a partition whose parts are
+/// staged, in the order a reader of the folder expects them: written last, moved last.
+pub struct ConnFiles {
+    pub json: PathBuf,
+    pub ini: PathBuf,
+}
+
+impl Staged {
+    /// Stages the connection files after the parts, then commits, removing the parts of an
+    /// earlier partition of `stem` (and `also_remove`) that this one does not write.
+    pub fn commit_partition(
+        mut self,
+        stem: &str,
+        ext: &str,
+        conn: &ConnFile,
+        source: &Path,
+        also_remove: &[String],
+    ) -> Result<ConnFiles, WriteError> {
+        let json = format!("{stem}.conn.json");
+        let ini = format!("{stem}.conn.ini");
+        self.write(&json, conn.to_json().as_bytes())?;
+        self.write(&ini, conn.to_ini().as_bytes())?;
+        let mut remove = stale_parts(&self.workdir, stem, ext, &self.names, source);
+        remove.extend(also_remove.iter().cloned());
+        let files = ConnFiles {
+            json: self.workdir.join(json),
+            ini: self.workdir.join(ini),
+        };
+        self.commit(&remove)?;
+        Ok(files)
+    }
+}
+
+/// The renames done so far, undone newest first.
+#[derive(Default)]
+struct Journal(Vec<(PathBuf, PathBuf)>);
+
+impl Journal {
+    fn rename(&mut self, from: &Path, to: &Path) -> Result<(), WriteError> {
+        std::fs::rename(from, to).map_err(|source| WriteError {
+            path: from.to_path_buf(),
+            source,
+        })?;
+        self.0.push((from.to_path_buf(), to.to_path_buf()));
+        Ok(())
+    }
+
+    fn undo(self) {
+        for (from, to) in self.0.into_iter().rev() {
+            let _ = std::fs::rename(to, from);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Staged;
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    fn listing(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let content = std::fs::read(e.path()).unwrap_or_default();
+                (e.file_name().to_string_lossy().into_owned(), content)
+            })
+            .collect()
+    }
+
+    fn seed(dir: &Path) {
+        for (n, c) in [("m.00001_a.onnx", "old1"), ("m.00002_b.onnx", "old2")] {
+            std::fs::write(dir.join(n), c).unwrap();
+        }
+        std::fs::write(dir.join("m.conn.json"), "oldconn").unwrap();
+    }
+
+    #[test]
+    fn a_commit_replaces_and_removes_and_leaves_no_staging_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        seed(dir.path());
+        let mut s = Staged::new(dir.path()).unwrap();
+        s.write("m.00001_a.onnx", b"new1").unwrap();
+        s.write("m.conn.json", b"newconn").unwrap();
+        s.commit(&["m.00002_b.onnx".into()]).unwrap();
+        let got = listing(dir.path());
+        let want: BTreeMap<String, Vec<u8>> = [
+            ("m.00001_a.onnx".to_string(), b"new1".to_vec()),
+            ("m.conn.json".to_string(), b"newconn".to_vec()),
+        ]
+        .into();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_failure_half_way_puts_everything_back() {
+        let dir = tempfile::tempdir().unwrap();
+        seed(dir.path());
+        let before = listing(dir.path());
+        let mut s = Staged::new(dir.path()).unwrap();
+        s.write("m.00001_a.onnx", b"new1").unwrap();
+        // Staged but gone by the time it moves: the second move fails after the first
+        // succeeded, and after the old files went aside.
+        s.add("m.00003_c.onnx");
+        s.write("m.conn.json", b"newconn").unwrap();
+        let e = s.commit(&["m.00002_b.onnx".into()]).unwrap_err();
+        assert!(e.path.ends_with("m.00003_c.onnx"), "{e:?}");
+        assert_eq!(listing(dir.path()), before);
+    }
+
+    #[test]
+    fn a_folder_in_the_way_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        seed(dir.path());
+        std::fs::create_dir(dir.path().join("m.00003_c.onnx")).unwrap();
+        let before = listing(dir.path());
+        let mut s = Staged::new(dir.path()).unwrap();
+        s.write("m.00001_a.onnx", b"new1").unwrap();
+        s.write("m.00003_c.onnx", b"new3").unwrap();
+        let e = s.commit(&[]).unwrap_err();
+        assert!(e.to_string().contains("folder is in the way"), "{e}");
+        assert_eq!(listing(dir.path()), before);
+    }
+
+    #[test]
+    fn dropped_without_commit_leaves_the_folder_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        seed(dir.path());
+        let before = listing(dir.path());
+        let mut s = Staged::new(dir.path()).unwrap();
+        s.write("m.00001_a.onnx", b"new1").unwrap();
+        drop(s);
+        assert_eq!(listing(dir.path()), before);
+    }
+}
