@@ -7,7 +7,8 @@
 # Targets (fuzz/fuzz_targets): load_onnx (bytes → model → IR → inference), pipeline_onnx
 # (the same, then assignment, fusion groups, partitioning, validation and each part built in
 # memory; its mutator edits attributes, initializers, wiring, op types and opsets of decoded
-# models), part_rules (ONE .part files), load_tflite (TFLite/circle bytes → IR, then the
+# models), part_rules (ONE .part files; backend names that would leave the output folder),
+# tensor_files (.npy and TensorProto .pb inputs), load_tflite (TFLite/circle bytes → IR, then the
 # whole model, a part and the other format written back). Needs the nightly toolchain and cargo-fuzz, which it
 # installs when missing. Builds with debug assertions, so integer overflow is a crash.
 # Seeds: the ONNX node-test models, the examples and the small TFLite test models
@@ -18,7 +19,7 @@ set -euo pipefail
 secs="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(load_onnx pipeline_onnx part_rules load_tflite)
+[ ${#targets[@]} -gt 0 ] || targets=(load_onnx pipeline_onnx part_rules tensor_files load_tflite)
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$HOME/.cache/cleave"
@@ -32,9 +33,9 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
 fi
 
 seeds="$cache/fuzz-seeds"
-if [ ! -f "$seeds/.complete-2" ]; then
+if [ ! -f "$seeds/.complete-3" ]; then
   rm -rf "$seeds"
-  mkdir -p "$seeds/onnx" "$seeds/part" "$seeds/tflite"
+  mkdir -p "$seeds/onnx" "$seeds/part" "$seeds/tflite" "$seeds/tensor"
   [ -d "$data/node" ] || { echo "no test data in $data: run scripts/fetch-test-data.sh" >&2; exit 1; }
   find "$data/node" -name model.onnx -size -64k | while read -r m; do
     cp "$m" "$seeds/onnx/$(basename "$(dirname "$m")").onnx"
@@ -43,9 +44,22 @@ if [ ! -f "$seeds/.complete-2" ]; then
   cp "$root"/examples/*.part "$seeds/part/"
   printf '[partition]\nbackends=npu,cpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\nconv1=npu\n' >"$seeds/part/opname.part"
   printf '[partition]\nbackends=acl_cl,cpu\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nDIV=acl_cl\n_=cpu\n' >"$seeds/part/opcode.part"
+  printf '[partition]\nbackends=cpu,../../evil\ndefault=cpu\n[OPCODE]\nConv=../../evil\n' >"$seeds/part/pathlike.part"
+  find "$data/node" -path '*test_data_set_0*' -name '*.pb' -size -16k | awk 'NR <= 200' | while read -r f; do
+    cp "$f" "$seeds/tensor/$(basename "$(dirname "$(dirname "$f")")")_$(basename "$f")"
+  done
+  python3 - "$seeds/tensor" <<'PY'
+import struct, sys
+# .npy files by hand (numpy need not be installed): version 1, a dict header, the raw data.
+for name, descr, shape, data in [("f32", "<f4", "(2, 3)", bytes(24)), ("i64", "<i8", "(4,)", bytes(32)),
+                                 ("b1", "|b1", "()", b"\x01"), ("u8", "|u1", "(0, 5)", b"")]:
+    header = ("{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)).encode() + b"\n"
+    with open(f"{sys.argv[1]}/{name}.npy", "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + data)
+PY
   find "$data/tflite" "$data/tflite-quant" -name '*.tflite' -size -256k -exec cp {} "$seeds/tflite/" \;
   [ -n "$(ls "$seeds/tflite")" ] || { echo "no TFLite test models in $data: run scripts/fetch-test-data.sh" >&2; exit 1; }
-  touch "$seeds/.complete-2"
+  touch "$seeds/.complete-3"
 fi
 
 export CARGO_TARGET_DIR="$cache/fuzz-target"
@@ -57,6 +71,7 @@ status=0
 for t in "${targets[@]}"; do
   case "$t" in
     part_rules) seed="$seeds/part" ;;
+    tensor_files) seed="$seeds/tensor" ;;
     load_tflite) seed="$seeds/tflite" ;;
     *) seed="$seeds/onnx" ;;
   esac

@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = source.reencode();
     let g = &source.converted.model.graph;
-    let ops: Vec<usize> = g.nodes.iter().filter_map(|n| n.source.map(|s| s.index())).collect();
+    let ops: Vec<usize> = g
+        .nodes
+        .iter()
+        .filter_map(|n| n.source.map(|s| s.index()))
+        .collect();
     let half = build::ordered(ops.iter().copied().take(ops.len().div_ceil(2)));
     let tensor = |v: &cleave_ir::ValueId| {
         let name = &g.value(*v).name;

@@ -1,15 +1,34 @@
 //! ONE's `.part` rule files from any text: parsed and checked, or refused with an error,
-//! never a panic; a file that parses renders its [OPNAME] section again.
+//! never a panic. A file that parses names only backends that make plain file names, so a rule
+//! file cannot choose where cleave writes (`backends=cpu,../../evil`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+fn check_names(pf: &cleave_assign::PartFile) {
+    let named = pf
+        .backends
+        .iter()
+        .chain(std::iter::once(&pf.default))
+        .chain(pf.opcode.values())
+        .chain(pf.opname.values());
+    for b in named {
+        let file = cleave_files::part_file_name("m", 0, b, "onnx")
+            .unwrap_or_else(|e| panic!("accepted backend {b:?}: {e}"));
+        assert!(!file.contains('/') && !file.contains('\\'), "{file}");
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
     let path = std::path::Path::new("fuzz.part");
-    let _ = cleave_assign::PartFile::parse(text, path, None, None);
+    if let Ok(pf) = cleave_assign::PartFile::parse(text, path, None, None) {
+        check_names(&pf);
+    }
     let backends = ["npu".to_string(), "cpu".to_string()];
-    let _ = cleave_assign::PartFile::parse(text, path, Some(&backends), Some("cpu"));
+    if let Ok(pf) = cleave_assign::PartFile::parse(text, path, Some(&backends), Some("cpu")) {
+        check_names(&pf);
+    }
 });

@@ -22,6 +22,7 @@ mod io;
 mod ops;
 mod probe;
 pub mod rewrite;
+mod tensor_file;
 mod to_ir;
 mod validate;
 mod weights_file;
@@ -40,6 +41,7 @@ pub use frontend::{OnnxFrontend, OnnxSource};
 pub use infer::{infer_types, InferReport};
 pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
 pub use ops::{is_default_domain, is_deterministic, OnnxSemantics};
+pub use tensor_file::{tensor_from_pb, TensorFile};
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
 pub use validate::MAX_OPSET;
 

@@ -19,5 +19,5 @@ pub mod verify;
 
 pub use engine::{Engine, EngineFactory, EngineKind, EngineMap, Session};
 pub use error::RuntimeError;
-pub use npy::{read_npy, write_npy};
+pub use npy::{npy_from_bytes, read_npy, write_npy};
 pub use tensor::{Diff, HostTensor};

@@ -54,13 +54,14 @@ pub fn read_npy(path: &Path) -> Result<HostTensor, RuntimeError> {
         path: path.to_path_buf(),
         source,
     })?;
-    parse(&bytes).map_err(|message| RuntimeError::BadTensor {
+    npy_from_bytes(&bytes).map_err(|message| RuntimeError::BadTensor {
         path: path.to_path_buf(),
         message: format!("not a valid .npy file: {message}"),
     })
 }
 
-fn parse(b: &[u8]) -> Result<HostTensor, String> {
+/// A tensor from the bytes of a `.npy` file, or why they are not one.
+pub fn npy_from_bytes(b: &[u8]) -> Result<HostTensor, String> {
     if b.len() < 10 || &b[..6] != MAGIC {
         return Err("missing the \\x93NUMPY magic".into());
     }
