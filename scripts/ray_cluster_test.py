@@ -177,6 +177,17 @@ def test_partition(ray, serve, mod, a, idx, conn):
               f"{len(want)} tensors, max abs diff {worst:.2e}" + (f", mismatched {bad}" if bad else ""))
     except (urllib.error.URLError, OSError, ValueError) as e:
         check(f"{label}: HTTP POST .npz ?boundaries=1 equals the whole model", False, str(e))
+    # A tensor of the wrong dtype is the client's error: 400 naming the input, never reaching a part.
+    first = partition.inputs[0]
+    wrong = dict(feeds, **{first: feeds[first].astype("float64" if feeds[first].dtype.name != "float64" else "float32")})
+    try:
+        http_infer(a.http_port, name, wrong, False, a.request_timeout + 10)
+        check(f"{label}: HTTP POST of a wrong dtype answers 400", False, "it answered 200")
+    except urllib.error.HTTPError as e:
+        reason = e.read().decode(errors="replace")
+        check(f"{label}: HTTP POST of a wrong dtype answers 400", e.code == 400 and repr(first) in reason, f"{e.code}: {reason[:200]}")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        check(f"{label}: HTTP POST of a wrong dtype answers 400", False, str(e))
     r = handle.infer.remote(feeds, boundaries=True).result(timeout_s=a.request_timeout + 10)
     merged = dict(r["boundaries"])
     merged.update(r["outputs"])

@@ -40,7 +40,11 @@ HTTP
 ``POST http://HOST:PORT/NAME`` with an .npz body holding the graph inputs by name answers an
 .npz of the graph outputs; ``?boundaries=1`` adds every part's outputs (the tensors crossing
 between parts). The header ``x-cleave-parts`` carries, as JSON, each part's node and compute
-time. Bad input answers 400; a part that fails or does not answer in time answers 503.
+time. Bad input answers 400 with the reason (not an .npz, a missing input, a dtype or shape the
+model does not take, more than CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or
+does not answer in time answers 503. A request that runs out of time is stopped at its part
+(queued, it never runs; running, ONNX Runtime terminates it), so it does not hold the part's one
+worker.
     python3 -c 'import numpy as np, io, sys; b=io.BytesIO(); \\
       np.savez(b, **{"gpu_0/data_0": np.zeros((1,3,224,224), np.float32)}); \\
       sys.stdout.buffer.write(b.getvalue())' > in.npz
@@ -230,6 +234,15 @@ def _node_report():
     return report
 
 
+# ONNX Runtime's type names of the tensors numpy can hold.
+_ORT_DTYPES = {
+    "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+    "tensor(int8)": "int8", "tensor(int16)": "int16", "tensor(int32)": "int32", "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8", "tensor(uint16)": "uint16", "tensor(uint32)": "uint32", "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
+
+
 class PartReplica:
     def __init__(self, spec, model_bytes, actor_opts):
         import onnxruntime as ort
@@ -241,19 +254,40 @@ class PartReplica:
         source = model_bytes if model_bytes is not None else spec["file"]
         self.session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
         self.outputs = list(spec["outputs"])
+        # What each input takes: numpy dtype name (None when numpy has no such type) and dims,
+        # None where dynamic. The ingress checks requests against it before anything runs.
+        self.input_specs = {
+            i.name: [_ORT_DTYPES.get(i.type), [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])]]
+            for i in self.session.get_inputs()
+        }
         # One computation at a time per part, as on one device; queued requests wait here
         # while the event loop stays free to accept more and to answer health checks.
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self.report = _node_report()
         self.report.update(deployment=spec["deployment"], backend=spec["backend"], actor_options=actor_opts)
 
-    def _run(self, feeds):
+    def _run(self, feeds, run_options):
         t = time.perf_counter()
-        values = self.session.run(self.outputs, feeds)
+        values = self.session.run(self.outputs, feeds, run_options)
         return {"outputs": dict(zip(self.outputs, values)), "compute_s": time.perf_counter() - t, "node_id": self.report["node_id"]}
 
-    async def __call__(self, feeds):
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self._run, feeds)
+    async def __call__(self, feeds, budget_s=None):
+        """Runs the part on `feeds`, given up after `budget_s` seconds (what is left of the
+        request's time) or when the caller cancels: a request still queued never runs, and
+        one running is stopped by ONNX Runtime (RunOptions.terminate), so the part's one
+        worker is free for the next request instead of finishing work nobody waits for."""
+        import onnxruntime as ort
+
+        run_options = ort.RunOptions()
+        work = asyncio.get_running_loop().run_in_executor(self.pool, self._run, feeds, run_options)
+        try:
+            return await asyncio.wait_for(work, budget_s)
+        except (asyncio.CancelledError, asyncio.TimeoutError):
+            run_options.terminate = True
+            raise
+
+    def inputs(self):
+        return self.input_specs
 
     def describe(self):
         return self.report
@@ -264,6 +298,7 @@ class Ingress:
         self.meta = meta
         self.timeout_s = float(timeout_s)
         self.handles = list(part_handles)
+        self.specs = None
 
     async def _call_part(self, i, feeds, deadline):
         spec = self.meta["parts"][i]
@@ -271,21 +306,51 @@ class Ingress:
         who = f"{spec['deployment']} (backend {spec['backend']})"
         if left <= 0:
             raise TimeoutError(f"{who} not reached: the request ran out of its {self.timeout_s:g}s")
-        resp = self.handles[i].remote(feeds)
+        # The part gets what is left of the request's time too, and stops its own run then.
+        resp = self.handles[i].remote(feeds, left)
         try:
-            return await asyncio.wait_for(resp, left)
+            return await asyncio.wait_for(resp, left + 1.0)
         except asyncio.TimeoutError:
             resp.cancel()
             raise TimeoutError(f"{who} did not answer within {self.timeout_s:g}s (its actor or node may be down; Serve restarts it once a node with its resources is up)") from None
         except Exception as e:
+            if isinstance(_innermost(e), asyncio.TimeoutError):
+                raise TimeoutError(f"{who} gave up: the request ran out of its {self.timeout_s:g}s") from None
             raise RuntimeError(f"{who} failed: {short_error(e)}") from None
+
+    async def input_specs(self, deadline):
+        """Each graph input's dtype and dims as the part that takes it declares them, asked
+        once of the parts and kept."""
+        if self.specs is None:
+            graph_inputs = set(self.meta["inputs"])
+            specs = {}
+            for i, spec in enumerate(self.meta["parts"]):
+                if not graph_inputs.intersection(spec["inputs"]):
+                    continue
+                resp = self.handles[i].inputs.remote()
+                try:
+                    got = await asyncio.wait_for(resp, max(0.1, deadline - time.monotonic()))
+                except Exception as e:
+                    resp.cancel()
+                    raise RuntimeError(f"{spec['deployment']} (backend {spec['backend']}) did not say what it takes: {short_error(e) or type(e).__name__}") from None
+                for name, s in got.items():
+                    if name in graph_inputs:
+                        specs.setdefault(name, s)
+            self.specs = specs
+        return self.specs
 
     async def infer(self, feeds, boundaries=False):
         missing = [n for n in self.meta["inputs"] if n not in feeds]
         if missing:
             raise ValueError(f"missing graph input {missing[0]!r} (expected {self.meta['inputs']})")
+        import numpy as np
+
         deadline = time.monotonic() + self.timeout_s
+        specs = await self.input_specs(deadline)
         env = dict(feeds)
+        for name in self.meta["inputs"]:
+            env[name] = np.asarray(env[name])
+            check_input(name, env[name].dtype, env[name].shape, specs.get(name))
         parts = []
         for i, spec in enumerate(self.meta["parts"]):
             r = await self._call_part(i, {n: env[n] for n in spec["inputs"]}, deadline)
@@ -309,7 +374,6 @@ class Ingress:
         return {"name": self.meta["name"], "digest": self.meta["digest"], "inputs": self.meta["inputs"], "outputs": self.meta["outputs"], "parts": parts}
 
     async def __call__(self, request):
-        import numpy as np
         from starlette.responses import JSONResponse, Response
 
         try:
@@ -318,7 +382,16 @@ class Ingress:
                 body += chunk
                 if len(body) > MAX_BODY_BYTES:
                     raise ValueError(f"the body passes {MAX_BODY_BYTES} bytes (CLEAVE_MAX_BODY_BYTES)")
-            feeds = read_npz(bytes(body), self.meta["inputs"], MAX_BODY_BYTES)
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        try:
+            specs = await self.input_specs(time.monotonic() + self.timeout_s)
+        except Exception as e:
+            return JSONResponse({"error": short_error(e)}, status_code=503)
+        try:
+            feeds = read_npz(bytes(body), self.meta["inputs"], MAX_BODY_BYTES, specs)
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
         except Exception as e:
             return JSONResponse({"error": f"the body is not an .npz of the inputs: {short_error(e)}"}, status_code=400)
         want = request.query_params.get("boundaries", "0").lower() in ("1", "true", "yes")
@@ -333,31 +406,80 @@ class Ingress:
         return Response(write_npz(tensors), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(r["parts"])})
 
 
-def read_npz(body, inputs, max_bytes):
-    """The graph inputs in an .npz body. Only members named for an input are read, each only
-    after its declared uncompressed size (from the zip directory, which bounds what is read)
-    has been checked against `max_bytes` in all: a small archive cannot expand into gigabytes,
-    and members the model does not take are never decompressed."""
+def check_input(name, dtype, shape, spec):
+    """Refuses (ValueError) a tensor whose dtype or dims differ from what the model takes.
+    `spec` is [dtype name or None, dims with None where dynamic], or None when unknown."""
+    if spec is None:
+        return
+    want_dtype, want_dims = spec
+    if want_dtype is not None and str(dtype) != want_dtype:
+        raise ValueError(f"input {name!r} is {dtype}, the model takes {want_dtype}")
+    shown = "[" + ", ".join("?" if d is None else str(d) for d in want_dims) + "]"
+    if len(shape) != len(want_dims) or any(w is not None and w != d for d, w in zip(shape, want_dims)):
+        raise ValueError(f"input {name!r} has shape {list(shape)}, the model takes {shown}")
+
+
+def read_npz(body, inputs, max_bytes, specs=None):
+    """The graph inputs in an .npz body. Only members named for an input are read, and each
+    only after its .npy header (dtype and shape, read before any data is unpacked) has been
+    checked against what the model takes (`specs`, see check_input) and its size against
+    `max_bytes` in all: a small archive cannot expand into gigabytes, a tensor of the wrong
+    type or shape is refused before it is unpacked, and members the model does not take are
+    never decompressed."""
     import zipfile
 
     import numpy as np
 
     if not body.startswith(b"PK"):
-        raise ValueError("not a zip archive (np.savez writes one)")
+        raise ValueError("the body is not an .npz archive (np.savez writes one)")
+    specs = specs or {}
     wanted = set(inputs)
     feeds = {}
     total = 0
     with zipfile.ZipFile(io.BytesIO(body)) as z:
         for info in z.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-            if name not in wanted:
+            if name not in wanted or name in feeds:
                 continue
-            total += info.file_size
-            if total > max_bytes:
+            # The zip directory's uncompressed size bounds what unpacking may produce.
+            if total + info.file_size > max_bytes:
                 raise ValueError(f"the inputs unpack to more than {max_bytes} bytes (CLEAVE_MAX_BODY_BYTES)")
             with z.open(info) as f:
-                feeds[name] = np.lib.format.read_array(f, allow_pickle=False)
+                try:
+                    version = np.lib.format.read_magic(f)
+                    if version == (1, 0):
+                        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                    else:
+                        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                except ValueError as e:
+                    raise ValueError(f"{info.filename} is not an .npy file: {e}") from None
+                if dtype.hasobject:
+                    raise ValueError(f"input {name!r} holds Python objects, which are refused")
+                check_input(name, dtype, shape, specs.get(name))
+                nbytes = dtype.itemsize
+                for d in shape:
+                    nbytes *= d
+                total += nbytes
+                if total > max_bytes:
+                    raise ValueError(f"the inputs unpack to more than {max_bytes} bytes (CLEAVE_MAX_BODY_BYTES)")
+                data = bytearray(nbytes)
+                view = memoryview(data)
+                got = 0
+                while got < nbytes:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise ValueError(f"input {name!r} ends after {got} of the {nbytes} bytes its header declares")
+                    got += n
+            feeds[name] = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
     return feeds
+
+
+def _innermost(e):
+    seen = 0
+    while getattr(e, "cause", None) is not None and seen < 8:
+        e = e.cause
+        seen += 1
+    return e
 
 
 def write_npz(tensors):
@@ -378,10 +500,7 @@ def write_npz(tensors):
 def short_error(e):
     """The first line of the innermost cause: Ray wraps errors raised in actors in layers of
     tracebacks that bury the one sentence a person needs."""
-    seen = 0
-    while getattr(e, "cause", None) is not None and seen < 8:
-        e = e.cause
-        seen += 1
+    e = _innermost(e)
     text = str(e).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     # RayTaskError text starts with the task's name and a traceback; the message is last.
