@@ -784,6 +784,34 @@ fn shared_weights_copy_the_sources_data_file_and_pass_the_checker_onnxruntime_an
 }
 
 #[test]
+fn external_data_through_a_symbolic_link_is_refused_and_nothing_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_cnn_external(&tmp.path().join("src"));
+    // The data file moves elsewhere and a link takes its place, as onnx (>= 1.16) refuses.
+    let elsewhere = tmp.path().join("elsewhere.bin");
+    let data = tmp.path().join("src/tiny_cnn.data");
+    std::fs::rename(&data, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &data).unwrap();
+    let work = tmp.path().join("work");
+    let rules = example("tiny_cnn.part");
+    for cmd in ["partition", "inspect"] {
+        let mut args = vec![os(cmd), src.as_os_str()];
+        if cmd == "partition" {
+            args.extend([os("--part"), rules.as_os_str(), os("-o"), work.as_os_str()]);
+        }
+        let o = cleave(&args);
+        assert_bad_input(&o, &src, "goes through a symbolic link");
+        assert!(stderr(&o).contains("tiny_cnn.data"), "{}", stderr(&o));
+    }
+    assert!(!work.exists(), "a refused partition left its output folder");
+    // The control: the same file itself in place of the link partitions.
+    std::fs::remove_file(&data).unwrap();
+    std::fs::rename(&elsewhere, &data).unwrap();
+    partition(&src, &work, &["--part", rules.to_str().unwrap()]);
+    assert!(work.join("tiny_cnn.conn.json").is_file());
+}
+
+#[test]
 fn inline_parts_of_an_external_source_hold_their_bytes_and_drop_a_stale_shared_file() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tiny_cnn_external(&tmp.path().join("src"));

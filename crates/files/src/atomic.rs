@@ -16,6 +16,24 @@ pub struct WriteError {
 /// file is created exclusively under a random name (a link planted in a shared folder is
 /// never followed) and removed on every error path; the folder is synced after the rename.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), WriteError> {
+    write_with(path, |f| f.write_all(data))
+}
+
+/// [`write_atomic`] of a copy of the file `src` (through `copy_file_range` where the system
+/// has it, so extents are shared where the file system can).
+pub fn copy_atomic(src: &Path, path: &Path) -> Result<(), WriteError> {
+    write_with(path, |f| {
+        std::io::copy(&mut File::open(src)?, f)?;
+        Ok(())
+    })
+}
+
+/// Creates a temporary file beside `path` exclusively under a random name, lets `fill` write
+/// it, syncs it and renames it into place; the temporary file is removed on every error path.
+pub fn write_with(
+    path: &Path,
+    fill: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> Result<(), WriteError> {
     let write_err = |source| WriteError {
         path: path.to_path_buf(),
         source,
@@ -35,7 +53,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), WriteError> {
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(write_err)?;
-    tmp.write_all(data).map_err(write_err)?;
+    fill(tmp.as_file_mut()).map_err(write_err)?;
     tmp.as_file().sync_all().map_err(write_err)?;
     tmp.persist(path).map_err(|e| write_err(e.error))?;
     // The rename is durable once the folder's entry is; a folder that cannot be opened or

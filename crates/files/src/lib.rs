@@ -11,7 +11,7 @@ mod conn;
 mod naming;
 mod staged;
 
-pub use atomic::{write_atomic, WriteError};
+pub use atomic::{copy_atomic, write_atomic, write_with, WriteError};
 pub use conn::{ConnFile, ConnModel};
 pub use naming::{
     backend_of, check_backend_name, is_part_file, part_file_name, relative_path, stale_parts,

@@ -12,8 +12,21 @@ use crate::{stale_parts, ConnFile, WriteError};
 /// `workdir` by [`Staged::commit`]. Dropped without a commit, it removes what it wrote.
 pub struct Staged {
     workdir: PathBuf,
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
     names: Vec<String>,
+    /// Whether `new` created `workdir`: a command that then fails leaves no empty folder.
+    created: bool,
+    committed: bool,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // The staging folder goes first (with what it holds), then a folder this run made.
+        drop(self.dir.take());
+        if self.created && !self.committed {
+            let _ = std::fs::remove_dir(&self.workdir);
+        }
+    }
 }
 
 impl Staged {
@@ -24,21 +37,31 @@ impl Staged {
             path: workdir.to_path_buf(),
             source,
         };
+        let created = !workdir.is_dir();
         std::fs::create_dir_all(workdir).map_err(err)?;
-        let dir = tempfile::Builder::new()
-            .prefix(".cleave-staging-")
-            .tempdir_in(workdir)
-            .map_err(err)?;
-        Ok(Staged {
+        let mut staged = Staged {
             workdir: workdir.to_path_buf(),
-            dir,
+            dir: None,
             names: Vec::new(),
-        })
+            created,
+            committed: false,
+        };
+        staged.dir = Some(
+            tempfile::Builder::new()
+                .prefix(".cleave-staging-")
+                .tempdir_in(workdir)
+                .map_err(err)?,
+        );
+        Ok(staged)
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.as_ref().map_or(&self.workdir, |d| d.path())
     }
 
     /// Where `name` is staged, for writers that stream into a path; [`Staged::add`] it after.
     pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.dir().join(name)
     }
 
     /// Counts a file written at [`Staged::path`] among those to move. Files move in the order
@@ -65,8 +88,8 @@ impl Staged {
     /// the files of `workdir` named in `remove` (an earlier partition's parts). Replaced and
     /// removed files are first moved aside into the staging folder, so that a failure at any
     /// step moves everything back; they are deleted only once every new file is in place.
-    pub fn commit(self, remove: &[String]) -> Result<(), WriteError> {
-        let aside = self.dir.path().join(".previous");
+    pub fn commit(mut self, remove: &[String]) -> Result<(), WriteError> {
+        let aside = self.dir().join(".previous");
         let err = |path: &Path, source| WriteError {
             path: path.to_path_buf(),
             source,
@@ -96,6 +119,7 @@ impl Staged {
             let _ = d.sync_all();
         }
         // Dropping the staging folder deletes the previous files moved aside.
+        self.committed = true;
         Ok(())
     }
 
@@ -254,5 +278,13 @@ mod tests {
         s.write("m.00001_a.onnx", b"new1").unwrap();
         drop(s);
         assert_eq!(listing(dir.path()), before);
+        // A folder it made is gone again; one it made and filled stays.
+        let fresh = dir.path().join("out");
+        drop(Staged::new(&fresh).unwrap());
+        assert!(!fresh.exists());
+        let mut s = Staged::new(&fresh).unwrap();
+        s.write("m.conn.json", b"{}").unwrap();
+        s.commit(&[]).unwrap();
+        assert_eq!(std::fs::read(fresh.join("m.conn.json")).unwrap(), b"{}");
     }
 }

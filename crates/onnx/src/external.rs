@@ -53,6 +53,41 @@ pub(crate) fn external_ref(t: &TensorProto, model_path: &Path) -> Result<Externa
     })
 }
 
+/// [`external_ref`] and the file it names under `base`, refused when any part of the location
+/// is a symbolic link: onnx refuses such data files, and a link planted beside a model must
+/// not make cleave copy another file's bytes into a part.
+pub(crate) fn external_path(
+    t: &TensorProto,
+    model_path: &Path,
+    base: &Path,
+) -> Result<(ExternalRef, PathBuf), OnnxError> {
+    let r = external_ref(t, model_path)?;
+    let path = resolve_location(base, &r.location).map_err(|reason| OnnxError::External {
+        path: model_path.to_path_buf(),
+        tensor: t.name().to_string(),
+        reason,
+    })?;
+    Ok((r, path))
+}
+
+/// `base/location`, or why not: a component that is a symbolic link.
+pub(crate) fn resolve_location(base: &Path, location: &str) -> Result<PathBuf, String> {
+    let mut p = base.to_path_buf();
+    for c in Path::new(location).components() {
+        if let Component::Normal(n) = c {
+            p.push(n);
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(format!(
+                    "location '{location}' goes through a symbolic link, {}; onnx refuses data \
+                     read through links: put the file itself beside the model",
+                    p.display()
+                ));
+            }
+        }
+    }
+    Ok(p)
+}
+
 /// External locations must stay inside the model's folder, as the ONNX checker demands.
 fn check_location(location: &str) -> Result<(), String> {
     let p = Path::new(location);
@@ -176,7 +211,10 @@ pub(crate) fn carry_external_files(
         source,
     };
     for loc in locations {
-        let src = src_dir.join(&loc);
+        let src = resolve_location(src_dir, &loc).map_err(|reason| OnnxError::Read {
+            path: src_dir.join(&loc),
+            source: std::io::Error::other(reason),
+        })?;
         let dst = out_dir.join(&loc);
         let src_real = src.canonicalize().map_err(|e| OnnxError::Read {
             path: src.clone(),
@@ -188,21 +226,9 @@ pub(crate) fn carry_external_files(
         if let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent).map_err(|e| write_err(parent, e))?;
         }
-        let tmp = dst.with_file_name(format!(
-            ".{}.{}.tmp",
-            dst.file_name()
-                .map_or("data".into(), |n| n.to_string_lossy()),
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&tmp);
         // A copy (copy_file_range: extents shared where the file system can), not a hard link:
         // onnx refuses data files with more than one link as a possible hard-link attack.
-        std::fs::copy(&src_real, &tmp)
-            .and_then(|_| std::fs::rename(&tmp, &dst))
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                write_err(&dst, e)
-            })?;
+        cleave_files::copy_atomic(&src_real, &dst).map_err(|e| write_err(&dst, e.source))?;
     }
     Ok(())
 }

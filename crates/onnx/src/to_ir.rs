@@ -11,7 +11,7 @@ use cleave_ir::{
 
 use crate::dtype::elem_from_code;
 use crate::error::OnnxError;
-use crate::external::{external_ref, is_external};
+use crate::external::{external_path, is_external};
 use crate::io::OnnxModel;
 use crate::proto::{
     attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, AttributeProto,
@@ -289,9 +289,9 @@ pub fn to_ir_weight(t: &TensorProto, m: &OnnxModel) -> Result<Weight, OnnxError>
 fn weight(t: &TensorProto, ctx: &Ctx) -> Result<Weight, OnnxError> {
     let elem = elem_from_code(t.data_type()).unwrap_or(ElemType::Other(0));
     let data = if is_external(t) {
-        let r = external_ref(t, ctx.path)?;
+        let (r, path) = external_path(t, ctx.path, &ctx.base)?;
         WeightData::External {
-            path: ctx.base.join(r.location),
+            path,
             offset: r.offset,
             length: r.length,
         }

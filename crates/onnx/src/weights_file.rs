@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use crate::error::OnnxError;
-use crate::external::{external_ref, is_external};
+#[cfg(test)]
+use crate::external::external_ref;
+use crate::external::{external_path, is_external};
 use crate::io::OnnxModel;
 use crate::proto::{tensor_proto::DataLocation, StringStringEntryProto, TensorProto};
 
@@ -116,8 +118,7 @@ pub fn write_weights_file_to(
     let mut plan: Vec<(&str, Origin)> = Vec::new();
     for t in tensors {
         if is_external(t) {
-            let r = external_ref(t, &source.path)?;
-            let path = base.join(&r.location);
+            let (r, path) = external_path(t, &source.path, &base)?;
             let size = std::fs::metadata(&path)
                 .map_err(|e| OnnxError::Read {
                     path: path.clone(),
@@ -226,7 +227,7 @@ pub fn write_weights_file_to(
             if out_real.as_ref() == Some(&only_real) {
                 return Ok(Some(done(WeightsSource::Existing)));
             }
-            if copy_atomic(&only_real, write_to).is_ok() {
+            if cleave_files::copy_atomic(&only_real, write_to).is_ok() {
                 return Ok(Some(done(WeightsSource::WholeFile)));
             }
         }
@@ -252,44 +253,21 @@ pub fn write_weights_file_to(
     }))
 }
 
-fn tmp_beside(out: &Path) -> PathBuf {
-    let name = out
-        .file_name()
-        .map_or_else(|| "weights".into(), |n| n.to_string_lossy().into_owned());
-    out.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
-}
-
-fn copy_atomic(src: &Path, out: &Path) -> std::io::Result<()> {
-    let tmp = tmp_beside(out);
-    let _ = std::fs::remove_file(&tmp);
-    let r = std::fs::copy(src, &tmp)
-        .and_then(|_| File::open(&tmp)?.sync_all())
-        .and_then(|_| std::fs::rename(&tmp, out));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r
-}
-
 /// Copies each tensor's bytes to the next aligned offset of a new file; returns the offsets.
 fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u64)>, OnnxError> {
-    let tmp = tmp_beside(out);
     let mut at = HashMap::with_capacity(plan.len());
     let mut sources: HashMap<&Path, File> = HashMap::new();
-    let result = (|| -> Result<(), OnnxError> {
-        let write_err = |e| OnnxError::Write {
-            path: out.to_path_buf(),
-            source: e,
-        };
-        let mut dst = File::create(&tmp).map_err(write_err)?;
+    // A source file that cannot be read is the source's error, not the output's.
+    let mut read_error = None;
+    let written = cleave_files::write_with(out, |dst| {
         let mut pos = 0u64;
         for (name, from) in plan {
             pos = pos.div_ceil(ALIGN) * ALIGN;
             // Seeking past the end leaves a hole that reads as zeros: the padding.
-            dst.seek(SeekFrom::Start(pos)).map_err(write_err)?;
+            dst.seek(SeekFrom::Start(pos))?;
             let length = match from {
                 Origin::Memory(b) => {
-                    dst.write_all(b).map_err(write_err)?;
+                    dst.write_all(b)?;
                     b.len() as u64
                 }
                 Origin::File {
@@ -297,19 +275,21 @@ fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u
                     offset,
                     length,
                 } => {
-                    let read_err = |e| OnnxError::Read {
-                        path: path.clone(),
-                        source: e,
+                    let mut read_err = |e| {
+                        read_error = Some(OnnxError::Read {
+                            path: path.clone(),
+                            source: e,
+                        });
+                        std::io::Error::other("reading the source failed")
                     };
                     let src = match sources.entry(path.as_path()) {
                         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
                         std::collections::hash_map::Entry::Vacant(v) => {
-                            v.insert(File::open(path).map_err(read_err)?)
+                            v.insert(File::open(path).map_err(&mut read_err)?)
                         }
                     };
-                    src.seek(SeekFrom::Start(*offset)).map_err(read_err)?;
-                    let copied = std::io::copy(&mut Read::take(&*src, *length), &mut dst)
-                        .map_err(write_err)?;
+                    src.seek(SeekFrom::Start(*offset)).map_err(&mut read_err)?;
+                    let copied = std::io::copy(&mut Read::take(&*src, *length), dst)?;
                     if copied != *length {
                         return Err(read_err(std::io::Error::new(
                             std::io::ErrorKind::UnexpectedEof,
@@ -322,14 +302,16 @@ fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u
             at.insert(name.to_string(), (pos, length));
             pos += length;
         }
-        dst.set_len(pos).map_err(write_err)?;
-        dst.sync_all().map_err(write_err)?;
-        std::fs::rename(&tmp, out).map_err(write_err)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        dst.set_len(pos)
+    });
+    match (written, read_error) {
+        (Ok(()), _) => Ok(at),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(OnnxError::Write {
+            path: e.path,
+            source: e.source,
+        }),
     }
-    result.map(|_| at)
 }
 
 /// Writing a whole model with its weights in one data file, or all inside it (`convert`).
