@@ -1,7 +1,7 @@
 //! Pipeline stages: consecutive slices of a topological order, one per device, with the
 //! slowest stage as fast as each device's memory budget allows (see [`cleave_cost::plan_stages`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use cleave_assign::{Assignment, Placement, Reason};
@@ -112,8 +112,13 @@ impl Loaded {
             }
         };
 
-        // Weights: stored constants, and the outputs of constant nodes (copied where read).
+        // Weights: stored constants, counted in every stage that reads them. A constant node is
+        // copied into each part that reads it together with what it computes from, so reading
+        // its output costs the stored weights of its whole constant cone (a 380 MB table
+        // reduced to 4 bytes still travels in the part), or its own output where it computes
+        // from nothing stored (a Constant node's attribute).
         let mut weight_of = vec![u32::MAX; g.values.len()];
+        let mut cone_of: HashMap<ValueId, Vec<u32>> = HashMap::new();
         let mut weight_bytes = Vec::new();
         let mut reads = vec![Vec::new(); units.len()];
         let mut tensor_of = vec![u32::MAX; g.values.len()];
@@ -126,15 +131,14 @@ impl Loaded {
                 ValueDef::Node(p, _) if pos_of_node[p.index()] != u32::MAX => {
                     Some(pos_of_node[p.index()])
                 }
-                ValueDef::Node(..) | ValueDef::Weight(_) => {
-                    if v.consumers.is_empty() {
-                        continue;
+                ValueDef::Weight(_) => {
+                    if !v.consumers.is_empty() {
+                        weight_of[i] = weight_bytes.len() as u32;
+                        weight_bytes.push(bytes_of(id)?);
                     }
-                    weight_of[i] = weight_bytes.len() as u32;
-                    weight_bytes.push(bytes_of(id)?);
                     continue;
                 }
-                ValueDef::Outer => continue,
+                ValueDef::Node(..) | ValueDef::Outer => continue,
             };
             tensor_of[i] = tensors.len() as u32;
             tensors.push(StageTensor {
@@ -143,6 +147,32 @@ impl Loaded {
                 bytes: bytes_of(id)?,
                 output: outputs.contains(&id),
             });
+        }
+        for &x in g.topo_order() {
+            if pos_of_node[x.index()] != u32::MAX {
+                continue;
+            }
+            let node = g.node(x);
+            let mut cone: Vec<u32> = Vec::new();
+            for v in node.all_inputs() {
+                match weight_of[v.index()] {
+                    u32::MAX => cone.extend(cone_of.get(&v).into_iter().flatten()),
+                    w => cone.push(w),
+                }
+            }
+            cone.sort_unstable();
+            cone.dedup();
+            for out in node.outputs.iter().flatten().copied() {
+                if g.value(out).consumers.is_empty() {
+                    continue;
+                }
+                let mut own = cone.clone();
+                if own.is_empty() {
+                    own.push(weight_bytes.len() as u32);
+                    weight_bytes.push(bytes_of(out)?);
+                }
+                cone_of.insert(out, own);
+            }
         }
         for (x, node) in g.nodes.iter().enumerate() {
             let p = pos_of_node[x];
@@ -153,6 +183,9 @@ impl Loaded {
                 let w = weight_of[v.index()];
                 if w != u32::MAX {
                     reads[p as usize].push(w);
+                }
+                if let Some(cone) = cone_of.get(&v) {
+                    reads[p as usize].extend_from_slice(cone);
                 }
                 let t = tensor_of[v.index()];
                 if t != u32::MAX {

@@ -219,3 +219,78 @@ fn a_dry_run_writes_nothing_and_a_real_run_writes_the_stages() {
     assert_eq!(rows(&out).len(), 2, "{out}");
     assert!(work.join("tiny_cnn.conn.json").exists());
 }
+
+/// x + mean(table), then Relu: the 4 MiB table reaches the graph only through ReduceMean, a
+/// constant node, whose output is 4 bytes.
+fn folded_table_model(dir: &Path) -> PathBuf {
+    use cleave::onnx::proto::{tensor_proto, TensorProto};
+    use prost::Message;
+    let table = TensorProto {
+        name: Some("table".into()),
+        dims: vec![1024, 1024],
+        data_type: Some(tensor_proto::DataType::Float as i32),
+        raw_data: Some(vec![0u8; 4 << 20].into()),
+        ..Default::default()
+    };
+    let m = common::model(
+        vec![
+            common::node("mean", "ReduceMean", &["table"], &["m"]),
+            common::node("add", "Add", &["x", "m"], &["y"]),
+            common::node("relu", "Relu", &["y"], &["z"]),
+        ],
+        vec![table],
+        "z",
+    );
+    common::write(dir, "folded.onnx", &m.encode_to_vec())
+}
+
+#[test]
+fn weights_behind_constant_nodes_count_in_the_stage_that_carries_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = folded_table_model(tmp.path());
+    let stages = |budget: &str, work: &Path| {
+        cleave(&[
+            os("partition"),
+            model.as_os_str(),
+            os("--stages"),
+            os("2"),
+            os("--devices"),
+            os("a,b"),
+            os("--memory"),
+            os(&format!("a={budget},b={budget}")),
+            os("-o"),
+            work.as_os_str(),
+        ])
+    };
+    // 1 MiB cannot hold the table that the part reading ReduceMean's output carries.
+    let o = stages("1MiB", &tmp.path().join("small"));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("short by"), "{}", stderr(&o));
+    assert!(!tmp.path().join("small").exists());
+    // With room, the stage's weights are at least the bytes its part file holds.
+    let work = tmp.path().join("w");
+    let out = ok(&stages("16MiB", &work));
+    let weights: Vec<f64> = out
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 17 && w[0].parse::<usize>().is_ok()).then(|| bytes(w[3], w[4]))
+        })
+        .collect();
+    assert_eq!(weights.len(), 2, "{out}");
+    let conn = cleave::files::ConnFile::from_json(
+        &std::fs::read_to_string(work.join("folded.conn.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(conn.parts.len(), 2);
+    for (p, w) in conn.parts.iter().zip(&weights) {
+        let file = std::fs::metadata(work.join(&p.file)).unwrap().len() as f64;
+        // The file is its weights plus a few hundred bytes of graph.
+        assert!(
+            *w >= file - 4096.0,
+            "{}: {file} bytes, stage weights {w}: {out}",
+            p.file
+        );
+    }
+    assert!(weights.iter().any(|&w| w >= (4 << 20) as f64), "{out}");
+}
