@@ -178,7 +178,7 @@ enum Command {
     /// the whole model computes from seeded random (or given) inputs; warm-up runs, then the
     /// median of the timed runs. Each engine's per-call and copy costs are measured on a
     /// one-node probe at 4 bytes and 4 MiB and taken out of the units' times. Writes a JSON
-    /// cost file (see the README) that partition, query and bench read with --costs.
+    /// cost file that partition, query and bench read with --costs.
     Profile {
         /// The model file (.onnx). Its dims must be static, or fixed with --shape/--dim.
         model: PathBuf,

@@ -1,4 +1,4 @@
-//! The cost file `cleave profile` writes and `--costs` reads (JSON, documented in the README).
+//! The cost file `cleave profile` writes and `--costs` reads (JSON, documented in docs/placement-by-cost.md).
 
 use std::collections::BTreeMap;
 
