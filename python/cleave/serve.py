@@ -41,7 +41,8 @@ HTTP
 .npz of the graph outputs; ``?boundaries=1`` adds every part's outputs (the tensors crossing
 between parts). The header ``x-cleave-parts`` carries, as JSON, each part's node and compute
 time. Bad input answers 400 with the reason (not an .npz, a missing input, a dtype or shape the
-model does not take, more than CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or
+model does not take, a body larger than the inputs declare or, where a dim is dynamic, than
+CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or
 does not answer in time answers 503. A request that runs out of time is stopped at its part
 (queued, it never runs; running, ONNX Runtime terminates it), so it does not hold the part's one
 worker.
@@ -377,19 +378,20 @@ class Ingress:
         from starlette.responses import JSONResponse, Response
 
         try:
-            body = bytearray()
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise ValueError(f"the body passes {MAX_BODY_BYTES} bytes (CLEAVE_MAX_BODY_BYTES)")
-        except ValueError as e:
-            return JSONResponse({"error": str(e)}, status_code=400)
-        try:
             specs = await self.input_specs(time.monotonic() + self.timeout_s)
         except Exception as e:
             return JSONResponse({"error": short_error(e)}, status_code=503)
+        limit, why = body_limit(specs, self.meta["inputs"])
         try:
-            feeds = read_npz(bytes(body), self.meta["inputs"], MAX_BODY_BYTES, specs)
+            body = bytearray()
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise ValueError(f"the body passes {limit} bytes ({why})")
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        try:
+            feeds = read_npz(bytes(body), self.meta["inputs"], min(limit, MAX_BODY_BYTES), specs)
         except ValueError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         except Exception as e:
@@ -404,6 +406,27 @@ class Ingress:
         tensors = dict(r.get("boundaries") or {})
         tensors.update(r["outputs"])
         return Response(write_npz(tensors), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(r["parts"])})
+
+
+def body_limit(specs, inputs):
+    """The largest request body worth reading, and why: when every input's dtype and dims are
+    fixed, what they declare plus room for the archive's headers; else CLEAVE_MAX_BODY_BYTES."""
+    import numpy as np
+
+    total = 0
+    for name in inputs:
+        spec = specs.get(name)
+        if spec is None or spec[0] is None or any(d is None for d in spec[1]):
+            return MAX_BODY_BYTES, "CLEAVE_MAX_BODY_BYTES"
+        n = np.dtype(spec[0]).itemsize
+        for d in spec[1]:
+            n *= d
+        total += n
+    # An .npy header is at most a few hundred bytes, a zip entry's records about as much.
+    declared = total + 4096 * len(inputs) + 65536
+    if declared >= MAX_BODY_BYTES:
+        return MAX_BODY_BYTES, "CLEAVE_MAX_BODY_BYTES"
+    return declared, "what the model's inputs declare, and the archive's headers"
 
 
 def check_input(name, dtype, shape, spec):
@@ -443,7 +466,7 @@ def read_npz(body, inputs, max_bytes, specs=None):
                 continue
             # The zip directory's uncompressed size bounds what unpacking may produce.
             if total + info.file_size > max_bytes:
-                raise ValueError(f"the inputs unpack to more than {max_bytes} bytes (CLEAVE_MAX_BODY_BYTES)")
+                raise ValueError(f"the inputs unpack to more than {max_bytes} bytes, the most this model takes")
             with z.open(info) as f:
                 try:
                     version = np.lib.format.read_magic(f)
@@ -461,7 +484,7 @@ def read_npz(body, inputs, max_bytes, specs=None):
                     nbytes *= d
                 total += nbytes
                 if total > max_bytes:
-                    raise ValueError(f"the inputs unpack to more than {max_bytes} bytes (CLEAVE_MAX_BODY_BYTES)")
+                    raise ValueError(f"the inputs unpack to more than {max_bytes} bytes, the most this model takes")
                 data = bytearray(nbytes)
                 view = memoryview(data)
                 got = 0

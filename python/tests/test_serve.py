@@ -109,3 +109,15 @@ def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
 
     freed_after = asyncio.run(give_up())
     assert freed_after < whole / 3, f"worker busy {freed_after:.2f}s after giving up (a whole run takes {whole:.2f}s)"
+
+
+def test_the_body_limit_follows_the_inputs_declared_sizes():
+    limit, why = serve.body_limit({"x": ["float32", [2, 4]], "ids": ["int64", [3]]}, ["x", "ids"])
+    assert limit == 2 * 4 * 4 + 3 * 8 + 2 * 4096 + 65536 and "declare" in why
+    # A dynamic dim or an unknown input: the configured bound.
+    assert serve.body_limit(SPECS, ["x", "ids"]) == (serve.MAX_BODY_BYTES, "CLEAVE_MAX_BODY_BYTES")
+    assert serve.body_limit({}, ["x"])[0] == serve.MAX_BODY_BYTES
+    # An archive of exactly the declared inputs fits under it.
+    x, ids = np.zeros((2, 4), np.float32), np.arange(3, dtype=np.int64)
+    body = serve.write_npz({"x": x, "ids": ids})
+    assert len(body) < limit
