@@ -41,11 +41,10 @@ HTTP
 .npz of the graph outputs; ``?boundaries=1`` adds every part's outputs (the tensors crossing
 between parts). The header ``x-cleave-parts`` carries, as JSON, each part's node and compute
 time. Bad input answers 400 with the reason (not an .npz, a missing input, a dtype or shape the
-model does not take, a body larger than the inputs declare or, where a dim is dynamic, than
-CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or
-does not answer in time answers 503. A request that runs out of time is stopped at its part
-(queued, it never runs; running, ONNX Runtime terminates it), so it does not hold the part's one
-worker.
+model does not take, a body many times larger than the inputs declare or, where a dim is
+dynamic, than CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or does not answer in
+time answers 503. A request that runs out of time is stopped at its part (queued, it never
+runs; running, ONNX Runtime terminates it), so it does not hold the part's one worker.
     python3 -c 'import numpy as np, io, sys; b=io.BytesIO(); \\
       np.savez(b, **{"gpu_0/data_0": np.zeros((1,3,224,224), np.float32)}); \\
       sys.stdout.buffer.write(b.getvalue())' > in.npz
@@ -410,7 +409,8 @@ class Ingress:
 
 def body_limit(specs, inputs):
     """The largest request body worth reading, and why: when every input's dtype and dims are
-    fixed, what they declare plus room for the archive's headers; else CLEAVE_MAX_BODY_BYTES."""
+    fixed, eight times what they declare (so a tensor of a wider dtype still reaches the header
+    check, which names it) plus room for the archive's headers; else CLEAVE_MAX_BODY_BYTES."""
     import numpy as np
 
     total = 0
@@ -423,10 +423,10 @@ def body_limit(specs, inputs):
             n *= d
         total += n
     # An .npy header is at most a few hundred bytes, a zip entry's records about as much.
-    declared = total + 4096 * len(inputs) + 65536
+    declared = 8 * total + 4096 * len(inputs) + 65536
     if declared >= MAX_BODY_BYTES:
         return MAX_BODY_BYTES, "CLEAVE_MAX_BODY_BYTES"
-    return declared, "what the model's inputs declare, and the archive's headers"
+    return declared, "eight times what the model's inputs declare, and the archive's headers"
 
 
 def check_input(name, dtype, shape, spec):

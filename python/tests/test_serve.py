@@ -113,7 +113,7 @@ def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
 
 def test_the_body_limit_follows_the_inputs_declared_sizes():
     limit, why = serve.body_limit({"x": ["float32", [2, 4]], "ids": ["int64", [3]]}, ["x", "ids"])
-    assert limit == 2 * 4 * 4 + 3 * 8 + 2 * 4096 + 65536 and "declare" in why
+    assert limit == 8 * (2 * 4 * 4 + 3 * 8) + 2 * 4096 + 65536 and "declare" in why
     # A dynamic dim or an unknown input: the configured bound.
     assert serve.body_limit(SPECS, ["x", "ids"]) == (serve.MAX_BODY_BYTES, "CLEAVE_MAX_BODY_BYTES")
     assert serve.body_limit({}, ["x"])[0] == serve.MAX_BODY_BYTES
