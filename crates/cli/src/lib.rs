@@ -48,6 +48,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Summarise a model: formats, ops, inputs and outputs, parameter bytes.
+    ///
     /// Summarise a model: format and opsets, op histogram, inputs and outputs with types,
     /// parameter bytes, graph depth, and any tensor whose type could not be inferred.
     Inspect {
@@ -67,6 +69,8 @@ enum Command {
         #[arg(long = "dim", value_name = "PARAM=N")]
         dim: Vec<String>,
     },
+    /// Save a model again, byte for byte, or convert between TFLite and circle.
+    ///
     /// Load a model and save it again. ONNX to ONNX gives the same bytes (external data stays
     /// external, copied beside OUT). TFLite and circle convert into each other by OUT's
     /// extension (`a.tflite b.circle` and back); what the target cannot express (circle-only
@@ -95,6 +99,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Rewrite a model for its devices and print the runtime graph.
+    ///
     /// Rewrite a model for its devices (fold constants and BatchNorm, remove Identity/Dropout;
     /// at --level device also the devices' rewrites: group-conv merge, identity Power removal,
     /// joining, tiling) and print the runtime graph: each runtime layer, its type, its device
@@ -114,6 +120,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Cut a model into single-device parts; write them and ONE's connection files.
+    ///
     /// Cut a model into the fewest cycle-free single-device parts and write each as
     /// WORKDIR/stem.00001_<backend>.onnx, plus stem.conn.json and stem.conn.ini (ONE's format).
     Partition {
@@ -172,6 +180,8 @@ enum Command {
         #[arg(long)]
         report: bool,
     },
+    /// Measure what each node costs on each device, for --objective latency.
+    ///
     /// Measure what each unit of a model costs on each device, for `--objective latency`:
     /// every node (a quantize and its dequantize together) is written as a model of its own
     /// and run alone on the engine of every device whose profile runs it, fed the tensors
@@ -216,6 +226,8 @@ enum Command {
         #[arg(long)]
         all_cores: bool,
     },
+    /// Write the views of a written partition (Markdown, Graphviz, HTML).
+    ///
     /// Write the views of a written partition beside its connection files: stem.partition.md
     /// (summary table and mermaid flowchart), stem.dot (Graphviz) and stem.report.html (one
     /// self-contained page: part graph, a table per part, node graph with parts as clusters).
@@ -226,6 +238,8 @@ enum Command {
         #[arg(long, value_name = "MODEL")]
         model: Option<PathBuf>,
     },
+    /// Run a partition's parts on their engines and write the model's outputs.
+    ///
     /// Run a partition: each part on its backend's engine, in any order whose inputs are
     /// ready; write the model's outputs as .npy and print per-part counters.
     Run {
@@ -258,6 +272,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Time the model whole, partitioned and pipelined, and compare.
+    ///
     /// Time the model monolithic, partitioned sequential and partitioned pipelined, back to
     /// back in one process: medians, throughput, and the ratios between them. With
     /// `--objective latency` (and --costs): the placement the cost model chose, the
@@ -293,6 +309,8 @@ enum Command {
         #[arg(long, value_name = "JSON", requires = "ray")]
         resources: Option<String>,
     },
+    /// Serve a written partition on a Ray cluster (Ray Serve).
+    ///
     /// Serve a written partition on a Ray cluster: one Ray Serve deployment per part, each
     /// holding an ONNX Runtime session of its part and placed by its backend's Ray resources
     /// (a backend named gpu*/cuda* asks for a GPU, any other for a custom resource of its own
@@ -332,6 +350,8 @@ enum Command {
         #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
         timeout: f64,
     },
+    /// Write a random network-shaped model and a .part file, for scale tests.
+    ///
     /// Write a random model shaped like a real network (chains, residual adds, branches joined
     /// by a concat, long skips; every tensor [1,4] float, no weights) and a .part file that
     /// places each node, in runs as an accelerator would take them, for scale tests.
@@ -351,6 +371,8 @@ enum Command {
         #[arg(long, value_name = "FILE.part")]
         part: Option<PathBuf>,
     },
+    /// Compare the parts with the whole model on the same inputs.
+    ///
     /// Run the whole model and its parts on the same inputs and compare them: every model
     /// output and, with --boundaries, every tensor that crosses between parts. Exits 1 when
     /// a tensor differs beyond tolerance.
@@ -399,6 +421,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the ONNX backend node tests through cleave on one engine.
+    ///
     /// Run the ONNX backend node tests (folders with model.onnx and test_data_set_0) through
     /// cleave on one engine: each model is partitioned as one part, run, and compared with
     /// the shipped outputs. Prints pass, fail and unsupported counts.
@@ -411,6 +435,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Prove a written partition sound against its source model.
+    ///
     /// Prove a written partition sound against its source model: every node in exactly one
     /// part, one device per part, every part input ready before its part.
     Check {

@@ -149,3 +149,30 @@ fn the_readme_example_and_its_next_steps_run_as_shown() {
         .join("out/tiny_cnn/tiny_cnn.report.html")
         .is_file());
 }
+
+#[test]
+fn help_lists_each_command_on_one_short_line_and_names_no_repository_file() {
+    let o = common::cleave(&[common::os("--help")]);
+    let text = common::ok(&o);
+    let commands = &text[text.find("Commands:").unwrap()..text.find("Options:").unwrap()];
+    for line in commands.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        assert!(line.len() <= 100, "too long for a summary: {line}");
+    }
+    let names: Vec<&str> = commands
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&n| n != "help")
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        let o = common::cleave(&[common::os(name), common::os("--help")]);
+        let help = common::ok(&o);
+        for file in ["README", "scripts/", "docs/", "requirements"] {
+            assert!(
+                !help.contains(file),
+                "`cleave {name} --help` names {file}:\n{help}"
+            );
+        }
+    }
+}
