@@ -2,6 +2,7 @@
 //! output folder, then moved into place together, replacing and removing the previous
 //! partition's files; when any step fails, the output folder is put back as it was.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -129,8 +130,9 @@ impl Staged {
         remove: &[String],
         journal: &mut Journal,
     ) -> Result<(), WriteError> {
+        let staged: HashSet<&String> = self.names.iter().collect();
         let mut out: Vec<&String> = self.names.iter().collect();
-        out.extend(remove.iter().filter(|r| !self.names.contains(r)));
+        out.extend(remove.iter().filter(|r| !staged.contains(r)));
         for name in out {
             let target = self.workdir.join(name);
             if std::fs::symlink_metadata(&target).is_ok() {
