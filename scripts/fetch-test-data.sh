@@ -57,9 +57,9 @@ PY
   touch "$stamp"
 fi
 
-# Python side of the tests: the onnx checker, onnxruntime as an independent oracle, and the
-# randomiser below.
-if ! python3 -c "import onnx, onnxruntime, numpy" 2>/dev/null; then
+# Python side of the tests: the onnx checker, onnxruntime as an independent oracle, OpenVINO,
+# and the randomiser below.
+if ! python3 -c "import onnx, onnxruntime, numpy, openvino" 2>/dev/null; then
   echo "installing python test requirements"
   python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-test.txt"
 fi

@@ -360,8 +360,9 @@ class Model:
         engine: Optional[str] = None,
     ) -> Dict[str, np.ndarray]:
         """Runs the whole model once; returns ``outputs`` (the graph's outputs by default; any
-        tensor of the graph may be named). ``engine``: ``"tract"``, ``"onnxruntime"`` or
-        ``"litert"`` (default: LiteRT for TFLite, tract for ONNX)."""
+        tensor of the graph may be named). ``engine``: ``"tract"``, ``"onnxruntime"``,
+        ``"litert"`` or ``"openvino"`` (``"openvino:GPU"`` for another OpenVINO device)
+        (default: LiteRT for TFLite, tract for ONNX)."""
         if engine is not None:
             _engines.require(engine)
         return dict(self._m.run(_feeds(feeds), list(outputs) if outputs is not None else None, engine))
@@ -458,7 +459,8 @@ class Plan:
 
     def runner(self, engines: Optional[Mapping[str, str]] = None) -> "Runner":
         """Loads every part into an engine: ``engines`` maps a backend to ``"tract"``,
-        ``"onnxruntime"`` or ``"litert"`` (default: LiteRT for TFLite parts, tract for ONNX)."""
+        ``"onnxruntime"``, ``"litert"`` or ``"openvino[:DEVICE]"`` (default: OpenVINO for an
+        ``ov-DEVICE`` backend, LiteRT for TFLite parts, tract for ONNX)."""
         pairs = [(str(b), str(e)) for b, e in (engines or {}).items()]
         for _, e in pairs:
             _engines.require(e)
@@ -523,7 +525,10 @@ def verify(
         if a.shape != b.shape:
             ok, diff = False, float("inf")
         elif a.dtype.kind in "fc":
-            diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+            # Equal infinities differ by nothing (inf - inf would say nan).
+            with np.errstate(invalid="ignore"):
+                gap = np.where(a == b, 0, np.abs(a - b))
+            diff = float(np.max(gap)) if a.size else 0.0
             ok = bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
         else:
             diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0

@@ -1,6 +1,7 @@
 """Engines from the user's own packages: ONNX Runtime's library from the ``onnxruntime``
-package, LiteRT's from ``ai_edge_litert``, found without importing either (cheap at import
-time). An explicit ``ORT_DYLIB_PATH`` / ``CLEAVE_LITERT_LIB`` always wins."""
+package, LiteRT's from ``ai_edge_litert``, OpenVINO's C library from ``openvino``, found
+without importing any (cheap at import time). An explicit ``ORT_DYLIB_PATH`` /
+``CLEAVE_LITERT_LIB`` / ``OPENVINO_LIB`` always wins."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ _PACKAGES = {
     "ort": ("onnxruntime", "pip install onnxruntime"),
     "litert": ("ai_edge_litert", "pip install ai-edge-litert"),
     "tflite": ("ai_edge_litert", "pip install ai-edge-litert"),
+    "openvino": ("openvino", "pip install openvino"),
+}
+
+# The variable that names each package's library, and how to find it in the package.
+_LIBRARY_VARIABLE = {
+    "onnxruntime": "ORT_DYLIB_PATH",
+    "ai_edge_litert": "CLEAVE_LITERT_LIB",
+    "openvino": "OPENVINO_LIB",
 }
 
 
@@ -51,6 +60,22 @@ def litert_library() -> Optional[str]:
     return lib if os.path.isfile(lib) else None
 
 
+def openvino_library() -> Optional[str]:
+    """libopenvino_c of the installed ``openvino`` package, if any."""
+    d = _package_dir("openvino")
+    if d is None:
+        return None
+    found = sorted(glob.glob(os.path.join(d, "libs", "libopenvino_c.so*")))
+    return found[0] if found else None
+
+
+_FINDERS = {
+    "onnxruntime": ort_library,
+    "ai_edge_litert": litert_library,
+    "openvino": openvino_library,
+}
+
+
 def configure() -> None:
     """Points the extension's engines at this interpreter's packages (once, at import)."""
     # The Ray app and LiteRT's lookup run this interpreter, not whatever python3 is first.
@@ -63,17 +88,22 @@ def configure() -> None:
         lib = litert_library()
         if lib:
             os.environ["CLEAVE_LITERT_LIB"] = lib
+    if "OPENVINO_LIB" not in os.environ:
+        lib = openvino_library()
+        if lib:
+            os.environ["OPENVINO_LIB"] = lib
 
 
 def require(engine: str) -> None:
     """Raises :class:`EngineError` naming the pip install when `engine`'s package is missing."""
-    need = _PACKAGES.get(engine)
+    # `openvino:GPU` is OpenVINO on one of its devices.
+    need = _PACKAGES.get(engine.split(":", 1)[0])
     if need is None:
         return
     package, fix = need
-    explicit = os.environ.get("ORT_DYLIB_PATH" if package == "onnxruntime" else "CLEAVE_LITERT_LIB")
+    explicit = os.environ.get(_LIBRARY_VARIABLE[package])
     if explicit and os.path.isfile(explicit):
         return
-    found = ort_library() if package == "onnxruntime" else litert_library()
+    found = _FINDERS[package]()
     if found is None:
         raise EngineError(f"engine '{engine}' needs the {package} package, which this Python lacks: {fix}")

@@ -259,6 +259,39 @@ def test_missing_engine_package_names_the_pip_install(monkeypatch, tiny_cnn, tin
         cleave.load(tiny_cnn).run({}, engine="litert")
 
 
+def test_openvino_devices_split_by_query_model_and_run_on_openvino(tmp_path, monkeypatch):
+    openvino = pytest.importorskip("openvino")
+    monkeypatch.setenv("CLEAVE_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(3)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 3, 3, 3], rng.standard_normal(81).astype(np.float32))
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Det", ["c"], ["d"], name="det"),  # OpenVINO's ONNX reader lacks it
+        helper.make_node("Neg", ["d"], ["y"], name="neg"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [w],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = cleave.load(proto)
+    with pytest.raises(cleave.InvalidModelError, match="Det"):
+        model.partition(devices=["ov:CPU"])
+    plan = model.partition(devices=["ov:CPU", "ort"])
+    assert [p.backend for p in plan.parts] == ["ov-CPU", "ort", "ov-CPU"]
+    v = cleave.verify(model, plan, reference="onnxruntime")
+    assert v.passed and len(v.tensors) == 3
+    # The first part, run by cleave on OpenVINO, equals OpenVINO's own Python run of it.
+    x = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    got = plan.runner().run({"x": x}, boundaries=True)
+    onnx.save(plan.to_onnx()[0], str(tmp_path / "first.onnx"))
+    first = openvino.Core().compile_model(str(tmp_path / "first.onnx"), "CPU")
+    np.testing.assert_allclose(got["c"], first({"x": x})["c"], rtol=1e-5, atol=1e-6)
+
+
 def test_bad_feeds_raise_without_crashing(tiny_cnn, tiny_part):
     model = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)})
     runner = model.partition(rules=tiny_part).runner()

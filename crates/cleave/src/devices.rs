@@ -25,7 +25,8 @@ pub struct Devices {
 #[derive(Clone, Debug, Default)]
 pub struct DeviceRequest {
     /// Device names in priority order; an entry ending in `.toml` is a profile file whose
-    /// device is used.
+    /// device is used; `ov:DEVICE` (or `ov-DEVICE`) is an OpenVINO device, which runs what
+    /// OpenVINO's `query_model` says it runs of the model.
     pub devices: Vec<String>,
     pub part: Option<PathBuf>,
     pub default: Option<String>,
@@ -103,6 +104,14 @@ fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
                 .load(Path::new(d))
                 .map_err(|e| Error::input(e.path(), &e))?;
             devices.push(name);
+        } else if let Some(ov) = d.strip_prefix("ov:") {
+            // `ov:GPU.1` is OpenVINO's device GPU.1; a ':' has no place in a part's file name.
+            if ov.is_empty() {
+                return Err(Error::usage(
+                    "--devices ov: names no OpenVINO device (e.g. ov:CPU, ov:GPU.1)",
+                ));
+            }
+            devices.push(format!("{}{ov}", cleave_runtime::OPENVINO_PREFIX));
         } else {
             devices.push(d.clone());
         }

@@ -127,6 +127,11 @@ impl Loaded {
     /// groups whole; inseparable pairs together. Warnings (dissolved groups) are in the
     /// assignment.
     pub fn assign(&self, devices: &Devices) -> Result<Assignment, Error> {
+        if devices.needs_openvino() {
+            let mut asked = devices.clone();
+            asked.ask_openvino(self.path())?;
+            return self.assign(&asked);
+        }
         let opts = AssignOptions {
             devices: devices.list.clone(),
             default: devices.default.clone(),

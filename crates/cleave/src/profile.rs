@@ -172,8 +172,8 @@ pub fn profile(
     let mut done = 0u64;
     let mut budget_hit = false;
     let mut per_engine: BTreeMap<EngineKind, EngineFigures> = BTreeMap::new();
-    for &kind in &kinds {
-        let engine = crate::engine(kind)?;
+    for kind in &kinds {
+        let engine = crate::engine(kind.clone())?;
         progress(done, total, &format!("{}: probing", engine.name()));
         let entry = probe(loaded, engine.as_ref(), dir.path(), opts.single_thread)?;
         let (launch, rate) = (entry.launch_s, entry.io_bytes_per_s);
@@ -275,7 +275,7 @@ pub fn profile(
             ((median(whole_times) - launch - io).max(0.0) / sum.max(1e-12)).clamp(0.1, 10.0)
         });
         per_engine.insert(
-            kind,
+            kind.clone(),
             EngineFigures {
                 entry: DeviceEntry {
                     scale: scale.unwrap_or(1.0),
@@ -407,8 +407,8 @@ fn reference_values(
     feeds: &[(String, HostTensor)],
 ) -> Result<HashMap<String, HostTensor>, Error> {
     let mut why = Vec::new();
-    for &kind in EngineKind::candidates(whole) {
-        let run = crate::engine(kind)
+    for kind in EngineKind::candidates(whole) {
+        let run = crate::engine(kind.clone())
             .and_then(|e| Ok(e.load(whole, false)?))
             .and_then(|mut s| Ok(s.run(feeds)?));
         match run {

@@ -89,8 +89,9 @@ pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<Loaded, Error> {
 /// Loads a model and gives every node a device. Warnings (fused groups dissolved) are in the
 /// assignment for the caller to show.
 pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Error> {
-    let devices = Devices::resolve(&req.devices)?;
+    let mut devices = Devices::resolve(&req.devices)?;
     let mut loaded = load_fixed(path, &req.fixed)?;
+    devices.ask_openvino(path)?;
     if let Some(level) = req.optimize {
         loaded = loaded.rewrite(level, &devices, req.fold_limit)?;
     }

@@ -8,7 +8,7 @@ use cleave_runtime::{Engine, EngineKind, EngineMap};
 
 use crate::Error;
 
-/// The engine of a kind (tract in process, ONNX Runtime loaded at run time).
+/// The engine of a kind (tract in process; ONNX Runtime, LiteRT, OpenVINO loaded at run time).
 pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, Error> {
     Ok(cleave_engines::engine(kind)?)
 }
@@ -60,7 +60,7 @@ impl Evaluator for EngineEvaluator {
         let mut why = Vec::new();
         let engines = EngineKind::candidates(model)
             .iter()
-            .filter_map(|&k| cleave_engines::engine(k).ok());
+            .filter_map(|k| cleave_engines::engine(k.clone()).ok());
         for e in engines {
             let run = e.load(model, false).and_then(|mut s| s.run(&[]));
             match run {

@@ -40,10 +40,11 @@ fn cases(dir: &Path) -> Vec<PathBuf> {
 pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
     let kind = EngineKind::parse(engine).ok_or_else(|| {
         Fail::usage(format!(
-            "--engine '{engine}': engines are tract, ort, litert"
+            "--engine '{engine}': engines are {}",
+            cleave::runtime::ENGINE_NAMES
         ))
     })?;
-    let eng = cleave::engine(kind)?;
+    let eng = cleave::engine(kind.clone())?;
     let list = cases(dir);
     if list.is_empty() {
         return Err(Fail::input(

@@ -194,7 +194,8 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         devices: setup::DeviceArgs,
-        /// Engine per device, e.g. nnapi=tract,cpu=ort (engines: tract, ort, litert). Default:
+        /// Engine per device, e.g. nnapi=tract,cpu=ort,npu=openvino:NPU (engines: tract, ort,
+        /// litert, openvino[:DEVICE]). Default: a device ov-DEVICE runs on OpenVINO's DEVICE,
         /// LiteRT for a .tflite model, else a device named `ort` runs on ONNX Runtime, every
         /// other on tract.
         #[arg(long = "engine", value_delimiter = ',', value_name = "DEVICE=ENGINE")]
@@ -251,8 +252,9 @@ enum Command {
         /// Folder for the outputs (NAME.npy).
         #[arg(short = 'o', long = "output", default_value = ".", value_name = "DIR")]
         out_dir: PathBuf,
-        /// Engine per backend, e.g. npu=tract,cpu=ort (engines: tract, ort, litert). Default:
-        /// a .tflite part runs on LiteRT, else a backend named `ort` runs on ONNX Runtime, every
+        /// Engine per backend, e.g. npu=tract,cpu=ort,gpu=openvino:GPU (engines: tract, ort,
+        /// litert, openvino[:DEVICE]). Default: a backend ov-DEVICE runs on OpenVINO's DEVICE,
+        /// a .tflite part on LiteRT, else a backend named `ort` runs on ONNX Runtime, every
         /// other on tract.
         #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
         engines: Vec<String>,
@@ -415,7 +417,8 @@ enum Command {
         /// Engine per backend for the parts, e.g. npu=tract,cpu=ort.
         #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
         engines: Vec<String>,
-        /// Engine that runs the whole model. Default: litert for a .tflite model, else tract.
+        /// Engine that runs the whole model (tract, ort, litert, openvino[:DEVICE]). Default:
+        /// litert for a .tflite model, else tract.
         #[arg(long)]
         reference: Option<String>,
         #[arg(long)]

@@ -12,7 +12,9 @@ use crate::Fail;
 pub struct DeviceArgs {
     /// Devices in priority order, e.g. `myriad,cpu` (as OpenVINO's HETERO:MYRIAD,CPU): a node
     /// goes to the first one whose profile runs it. With --part, overrides its `backends`.
-    /// An entry ending in .toml is a profile file: its device is used.
+    /// An entry ending in .toml is a profile file: its device is used. `ov:DEVICE` (e.g.
+    /// ov:GPU,ov:CPU) is an installed OpenVINO device: it runs what OpenVINO's query_model
+    /// says it runs of the model, its parts are named `ov-DEVICE` and run on OpenVINO.
     #[arg(
         long,
         visible_alias = "backends",

@@ -86,11 +86,14 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     }
     let reference = match a.reference {
         Some(r) => EngineKind::parse(r).ok_or_else(|| {
-            Fail::usage(format!("--reference '{r}': engines are tract, ort, litert"))
+            Fail::usage(format!(
+                "--reference '{r}': engines are {}",
+                cleave::runtime::ENGINE_NAMES
+            ))
         })?,
         None => EngineKind::default_for(source.path()),
     };
-    let engine = cleave::engine(reference)?;
+    let engine = cleave::engine(reference.clone())?;
     let mut whole = if a.boundaries {
         let extra: Vec<_> = names.iter().filter_map(|(n, _)| g.find(n)).collect();
         let path = tmp
@@ -138,7 +141,7 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
             ok,
         });
     }
-    print(&report, &a.tolerance, a.json, reference.name());
+    print(&report, &a.tolerance, a.json, &reference.label());
     Ok(report.passed())
 }
 

@@ -8,10 +8,13 @@
 //! runtime's ARM Compute Library backends (TFLite/circle only); `xnnpack` is the TFLite
 //! XNNPACK delegate; `myriad` follows OpenVINO's published VPU supported-layer table in ONNX
 //! terms; `nnapi` and `coreml*` ONNX Runtime's EP tables. A backend with no profile runs
-//! every op, as in ONE's circle-partitioner.
+//! every op, as in ONE's circle-partitioner. A profile may instead carry a device plugin's
+//! own answer for one model ([`PluginAnswer`], OpenVINO's `query_model`).
 
 mod constraint;
 mod profile;
 
 pub use constraint::Constraint;
-pub use profile::{DeclaredCost, FuseSection, OpTable, Profile, ProfileError, Profiles, Verdict};
+pub use profile::{
+    DeclaredCost, FuseSection, OpTable, PluginAnswer, Profile, ProfileError, Profiles, Verdict,
+};

@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use cleave_ir::{Graph, Node, OpSemantics};
@@ -200,6 +200,50 @@ pub struct Profile {
     pub fuse: FuseSection,
     /// Declared latency figures, for placement by cost without measuring.
     pub cost: Option<DeclaredCost>,
+    /// The device plugin's own answer for one model, which replaces the op tables for it.
+    pub plugin: Option<PluginAnswer>,
+}
+
+/// What a device's own software answered about one model (OpenVINO's `query_model`): for
+/// each tensor the model names, `None` when the device runs everything that computes it from
+/// the named tensors before it, else the operations it lacks.
+#[derive(Clone, Debug, Default)]
+pub struct PluginAnswer {
+    /// Who answered, in the words a refusal quotes: `OpenVINO 2026.4.1 CPU`.
+    pub answered_by: String,
+    pub tensors: HashMap<String, Option<String>>,
+}
+
+impl PluginAnswer {
+    /// A node runs when every output it names was answered yes; a node the plugin was not
+    /// asked about (made by a rewrite after the question) does not.
+    fn check(&self, g: &Graph, node: &Node) -> Verdict {
+        for v in node.outputs.iter().flatten() {
+            let name = &g.value(*v).name;
+            match self.tensors.get(name) {
+                Some(None) => {}
+                Some(Some(lacks)) => {
+                    return Verdict::Constraint(format!(
+                        "{} does not run {lacks}, which computes '{name}'",
+                        self.answered_by
+                    ))
+                }
+                None => return Verdict::Constraint(format!(
+                    "{} was not asked about '{name}' (it is not in the model file it answered for)",
+                    self.answered_by
+                )),
+            }
+        }
+        Verdict::Supported
+    }
+
+    /// How many of `g`'s nodes it runs.
+    pub fn count_supported(&self, g: &Graph) -> usize {
+        g.nodes
+            .iter()
+            .filter(|n| self.check(g, n) == Verdict::Supported)
+            .count()
+    }
 }
 
 /// A profile's answer for one node.
@@ -243,7 +287,25 @@ impl Profile {
                 .collect(),
             fuse: f.fuse,
             cost: f.cost,
+            plugin: None,
         })
+    }
+
+    /// A device whose support is its plugin's answer for one model: every op, as far as the
+    /// tables go, and the answer decides node by node.
+    pub fn from_plugin(name: &str, description: String, answer: PluginAnswer) -> Profile {
+        Profile {
+            name: name.to_string(),
+            description,
+            general: OpTable {
+                all_ops: true,
+                ..OpTable::default()
+            },
+            formats: BTreeMap::new(),
+            fuse: FuseSection::default(),
+            cost: None,
+            plugin: Some(answer),
+        }
     }
 
     /// The table for models whose semantics answer `format`.
@@ -259,7 +321,10 @@ impl Profile {
     /// Whether this device runs `node`, by the table of the model's format; `sem` answers
     /// that format and which ops are deterministic (for `const_inputs`).
     pub fn check(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Verdict {
-        self.table(sem.format()).check(g, node, sem)
+        match &self.plugin {
+            Some(answer) => answer.check(g, node),
+            None => self.table(sem.format()).check(g, node, sem),
+        }
     }
 
     /// The same op lists with every checkable condition dropped (notes kept): support by op

@@ -12,6 +12,10 @@ pub struct ConnModel {
     /// cleave's addition: the backend the part runs on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
+    /// cleave's addition: the engine and device the part is for, where its backend names
+    /// one (`openvino:CPU` for `ov-CPU`); `--engine` still overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +51,9 @@ fn model_json(m: &ConnModel, indent: &str) -> String {
     ];
     if let Some(b) = &m.backend {
         fields.push(format!("{indent}  \"backend\" : {}", quote(b)));
+    }
+    if let Some(e) = &m.engine {
+        fields.push(format!("{indent}  \"engine\" : {}", quote(e)));
     }
     format!("{{\n{}\n{indent}}}", fields.join(",\n"))
 }
@@ -106,6 +113,7 @@ mod tests {
             inputs: i.iter().map(|s| s.to_string()).collect(),
             outputs: o.iter().map(|s| s.to_string()).collect(),
             backend: None,
+            engine: None,
         };
         ConnFile {
             source: m(

@@ -14,6 +14,7 @@ mod staged;
 pub use atomic::{copy_atomic, write_atomic, write_with, WriteError};
 pub use conn::{ConnFile, ConnModel};
 pub use naming::{
-    backend_of, check_backend_name, is_part_file, part_file_name, relative_path, stale_parts,
+    backend_of, check_backend_name, engine_of_backend, is_part_file, openvino_device,
+    part_file_name, relative_path, stale_parts, OPENVINO_PREFIX,
 };
 pub use staged::{ConnFiles, Staged};

@@ -17,7 +17,10 @@ pub mod runner;
 mod tensor;
 pub mod verify;
 
-pub use engine::{Engine, EngineFactory, EngineKind, EngineMap, Session};
+pub use engine::{
+    openvino_device, Engine, EngineFactory, EngineKind, EngineMap, Session, ENGINE_NAMES,
+    OPENVINO_PREFIX,
+};
 pub use error::RuntimeError;
 pub use npy::{npy_from_bytes, read_npy, write_npy};
 pub use tensor::{Diff, HostTensor};

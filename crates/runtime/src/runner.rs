@@ -56,10 +56,15 @@ pub fn load_parts(
     for p in &conn.parts {
         let backend = cleave_files::backend_of(&p.file, p.backend.as_deref());
         let path = dir.join(&p.file);
-        let kind = engines.for_part(&backend, &path);
-        let engine = match made.entry(kind) {
+        let kind = engines
+            .for_conn_part(&backend, &path, p.engine.as_deref())
+            .map_err(|message| RuntimeError::Conn {
+                path: conn_path.to_path_buf(),
+                message,
+            })?;
+        let engine = match made.entry(kind.clone()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(make(kind)?),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(make(kind.clone())?),
         };
         if !path.is_file() {
             return Err(RuntimeError::Conn {

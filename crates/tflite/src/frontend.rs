@@ -312,6 +312,7 @@ fn write_parts(
             inputs: g.inputs.iter().map(name).collect(),
             outputs: g.outputs.iter().map(name).collect(),
             backend: None,
+            engine: None,
         },
         parts: Vec::new(),
     };
@@ -354,6 +355,7 @@ fn write_parts(
             file: file.clone(),
             inputs: part.inputs.iter().map(name).collect(),
             outputs: part.outputs.iter().map(name).collect(),
+            engine: cleave_files::engine_of_backend(&backend),
             backend: Some(backend.clone()),
         });
         summary.push(EmittedPart {

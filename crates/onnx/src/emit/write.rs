@@ -97,6 +97,7 @@ pub fn emit_with(
             inputs: g.inputs.iter().map(|&v| g.value(v).name.clone()).collect(),
             outputs: g.outputs.iter().map(|&v| g.value(v).name.clone()).collect(),
             backend: None,
+            engine: None,
         },
         parts: Vec::new(),
     };
@@ -151,6 +152,7 @@ pub fn emit_with(
                 .iter()
                 .map(|&v| g.value(v).name.clone())
                 .collect(),
+            engine: cleave_files::engine_of_backend(&backend),
             backend: Some(backend.clone()),
         });
         summary.push(EmittedPart {

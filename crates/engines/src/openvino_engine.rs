@@ -1,0 +1,381 @@
+//! OpenVINO through the `openvino` crate, its C library (`libopenvino_c.so`) loaded at run
+//! time: from `$OPENVINO_LIB`, else the `openvino` package of the user's Python, else a
+//! system install. A part is read from its file (ONNX or TFLite, OpenVINO's own front-ends)
+//! and compiled for one OpenVINO device (`CPU`, `GPU`, `NPU`, `GPU.1`, ...).
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use cleave_ir::ElemType;
+use cleave_runtime::{Engine, HostTensor, RuntimeError, Session};
+use openvino::{
+    CompiledModel, Core, DeviceType, ElementType, InferRequest, PropertyKey, RwPropertyKey, Shape,
+    Tensor,
+};
+
+const ENGINE: &str = "openvino";
+/// The wheel the tests use; any recent OpenVINO with the C API works.
+pub const OPENVINO_WHEEL: &str = "openvino==2026.4.1";
+
+/// Where cleave finds OpenVINO's C library: `$OPENVINO_LIB`, else `libs/libopenvino_c.so*`
+/// in the `openvino` package that `python3` (or `$CLEAVE_PYTHON`) imports, else what
+/// `openvino-finder` finds in a system install.
+pub fn openvino_library_path() -> Result<PathBuf, String> {
+    let install = format!(
+        "install it with `pip install {OPENVINO_WHEEL}`, or set OPENVINO_LIB to its libopenvino_c.so"
+    );
+    if let Some(p) = std::env::var_os("OPENVINO_LIB").map(PathBuf::from) {
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "OPENVINO_LIB names {}, which is not a file; {install}",
+                p.display()
+            ))
+        };
+    }
+    let python = crate::python_pkg::python();
+    let from_python = crate::python_pkg::package_dir(&python, "openvino").and_then(|dir| {
+        let libs = Path::new(&dir).join("libs");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&libs)
+            .map_err(|e| format!("{}: {e}", libs.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libopenvino_c.so"))
+            })
+            .collect();
+        found.sort();
+        found
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("no libopenvino_c.so in {}", libs.display()))
+    });
+    match from_python {
+        Ok(p) => Ok(p),
+        Err(e) => openvino_sys::library::find().ok_or_else(|| format!("{e}; {install}")),
+    }
+}
+
+static LOADED: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// Loads the library once per process; its version, or why it is unavailable.
+pub fn openvino_version() -> Result<String, RuntimeError> {
+    let loaded = LOADED.get_or_init(|| {
+        let path = openvino_library_path()?;
+        openvino_sys::library::load_from(path.clone())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(openvino::version().build_number)
+    });
+    loaded.clone().map_err(|message| RuntimeError::Unavailable {
+        engine: "OpenVINO",
+        message,
+    })
+}
+
+/// OpenVINO's own words for the last failed call (the crate's error is only a status code).
+fn last_message(status: impl std::fmt::Display) -> String {
+    // SAFETY: the library is loaded before any call that can fail; the message is a
+    // NUL-terminated string owned by the library, copied at once.
+    let text = unsafe {
+        let p = openvino_sys::ov_get_last_err_msg();
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.is_empty() {
+        status.to_string()
+    } else {
+        format!("{status}: {text}")
+    }
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Engine {
+        path: path.to_path_buf(),
+        engine: ENGINE,
+        message: last_message(e),
+    }
+}
+
+fn unsupported(path: &Path, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Unsupported {
+        path: path.to_path_buf(),
+        engine: ENGINE,
+        message: last_message(e),
+    }
+}
+
+/// Properties every compile gets unless `CLEAVE_OPENVINO_PROPERTIES` sets them: full
+/// precision (a CPU with bf16 or AMX units would otherwise compute in bf16 and parts would
+/// not match the source), and latency over throughput (one request at a time).
+const DEFAULTS: [(&str, &str); 2] = [
+    ("INFERENCE_PRECISION_HINT", "f32"),
+    ("PERFORMANCE_HINT", "LATENCY"),
+];
+
+/// `KEY=VALUE,KEY=VALUE` from `CLEAVE_OPENVINO_PROPERTIES` over [`DEFAULTS`].
+fn properties() -> Result<Vec<(String, String)>, String> {
+    let mut props: Vec<(String, String)> = DEFAULTS
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let Ok(text) = std::env::var("CLEAVE_OPENVINO_PROPERTIES") else {
+        return Ok(props);
+    };
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            format!("CLEAVE_OPENVINO_PROPERTIES: '{pair}' is not KEY=VALUE (e.g. PERFORMANCE_HINT=THROUGHPUT)")
+        })?;
+        let (k, v) = (k.trim().to_string(), v.trim().to_string());
+        match props.iter_mut().find(|(key, _)| *key == k) {
+            Some(slot) => slot.1 = v,
+            None => props.push((k, v)),
+        }
+    }
+    Ok(props)
+}
+
+/// OpenVINO on one of its devices. The core is shared by the sessions of a process; its
+/// calls are serialised (the crate's `Core` is not `Sync`).
+pub struct OpenVino {
+    device: String,
+    core: Mutex<Core>,
+}
+
+impl OpenVino {
+    /// Loads the library and makes a core for `device` (an OpenVINO device name).
+    pub fn new(device: &str) -> Result<OpenVino, RuntimeError> {
+        openvino_version()?;
+        let core = Core::new().map_err(|e| RuntimeError::Unavailable {
+            engine: "OpenVINO",
+            message: last_message(e),
+        })?;
+        Ok(OpenVino {
+            device: device.to_string(),
+            core: Mutex::new(core),
+        })
+    }
+
+    /// The devices this installation of OpenVINO sees (`CPU`, `GPU.0`, ...).
+    pub fn available_devices(&self) -> Result<Vec<String>, RuntimeError> {
+        let core = self.core.lock().unwrap_or_else(|p| p.into_inner());
+        let devices = core
+            .available_devices()
+            .map_err(|e| RuntimeError::Unavailable {
+                engine: "OpenVINO",
+                message: last_message(e),
+            })?;
+        Ok(devices.iter().map(|d| d.as_ref().to_string()).collect())
+    }
+}
+
+impl Engine for OpenVino {
+    fn name(&self) -> &'static str {
+        ENGINE
+    }
+
+    fn load(&self, path: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
+        let file = path.to_str().ok_or_else(|| {
+            unsupported(path, "the path is not UTF-8, which OpenVINO's C API needs")
+        })?;
+        let props = properties().map_err(|m| RuntimeError::Unavailable {
+            engine: "OpenVINO",
+            message: m,
+        })?;
+        let mut core = self.core.lock().unwrap_or_else(|p| p.into_inner());
+        let device = DeviceType::from(self.device.as_str());
+        let supported = core
+            .get_property(&device, &PropertyKey::SupportedProperties)
+            .unwrap_or_default();
+        let threads = if single_thread { "1" } else { "0" };
+        let all = props
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain([("INFERENCE_NUM_THREADS", threads)]);
+        for (k, v) in all {
+            // A device that lacks a property (the GPU has no thread count) is left to its
+            // own default; a property it has but refuses is an error.
+            if !supported.split([' ', ',']).any(|s| s == k) {
+                continue;
+            }
+            core.set_property(&device, &RwPropertyKey::Other(k.to_string().into()), v)
+                .map_err(|e| err(path, format!("{} {k}={v}: {e}", self.device)))?;
+        }
+        let model = core
+            .read_model_from_file(file, "")
+            .map_err(|e| unsupported(path, e))?;
+        let mut compiled = core
+            .compile_model(&model, device)
+            .map_err(|e| unsupported(path, format!("on {}: {e}", self.device)))?;
+        drop(core);
+        let inputs = port_names(path, &compiled, true)?;
+        let outputs = port_names(path, &compiled, false)?;
+        let request = compiled.create_infer_request().map_err(|e| err(path, e))?;
+        Ok(Box::new(OvSession {
+            path: path.to_path_buf(),
+            _compiled: compiled,
+            request,
+            inputs,
+            outputs,
+        }))
+    }
+}
+
+fn port_names(
+    path: &Path,
+    compiled: &CompiledModel,
+    inputs: bool,
+) -> Result<Vec<String>, RuntimeError> {
+    let n = if inputs {
+        compiled.get_input_size()
+    } else {
+        compiled.get_output_size()
+    }
+    .map_err(|e| err(path, e))?;
+    (0..n)
+        .map(|i| {
+            let node = if inputs {
+                compiled.get_input_by_index(i)
+            } else {
+                compiled.get_output_by_index(i)
+            }
+            .map_err(|e| err(path, e))?;
+            node.get_name().map_err(|e| err(path, e))
+        })
+        .collect()
+}
+
+struct OvSession {
+    path: PathBuf,
+    // The request runs inside the compiled model: keep it alive as long as the request.
+    _compiled: CompiledModel,
+    request: InferRequest,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+}
+
+fn ov_type(path: &Path, name: &str, e: ElemType) -> Result<ElementType, RuntimeError> {
+    Ok(match e {
+        ElemType::F32 => ElementType::F32,
+        ElemType::F64 => ElementType::F64,
+        ElemType::F16 => ElementType::F16,
+        ElemType::BF16 => ElementType::Bf16,
+        ElemType::I8 => ElementType::I8,
+        ElemType::I16 => ElementType::I16,
+        ElemType::I32 => ElementType::I32,
+        ElemType::I64 => ElementType::I64,
+        ElemType::U8 => ElementType::U8,
+        ElemType::U16 => ElementType::U16,
+        ElemType::U32 => ElementType::U32,
+        ElemType::U64 => ElementType::U64,
+        ElemType::Bool => ElementType::Boolean,
+        other => {
+            return Err(RuntimeError::Input {
+                path: path.to_path_buf(),
+                name: name.to_string(),
+                message: format!("{other} tensors are not supported by the OpenVINO engine"),
+            })
+        }
+    })
+}
+
+fn host_type(path: &Path, name: &str, e: ElementType) -> Result<ElemType, RuntimeError> {
+    Ok(match e {
+        ElementType::F32 => ElemType::F32,
+        ElementType::F64 => ElemType::F64,
+        ElementType::F16 => ElemType::F16,
+        ElementType::Bf16 => ElemType::BF16,
+        ElementType::I8 => ElemType::I8,
+        ElementType::I16 => ElemType::I16,
+        ElementType::I32 => ElemType::I32,
+        ElementType::I64 => ElemType::I64,
+        ElementType::U8 => ElemType::U8,
+        ElementType::U16 => ElemType::U16,
+        ElementType::U32 => ElemType::U32,
+        ElementType::U64 => ElemType::U64,
+        ElementType::Boolean => ElemType::Bool,
+        other => {
+            return Err(unsupported(
+                path,
+                format!("output '{name}' of type {other}"),
+            ))
+        }
+    })
+}
+
+fn to_ov(path: &Path, name: &str, t: &HostTensor) -> Result<Tensor, RuntimeError> {
+    let dims = t
+        .shape
+        .iter()
+        .map(|&d| i64::try_from(d))
+        .collect::<Result<Vec<i64>, _>>()
+        .map_err(|e| err(path, format!("input '{name}': {e}")))?;
+    let shape = Shape::new(&dims).map_err(|e| err(path, e))?;
+    let mut tensor = Tensor::new(ov_type(path, name, t.elem)?, &shape).map_err(|e| err(path, e))?;
+    let dst = tensor.get_raw_data_mut().map_err(|e| err(path, e))?;
+    if dst.len() != t.data.len() {
+        return Err(RuntimeError::Input {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            message: format!(
+                "{} bytes of data for a tensor of {} bytes",
+                t.data.len(),
+                dst.len()
+            ),
+        });
+    }
+    dst.copy_from_slice(&t.data);
+    Ok(tensor)
+}
+
+fn from_ov(path: &Path, name: &str, t: &Tensor) -> Result<HostTensor, RuntimeError> {
+    let elem = host_type(path, name, t.get_element_type().map_err(|e| err(path, e))?)?;
+    let shape = t.get_shape().map_err(|e| err(path, e))?;
+    let shape = shape
+        .get_dimensions()
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|e| err(path, format!("output '{name}': {e}")))?;
+    let data = t.get_raw_data().map_err(|e| err(path, e))?.to_vec();
+    Ok(HostTensor { elem, shape, data })
+}
+
+impl Session for OvSession {
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let path = self.path.clone();
+        for name in &self.inputs {
+            let (_, t) =
+                inputs
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .ok_or_else(|| RuntimeError::Input {
+                        path: path.clone(),
+                        name: name.clone(),
+                        message: "not given".into(),
+                    })?;
+            let tensor = to_ov(&path, name, t)?;
+            self.request
+                .set_tensor(name, &tensor)
+                .map_err(|e| err(&path, format!("input '{name}': {e}")))?;
+        }
+        self.request.infer().map_err(|e| err(&path, e))?;
+        let mut out = Vec::with_capacity(self.outputs.len());
+        for name in &self.outputs {
+            let t = self
+                .request
+                .get_tensor(name)
+                .map_err(|e| err(&path, format!("output '{name}': {e}")))?;
+            out.push((name.clone(), from_ov(&path, name, &t)?));
+        }
+        Ok(out)
+    }
+}

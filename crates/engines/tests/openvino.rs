@@ -1,0 +1,96 @@
+//! The OpenVINO engine against ONNX Runtime on the bundled example and on broken input.
+//! Where OpenVINO is not installed the tests say so and pass, unless CLEAVE_REQUIRE_OPENVINO
+//! is set (the test script installs it and sets it, so there they run).
+
+use std::path::{Path, PathBuf};
+
+use cleave_engines::{OnnxRuntime, OpenVino};
+use cleave_ir::ElemType;
+use cleave_runtime::{Engine, HostTensor, RuntimeError};
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+}
+
+/// OpenVINO on its CPU, or `None` (with a note) where it is not installed and not required.
+fn openvino() -> Option<OpenVino> {
+    match OpenVino::new("CPU") {
+        Ok(e) => Some(e),
+        Err(e) if std::env::var_os("CLEAVE_REQUIRE_OPENVINO").is_none() => {
+            eprintln!("skipped: {e} (set CLEAVE_REQUIRE_OPENVINO=1 to make this a failure)");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn openvino_matches_onnxruntime_on_the_example_at_two_batch_sizes() {
+    let Some(ov) = openvino() else { return };
+    assert!(
+        ov.available_devices().unwrap().iter().any(|d| d == "CPU"),
+        "OpenVINO lists no CPU"
+    );
+    let ort = OnnxRuntime::new().expect("ONNX Runtime (scripts/fetch-ort.sh)");
+    let model = example("tiny_cnn.onnx");
+    let mut a = ov.load(&model, false).unwrap();
+    let mut b = ort.load(&model, false).unwrap();
+    // The example's batch dim is symbolic: one compiled model serves both sizes.
+    for (batch, seed) in [(1, 3), (4, 11)] {
+        let x = HostTensor::random(ElemType::F32, &[batch, 3, 16, 16], seed).unwrap();
+        let feed = vec![("input".to_string(), x)];
+        let got = a.run(&feed).unwrap();
+        let want = b.run(&feed).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (name, w) in &want {
+            let (_, g) = got.iter().find(|(n, _)| n == name).expect(name);
+            assert_eq!(g.shape, w.shape, "{name}");
+            let d = g.diff(w, 1e-4, 1e-5);
+            assert_eq!(d.beyond, 0, "{name}: {d:?}");
+        }
+        // A wiring check with teeth: a different input gives different outputs.
+        let y = HostTensor::random(ElemType::F32, &[batch, 3, 16, 16], seed + 1).unwrap();
+        let other = a.run(&[("input".to_string(), y)]).unwrap();
+        assert_ne!(other[0].1.data, got[0].1.data);
+    }
+}
+
+#[test]
+fn openvino_refuses_broken_files_and_missing_inputs_with_errors() {
+    let Some(ov) = openvino() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.onnx");
+    std::fs::write(&garbage, b"\x08\x07not a model at all").unwrap();
+    match ov.load(&garbage, false) {
+        Err(RuntimeError::Unsupported {
+            engine, message, ..
+        }) => {
+            assert_eq!(engine, "openvino");
+            assert!(!message.is_empty());
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a garbage file loaded"),
+    }
+    let mut s = ov.load(&example("tiny_cnn.onnx"), true).unwrap();
+    match s.run(&[]) {
+        Err(RuntimeError::Input { name, .. }) => assert_eq!(name, "input"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("ran without its input"),
+    }
+    let short = HostTensor {
+        elem: ElemType::F32,
+        shape: vec![1, 3, 16, 16],
+        data: vec![0; 12],
+    };
+    assert!(matches!(
+        s.run(&[("input".to_string(), short)]),
+        Err(RuntimeError::Input { .. })
+    ));
+    let missing = OpenVino::new("NO_SUCH_DEVICE").unwrap();
+    match missing.load(&example("tiny_cnn.onnx"), false) {
+        Err(e) => assert!(e.to_string().contains("NO_SUCH_DEVICE"), "{e}"),
+        Ok(_) => panic!("compiled for a device that does not exist"),
+    }
+}
