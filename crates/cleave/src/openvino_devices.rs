@@ -64,8 +64,7 @@ impl Devices {
     /// Whether some listed device still waits for OpenVINO's answer.
     pub fn needs_openvino(&self) -> bool {
         self.order().iter().any(|d| {
-            openvino_device(d).is_some()
-                && self.profiles.get(d).is_none_or(|p| p.plugin.is_none())
+            openvino_device(d).is_some() && self.profiles.get(d).is_none_or(|p| p.plugin.is_none())
         })
     }
 }
@@ -122,6 +121,7 @@ pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>
             .into_iter()
             .map(|(t, lacks)| (t, (!lacks.is_empty()).then(|| lacks.join(", "))))
             .collect(),
+        whole_model: answer.whole_model.is_none(),
     };
     Ok((plugin, answer.whole_model))
 }

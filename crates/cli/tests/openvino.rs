@@ -235,3 +235,32 @@ fn the_example_split_between_openvino_and_onnxruntime_matches_both_whole_models(
         assert!(last.starts_with("verify: 5 tensors match"), "{v}");
     }
 }
+
+#[test]
+fn names_openvino_drops_when_it_reads_the_whole_model_do_not_refuse_their_nodes() {
+    if !openvino_installed() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // OpenVINO removes the Dropout as an identity: `c` takes the name `d`, and the mask `k`,
+    // read by nobody, is not made at all.
+    let mut m = model(
+        vec![
+            node("conv", "Conv", &["x", "w"], &["c"]),
+            node("drop", "Dropout", &["c"], &["d", "k"]),
+            node("relu", "Relu", &["d"], &["y"]),
+        ],
+        vec![weights("w", &[3, 3, 3, 3], 5)],
+        "y",
+    );
+    let g = m.graph.as_mut().unwrap();
+    g.input = vec![float_input("x", &[1, 3, 6, 6])];
+    g.output = vec![float_input("y", &[1, 3, 4, 4])];
+    let path = write(dir.path(), "drop.onnx", &m.encode_to_vec());
+    let table = ok(&run(
+        &dir.path().join("cache"),
+        &["query", path.to_str().unwrap(), "--devices", "ov:CPU"],
+        &[],
+    ));
+    assert!(table.contains("3 nodes: ov-CPU 3"), "{table}");
+}

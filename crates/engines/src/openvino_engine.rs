@@ -213,8 +213,16 @@ impl Engine for OpenVino {
             .compile_model(&model, device)
             .map_err(|e| unsupported(path, format!("on {}: {e}", self.device)))?;
         drop(core);
-        let inputs = port_names(path, &compiled, true)?;
-        let outputs = port_names(path, &compiled, false)?;
+        let mut inputs = port_names(path, &compiled, true)?;
+        let mut outputs = port_names(path, &compiled, false)?;
+        // OpenVINO renames a port whose tensor passes straight through (a part that is one
+        // Dropout takes and gives `d61`, not `r61`); the ONNX file's own names, in the same
+        // order, are the ones the caller uses.
+        if let Some((i, o)) = onnx_io_names(path) {
+            if i.len() == inputs.len() && o.len() == outputs.len() {
+                (inputs, outputs) = (i, o);
+            }
+        }
         let request = compiled.create_infer_request().map_err(|e| err(path, e))?;
         Ok(Box::new(OvSession {
             path: path.to_path_buf(),
@@ -224,6 +232,60 @@ impl Engine for OpenVino {
             outputs,
         }))
     }
+}
+
+/// Just the names an ONNX file gives its graph's inputs (less those that are initializers)
+/// and outputs; prost skips every other field.
+mod io_only {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Model {
+        #[prost(message, optional, tag = "7")]
+        pub graph: Option<Graph>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Graph {
+        #[prost(message, repeated, tag = "5")]
+        pub initializer: Vec<Named8>,
+        #[prost(message, repeated, tag = "11")]
+        pub input: Vec<Named1>,
+        #[prost(message, repeated, tag = "12")]
+        pub output: Vec<Named1>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Named1 {
+        #[prost(string, tag = "1")]
+        pub name: String,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Named8 {
+        #[prost(string, tag = "8")]
+        pub name: String,
+    }
+}
+
+/// Files larger than this are not read again for their names (a whole model with its
+/// weights inline); OpenVINO's own names serve there.
+const IO_NAMES_MAX_BYTES: u64 = 256 << 20;
+
+fn onnx_io_names(path: &Path) -> Option<(Vec<String>, Vec<String>)> {
+    use prost::Message;
+    if path.extension().is_none_or(|e| e != "onnx")
+        || std::fs::metadata(path).ok()?.len() > IO_NAMES_MAX_BYTES
+    {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    let g = io_only::Model::decode(bytes.as_slice()).ok()?.graph?;
+    let weights: std::collections::HashSet<&str> =
+        g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let inputs = g
+        .input
+        .iter()
+        .filter(|v| !weights.contains(v.name.as_str()))
+        .map(|v| v.name.clone())
+        .collect();
+    let outputs = g.output.iter().map(|v| v.name.clone()).collect();
+    Some((inputs, outputs))
 }
 
 fn port_names(
@@ -352,7 +414,7 @@ impl Session for OvSession {
         inputs: &[(String, HostTensor)],
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         let path = self.path.clone();
-        for name in &self.inputs {
+        for (k, name) in self.inputs.iter().enumerate() {
             let (_, t) =
                 inputs
                     .iter()
@@ -364,15 +426,15 @@ impl Session for OvSession {
                     })?;
             let tensor = to_ov(&path, name, t)?;
             self.request
-                .set_tensor(name, &tensor)
+                .set_input_tensor_by_index(k, &tensor)
                 .map_err(|e| err(&path, format!("input '{name}': {e}")))?;
         }
         self.request.infer().map_err(|e| err(&path, e))?;
         let mut out = Vec::with_capacity(self.outputs.len());
-        for name in &self.outputs {
+        for (k, name) in self.outputs.iter().enumerate() {
             let t = self
                 .request
-                .get_tensor(name)
+                .get_output_tensor_by_index(k)
                 .map_err(|e| err(&path, format!("output '{name}': {e}")))?;
             out.push((name.clone(), from_ov(&path, name, &t)?));
         }
