@@ -9,7 +9,7 @@ several of its own operations (a Conv with a bias is a Convolution and an Add); 
 on the device only when every one of them does, as in OpenVINO's HETERO plugin.
 
 When OpenVINO cannot read the whole model (an ONNX op its front-end lacks, such as ``Det``),
-each node is asked alone, as a one-node model (this needs the ``onnx`` package); a node it
+or fails while answering for it, each node is asked alone, as a one-node model (this needs the ``onnx`` package); a node it
 cannot read is not supported.
 """
 
@@ -24,8 +24,9 @@ def query(model_path: str, device: str) -> dict:
 
     core = ov.Core()
     try:
-        model = core.read_model(model_path)
+        tensors = answer(core, core.read_model(model_path), device)
     except RuntimeError as e:
+        # OpenVINO cannot read the model, or its transformations fail on it while answering.
         if not model_path.endswith(".onnx"):
             raise
         return {
@@ -34,11 +35,7 @@ def query(model_path: str, device: str) -> dict:
             "whole_model": one_line(e),
             "tensors": per_node(core, model_path, device),
         }
-    return {
-        "openvino": ov.get_version(),
-        "device": device,
-        "tensors": answer(core, model, device),
-    }
+    return {"openvino": ov.get_version(), "device": device, "tensors": tensors}
 
 
 def one_line(e: BaseException) -> str:

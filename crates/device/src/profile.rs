@@ -344,7 +344,8 @@ impl Profile {
 
     /// Whether this device runs every op of a model of `format` (subject to its defaults).
     pub fn runs_every_op(&self, format: &str) -> bool {
-        self.table(format).all_ops
+        // A plugin's answer decides node by node: what it runs is worth reporting.
+        self.plugin.is_none() && self.table(format).all_ops
     }
 
     /// Whether this device runs `node`, by the table of the model's format; `sem` answers

@@ -213,8 +213,18 @@ impl Engine for OpenVino {
             .compile_model(&model, device)
             .map_err(|e| unsupported(path, format!("on {}: {e}", self.device)))?;
         drop(core);
-        let mut inputs = port_names(path, &compiled, true)?;
+        let ov_inputs = port_names(path, &compiled, true)?;
+        let mut inputs = ov_inputs.clone();
         let mut outputs = port_names(path, &compiled, false)?;
+        let scalar_outputs = (0..outputs.len())
+            .map(|k| {
+                let port = compiled.get_output_by_index(k).map_err(|e| err(path, e))?;
+                let ps = port.get_partial_shape().map_err(|e| err(path, e))?;
+                let rank = ps.get_rank();
+                // The C API calls a rank of exactly 0 dynamic; its bounds say what it is.
+                Ok(rank.get_min() == 0 && rank.get_max() == 0)
+            })
+            .collect::<Result<Vec<bool>, RuntimeError>>()?;
         // OpenVINO renames a port whose tensor passes straight through (a part that is one
         // Dropout takes and gives `d61`, not `r61`); the ONNX file's own names, in the same
         // order, are the ones the caller uses.
@@ -229,7 +239,9 @@ impl Engine for OpenVino {
             _compiled: compiled,
             request,
             inputs,
+            ov_inputs,
             outputs,
+            scalar_outputs,
         }))
     }
 }
@@ -317,8 +329,13 @@ struct OvSession {
     // The request runs inside the compiled model: keep it alive as long as the request.
     _compiled: CompiledModel,
     request: InferRequest,
+    /// The names callers use (the ONNX file's where it has them) ...
     inputs: Vec<String>,
+    /// ... and OpenVINO's own, in the same order.
+    ov_inputs: Vec<String>,
     outputs: Vec<String>,
+    /// Outputs of rank 0, whose shape the C API cannot hand out.
+    scalar_outputs: Vec<bool>,
 }
 
 fn ov_type(path: &Path, name: &str, e: ElemType) -> Result<ElementType, RuntimeError> {
@@ -377,8 +394,21 @@ fn to_ov(path: &Path, name: &str, t: &HostTensor) -> Result<Tensor, RuntimeError
         .map(|&d| i64::try_from(d))
         .collect::<Result<Vec<i64>, _>>()
         .map_err(|e| err(path, format!("input '{name}': {e}")))?;
-    let shape = Shape::new(&dims).map_err(|e| err(path, e))?;
-    let mut tensor = Tensor::new(ov_type(path, name, t.elem)?, &shape).map_err(|e| err(path, e))?;
+    let shape =
+        Shape::new(&dims).map_err(|e| err(path, format!("input '{name}': shape {dims:?}: {e}")))?;
+    let mut tensor = Tensor::new(ov_type(path, name, t.elem)?, &shape)
+        .map_err(|e| err(path, format!("input '{name}': {e}")))?;
+    fill(path, name, &mut tensor, t)?;
+    Ok(tensor)
+}
+
+/// Copies `t`'s bytes into `tensor`, which has its element type and shape. An empty tensor
+/// has no storage to copy into (OpenVINO gives no data pointer for it).
+fn fill(path: &Path, name: &str, tensor: &mut Tensor, t: &HostTensor) -> Result<(), RuntimeError> {
+    let size = tensor.get_byte_size().map_err(|e| err(path, e))?;
+    if size == 0 && t.data.is_empty() {
+        return Ok(());
+    }
     let dst = tensor.get_raw_data_mut().map_err(|e| err(path, e))?;
     if dst.len() != t.data.len() {
         return Err(RuntimeError::Input {
@@ -392,19 +422,28 @@ fn to_ov(path: &Path, name: &str, t: &HostTensor) -> Result<Tensor, RuntimeError
         });
     }
     dst.copy_from_slice(&t.data);
-    Ok(tensor)
+    Ok(())
 }
 
-fn from_ov(path: &Path, name: &str, t: &Tensor) -> Result<HostTensor, RuntimeError> {
-    let elem = host_type(path, name, t.get_element_type().map_err(|e| err(path, e))?)?;
-    let shape = t.get_shape().map_err(|e| err(path, e))?;
-    let shape = shape
-        .get_dimensions()
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<Result<Vec<usize>, _>>()
-        .map_err(|e| err(path, format!("output '{name}': {e}")))?;
-    let data = t.get_raw_data().map_err(|e| err(path, e))?.to_vec();
+fn from_ov(path: &Path, name: &str, t: &Tensor, scalar: bool) -> Result<HostTensor, RuntimeError> {
+    let err = |path: &Path, e: &dyn std::fmt::Display| err(path, format!("output '{name}': {e}"));
+    let elem = host_type(path, name, t.get_element_type().map_err(|e| err(path, &e))?)?;
+    let shape = if scalar {
+        Vec::new()
+    } else {
+        t.get_shape()
+            .map_err(|e| err(path, &e))?
+            .get_dimensions()
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|e| err(path, &e))?
+    };
+    let data = if t.get_byte_size().map_err(|e| err(path, &e))? == 0 {
+        Vec::new()
+    } else {
+        t.get_raw_data().map_err(|e| err(path, &e))?.to_vec()
+    };
     Ok(HostTensor { elem, shape, data })
 }
 
@@ -424,19 +463,42 @@ impl Session for OvSession {
                         name: name.clone(),
                         message: "not given".into(),
                     })?;
+            if t.shape.is_empty() {
+                // OpenVINO's C API makes no shape of rank 0, so a scalar is written into the
+                // request's own input tensor.
+                let mut own = self
+                    .request
+                    .get_tensor(&self.ov_inputs[k])
+                    .map_err(|e| err(&path, format!("input '{name}': {e}")))?;
+                let want = own.get_element_type().map_err(|e| err(&path, e))?;
+                if want != ov_type(&path, name, t.elem)? {
+                    return Err(RuntimeError::Input {
+                        path: path.clone(),
+                        name: name.clone(),
+                        message: format!("a {} scalar where the model takes {want}", t.elem),
+                    });
+                }
+                fill(&path, name, &mut own, t)?;
+                continue;
+            }
             let tensor = to_ov(&path, name, t)?;
             self.request
                 .set_input_tensor_by_index(k, &tensor)
                 .map_err(|e| err(&path, format!("input '{name}': {e}")))?;
         }
-        self.request.infer().map_err(|e| err(&path, e))?;
+        self.request
+            .infer()
+            .map_err(|e| err(&path, format!("inference: {e}")))?;
         let mut out = Vec::with_capacity(self.outputs.len());
         for (k, name) in self.outputs.iter().enumerate() {
             let t = self
                 .request
                 .get_output_tensor_by_index(k)
                 .map_err(|e| err(&path, format!("output '{name}': {e}")))?;
-            out.push((name.clone(), from_ov(&path, name, &t)?));
+            out.push((
+                name.clone(),
+                from_ov(&path, name, &t, self.scalar_outputs[k])?,
+            ));
         }
         Ok(out)
     }

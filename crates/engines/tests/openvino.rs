@@ -135,3 +135,67 @@ fn a_part_that_only_passes_its_input_through_keeps_its_onnx_names() {
     assert_eq!(got[0].0, "d");
     assert_eq!(got[0].1.data, x.data);
 }
+
+/// Writes the ONNX model given as JSON (protobuf's JSON mapping), checked by the onnx checker.
+fn json_model(dir: &Path, name: &str, json: &str) -> PathBuf {
+    let model = dir.join(name);
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, onnx; from google.protobuf import json_format as j; \
+             m = j.Parse(sys.argv[1], onnx.ModelProto()); onnx.checker.check_model(m); \
+             onnx.save(m, sys.argv[2])",
+            json,
+            model.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    model
+}
+
+#[test]
+fn scalars_and_empty_tensors_go_in_and_come_out() {
+    let Some(ov) = openvino() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ty = |dims: &str| {
+        format!("{{\"tensorType\": {{\"elemType\": 1, \"shape\": {{\"dim\": [{dims}]}}}}}}")
+    };
+    // y = x + x for a scalar x; e = relu(z) for z of shape [0, 4].
+    let json = format!(
+        "{{\"irVersion\": \"8\", \"opsetImport\": [{{\"version\": \"17\"}}], \"graph\": {{\"name\": \"g\", \
+         \"node\": [{{\"input\": [\"x\", \"x\"], \"output\": [\"y\"], \"opType\": \"Add\"}}, \
+                    {{\"input\": [\"z\"], \"output\": [\"e\"], \"opType\": \"Relu\"}}], \
+         \"input\": [{{\"name\": \"x\", \"type\": {}}}, {{\"name\": \"z\", \"type\": {}}}], \
+         \"output\": [{{\"name\": \"y\", \"type\": {}}}, {{\"name\": \"e\", \"type\": {}}}]}}}}",
+        ty(""),
+        ty("{\"dimValue\": \"0\"}, {\"dimValue\": \"4\"}"),
+        ty(""),
+        ty("{\"dimValue\": \"0\"}, {\"dimValue\": \"4\"}"),
+    );
+    let model = json_model(dir.path(), "scalar.onnx", &json);
+    let mut s = ov.load(&model, false).unwrap();
+    let x = HostTensor {
+        elem: ElemType::F32,
+        shape: vec![],
+        data: 1.5f32.to_le_bytes().to_vec(),
+    };
+    let z = HostTensor {
+        elem: ElemType::F32,
+        shape: vec![0, 4],
+        data: vec![],
+    };
+    let got = s
+        .run(&[("x".to_string(), x), ("z".to_string(), z)])
+        .unwrap();
+    assert_eq!(got[0].0, "y");
+    assert_eq!(got[0].1.shape, Vec::<usize>::new());
+    assert_eq!(got[0].1.data, 3.0f32.to_le_bytes());
+    assert_eq!(got[1].0, "e");
+    assert_eq!(got[1].1.shape, [0, 4]);
+    assert!(got[1].1.data.is_empty());
+}
