@@ -9,7 +9,9 @@ the parts are asynchronous and accept several requests at once, so with several 
 flight different parts work on different requests at the same time (a pipeline).
 
 This module is ``cleave.serve`` in the Python package (``from cleave.serve import build_app``)
-and stands alone (only the standard library, numpy, onnxruntime and Ray): the cleave binary
+and stands alone (only the standard library, numpy, onnxruntime and Ray; openvino for the parts
+whose conn.json entry records ``"engine" : "openvino:DEVICE"``, which run on OpenVINO's DEVICE,
+``describe`` saying which engine each part used): the cleave binary
 carries this same file inside it for ``cleave serve``, and copies it into exported application
 folders.
 
@@ -135,6 +137,8 @@ class Partition:
                 "outputs": list(p["outputs"]),
                 "backend": backend,
                 "deployment": f"part{i + 1}_{_safe(backend)}",
+                # What conn.json records the part is for (`openvino:CPU` for `ov-CPU`).
+                "engine": p.get("engine"),
             })
         if not self.parts:
             raise ValueError(f"{self.path}: lists no parts")
@@ -243,28 +247,90 @@ _ORT_DTYPES = {
 }
 
 
+class _OpenVinoPart:
+    """A part compiled by OpenVINO for one of its devices, run as ONNX Runtime's session is:
+    ``run(outputs, feeds, run_options)``, where cancelling ``run_options`` stops the request."""
+
+    def __init__(self, source, device):
+        import io
+
+        import openvino as ov
+
+        core = ov.Core()
+        model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
+        # Full precision (as cleave's own OpenVINO engine), one thread per part (as ONNX Runtime's
+        # parts here).
+        config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+        if "INFERENCE_NUM_THREADS" in core.get_property(device, "SUPPORTED_PROPERTIES"):
+            config["INFERENCE_NUM_THREADS"] = 1
+        self.compiled = core.compile_model(model, device, config)
+        self.request = self.compiled.create_infer_request()
+
+    def input_specs(self):
+        specs = {}
+        for i in self.compiled.inputs:
+            try:
+                dtype = i.get_element_type().to_dtype().name
+            except Exception:  # an OpenVINO type numpy lacks
+                dtype = None
+            dims = [d.get_length() if d.is_static else None for d in i.get_partial_shape()]
+            specs[i.get_any_name()] = [dtype, dims]
+        return specs
+
+    def run(self, outputs, feeds, run_options):
+        run_options.request = self.request
+        result = self.request.infer(feeds)
+        by_name = {}
+        for port, value in result.items():
+            for n in port.get_names():
+                by_name[n] = value
+        return [by_name[n] for n in outputs]
+
+
+class _Cancel:
+    """RunOptions for an OpenVINO part: setting ``terminate`` cancels its running request."""
+
+    def __init__(self):
+        self.request = None
+
+    def __setattr__(self, name, value):
+        if name == "terminate" and value and self.request is not None:
+            self.request.cancel()
+        object.__setattr__(self, name, value)
+
+
 class PartReplica:
     def __init__(self, spec, model_bytes, actor_opts):
-        import onnxruntime as ort
-
         self.spec = spec
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
         source = model_bytes if model_bytes is not None else spec["file"]
-        self.session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+        engine = spec.get("engine") or ""
+        if engine.startswith("openvino"):
+            device = engine.split(":", 1)[1] if ":" in engine else "CPU"
+            self.session = _OpenVinoPart(source, device)
+            self.input_specs = self.session.input_specs()
+            self.engine = f"openvino:{device}"
+        else:
+            import onnxruntime as ort
+
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = 1
+            so.inter_op_num_threads = 1
+            self.session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+            # What each input takes: numpy dtype name (None when numpy has no such type) and
+            # dims, None where dynamic. The ingress checks requests against it before anything
+            # runs.
+            self.input_specs = {
+                i.name: [_ORT_DTYPES.get(i.type), [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])]]
+                for i in self.session.get_inputs()
+            }
+            self.engine = "onnxruntime:CPUExecutionProvider"
         self.outputs = list(spec["outputs"])
-        # What each input takes: numpy dtype name (None when numpy has no such type) and dims,
-        # None where dynamic. The ingress checks requests against it before anything runs.
-        self.input_specs = {
-            i.name: [_ORT_DTYPES.get(i.type), [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])]]
-            for i in self.session.get_inputs()
-        }
         # One computation at a time per part, as on one device; queued requests wait here
         # while the event loop stays free to accept more and to answer health checks.
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self.report = _node_report()
-        self.report.update(deployment=spec["deployment"], backend=spec["backend"], actor_options=actor_opts)
+        self.report.update(deployment=spec["deployment"], backend=spec["backend"], engine=self.engine,
+                           actor_options=actor_opts)
 
     def _run(self, feeds, run_options):
         t = time.perf_counter()
@@ -276,9 +342,12 @@ class PartReplica:
         request's time) or when the caller cancels: a request still queued never runs, and
         one running is stopped by ONNX Runtime (RunOptions.terminate), so the part's one
         worker is free for the next request instead of finishing work nobody waits for."""
-        import onnxruntime as ort
+        if self.engine.startswith("openvino"):
+            run_options = _Cancel()
+        else:
+            import onnxruntime as ort
 
-        run_options = ort.RunOptions()
+            run_options = ort.RunOptions()
         work = asyncio.get_running_loop().run_in_executor(self.pool, self._run, feeds, run_options)
         try:
             return await asyncio.wait_for(work, budget_s)
@@ -553,7 +622,7 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
     handles = []
     specs = []
     for p in partition.parts:
-        spec = {k: p[k] for k in ("index", "file", "inputs", "outputs", "backend", "deployment")}
+        spec = {k: p[k] for k in ("index", "file", "inputs", "outputs", "backend", "deployment", "engine")}
         size = os.path.getsize(p["file"])
         model_bytes = None
         if size <= INLINE_MAX_BYTES:

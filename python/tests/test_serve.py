@@ -111,6 +111,28 @@ def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
     assert freed_after < whole / 3, f"worker busy {freed_after:.2f}s after giving up (a whole run takes {whole:.2f}s)"
 
 
+def test_a_part_recorded_for_openvino_runs_on_it_and_says_so(monkeypatch):
+    pytest.importorskip("openvino")
+    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    model, out = slow_model(n=64, layers=3)
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    m = onnx.load_from_string(model)
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(w, "w"))
+    model = m.SerializeToString()
+    base = {"index": 0, "file": "p.onnx", "inputs": ["x"], "outputs": [out], "backend": "ov-CPU", "deployment": "part1_ov-CPU"}
+    ov_part = serve.PartReplica({**base, "engine": "openvino:CPU"}, model, {})
+    ort_part = serve.PartReplica({**base, "engine": None}, model, {})
+    assert ov_part.describe()["engine"] == "openvino:CPU"
+    assert ort_part.describe()["engine"] == "onnxruntime:CPUExecutionProvider"
+    assert ov_part.inputs() == ort_part.inputs() == {"x": ["float32", [64, 64]]}
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    got = asyncio.run(ov_part({"x": x}))["outputs"][out]
+    want = asyncio.run(ort_part({"x": x}))["outputs"][out]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, x @ w @ w @ w, rtol=1e-3, atol=1e-2)
+
+
 def test_the_body_limit_follows_the_inputs_declared_sizes():
     limit, why = serve.body_limit({"x": ["float32", [2, 4]], "ids": ["int64", [3]]}, ["x", "ids"])
     assert limit == 8 * (2 * 4 * 4 + 3 * 8) + 2 * 4096 + 65536 and "declare" in why
