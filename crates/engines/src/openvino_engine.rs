@@ -38,18 +38,7 @@ pub fn openvino_library_path() -> Result<PathBuf, String> {
     let python = crate::python_pkg::python();
     let from_python = crate::python_pkg::package_dir(&python, "openvino").and_then(|dir| {
         let libs = Path::new(&dir).join("libs");
-        let mut found: Vec<PathBuf> = std::fs::read_dir(&libs)
-            .map_err(|e| format!("{}: {e}", libs.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("libopenvino_c.so"))
-            })
-            .collect();
-        found.sort();
-        found
-            .into_iter()
-            .next()
+        crate::python_pkg::first_with_prefix(&libs, "libopenvino_c.so")
             .ok_or_else(|| format!("no libopenvino_c.so in {}", libs.display()))
     });
     match from_python {

@@ -34,16 +34,7 @@ pub fn ort_library_path() -> PathBuf {
 /// `libonnxruntime.so*` in the `onnxruntime` package's `capi` folder, if Python has one.
 fn python_library() -> Option<PathBuf> {
     let dir = crate::python_pkg::package_dir(&crate::python_pkg::python(), "onnxruntime").ok()?;
-    let mut libs: Vec<PathBuf> = std::fs::read_dir(Path::new(&dir).join("capi"))
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("libonnxruntime.so"))
-        })
-        .collect();
-    libs.sort();
-    libs.into_iter().next()
+    crate::python_pkg::first_with_prefix(&Path::new(&dir).join("capi"), "libonnxruntime.so")
 }
 
 static ENV: OnceLock<Result<Environment, String>> = OnceLock::new();

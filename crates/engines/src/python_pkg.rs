@@ -1,6 +1,7 @@
 //! Engines that ship in Python wheels (ONNX Runtime in `onnxruntime`, LiteRT in
 //! `ai_edge_litert`): the folder of such a package, as the user's Python sees it.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The Python cleave asks: `$CLEAVE_PYTHON` (the Python package sets it to its own
@@ -25,4 +26,19 @@ pub fn package_dir(python: &str, package: &str) -> Result<String, String> {
         return Err(format!("{python} has no {package} package"));
     }
     Ok(dir)
+}
+
+/// The first file, by name, in `dir` whose name starts with `prefix` (a versioned library:
+/// `libonnxruntime.so.1.31.1`, `libopenvino_c.so.2641`).
+pub fn first_with_prefix(dir: &Path, prefix: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().next()
 }

@@ -100,7 +100,6 @@ fn a_part_that_only_passes_its_input_through_keeps_its_onnx_names() {
     let Some(ov) = openvino() else { return };
     // Dropout r → d: OpenVINO names both ports `d`.
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("drop.onnx");
     // ir 7, opset 12: graph g, input r [1,4] float, output d [1,4] float, one Dropout.
     let vi = |name: &str| {
         format!(
@@ -112,22 +111,7 @@ fn a_part_that_only_passes_its_input_through_keeps_its_onnx_names() {
         vi("r"),
         vi("d")
     );
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys, onnx; from google.protobuf import json_format as j; \
-             m = j.Parse(sys.argv[1], onnx.ModelProto()); onnx.checker.check_model(m); \
-             onnx.save(m, sys.argv[2])",
-            &json,
-            model.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let model = json_model(dir.path(), "drop.onnx", &json);
     let mut s = ov.load(&model, false).unwrap();
     let x = HostTensor::random(ElemType::F32, &[1, 4], 5).unwrap();
     let got = s.run(&[("r".to_string(), x.clone())]).unwrap();
