@@ -287,6 +287,11 @@ def test_openvino_devices_split_by_query_model_and_run_on_openvino(tmp_path, mon
     # The first part, run by cleave on OpenVINO, equals OpenVINO's own Python run of it.
     x = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
     got = plan.runner().run({"x": x}, boundaries=True)
+    # Saved, the OpenVINO parts say so in conn.json, and the Ray app reads it from there.
+    from cleave import serve
+
+    conn = plan.save(tmp_path / "parts")
+    assert [p["engine"] for p in serve.Partition(conn).parts] == ["openvino:CPU", None, "openvino:CPU"]
     onnx.save(plan.to_onnx()[0], str(tmp_path / "first.onnx"))
     first = openvino.Core().compile_model(str(tmp_path / "first.onnx"), "CPU")
     np.testing.assert_allclose(got["c"], first({"x": x})["c"], rtol=1e-5, atol=1e-6)

@@ -37,6 +37,9 @@ struct BenchReport {
     parts: usize,
     runs: usize,
     requests: usize,
+    /// The engine of the monolithic run: the parts' own when they all run on one, so the
+    /// ratios compare the partition and not two engines.
+    monolithic_engine: String,
     modes: Vec<Mode>,
     /// Partitioned sequential latency over monolithic latency (the hetero overhead).
     sequential_over_monolithic: f64,
@@ -67,11 +70,15 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
 
     // All three set up at once and timed in interleaved rounds, so that the machine's drift
     // (other load, frequency) hits every mode alike and the ratios stay meaningful.
-    let mono_engine = cleave::engine(EngineKind::default_for(source.path()))?;
+    let mut parts = load_parts(&conn, &map, false)?;
+    let mono_kind = match parts.engines.split_first() {
+        Some((first, rest)) if rest.iter().all(|k| k == first) => first.clone(),
+        _ => EngineKind::default_for(source.path()),
+    };
+    let mono_engine = cleave::engine(mono_kind.clone())?;
     let mut mono = mono_engine
         .load(source.path(), false)
         .map_err(runtime_fail)?;
-    let mut parts = load_parts(&conn, &map, false)?;
     let n = a.requests.max(1);
     let mut piped = load_parts(&conn, &map, true)?;
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
@@ -123,6 +130,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         parts: piped.conn.parts.len(),
         runs,
         requests: n,
+        monolithic_engine: mono_kind.label(),
         modes: vec![
             Mode {
                 mode: "monolithic",
@@ -151,7 +159,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         );
         return Ok(());
     }
-    println!("{}: {} parts, {} runs, {} requests in flight when pipelined (engine of the monolithic run: {})", report.model, report.parts, runs, n, mono_engine.name());
+    println!("{}: {} parts, {} runs, {} requests in flight when pipelined (engine of the monolithic run: {})", report.model, report.parts, runs, n, report.monolithic_engine);
     println!("  {:<12} {:>12} {:>14}", "mode", "median ms", "requests/s");
     for md in &report.modes {
         println!(

@@ -432,6 +432,27 @@ fn bench_reports_three_modes_and_their_ratios() {
     assert_eq!(modes, ["monolithic", "partitioned", "pipelined"]);
     assert!(j["sequential_over_monolithic"].as_f64().unwrap() > 0.0);
     assert!(j["pipelined_speedup"].as_f64().unwrap() > 0.0);
+    // Every part on tract: the whole model too.
+    assert_eq!(j["monolithic_engine"], "tract");
+    // Every part on ONNX Runtime: the whole model on it as well, not on tract.
+    let bench = |engines: &str| {
+        let out = ok(&run(&[
+            "bench",
+            m.to_str().unwrap(),
+            "--part",
+            &rules,
+            "--runs",
+            "1",
+            "--engine",
+            engines,
+            "--json",
+        ]));
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        j["monolithic_engine"].as_str().unwrap().to_string()
+    };
+    assert_eq!(bench("npu=ort,cpu=ort"), "ort");
+    // Parts on two engines: the model's default engine.
+    assert_eq!(bench("npu=ort"), "tract");
 }
 
 #[test]
