@@ -99,12 +99,10 @@ pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>
             })?;
             // The cache only saves time: a folder that cannot be written is no error.
             if let Some(c) = &cache {
-                let _ = c
-                    .parent()
-                    .map(std::fs::create_dir_all)
-                    .transpose()
-                    .ok()
-                    .and_then(|_| cleave_files::write_atomic(c, &bytes).ok());
+                if let Some(dir) = c.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = cleave_files::write_atomic(c, &bytes);
             }
             a
         }
