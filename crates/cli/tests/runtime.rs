@@ -411,18 +411,12 @@ fn bench_reports_three_modes_and_their_ratios() {
         tmp.path(),
         "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n",
     );
-    let out = ok(&run(&[
-        "bench",
-        m.to_str().unwrap(),
-        "--part",
-        &rules,
-        "--runs",
-        "3",
-        "--requests",
-        "2",
-        "--json",
-    ]));
-    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let bench = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["bench", m.to_str().unwrap(), "--part", &rules, "--json"];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok(&run(&args))).unwrap()
+    };
+    let j = bench(&["--runs", "3", "--requests", "2"]);
     let modes: Vec<&str> = j["modes"]
         .as_array()
         .unwrap()
@@ -435,24 +429,11 @@ fn bench_reports_three_modes_and_their_ratios() {
     // Every part on tract: the whole model too.
     assert_eq!(j["monolithic_engine"], "tract");
     // Every part on ONNX Runtime: the whole model on it as well, not on tract.
-    let bench = |engines: &str| {
-        let out = ok(&run(&[
-            "bench",
-            m.to_str().unwrap(),
-            "--part",
-            &rules,
-            "--runs",
-            "1",
-            "--engine",
-            engines,
-            "--json",
-        ]));
-        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
-        j["monolithic_engine"].as_str().unwrap().to_string()
-    };
-    assert_eq!(bench("npu=ort,cpu=ort"), "ort");
+    let engine_of =
+        |engines: &str| bench(&["--runs", "1", "--engine", engines])["monolithic_engine"].clone();
+    assert_eq!(engine_of("npu=ort,cpu=ort"), "ort");
     // Parts on two engines: the model's default engine.
-    assert_eq!(bench("npu=ort"), "tract");
+    assert_eq!(engine_of("npu=ort"), "tract");
 }
 
 #[test]
