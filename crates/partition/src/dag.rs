@@ -71,6 +71,10 @@ impl Dag {
         self.device.len()
     }
 
+    pub fn edge_count(&self) -> usize {
+        self.pred.len()
+    }
+
     pub fn pred(&self, v: u32) -> &[u32] {
         &self.pred[self.pred_at[v as usize] as usize..self.pred_at[v as usize + 1] as usize]
     }

@@ -58,25 +58,78 @@ pub struct References {
 /// merging only removes parts. So the result never has more parts than either reference.
 pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
     let d = dag::Dag::new(g, true);
-    let mut starts = vec![reference::forward_levels(&d)];
-    let mut add = |s: start::Start| {
-        // Constructions often agree (levels and epochs on layered nets): merge each once.
-        if !starts.iter().any(|t| t.part_of == s.part_of) {
-            starts.push(s);
-        }
-    };
-    add(reference::backward_levels(&d));
+    // Costliest first, so that on two threads the epochs run beside both level passes.
+    let mut constructions: Vec<fn(&dag::Dag) -> start::Start> = Vec::new();
     if !reference::epochs_are_forward_levels(&d) {
-        add(reference::epochs(&d));
+        constructions.push(reference::epochs);
     }
-    let best = starts
-        .iter()
-        .map(|s| (s, merge::merge(s, opts.allow_disconnected)))
-        .min_by_key(|(_, m)| m.count);
+    constructions.extend([
+        reference::forward_levels as fn(&dag::Dag) -> start::Start,
+        reference::backward_levels,
+    ]);
+    let threads = if d.len() < PARALLEL_FROM {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    let tried = construct_and_merge(&d, &constructions, opts.allow_disconnected, threads);
+    // The first of the fewest, in the order above whatever finished first: the same plan on
+    // any machine.
+    let best = tried.iter().min_by_key(|(_, m)| m.count);
     match best {
         Some((s, m)) => d.expand(|v| m.part_of[s.part_of[v as usize] as usize], m.count),
         None => Partition::singletons(g),
     }
+}
+
+/// Graphs from this many vertices up build and merge their constructions on several
+/// threads; below it a thread costs more than it saves.
+const PARALLEL_FROM: usize = 50_000;
+
+/// Each construction with its merge, in the order given. The constructions are independent,
+/// so they run side by side on up to `threads` threads.
+fn construct_and_merge(
+    d: &dag::Dag,
+    constructions: &[fn(&dag::Dag) -> start::Start],
+    allow_disconnected: bool,
+    threads: usize,
+) -> Vec<(start::Start, merge::Merged)> {
+    let one = |c: &fn(&dag::Dag) -> start::Start| {
+        let s = c(d);
+        let m = merge::merge(&s, allow_disconnected);
+        (s, m)
+    };
+    let threads = threads.min(constructions.len());
+    if threads <= 1 {
+        return constructions.iter().map(one).collect();
+    }
+    // The first construction has a worker to itself; the rest are shared out in turn.
+    let mut slots: Vec<Option<(start::Start, merge::Merged)>> =
+        constructions.iter().map(|_| None).collect();
+    let work = |w: usize| -> Vec<(usize, (start::Start, merge::Merged))> {
+        let mine = |i: &usize| match threads {
+            2 => (*i == 0) == (w == 0),
+            _ => i % threads == w,
+        };
+        (0..constructions.len())
+            .filter(mine)
+            .map(|i| (i, one(&constructions[i])))
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|w| scope.spawn(move || work(w))).collect();
+        let mut done = work(0);
+        for h in helpers {
+            match h.join() {
+                Ok(r) => done.extend(r),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        for (i, r) in done {
+            slots[i] = Some(r);
+        }
+    });
+    slots.into_iter().flatten().collect()
 }
 
 /// What ONE's rule and the epoch greedy would give on the same graph (for reports).
@@ -85,5 +138,53 @@ pub fn reference_counts(g: &UnitGraph) -> References {
     References {
         one_rule: reference::one_rule_groups(&d).1,
         epoch_greedy: reference::epochs(&d).count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layered random graph over three devices, `n` units, numbered in topological order.
+    fn random_graph(n: u32, seed: u64) -> UnitGraph {
+        let mut x = seed;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u32
+        };
+        let device: Vec<u16> = (0..n).map(|_| (next() % 3) as u16).collect();
+        let mut edges = Vec::new();
+        for v in 1..n {
+            edges.push((v - 1 - next() % v.min(8), v));
+            if next() % 4 == 0 {
+                edges.push((v - 1 - next() % v.min(200), v));
+            }
+        }
+        UnitGraph::from_edges(device, &edges)
+    }
+
+    #[test]
+    fn threads_change_nothing_in_the_result() {
+        let g = random_graph(20_000, 7);
+        let d = dag::Dag::new(&g, true);
+        let all = [
+            reference::epochs,
+            reference::forward_levels as fn(&dag::Dag) -> start::Start,
+            reference::backward_levels,
+        ];
+        let counts = |threads| -> Vec<(Vec<u32>, Vec<u32>)> {
+            construct_and_merge(&d, &all, false, threads)
+                .into_iter()
+                .map(|(s, m)| (s.part_of, m.part_of))
+                .collect()
+        };
+        let serial = counts(1);
+        assert_eq!(serial.len(), 3);
+        assert_eq!(serial, counts(2));
+        assert_eq!(serial, counts(3));
+        let p = partition_default(&g, Options::default());
+        assert!(g.is_valid(&p, true));
     }
 }

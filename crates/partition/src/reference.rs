@@ -1,9 +1,6 @@
 //! Linear-time constructions: two references the default must never do worse than (ONE's
 //! merge rule, the epoch greedy of TFLite/ORT) and device-switch levels.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use crate::dag::Dag;
 use crate::start::Start;
 use crate::unit_graph::{Partition, UnitGraph};
@@ -121,23 +118,29 @@ fn simulated_epochs(d: &Dag) -> Vec<u32> {
     let mut indeg: Vec<u32> = (0..d.len() as u32)
         .map(|v| d.pred(v).len() as u32)
         .collect();
-    // Ready vertices per device, earliest first: the next epoch's device is that of the
-    // earliest ready vertex, and the epoch takes every ready vertex of that device.
-    let mut ready: Vec<BinaryHeap<Reverse<u32>>> = vec![BinaryHeap::new(); devices];
+    // Ready vertices per device and the earliest of them: the next epoch's device is that
+    // of the earliest ready vertex, and the epoch takes every ready vertex of that device,
+    // so no order within a device's ready set is ever needed, only its least element.
+    let mut ready: Vec<(Vec<u32>, u32)> = vec![(Vec::new(), u32::MAX); devices];
+    let make_ready = |ready: &mut Vec<(Vec<u32>, u32)>, v: u32| {
+        let (set, least) = &mut ready[d.device[v as usize] as usize];
+        set.push(v);
+        *least = (*least).min(v);
+    };
     for v in 0..d.len() as u32 {
         if indeg[v as usize] == 0 {
-            ready[d.device[v as usize] as usize].push(Reverse(v));
+            make_ready(&mut ready, v);
         }
     }
     let mut epoch = vec![0u32; d.len()];
     let mut current = 0;
     let mut queue = Vec::new();
     while let Some(dev) = (0..devices)
-        .filter_map(|x| ready[x].peek().map(|r| (r.0, x)))
-        .min()
-        .map(|(_, x)| x)
+        .filter(|&x| !ready[x].0.is_empty())
+        .min_by_key(|&x| ready[x].1)
     {
-        queue.extend(ready[dev].drain().map(|r| r.0));
+        queue.append(&mut ready[dev].0);
+        ready[dev].1 = u32::MAX;
         while let Some(v) = queue.pop() {
             epoch[v as usize] = current;
             for &s in &succ[at[v as usize] as usize..at[v as usize + 1] as usize] {
@@ -146,7 +149,7 @@ fn simulated_epochs(d: &Dag) -> Vec<u32> {
                     if d.device[s as usize] as usize == dev {
                         queue.push(s);
                     } else {
-                        ready[d.device[s as usize] as usize].push(Reverse(s));
+                        make_ready(&mut ready, s);
                     }
                 }
             }

@@ -35,7 +35,8 @@ impl Start {
     /// start.
     fn scan(d: &Dag, level: &mut [u32], climb: Option<&dyn Fn(u16) -> u32>) -> Start {
         let mut sets = UnionFind::new(d.len());
-        let mut cross = Vec::new();
+        // At most one entry per edge; pages never touched cost nothing, regrowth copies.
+        let mut cross = Vec::with_capacity(d.edge_count());
         for v in 0..d.len() as u32 {
             let dev = d.device[v as usize];
             let preds = d.pred(v);
