@@ -71,17 +71,38 @@ impl Staged {
         self.names.push(name.to_string());
     }
 
-    /// Writes `data` as `name` in the staging folder.
+    /// Writes `data` as `name` in the staging folder. It reaches the disk before the commit
+    /// moves it into place ([`Staged::commit`] flushes every staged file at once).
     pub fn write(&mut self, name: &str, data: &[u8]) -> Result<(), WriteError> {
-        let path = self.path(name);
+        self.write_file(name, data)?;
+        self.add(name);
+        Ok(())
+    }
+
+    /// [`Staged::write`] without counting the file among those to move: for writers on
+    /// several threads, which [`Staged::add`] their files afterwards in the order wanted.
+    pub fn write_file(&self, name: &str, data: &[u8]) -> Result<(), WriteError> {
         let err = |source| WriteError {
             path: self.workdir.join(name),
             source,
         };
-        let mut f = File::create_new(&path).map_err(err)?;
-        f.write_all(data).map_err(err)?;
-        f.sync_all().map_err(err)?;
-        self.add(name);
+        let mut f = File::create_new(self.path(name)).map_err(err)?;
+        f.write_all(data).map_err(err)
+    }
+
+    /// Puts every staged file's contents on disk, so that a crash after the renames cannot
+    /// leave a named but empty part. One `syncfs` of the staging folder's filesystem where
+    /// the system has it: a partition of 50 000 parts synced file by file spends most of its
+    /// time waiting on the disk.
+    fn flush(&self) -> Result<(), WriteError> {
+        if sync_filesystem(self.dir()) {
+            return Ok(());
+        }
+        for name in &self.names {
+            let path = self.path(name);
+            let synced = File::open(&path).and_then(|f| f.sync_all());
+            synced.map_err(|source| WriteError { path, source })?;
+        }
         Ok(())
     }
 
@@ -95,6 +116,7 @@ impl Staged {
             path: path.to_path_buf(),
             source,
         };
+        self.flush()?;
         std::fs::create_dir(&aside).map_err(|e| err(&aside, e))?;
         // A folder where a file must go is refused before anything moves: moving a user's
         // folder aside is not this command's business.
@@ -177,6 +199,22 @@ impl Staged {
         self.commit(&remove)?;
         Ok(files)
     }
+}
+
+/// `syncfs(2)` of the filesystem holding `dir`; false where that is not possible.
+#[cfg(target_os = "linux")]
+fn sync_filesystem(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(d) = File::open(dir) else {
+        return false;
+    };
+    // SAFETY: `d` is an open descriptor for the duration of the call.
+    unsafe { libc::syncfs(d.as_raw_fd()) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sync_filesystem(_dir: &Path) -> bool {
+    false
 }
 
 /// The renames done so far, undone newest first.

@@ -7,4 +7,4 @@ mod part;
 mod write;
 
 pub use part::{part_model, value_info, with_outputs};
-pub use write::{emit, emit_with, EmitError};
+pub use write::{emit, emit_limited, emit_with, EmitError};

@@ -2,11 +2,11 @@ use std::path::{Path, PathBuf};
 
 use cleave_files::{part_file_name, relative_path, ConnFile, ConnModel, Staged, WriteError};
 use cleave_frontend::{Emitted, EmittedPart, ExternalData, SharedWeights};
+use cleave_ir::phases::{counted, phase};
 use cleave_ir::Model;
 use cleave_partition::{Plan, ValidatedPlan};
 
 use super::part::{part_model_with, SourceIndex};
-use crate::proto::ModelProto;
 use crate::{
     encode_model, encoded_len, write_weights_file_to, OnnxError, OnnxModel, WeightsFile,
     WeightsSource, MIN_EXTERNAL_BYTES,
@@ -74,6 +74,20 @@ pub fn emit_with(
     workdir: &Path,
     external: ExternalData,
 ) -> Result<Emitted, EmitError> {
+    emit_limited(source, model, plan, workdir, external, PROTOBUF_LIMIT)
+}
+
+/// [`emit_with`] where an inline part may be at most `limit` bytes (protobuf's limit in
+/// use; smaller in tests, which cannot afford 2 GB parts).
+#[doc(hidden)]
+pub fn emit_limited(
+    source: &OnnxModel,
+    model: &Model,
+    plan: &ValidatedPlan,
+    workdir: &Path,
+    external: ExternalData,
+    limit: usize,
+) -> Result<Emitted, EmitError> {
     let write_err = |path: &Path, source| EmitError::Write {
         path: path.to_path_buf(),
         source,
@@ -101,13 +115,20 @@ pub fn emit_with(
         },
         parts: Vec::new(),
     };
-    for (k, part) in plan.parts.iter().enumerate() {
-        let file =
-            part_file_name(&stem, k, plan.device_name(part), "onnx").map_err(EmitError::Source)?;
-        if workdir
-            .join(&file)
-            .canonicalize()
-            .is_ok_and(|p| p == source_real)
+    let files: Vec<String> = plan
+        .parts
+        .iter()
+        .enumerate()
+        .map(|(k, part)| part_file_name(&stem, k, plan.device_name(part), "onnx"))
+        .collect::<Result<_, _>>()
+        .map_err(EmitError::Source)?;
+    // Renaming a part into place replaces the directory entry of that name: only a source
+    // model of that very name in this very folder would be lost.
+    if source_real.parent() == Some(work_real.as_path()) {
+        let source_name = source_real.file_name().map(|n| n.to_string_lossy());
+        if let Some(file) = files
+            .iter()
+            .find(|f| Some(f.as_str()) == source_name.as_deref())
         {
             return Err(EmitError::Source(format!(
                 "{file} would overwrite the source model; choose another WORKDIR"
@@ -116,13 +137,48 @@ pub fn emit_with(
     }
     let weights_name = format!("{stem}.weights");
     let weights_path = workdir.join(&weights_name);
-    let (protos, weights, notes) = part_models(
-        source,
-        model,
-        plan,
-        external,
-        (&weights_path, &staged.path(&weights_name)),
-    )?;
+    let index = phase("source index", || SourceIndex::new(source))?;
+    let mut notes = Vec::new();
+    let mut weights = None;
+    let mut inline = external == ExternalData::Inline;
+    loop {
+        if !inline {
+            weights = phase("weights file", || {
+                shared_weights_file(
+                    source,
+                    model,
+                    plan,
+                    &weights_path,
+                    &staged.path(&weights_name),
+                )
+            })?;
+        }
+        let limit = inline.then_some(limit);
+        let written = counted("build, encode and write parts", Some(files.len()), || {
+            write_parts(
+                &index,
+                model,
+                plan,
+                weights.as_ref(),
+                &staged,
+                &files,
+                limit,
+            )
+        })?;
+        let Some((k, n)) = written else {
+            break;
+        };
+        // A part too big for protobuf: start again with every part referencing one
+        // weights file; what was staged goes with the old staging folder.
+        notes.push(format!(
+            "part {} would be {:.2} GB, more than protobuf's 2 GB limit: every part references {} instead (as with --external-data shared)",
+            k + 1,
+            n as f64 / 1e9,
+            weights_path.display()
+        ));
+        staged = Staged::new(workdir).map_err(from_write)?;
+        inline = false;
+    }
     let mut also_remove = Vec::new();
     match &weights {
         Some(w) if w.source != WeightsSource::Existing => staged.add(&weights_name),
@@ -132,26 +188,18 @@ pub fn emit_with(
         }
         None => {}
     }
+    for f in &files {
+        staged.add(f);
+    }
 
-    let mut summary = Vec::new();
-    for ((k, part), proto) in plan.parts.iter().enumerate().zip(protos) {
+    let names = |vs: &[cleave_ir::ValueId]| vs.iter().map(|&v| g.value(v).name.clone()).collect();
+    let mut summary = Vec::with_capacity(files.len());
+    for (part, file) in plan.parts.iter().zip(files) {
         let backend = plan.device_name(part).to_string();
-        let file = part_file_name(&stem, k, &backend, "onnx").map_err(EmitError::Source)?;
-        staged
-            .write(&file, &encode_model(&proto))
-            .map_err(from_write)?;
         conn.parts.push(ConnModel {
             file: file.clone(),
-            inputs: part
-                .inputs
-                .iter()
-                .map(|&v| g.value(v).name.clone())
-                .collect(),
-            outputs: part
-                .outputs
-                .iter()
-                .map(|&v| g.value(v).name.clone())
-                .collect(),
+            inputs: names(&part.inputs),
+            outputs: names(&part.outputs),
             engine: cleave_files::engine_of_backend(&backend),
             backend: Some(backend.clone()),
         });
@@ -164,9 +212,10 @@ pub fn emit_with(
             outputs: part.outputs.iter().map(|&v| bytes(v)).collect(),
         });
     }
-    let files = staged
-        .commit_partition(&stem, "onnx", &conn, &source_real, &also_remove)
-        .map_err(from_write)?;
+    let files = phase("commit: rename into place, conn files", || {
+        staged.commit_partition(&stem, "onnx", &conn, &source_real, &also_remove)
+    })
+    .map_err(from_write)?;
     Ok(Emitted {
         conn_json: files.json,
         conn_ini: files.ini,
@@ -175,6 +224,86 @@ pub fn emit_with(
         weights: weights.map(|w| shared_weights(&w)),
         notes,
     })
+}
+
+/// Most threads that build and write parts at once.
+const MAX_WRITERS: usize = 4;
+
+/// Builds, encodes and stages every part as `files[k]`, on a few threads, each holding one
+/// part at a time: memory stays that of a few parts, however many there are. With `limit`,
+/// stops at a part whose encoding would be larger and returns it with its size.
+fn write_parts(
+    index: &SourceIndex,
+    model: &Model,
+    plan: &Plan,
+    shared: Option<&WeightsFile>,
+    staged: &Staged,
+    files: &[String],
+    limit: Option<usize>,
+) -> Result<Option<(usize, usize)>, EmitError> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let one = |k: usize| -> Result<Option<(usize, usize)>, EmitError> {
+        let proto = part_model_with(index, model, plan, k, shared)?;
+        let n = encoded_len(&proto);
+        if limit.is_some_and(|l| n > l) {
+            return Ok(Some((k, n)));
+        }
+        staged
+            .write_file(&files[k], &encode_model(&proto))
+            .map_err(from_write)?;
+        Ok(None)
+    };
+    // Each worker takes the next part until all are done or one has stopped them all; the
+    // lowest part that stopped is the one reported, so the outcome never depends on timing.
+    let work = || -> Result<Option<(usize, usize)>, (usize, EmitError)> {
+        let mut found = None;
+        while !stop.load(Ordering::Relaxed) {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= files.len() {
+                break;
+            }
+            match one(k) {
+                Ok(None) => {}
+                Ok(Some(big)) => {
+                    stop.store(true, Ordering::Relaxed);
+                    found = Some(big);
+                }
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err((k, e));
+                }
+            }
+        }
+        Ok(found)
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_WRITERS)
+        .min(files.len().max(1));
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut results = vec![work()];
+        for h in helpers {
+            results.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        results
+    });
+    let mut first_err: Option<(usize, EmitError)> = None;
+    let mut big: Option<(usize, usize)> = None;
+    for r in results {
+        match r {
+            Ok(Some(b)) if big.is_none_or(|c| b.0 < c.0) => big = Some(b),
+            Ok(_) => {}
+            Err(e) if first_err.as_ref().is_none_or(|f| e.0 < f.0) => first_err = Some(e),
+            Err(_) => {}
+        }
+    }
+    match first_err {
+        Some((_, e)) => Err(e),
+        None => Ok(big),
+    }
 }
 
 fn from_write(e: WriteError) -> EmitError {
@@ -197,41 +326,14 @@ fn shared_weights(w: &WeightsFile) -> SharedWeights {
     }
 }
 
-type PartModels = (Vec<ModelProto>, Option<WeightsFile>, Vec<String>);
-
-/// Every part's model, and the weights file they share if they share one. Part models hold
-/// slices of the source, not copies, so building them all before writing costs little.
-fn part_models(
+/// The weights file every part references: the source's initializers that some part reads.
+fn shared_weights_file(
     source: &OnnxModel,
     model: &Model,
     plan: &Plan,
-    external: ExternalData,
-    (weights_path, write_to): (&Path, &Path),
-) -> Result<PartModels, EmitError> {
-    let index = SourceIndex::new(source)?;
-    let build = |shared: Option<&WeightsFile>| {
-        (0..plan.parts.len())
-            .map(|k| part_model_with(&index, model, plan, k, shared))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let mut notes = Vec::new();
-    if external == ExternalData::Inline {
-        let protos = build(None)?;
-        let too_big = protos
-            .iter()
-            .enumerate()
-            .map(|(k, p)| (k, encoded_len(p)))
-            .find(|&(_, n)| n > PROTOBUF_LIMIT);
-        let Some((k, n)) = too_big else {
-            return Ok((protos, None, notes));
-        };
-        notes.push(format!(
-            "part {} would be {:.2} GB, more than protobuf's 2 GB limit: every part references {} instead (as with --external-data shared)",
-            k + 1,
-            n as f64 / 1e9,
-            weights_path.display()
-        ));
-    }
+    weights_path: &Path,
+    write_to: &Path,
+) -> Result<Option<WeightsFile>, EmitError> {
     let g = &model.graph;
     let used: std::collections::HashSet<&str> = plan
         .parts
@@ -248,9 +350,13 @@ fn part_models(
         .iter()
         .filter(|t| used.contains(t.name()))
         .collect();
-    let weights =
-        write_weights_file_to(source, &tensors, weights_path, write_to, MIN_EXTERNAL_BYTES)?;
-    Ok((build(weights.as_ref())?, weights, notes))
+    Ok(write_weights_file_to(
+        source,
+        &tensors,
+        weights_path,
+        write_to,
+        MIN_EXTERNAL_BYTES,
+    )?)
 }
 
 /// Whether the weights file of an earlier shared run is there and the new inline parts no

@@ -1,0 +1,85 @@
+//! Emission streams parts through a few writer threads; a part over the size limit restarts
+//! it with every part referencing one weights file, exactly as `--external-data shared` does.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cleave::onnx::emit::emit_limited;
+use cleave::onnx::OnnxSource;
+use cleave::{load_model, Algorithm, Devices, ExternalData};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tiny_cnn");
+
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
+    let devices = Devices::part_file(format!("{EXAMPLE}.part")).unwrap();
+    let mut loaded = load_model(format!("{EXAMPLE}.onnx")).unwrap();
+    let a = loaded.assign(&devices).unwrap();
+    let cut = loaded
+        .partition(
+            &a,
+            Algorithm::Default {
+                allow_disconnected: false,
+            },
+        )
+        .unwrap();
+    let plan = loaded.plan(&a, &cut).unwrap();
+    let src = OnnxSource::load(Path::new(&format!("{EXAMPLE}.onnx"))).unwrap();
+
+    let root = tempfile::tempdir().unwrap();
+    let (limited, shared, inline) = (
+        root.path().join("limited"),
+        root.path().join("shared"),
+        root.path().join("inline"),
+    );
+    let e = emit_limited(
+        &src.onnx,
+        &src.model,
+        &plan,
+        &limited,
+        ExternalData::Inline,
+        64,
+    )
+    .unwrap();
+    assert!(
+        e.notes
+            .iter()
+            .any(|n| n.contains("more than protobuf's 2 GB limit")),
+        "{:?}",
+        e.notes
+    );
+    assert!(e.weights.is_some());
+    loaded.write(&plan, &shared, ExternalData::Shared).unwrap();
+    let (l, s) = (files(&limited), files(&shared));
+    assert!(l.contains_key("tiny_cnn.weights"), "{:?}", l.keys());
+    assert_eq!(
+        l, s,
+        "the fallback wrote other files than --external-data shared"
+    );
+
+    // Within the limit nothing falls back, and the parts hold their weights.
+    let e = emit_limited(
+        &src.onnx,
+        &src.model,
+        &plan,
+        &inline,
+        ExternalData::Inline,
+        1 << 30,
+    )
+    .unwrap();
+    assert!(e.notes.is_empty() && e.weights.is_none());
+    let i = files(&inline);
+    assert_eq!(i.len(), plan.parts.len() + 2);
+    assert!(i.keys().all(|k| !k.ends_with(".weights")));
+}
