@@ -8,7 +8,7 @@
 //! - `[OPCODE]` maps op codes (case-insensitive) to backends, `_` overriding `default`;
 //! - `[OPNAME]` maps node names to backends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +54,8 @@ pub struct PartFile {
     pub comply: Comply,
     /// Lower-cased op code → backend.
     pub opcode: BTreeMap<String, String>,
-    pub opname: BTreeMap<String, String>,
+    /// Node name → backend; a `.part` file may name every node of a large model.
+    pub opname: HashMap<String, String>,
 }
 
 impl PartFile {
@@ -84,8 +85,8 @@ impl PartFile {
             partition
                 .iter()
                 .rev()
-                .find(|(k, _, _)| k == key)
-                .map(|(_, v, _)| v.as_str())
+                .find(|(k, _, _)| *k == key)
+                .map(|(_, v, _)| *v)
         };
         let backends: Vec<String> = match backends {
             Some(b) => b.to_vec(),
@@ -105,7 +106,8 @@ impl PartFile {
                 .map_err(|e| invalid(format!("[partition] backends: {e}")))?;
         }
         let mut opcode = BTreeMap::new();
-        let mut opname = BTreeMap::new();
+        let named = sections.get("OPNAME").unwrap_or(&empty);
+        let mut opname = HashMap::with_capacity(named.len());
         let mut underscore = None;
         let check = |line: usize, section: &str, key: &str, value: &str| -> Result<(), PartError> {
             if backends.iter().any(|b| b == value) {
@@ -123,15 +125,15 @@ impl PartFile {
         };
         for (k, v, line) in sections.get("OPCODE").unwrap_or(&empty) {
             check(*line, "OPCODE", k, v)?;
-            if k == "_" {
-                underscore = Some(v.clone());
+            if *k == "_" {
+                underscore = Some(v.to_string());
             } else {
-                opcode.insert(k.to_lowercase(), v.clone());
+                opcode.insert(k.to_lowercase(), v.to_string());
             }
         }
-        for (k, v, line) in sections.get("OPNAME").unwrap_or(&empty) {
+        for (k, v, line) in named {
             check(*line, "OPNAME", k, v)?;
-            opname.insert(k.clone(), v.clone());
+            opname.insert(k.to_string(), v.to_string());
         }
         let default = default
             .map(String::from)
@@ -193,11 +195,12 @@ pub fn render_opname<'a>(
     out
 }
 
-type Sections = BTreeMap<String, Vec<(String, String, usize)>>;
+/// Each section's `key=value` lines with their line numbers, as slices of the file's text.
+type Sections<'a> = BTreeMap<&'a str, Vec<(&'a str, &'a str, usize)>>;
 
-fn read_ini(text: &str, path: &Path) -> Result<Sections, PartError> {
+fn read_ini<'a>(text: &'a str, path: &Path) -> Result<Sections<'a>, PartError> {
     let mut out: Sections = BTreeMap::new();
-    let mut current: Option<String> = None;
+    let mut current: Option<&str> = None;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
         let n = i + 1;
@@ -217,23 +220,20 @@ fn read_ini(text: &str, path: &Path) -> Result<Sections, PartError> {
             if name.is_empty() {
                 return Err(syntax("empty section name".into()));
             }
-            current = Some(name.to_string());
-            out.entry(name.to_string()).or_default();
+            current = Some(name);
+            out.entry(name).or_default();
             continue;
         }
         let (k, v) = line
             .split_once('=')
             .ok_or_else(|| syntax(format!("'{line}' is neither a [section] nor key=value")))?;
-        let section = current
-            .as_ref()
-            .ok_or_else(|| syntax(format!("'{line}' comes before any [section]")))?;
+        let section =
+            current.ok_or_else(|| syntax(format!("'{line}' comes before any [section]")))?;
         let (k, v) = (k.trim(), v.trim());
         if k.is_empty() {
             return Err(syntax(format!("'{line}' has an empty key")));
         }
-        out.entry(section.clone())
-            .or_default()
-            .push((k.to_string(), v.to_string(), n));
+        out.entry(section).or_default().push((k, v, n));
     }
     Ok(out)
 }

@@ -1,8 +1,6 @@
-use std::collections::HashMap;
-
 use crate::attr::Attribute;
 use crate::error::GraphError;
-use crate::graph::{Graph, Node, NodeId, Value, ValueDef, ValueId};
+use crate::graph::{Graph, NameIndex, Node, NodeId, Value, ValueDef, ValueId};
 use crate::types::TensorType;
 use crate::weight::Weight;
 
@@ -29,12 +27,12 @@ pub struct GraphBuilder {
     weights: Vec<(String, Weight)>,
     nodes: Vec<NodeSpec>,
     outputs: Vec<String>,
-    types: HashMap<String, TensorType>,
+    types: rustc_hash::FxHashMap<String, TensorType>,
 }
 
 struct Table {
     values: Vec<Value>,
-    names: HashMap<String, ValueId>,
+    names: NameIndex,
     outer: Vec<ValueId>,
     allow_outer: bool,
 }
@@ -143,9 +141,12 @@ impl GraphBuilder {
             outputs,
             mut types,
         } = self;
+        // Every tensor is defined once: sized up front, the tables never regrow.
+        let capacity =
+            inputs.len() + weights.len() + nodes.iter().map(|n| n.outputs.len()).sum::<usize>();
         let mut t = Table {
-            values: Vec::new(),
-            names: HashMap::new(),
+            values: Vec::with_capacity(capacity),
+            names: NameIndex::with_capacity_and_hasher(capacity, Default::default()),
             outer: Vec::new(),
             allow_outer,
         };
