@@ -236,7 +236,9 @@ pub fn assign(
         groups: Vec::new(),
         warnings: Vec::new(),
     };
-    place_groups(g, profiles, constant, &mut a, sem)?;
+    cleave_ir::phases::phase("fusion groups", || {
+        place_groups(g, profiles, constant, &mut a, sem)
+    })?;
     Ok(a)
 }
 

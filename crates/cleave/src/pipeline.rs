@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use cleave_assign::{assign, AssignOptions, Assignment, Placement, Reason};
 use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, RewriteOptions, Source};
+use cleave_ir::phases::phase;
 use cleave_ir::{Graph, Model, OpSemantics};
 use cleave_partition::{
     openvino, partition_default, reference_counts, validate, OpenVinoOptions, Options, Partition,
@@ -54,7 +55,9 @@ pub struct Cut {
 /// Loads, checks and types a model with the front-end that reads it.
 pub fn load_model(path: impl AsRef<Path>) -> Result<Loaded, Error> {
     let source = crate::load(path.as_ref())?;
-    let constant = source.semantics().constant_nodes(&source.model().graph);
+    let constant = phase("constant nodes", || {
+        source.semantics().constant_nodes(&source.model().graph)
+    });
     Ok(Loaded {
         source,
         constant,
@@ -137,21 +140,25 @@ impl Loaded {
             default: devices.default.clone(),
             part: devices.part.as_ref(),
         };
-        assign(
-            self.graph(),
-            &devices.profiles,
-            &opts,
-            &self.constant,
-            self.semantics(),
-        )
-        .map_err(|e| Error::input(self.path(), e))
+        phase("assignment", || {
+            assign(
+                self.graph(),
+                &devices.profiles,
+                &opts,
+                &self.constant,
+                self.semantics(),
+            )
+            .map_err(|e| Error::input(self.path(), e))
+        })
     }
 
     /// The graph the partitioners see: placed nodes, with inseparable pairs and fused
     /// groups contracted. `partition` and `bench --partition` both cut this one.
     pub fn unit_graph(&self, a: &Assignment) -> UnitGraph {
         let g = self.graph();
-        UnitGraph::from_assignment(g, a, &a.glue(g, self.semantics()))
+        phase("unit graph", || {
+            UnitGraph::from_assignment(g, a, &a.glue(g, self.semantics()))
+        })
     }
 
     /// Cuts the assigned graph with `algorithm`.
@@ -170,31 +177,33 @@ impl Loaded {
         let g = self.graph();
         let units = self.unit_graph(a);
         let start = Instant::now();
-        let partition = match algorithm {
-            Algorithm::Default { allow_disconnected } => {
-                partition_default(&units, Options { allow_disconnected })
-            }
-            Algorithm::OpenVino { budget } => {
-                let labels: Vec<String> = units
-                    .nodes
-                    .iter()
-                    .map(|ns| {
-                        ns.iter()
-                            .map(|&n| g.node_label(n))
-                            .collect::<Vec<_>>()
-                            .join("+")
-                    })
-                    .collect();
-                let ov = OpenVinoOptions {
-                    time_budget: budget,
-                    ..Default::default()
-                };
-                openvino(&units, &labels, &a.devices, &ov, trace)
-                    .map_err(|e| Error::input(self.path(), e))?
-            }
-        };
+        let partition = phase("partition", || -> Result<Partition, Error> {
+            Ok(match algorithm {
+                Algorithm::Default { allow_disconnected } => {
+                    partition_default(&units, Options { allow_disconnected })
+                }
+                Algorithm::OpenVino { budget } => {
+                    let labels: Vec<String> = units
+                        .nodes
+                        .iter()
+                        .map(|ns| {
+                            ns.iter()
+                                .map(|&n| g.node_label(n))
+                                .collect::<Vec<_>>()
+                                .join("+")
+                        })
+                        .collect();
+                    let ov = OpenVinoOptions {
+                        time_budget: budget,
+                        ..Default::default()
+                    };
+                    openvino(&units, &labels, &a.devices, &ov, trace)
+                        .map_err(|e| Error::input(self.path(), e))?
+                }
+            })
+        })?;
         let elapsed = start.elapsed();
-        let references = Some(reference_counts(&units));
+        let references = Some(phase("reference counts", || reference_counts(&units)));
         Ok(Cut {
             units,
             partition,
@@ -230,9 +239,11 @@ impl Loaded {
     /// [`ValidatedPlan`].
     pub fn plan(&self, a: &Assignment, cut: &Cut) -> Result<ValidatedPlan, Error> {
         let g = self.graph();
-        let plan = Plan::build(g, a, &cut.units, &cut.partition)
-            .map_err(|e| Error::input(self.path(), e))?;
-        validate(g, a, plan).map_err(|e| {
+        let plan = phase("plan build", || {
+            Plan::build(g, a, &cut.units, &cut.partition)
+        })
+        .map_err(|e| Error::input(self.path(), e))?;
+        phase("plan validation", || validate(g, a, plan)).map_err(|e| {
             Error::input(
                 self.path(),
                 format!("internal error, the partition is invalid: {e}"),
@@ -260,6 +271,8 @@ impl Loaded {
             let out: PathBuf = dir.join(format!("{stem}.{}", self.source.extension()));
             self.source.save_as(&out)?;
         }
-        Ok(self.source.write_parts(plan, workdir, external)?)
+        Ok(phase("emission", || {
+            self.source.write_parts(plan, workdir, external)
+        })?)
     }
 }

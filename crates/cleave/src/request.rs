@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use cleave_assign::Assignment;
 use cleave_frontend::{FixedDims, RewriteLevel};
+use cleave_ir::phases::phase;
 
 use crate::{
     load_model, parse_memory, Costs, DeviceRequest, Devices, Error, LatencyChoice, Loaded,
@@ -89,7 +90,7 @@ pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<Loaded, Error> {
 /// Loads a model and gives every node a device. Warnings (fused groups dissolved) are in the
 /// assignment for the caller to show.
 pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Error> {
-    let mut devices = Devices::resolve(&req.devices)?;
+    let mut devices = phase("devices and rules", || Devices::resolve(&req.devices))?;
     let mut loaded = load_fixed(path, &req.fixed)?;
     devices.ask_openvino(path)?;
     if let Some(level) = req.optimize {

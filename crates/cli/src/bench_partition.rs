@@ -42,6 +42,8 @@ struct Report {
     peak_bytes_per_node: Option<f64>,
     /// Peak resident memory added while partitioning, per node.
     partition_bytes_per_node: Option<f64>,
+    /// Every phase of loading, assigning and cutting, as `--timings` prints them.
+    phases: Vec<crate::timings::PhaseJson>,
 }
 
 fn median(mut v: Vec<Duration>) -> f64 {
@@ -50,19 +52,6 @@ fn median(mut v: Vec<Duration>) -> f64 {
         .copied()
         .unwrap_or_default()
         .as_secs_f64()
-}
-
-/// A field of /proc/self/status in bytes (Linux only; `None` elsewhere).
-fn proc_status_bytes(field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = text.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line[field.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
 }
 
 pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Result<(), Fail> {
@@ -87,7 +76,7 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
     bar.finish_and_clear();
 
     let runs = runs.max(1);
-    let rss_before = proc_status_bytes("VmRSS:");
+    let rss_before = cleave::ir::phases::memory().0;
     // Restart the peak count so that it measures the partitioner alone (Linux 4.0+).
     let cleared = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let bar = crate::progress::bar("partition vs toposort", runs as u64 + 1);
@@ -109,7 +98,7 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
     if order.len() != ug.len() {
         return Err(Fail::input(target, "the unit graph has a cycle"));
     }
-    let peak_after = proc_status_bytes("VmHWM:");
+    let peak_after = cleave::ir::phases::memory().1;
     let nodes = g.nodes.len().max(1) as f64;
     let partition_bytes_per_node = match (cleared, rss_before, peak_after) {
         (true, Some(before), Some(peak)) => Some(peak.saturating_sub(before) as f64 / nodes),
@@ -170,8 +159,12 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
         openvino_s,
         openvino_parts,
         openvino_note,
-        peak_bytes_per_node: proc_status_bytes("VmHWM:").map(|b| b as f64 / nodes),
+        peak_bytes_per_node: cleave::ir::phases::memory().1.map(|b| b as f64 / nodes),
         partition_bytes_per_node,
+        phases: cleave::ir::phases::recorded()
+            .iter()
+            .map(Into::into)
+            .collect(),
     };
     if json {
         println!(

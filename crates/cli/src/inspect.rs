@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use cleave::ir::phases::phase;
 use cleave::ir::{Dim, Graph, Model, OpSemantics, TensorType, ValueId};
 use cleave::onnx::{infer_types, to_checked_ir, OnnxModel};
 use serde::Serialize;
@@ -73,19 +74,23 @@ pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> R
         return show(path, s, loaded.model(), json, types);
     }
     let onnx = OnnxModel::load(path)?;
-    let mut model = to_checked_ir(&onnx)?;
+    let model = phase("IR build and check", || to_checked_ir(&onnx))?;
+    let mut source = crate::process::Released::new(cleave::onnx::OnnxSource { onnx, model });
     if !fixed.is_empty() {
         // The fixed model comes back typed; inferring again below only gives the report.
-        let source = cleave::onnx::OnnxSource { onnx, model };
-        model = cleave::Source::fix_dims(&source, fixed)
+        source.model = cleave::Source::fix_dims(&*source, fixed)
             .map_err(cleave::Error::from)?
             .model()
             .clone();
     }
-    let report = infer_types(&mut model);
-    cleave::onnx::check_typed(path, &model)?;
-    let s = summarise(path, &model, report, &cleave::onnx::OnnxSemantics);
-    show(path, s, &model, json, types)
+    let report = phase("type inference", || infer_types(&mut source.model));
+    phase("type check", || {
+        cleave::onnx::check_typed(path, &source.model)
+    })?;
+    let s = phase("summary", || {
+        summarise(path, &source.model, report, &cleave::onnx::OnnxSemantics)
+    });
+    show(path, s, &source.model, json, types)
 }
 
 fn show(path: &Path, mut s: Summary, model: &Model, json: bool, types: bool) -> Result<(), Fail> {

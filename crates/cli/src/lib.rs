@@ -19,6 +19,7 @@ mod inspect;
 mod latency;
 mod optimize_cmd;
 mod partition_cmd;
+mod process;
 mod profile_cmd;
 mod progress;
 mod query;
@@ -27,6 +28,7 @@ mod run_cmd;
 mod serve_cmd;
 mod setup;
 mod stages_view;
+mod timings;
 mod verify_cmd;
 
 use std::path::PathBuf;
@@ -35,6 +37,7 @@ use clap::{Parser, Subcommand};
 use cleave::runtime::verify::Tolerance;
 
 pub use fail::Fail;
+pub use process::set_whole_process;
 
 #[derive(Parser)]
 #[command(name = "cleave", version, about = "Split a neural-network model across heterogeneous devices and run the pieces", long_about = None)]
@@ -42,6 +45,15 @@ struct Cli {
     /// No progress bars (they are shown only when stderr is a terminal anyway).
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// After the command, print on stderr each phase it went through (read, decode, IR build,
+    /// inference, assignment, fusion groups, unit graph, partition, plan validation, emission
+    /// …) with its wall time, the resident memory when it ended and the peak so far.
+    #[arg(long, global = true)]
+    timings: bool,
+    /// Write the same phases as JSON to FILE (`phases`: name, depth, wall_s, items,
+    /// rss_bytes, peak_bytes; `whole_command`: wall_s, rss_bytes, peak_bytes).
+    #[arg(long, global = true, value_name = "FILE")]
+    timings_json: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -466,6 +478,9 @@ where
         }
     };
     progress::set_quiet(cli.quiet);
+    let started = std::time::Instant::now();
+    cleave::ir::phases::take();
+    let (timings, timings_json) = (cli.timings, cli.timings_json);
     let result = match cli.command {
         Command::Inspect {
             model,
@@ -691,6 +706,7 @@ where
             }
         }
     };
+    let result = result.and_then(|()| timings::report(timings, timings_json.as_deref(), started));
     match result {
         Ok(()) => 0,
         Err(fail) => {

@@ -9,5 +9,6 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    cleave_cli::set_whole_process();
     ExitCode::from(cleave_cli::run(std::env::args_os()))
 }

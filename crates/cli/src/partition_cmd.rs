@@ -93,6 +93,7 @@ struct Built {
 }
 
 pub fn run(a: PartitionArgs) -> Result<(), Fail> {
+    let built = crate::process::Released::new(build(&a)?);
     let Built {
         assigned,
         plan,
@@ -100,9 +101,10 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         stage_lines,
         references,
         elapsed,
-    } = build(&a)?;
-    report(&a, &assigned, &plan, written.as_ref(), references, elapsed);
-    for l in &stage_lines {
+    } = &*built;
+    let (references, elapsed) = (*references, *elapsed);
+    report(&a, assigned, plan, written.as_ref(), references, elapsed);
+    for l in stage_lines {
         println!("{l}");
     }
     let Some(written) = written else {
@@ -128,7 +130,7 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
     if a.report {
         crate::report_cmd::write(
             assigned.loaded.graph(),
-            &plan,
+            plan,
             &written.conn,
             &written.conn_json,
             &assigned.loaded.path().display().to_string(),

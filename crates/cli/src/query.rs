@@ -11,7 +11,7 @@ pub fn run(
     allow_disconnected: bool,
     json: bool,
 ) -> Result<(), Fail> {
-    let l = load_and_assign(model, args)?;
+    let l = crate::process::Released::new(load_and_assign(model, args)?);
     let q = query(&l, allow_disconnected)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&q).map_err(Fail::usage)?);

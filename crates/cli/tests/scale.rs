@@ -155,6 +155,16 @@ fn partition_bench_reports_its_figures_as_json() {
             "{out}"
         );
     }
+    // The phases of loading and assigning, as `--timings` names them.
+    let phases: Vec<&str> = v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    for want in ["decode", "IR build and check", "assignment", "unit graph"] {
+        assert!(phases.contains(&want), "no phase '{want}' in {phases:?}");
+    }
     // Plain text names the same figures.
     let text = ok(&cleave(&[
         os("bench"),
@@ -237,5 +247,136 @@ fn partition_bench_cuts_the_unit_graph_partition_cuts() {
         v["parts"].as_u64(),
         Some(cut.partition.count as u64),
         "{out}"
+    );
+}
+
+/// Peak resident memory per node of `cleave partition` on the 10^5-node generated model
+/// (3 devices, seed 1), every part written, as measured when the guard was set
+/// (2026-11-25: 190 MB, 1950 bytes per node, debug test build). The guard is a ratio of
+/// memory to nodes, never a time: it fails when a change makes the whole command hold a
+/// quarter more per node.
+const RECORDED_PEAK_BYTES_PER_NODE: f64 = 1950.0;
+
+#[test]
+fn timings_name_every_phase_and_peak_memory_per_node_stays_within_a_quarter_of_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = 100_000;
+    let model = gen(dir.path(), nodes, 3, 1);
+    let part = model.with_extension("part");
+    let out = dir.path().join("out");
+    let json = dir.path().join("timings.json");
+    let o = cleave(&[
+        os("--timings"),
+        os("--timings-json"),
+        json.as_os_str(),
+        os("partition"),
+        model.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("-o"),
+        out.as_os_str(),
+    ]);
+    ok(&o);
+    let table = stderr(&o);
+    assert!(
+        table.contains("whole command") && table.contains("  fusion groups"),
+        "{table}"
+    );
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let phases = report["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let want = [
+        "devices and rules",
+        "read",
+        "decode",
+        "IR build and check",
+        "type inference",
+        "assignment",
+        "fusion groups",
+        "unit graph",
+        "partition",
+        "plan build",
+        "plan validation",
+        "emission",
+        "build, encode and write parts",
+        "commit: rename into place, conn files",
+    ];
+    let mut at = 0;
+    for w in want {
+        let found = names[at..].iter().position(|n| *n == w);
+        assert!(
+            found.is_some(),
+            "phase '{w}' missing or out of order in {names:?}"
+        );
+        at += found.unwrap() + 1;
+    }
+    let parts = std::fs::read_dir(&out)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            let name = name.to_string_lossy().into_owned();
+            name.ends_with(".onnx") && name.contains(".0")
+        })
+        .count();
+    let written = phases
+        .iter()
+        .find(|p| p["name"] == "build, encode and write parts")
+        .unwrap();
+    assert_eq!(written["items"].as_u64(), Some(parts as u64));
+    assert_eq!(written["depth"].as_u64(), Some(1));
+    let whole = &report["whole_command"];
+    let sum: f64 = phases
+        .iter()
+        .filter(|p| p["depth"] == 0)
+        .map(|p| p["wall_s"].as_f64().unwrap())
+        .sum();
+    assert!(sum <= whole["wall_s"].as_f64().unwrap() + 1e-3, "{report}");
+
+    let Some(peak) = whole["peak_bytes"].as_f64() else {
+        eprintln!("no /proc/self/status here: the memory guard is not checked");
+        return;
+    };
+    let per_node = peak / nodes as f64;
+    eprintln!(
+        "peak {:.0} MB, {per_node:.0} bytes per node (record {RECORDED_PEAK_BYTES_PER_NODE})",
+        peak / 1e6
+    );
+    assert!(
+        per_node <= RECORDED_PEAK_BYTES_PER_NODE * 1.25,
+        "peak memory per node grew to {per_node:.0} bytes, more than 25 % over the recorded {RECORDED_PEAK_BYTES_PER_NODE}"
+    );
+}
+
+#[test]
+fn the_scale_report_prints_every_phase_and_its_growth() {
+    let o = Command::new("python3")
+        .arg(repo().join("scripts/scale_report.py"))
+        .args(["--sizes", "1000,10000", "--cleave"])
+        .arg(env!("CARGO_BIN_EXE_cleave"))
+        .output()
+        .expect("python3");
+    let text = ok(&o);
+    for row in [
+        "decode",
+        "  build, encode and write parts",
+        "whole command",
+        "peak bytes per node",
+        "x10 growth",
+    ] {
+        assert!(text.contains(row), "no '{row}' in:\n{text}");
+    }
+    let files = text
+        .lines()
+        .find(|l| l.starts_with("files written"))
+        .unwrap();
+    let counts: Vec<usize> = files
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        counts.len() == 2 && counts[1] > counts[0] && counts[0] > 2,
+        "{files}"
     );
 }

@@ -16,6 +16,7 @@ mod builder;
 mod error;
 mod graph;
 mod model;
+pub mod phases;
 mod semantics;
 mod types;
 mod weight;

@@ -5,6 +5,7 @@ use std::path::Path;
 use cleave_frontend::{
     Emitted, ExternalData, FixedDims, Frontend, FrontendError, RewriteOptions, Rewritten, Source,
 };
+use cleave_ir::phases::phase;
 use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
 
@@ -26,9 +27,9 @@ impl OnnxSource {
     /// Loads, checks and types a model.
     pub fn load(path: &Path) -> Result<OnnxSource, OnnxError> {
         let onnx = OnnxModel::load(path)?;
-        let mut model = crate::to_checked_ir(&onnx)?;
-        infer_types(&mut model);
-        crate::check_typed(&onnx.path, &model)?;
+        let mut model = phase("IR build and check", || crate::to_checked_ir(&onnx))?;
+        phase("type inference", || infer_types(&mut model));
+        phase("type check", || crate::check_typed(&onnx.path, &model))?;
         Ok(OnnxSource { onnx, model })
     }
 }

@@ -2,6 +2,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use cleave_ir::phases::phase;
 use prost::Message;
 
 use crate::error::OnnxError;
@@ -22,8 +23,8 @@ pub struct OnnxModel {
 impl OnnxModel {
     pub fn load(path: impl AsRef<Path>) -> Result<OnnxModel, OnnxError> {
         let path = path.as_ref().to_path_buf();
-        let bytes = map_file(&path)?;
-        let mut model = OnnxModel::from_bytes(bytes.clone(), path)?;
+        let bytes = phase("read", || map_file(&path))?;
+        let mut model = phase("decode", || OnnxModel::from_bytes(bytes.clone(), path))?;
         model.file = Some(bytes);
         Ok(model)
     }

@@ -58,11 +58,13 @@ pub struct TfliteSource {
 
 impl TfliteSource {
     pub fn load(path: &Path) -> Result<TfliteSource, FrontendError> {
-        TfliteSource::new(FlatModel::load(path)?)
+        TfliteSource::new(cleave_ir::phases::phase("read and verify", || {
+            FlatModel::load(path)
+        })?)
     }
 
     pub fn new(file: FlatModel) -> Result<TfliteSource, FrontendError> {
-        let converted = to_ir(&file)?;
+        let converted = cleave_ir::phases::phase("IR build, check and types", || to_ir(&file))?;
         let index = converted
             .names
             .iter()
