@@ -157,7 +157,7 @@ impl GraphBuilder {
         }
         for (n, w) in weights {
             let ty = w.ty();
-            t.define(&n, ty, ValueDef::Weight(w), || {
+            t.define(&n, ty, ValueDef::Weight(Box::new(w)), || {
                 "a constant (initializer)".to_string()
             })?;
         }

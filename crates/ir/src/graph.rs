@@ -42,8 +42,9 @@ impl ValueId {
 pub enum ValueDef {
     /// Fed by the caller: a graph input (or, in a subgraph, a formal input).
     Input,
-    /// A constant stored with the model.
-    Weight(Weight),
+    /// A constant stored with the model. Boxed: most values are not weights, and a value's
+    /// size is paid once per tensor of the largest graphs.
+    Weight(Box<Weight>),
     /// Output number `1` of node `0`.
     Node(NodeId, usize),
     /// Read by a subgraph from the scope that encloses it.
@@ -66,8 +67,8 @@ pub struct Value {
     pub name: String,
     pub ty: TensorType,
     pub def: ValueDef,
-    /// Quantization parameters, for formats that keep them on tensors.
-    pub quant: Option<Quantization>,
+    /// Quantization parameters, for formats that keep them on tensors (boxed, as above).
+    pub quant: Option<Box<Quantization>>,
     /// Nodes that read this value, each once, in node order. Subgraph reads count for the
     /// node that owns the subgraph.
     pub consumers: Vec<NodeId>,

@@ -588,7 +588,7 @@ pub fn to_ir(fm: &FlatModel) -> Result<Converted, FrontendError> {
         .map_err(|e| err(fm, format!("invalid graph: {e}")))?;
     for (i, t) in tensors.iter().enumerate() {
         if let (Some(q), Some(v)) = (quantization(t), graph.find(&names[i])) {
-            graph.value_mut(v).quant = Some(q);
+            graph.value_mut(v).quant = Some(Box::new(q));
         }
     }
     let model = Model {
