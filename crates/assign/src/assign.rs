@@ -140,7 +140,7 @@ pub fn assign(
             let by_name = p
                 .comply
                 .opname
-                .then(|| p.opname.get(label).map(|d| (d, Reason::OpName, "[OPNAME]")))
+                .then(|| p.backend_of(label).map(|d| (d, Reason::OpName, "[OPNAME]")))
                 .flatten();
             by_name.or_else(|| {
                 p.comply

@@ -54,11 +54,18 @@ pub struct PartFile {
     pub comply: Comply,
     /// Lower-cased op code → backend.
     pub opcode: BTreeMap<String, String>,
-    /// Node name → backend; a `.part` file may name every node of a large model.
-    pub opname: HashMap<String, String>,
+    /// Node name → position in `backends`; a `.part` file may name every node of a large
+    /// model, so each rule is a name and a number.
+    pub opname: HashMap<Box<str>, u16>,
 }
 
 impl PartFile {
+    /// The backend an `[OPNAME]` rule puts the node `name` on.
+    pub fn backend_of(&self, name: &str) -> Option<&String> {
+        let &at = self.opname.get(name)?;
+        self.backends.get(usize::from(at))
+    }
+
     pub fn load(path: &Path) -> Result<PartFile, PartError> {
         let text = std::fs::read_to_string(path).map_err(|source| PartError::Read {
             path: path.to_path_buf(),
@@ -133,7 +140,11 @@ impl PartFile {
         }
         for (k, v, line) in named {
             check(*line, "OPNAME", k, v)?;
-            opname.insert(k.to_string(), v.to_string());
+            let Some(at) = backends.iter().position(|b| b == v) else {
+                continue; // `check` refused it already
+            };
+            let at = u16::try_from(at).map_err(|_| invalid("more than 65535 backends".into()))?;
+            opname.insert(Box::from(*k), at);
         }
         let default = default
             .map(String::from)
@@ -259,7 +270,7 @@ mod tests {
         assert_eq!(p.default, "acl_cl", "`_` overrides default");
         assert_eq!(p.opcode.get("div").map(String::as_str), Some("acl_cl"));
         assert_eq!(
-            p.opname.get("onnx::Conv_12").map(String::as_str),
+            p.backend_of("onnx::Conv_12").map(String::as_str),
             Some("cpu")
         );
         assert_eq!(
@@ -322,9 +333,9 @@ mod tests {
                 opcode: false
             }
         );
-        assert_eq!(p.opname.get("n0").map(String::as_str), Some("npu"));
+        assert_eq!(p.backend_of("n0").map(String::as_str), Some("npu"));
         assert_eq!(
-            p.opname.get("onnx::Conv_1").map(String::as_str),
+            p.backend_of("onnx::Conv_1").map(String::as_str),
             Some("cpu")
         );
         assert_eq!(p.backends, backends);
