@@ -118,11 +118,12 @@ impl Staged {
         };
         self.flush()?;
         std::fs::create_dir(&aside).map_err(|e| err(&aside, e))?;
+        let present = Present::of(&self.workdir);
         // A folder where a file must go is refused before anything moves: moving a user's
         // folder aside is not this command's business.
         for name in &self.names {
             let target = self.workdir.join(name);
-            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            if present.is_dir(&target, name) {
                 return Err(err(
                     &target,
                     std::io::Error::new(
@@ -133,7 +134,7 @@ impl Staged {
             }
         }
         let mut journal = Journal::default();
-        let moved = self.move_all(&aside, remove, &mut journal);
+        let moved = self.move_all(&aside, remove, &present, &mut journal);
         if let Err(e) = moved {
             journal.undo();
             return Err(e);
@@ -150,6 +151,7 @@ impl Staged {
         &self,
         aside: &Path,
         remove: &[String],
+        present: &Present,
         journal: &mut Journal,
     ) -> Result<(), WriteError> {
         let staged: HashSet<&String> = self.names.iter().collect();
@@ -157,7 +159,7 @@ impl Staged {
         out.extend(remove.iter().filter(|r| !staged.contains(r)));
         for name in out {
             let target = self.workdir.join(name);
-            if std::fs::symlink_metadata(&target).is_ok() {
+            if present.exists(&target, name) {
                 journal.rename(&target, &aside.join(name))?;
             }
         }
@@ -165,6 +167,41 @@ impl Staged {
             journal.rename(&self.path(name), &self.workdir.join(name))?;
         }
         Ok(())
+    }
+}
+
+/// What `workdir` holds before the moves, read in one pass over the folder: tens of
+/// thousands of parts would otherwise cost two `stat` calls each. Where the folder cannot be
+/// listed, each question goes to the file system.
+struct Present(Option<std::collections::HashMap<String, bool>>);
+
+impl Present {
+    fn of(workdir: &Path) -> Present {
+        let listed = std::fs::read_dir(workdir).ok().map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+                    (e.file_name().to_string_lossy().into_owned(), is_dir)
+                })
+                .collect()
+        });
+        Present(listed)
+    }
+
+    fn exists(&self, target: &Path, name: &str) -> bool {
+        match &self.0 {
+            Some(m) => m.contains_key(name),
+            None => std::fs::symlink_metadata(target).is_ok(),
+        }
+    }
+
+    /// A folder itself, not a link to one.
+    fn is_dir(&self, target: &Path, name: &str) -> bool {
+        match &self.0 {
+            Some(m) => m.get(name).copied().unwrap_or(false),
+            None => std::fs::symlink_metadata(target).is_ok_and(|m| m.is_dir()),
+        }
     }
 }
 
