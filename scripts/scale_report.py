@@ -142,6 +142,7 @@ def main():
         print(f"onnx.load of the {sizes[-1]}-node model: {reference[0]:.3f} s, "
               f"peak {reference[1] / 1e6:.0f} MB (python process)")
     if flagged:
+        flagged = list(dict.fromkeys(flagged))
         print(f"grew more than {LINEAR_LIMIT:g}x for 10x the nodes: {', '.join(flagged)}")
 
 
