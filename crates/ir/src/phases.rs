@@ -27,6 +27,10 @@ pub struct PhaseRecord {
 
 static RECORDS: Mutex<Vec<PhaseRecord>> = Mutex::new(Vec::new());
 
+/// Records kept before a new top-level phase starts the list afresh: a process that calls the
+/// library again and again (Python, a server) and never takes them must not grow without end.
+const MAX_RECORDS: usize = 4096;
+
 thread_local! {
     static DEPTH: Cell<usize> = const { Cell::new(0) };
 }
@@ -44,6 +48,9 @@ pub fn counted<T>(name: &'static str, items: Option<usize>, f: impl FnOnce() -> 
         depth
     });
     let slot = with_records(|r| {
+        if depth == 0 && r.len() >= MAX_RECORDS {
+            r.clear();
+        }
         r.push(PhaseRecord {
             name,
             depth,
@@ -109,8 +116,12 @@ fn with_records<T>(f: impl FnOnce(&mut Vec<PhaseRecord>) -> T) -> T {
 mod tests {
     use super::*;
 
+    /// The record is the process's: tests that read it take turns.
+    static TURN: Mutex<()> = Mutex::new(());
+
     #[test]
     fn nested_phases_keep_start_order_and_depth() {
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
         take();
         let v = phase("outer", || {
             phase("inner", || std::thread::sleep(Duration::from_millis(2)));
@@ -133,5 +144,15 @@ mod tests {
             assert!(rss > 0 && peak >= rss);
         }
         assert!(take().is_empty());
+    }
+
+    #[test]
+    fn records_never_pile_up_past_their_bound() {
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+        for _ in 0..MAX_RECORDS + 10 {
+            phase("again", || ());
+        }
+        let r = take();
+        assert!(!r.is_empty() && r.len() <= MAX_RECORDS, "{}", r.len());
     }
 }
