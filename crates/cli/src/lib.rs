@@ -481,6 +481,8 @@ where
     let started = std::time::Instant::now();
     cleave::ir::phases::take();
     let (timings, timings_json) = (cli.timings, cli.timings_json);
+    // A verification that ran and found differences is not an error, but exits 1.
+    let mut differences = false;
     let result = match cli.command {
         Command::Inspect {
             model,
@@ -701,14 +703,17 @@ where
                 json,
             }) {
                 Ok(true) => Ok(()),
-                Ok(false) => return 1,
+                Ok(false) => {
+                    differences = true;
+                    Ok(())
+                }
                 Err(e) => Err(e),
             }
         }
     };
     let result = result.and_then(|()| timings::report(timings, timings_json.as_deref(), started));
     match result {
-        Ok(()) => 0,
+        Ok(()) => u8::from(differences),
         Err(fail) => {
             if !fail.is_silent() {
                 eprintln!("cleave: error: {fail}");

@@ -131,6 +131,11 @@ fn verify_sees_a_miswired_part() {
         assert_eq!(o.status.code(), Some(1), "{engine:?}: {out}");
         assert!(out.contains("beyond tolerance"), "{out}");
     }
+    // Differences found still exit 1 with --timings, after the phases are printed.
+    let o = run(&["--timings", "verify", model, &conn, "--boundaries"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("whole command") && err.contains("decode"), "{err}");
 }
 
 #[test]
