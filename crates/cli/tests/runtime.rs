@@ -135,7 +135,10 @@ fn verify_sees_a_miswired_part() {
     let o = run(&["--timings", "verify", model, &conn, "--boundaries"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("whole command") && err.contains("decode"), "{err}");
+    assert!(
+        err.contains("whole command") && err.contains("decode"),
+        "{err}"
+    );
 }
 
 #[test]
