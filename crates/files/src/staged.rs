@@ -47,13 +47,24 @@ impl Staged {
             created,
             committed: false,
         };
-        staged.dir = Some(
-            tempfile::Builder::new()
-                .prefix(".cleave-staging-")
-                .tempdir_in(workdir)
-                .map_err(err)?,
-        );
+        staged.restart()?;
         Ok(staged)
+    }
+
+    /// Throws away everything staged so far and starts again with an empty staging folder
+    /// (a writer that found it must write otherwise).
+    pub fn restart(&mut self) -> Result<(), WriteError> {
+        drop(self.dir.take());
+        self.names.clear();
+        let dir = tempfile::Builder::new()
+            .prefix(".cleave-staging-")
+            .tempdir_in(&self.workdir)
+            .map_err(|source| WriteError {
+                path: self.workdir.clone(),
+                source,
+            })?;
+        self.dir = Some(dir);
+        Ok(())
     }
 
     fn dir(&self) -> &Path {

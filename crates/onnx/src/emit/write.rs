@@ -176,7 +176,7 @@ pub fn emit_limited(
             n as f64 / 1e9,
             weights_path.display()
         ));
-        staged = Staged::new(workdir).map_err(from_write)?;
+        staged.restart().map_err(from_write)?;
         inline = false;
     }
     let mut also_remove = Vec::new();
