@@ -6,12 +6,16 @@
 use libfuzzer_sys::fuzz_target;
 
 fn check_names(pf: &cleave_assign::PartFile) {
+    // Every [OPNAME] rule points at one of the backends.
+    for (name, &at) in &pf.opname {
+        assert!(usize::from(at) < pf.backends.len(), "{name} -> {at}");
+        assert!(pf.backend_of(name).is_some());
+    }
     let named = pf
         .backends
         .iter()
         .chain(std::iter::once(&pf.default))
-        .chain(pf.opcode.values())
-        .chain(pf.opname.values());
+        .chain(pf.opcode.values());
     for b in named {
         let file = cleave_files::part_file_name("m", 0, b, "onnx")
             .unwrap_or_else(|e| panic!("accepted backend {b:?}: {e}"));
