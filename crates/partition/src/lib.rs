@@ -58,24 +58,32 @@ pub struct References {
 /// merging only removes parts. So the result never has more parts than either reference.
 pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
     let d = dag::Dag::new(g, true);
-    // Costliest first, so that on two threads the epochs run beside both level passes.
+    // Run costliest first, so that on two threads the epochs run beside both level passes;
+    // ties go to the forward levels, then the backward levels, then the epochs, as always.
     let mut constructions: Vec<fn(&dag::Dag) -> start::Start> = Vec::new();
+    let mut preference = Vec::new();
     if !reference::epochs_are_forward_levels(&d) {
         constructions.push(reference::epochs);
+        preference.push(2);
     }
     constructions.extend([
         reference::forward_levels as fn(&dag::Dag) -> start::Start,
         reference::backward_levels,
     ]);
+    preference.extend([0, 1]);
     let threads = if d.len() < PARALLEL_FROM {
         1
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     };
     let tried = construct_and_merge(&d, &constructions, opts.allow_disconnected, threads);
-    // The first of the fewest, in the order above whatever finished first: the same plan on
-    // any machine.
-    let best = tried.iter().min_by_key(|(_, m)| m.count);
+    // The fewest parts, ties by preference, whatever finished first: the same plan on any
+    // machine and with any number of threads.
+    let best = tried
+        .iter()
+        .zip(&preference)
+        .min_by_key(|((_, m), &rank)| (m.count, rank))
+        .map(|(t, _)| t);
     match best {
         Some((s, m)) => d.expand(|v| m.part_of[s.part_of[v as usize] as usize], m.count),
         None => Partition::singletons(g),
@@ -104,8 +112,6 @@ fn construct_and_merge(
         return constructions.iter().map(one).collect();
     }
     // The first construction has a worker to itself; the rest are shared out in turn.
-    let mut slots: Vec<Option<(start::Start, merge::Merged)>> =
-        constructions.iter().map(|_| None).collect();
     let work = |w: usize| -> Vec<(usize, (start::Start, merge::Merged))> {
         let mine = |i: &usize| match threads {
             2 => (*i == 0) == (w == 0),
@@ -125,11 +131,9 @@ fn construct_and_merge(
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
-        for (i, r) in done {
-            slots[i] = Some(r);
-        }
-    });
-    slots.into_iter().flatten().collect()
+        done.sort_unstable_by_key(|(i, _)| *i);
+        done.into_iter().map(|(_, r)| r).collect()
+    })
 }
 
 /// What ONE's rule and the epoch greedy would give on the same graph (for reports).
