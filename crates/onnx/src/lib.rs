@@ -22,6 +22,7 @@ mod io;
 mod ops;
 mod probe;
 pub mod rewrite;
+mod schema;
 mod tensor_file;
 mod to_ir;
 mod validate;

@@ -1,0 +1,244 @@
+//! What the onnx checker refuses and cleave's later stages would trip on, found before any
+//! work is done: each problem named by its node (or tensor) and cause, in one sentence.
+
+use cleave_ir::{AttrValue, ElemType, Graph, Model, Node, WeightData};
+
+use crate::schema;
+
+mod shapes;
+pub use shapes::typed;
+
+/// The newest default-domain opset whose operators cleave knows (onnx 1.22).
+pub const MAX_OPSET: i64 = 27;
+
+/// The first problem found, as (what, cause): `what` is `node 'NAME' (OpType)`,
+/// `tensor 'NAME'` or `the model`.
+pub fn validate(m: &Model) -> Result<(), (String, String)> {
+    for o in &m.opsets {
+        let default = o.domain.is_empty() || o.domain == "ai.onnx";
+        let name = if default { "ai.onnx" } else { &o.domain };
+        if default && o.version > MAX_OPSET {
+            return Err((
+                "the model".into(),
+                format!(
+                    "imports opset {} of ai.onnx; cleave knows operators up to opset {MAX_OPSET}",
+                    o.version
+                ),
+            ));
+        }
+        if o.version < 1 {
+            return Err((
+                "the model".into(),
+                format!("imports opset {} of {name}; opsets start at 1", o.version),
+            ));
+        }
+    }
+    let opsets = Opsets {
+        onnx: m.opset("").or(m.opset("ai.onnx")).unwrap_or(MAX_OPSET),
+        ml: m.opset(ML),
+    };
+    graph(&m.graph, opsets)
+}
+
+const ML: &str = "ai.onnx.ml";
+
+/// The versions the model imports of the domains whose operators onnx defines.
+#[derive(Clone, Copy)]
+struct Opsets {
+    onnx: i64,
+    ml: Option<i64>,
+}
+
+fn graph(g: &Graph, opsets: Opsets) -> Result<(), (String, String)> {
+    for v in &g.values {
+        if let Some(ElemType::Other(code)) = v.ty.elem {
+            return Err((
+                format!("tensor '{}'", v.name),
+                format!("element type {code} is not an ONNX type"),
+            ));
+        }
+    }
+    for (id, w) in g.weights() {
+        let name = &g.value(id).name;
+        let what = || format!("tensor '{name}'");
+        if let ElemType::Other(_) = w.elem {
+            return Err((what(), "its element type is not an ONNX type".into()));
+        }
+        if w.dims.iter().any(|&d| d < 0) {
+            return Err((what(), format!("negative dimension in {:?}", w.dims)));
+        }
+        if let (WeightData::Bytes(b), Some(bits)) = (&w.data, w.elem.bits()) {
+            let need = w
+                .element_count()
+                .checked_mul(u64::from(bits))
+                .map(|b| b.div_ceil(8));
+            if need != Some(b.len() as u64) {
+                return Err((
+                    what(),
+                    format!(
+                        "holds {} bytes, but {} {:?} needs {}",
+                        b.len(),
+                        w.elem.name(),
+                        w.dims,
+                        need.map_or("more than 2^64".to_string(), |n| n.to_string())
+                    ),
+                ));
+            }
+        }
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
+        let default = n.domain.is_empty() || n.domain == "ai.onnx";
+        // Before inference, a value's type is what the file states.
+        let elem = |i: usize| -> Option<ElemType> {
+            let v = n.inputs.get(i).copied().flatten()?;
+            g.value(v).ty.elem
+        };
+        let checked = if default {
+            schema::check(n, "", "ai.onnx", opsets.onnx, elem).and_then(|()| node(n, opsets.onnx))
+        } else if let (ML, Some(v)) = (n.domain.as_str(), opsets.ml) {
+            schema::check(n, ML, ML, v, elem)
+        } else {
+            Ok(())
+        };
+        checked.map_err(|cause| {
+            let label = g.node_label(cleave_ir::NodeId(i as u32));
+            (format!("node '{label}' ({})", n.op_type), cause)
+        })?;
+        for a in &n.attrs {
+            match &a.value {
+                AttrValue::Graph(sub) => graph(sub, opsets)?,
+                AttrValue::Graphs(subs) => {
+                    for s in subs {
+                        graph(s, opsets)?;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn ints<'a>(n: &'a Node, name: &str) -> Option<&'a [i64]> {
+    match n.attr(name)? {
+        AttrValue::Ints(v) => Some(v),
+        _ => None,
+    }
+}
+
+fn int(n: &Node, name: &str) -> Option<i64> {
+    match n.attr(name)? {
+        AttrValue::Int(v) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Attribute values outside what the operator defines.
+fn node(n: &Node, opset: i64) -> Result<(), String> {
+    let at_least = |name: &str, min: i64| -> Result<(), String> {
+        if let Some(v) = ints(n, name) {
+            if let Some(bad) = v.iter().find(|&&x| x < min) {
+                return Err(format!("{name} {v:?}: {bad} is below {min}"));
+            }
+        }
+        if let Some(v) = int(n, name) {
+            if v < min {
+                return Err(format!("{name} {v} is below {min}"));
+            }
+        }
+        Ok(())
+    };
+    for name in ["to", "dtype", "output_dtype"] {
+        // Cast needs a type; the others take 0 for "as the input".
+        if let Some(code) = int(n, name).filter(|&c| c != 0 || name == "to") {
+            let known = i32::try_from(code)
+                .ok()
+                .and_then(crate::elem_from_code)
+                .is_some_and(|e| !matches!(e, ElemType::Other(_)));
+            if !known {
+                return Err(format!("{name} {code} is not an ONNX element type"));
+            }
+        }
+    }
+    match n.op_type.as_str() {
+        "DepthToSpace" | "SpaceToDepth" => at_least("blocksize", 1)?,
+        "LRN" => at_least("size", 1)?,
+        "Conv" | "ConvTranspose" | "ConvInteger" | "QLinearConv" | "MaxPool" | "AveragePool"
+        | "LpPool" | "DeformConv" => {
+            at_least("strides", 1)?;
+            at_least("dilations", 1)?;
+            at_least("kernel_shape", 1)?;
+            at_least("group", 1)?;
+            at_least("pads", 0)?;
+        }
+        "If" => {
+            let count = |name: &str| match n.attr(name) {
+                Some(AttrValue::Graph(g)) => Some(g.outputs.len()),
+                _ => None,
+            };
+            if let (Some(t), Some(e)) = (count("then_branch"), count("else_branch")) {
+                let outs = n.outputs.len();
+                if t != e || t != outs {
+                    return Err(format!(
+                        "then_branch has {t} outputs, else_branch {e}, the node {outs}"
+                    ));
+                }
+            }
+        }
+        "Loop" => {
+            if let Some(AttrValue::Graph(body)) = n.attr("body") {
+                let carried = n.inputs.len().saturating_sub(2);
+                let (ins, outs) = (body.inputs.len(), body.outputs.len());
+                if ins != carried + 2 {
+                    return Err(format!(
+                        "body has {ins} inputs; {carried} loop-carried value{} needs {}",
+                        if carried == 1 { "" } else { "s" },
+                        carried + 2
+                    ));
+                }
+                if n.outputs.len() < carried || outs != 1 + n.outputs.len() {
+                    return Err(format!(
+                        "body has {outs} outputs; the node's {} outputs with {carried} loop-carried value(s) need {}",
+                        n.outputs.len(),
+                        1 + n.outputs.len().max(carried)
+                    ));
+                }
+            }
+        }
+        "Scan" => {
+            // Opset 8's Scan takes an optional sequence_lens first, which its body does not see.
+            let inputs = n.inputs.len().saturating_sub(usize::from(opset < 9));
+            if let Some(m) = int(n, "num_scan_inputs") {
+                if m < 1 || usize::try_from(m).map_or(true, |m| m > inputs) {
+                    return Err(format!(
+                        "num_scan_inputs {m} is more than its {inputs} inputs or below 1"
+                    ));
+                }
+            }
+            if let Some(AttrValue::Graph(body)) = n.attr("body") {
+                if body.inputs.len() != inputs || body.outputs.len() != n.outputs.len() {
+                    return Err(format!(
+                        "body has {} inputs and {} outputs; the node has {inputs} and {}",
+                        body.inputs.len(),
+                        body.outputs.len(),
+                        n.outputs.len()
+                    ));
+                }
+            }
+        }
+        "Transpose" => {
+            if let Some(p) = ints(n, "perm") {
+                let mut seen = vec![false; p.len()];
+                for &a in p {
+                    let slot = usize::try_from(a).ok().and_then(|a| seen.get_mut(a));
+                    match slot {
+                        Some(s) if !*s => *s = true,
+                        _ => return Err(format!("perm {p:?} is not a permutation")),
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
