@@ -123,10 +123,23 @@ fn register_ml(r: &mut Registry) {
             vec![batch(cx), Dim::Unknown],
         )]
     });
+    // The indices pick from the last axis, flattened: X[..., Y] has X's leading dims and one
+    // dim of Y's element count (a vector X gives one row, as onnxruntime does).
     r.add_in(ML, &["ArrayFeatureExtractor"], |cx| {
+        let picked = cx.shape(1).map_or(Dim::Unknown, |s| {
+            s.iter()
+                .try_fold(1i64, |n, d| n.checked_mul(d.fixed()?))
+                .map_or(Dim::Unknown, Dim::Fixed)
+        });
+        let shape = cx.shape(0).map(|x| match x.split_last() {
+            Some((_, lead)) if !lead.is_empty() => {
+                lead.iter().cloned().chain([picked.clone()]).collect()
+            }
+            _ => vec![Dim::Fixed(1), picked.clone()],
+        });
         vec![TensorType {
             elem: cx.elem(0),
-            shape: None,
+            shape,
         }]
     });
 }

@@ -205,6 +205,7 @@ fn infer_subgraphs(
         .iter()
         .map(|i| i.map(|v| g.value(v).ty.clone()).unwrap_or_default())
         .collect();
+    let scan_formal = (op == "Scan").then(|| scan_formals(&inputs, &node.attrs, opset));
     let node = &mut g.nodes[n.index()];
     for attr in node.attrs.iter_mut() {
         let cleave_ir::AttrValue::Graph(body) = &mut attr.value else {
@@ -222,8 +223,71 @@ fn infer_subgraphs(
                 merge(ty, t);
             }
         }
+        if let Some(formal) = &scan_formal {
+            for (&v, t) in body.inputs.iter().zip(formal.iter().cloned()) {
+                merge(&mut body.values[v.index()].ty, t);
+            }
+        }
         infer_nested(registry, body, &scope, opset, unknown_ops, depth + 1);
     }
+}
+
+/// What a Scan body sees of the node's inputs: each state as it is, each scan input less the
+/// axis it is scanned along (opset 8 also drops the batch axis of every input, and has a first
+/// input of sequence lengths that the body does not see).
+fn scan_formals(
+    inputs: &[TensorType],
+    attrs: &[cleave_ir::Attribute],
+    opset: i64,
+) -> Vec<TensorType> {
+    let attr = |name: &str| attrs.iter().find(|a| a.name == name).map(|a| &a.value);
+    let n_scan = match attr("num_scan_inputs") {
+        Some(cleave_ir::AttrValue::Int(m)) => usize::try_from(*m).unwrap_or(0),
+        _ => 0,
+    };
+    let batch = opset < 9;
+    let inputs = &inputs[usize::from(batch).min(inputs.len())..];
+    let n_state = inputs.len().saturating_sub(n_scan);
+    let axes: &[i64] = match attr("scan_input_axes") {
+        Some(cleave_ir::AttrValue::Ints(a)) if !batch => a,
+        _ => &[],
+    };
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let mut t = t.clone();
+            let Some(shape) = t.shape.as_mut() else {
+                return t;
+            };
+            let mut drop = Vec::new();
+            if batch && !shape.is_empty() {
+                drop.push(0);
+            }
+            if k >= n_state {
+                let rank = i64::try_from(shape.len()).unwrap_or(0);
+                let a = if batch {
+                    1
+                } else {
+                    axes.get(k - n_state).copied().unwrap_or(0)
+                };
+                let a = if a < 0 { a + rank } else { a };
+                match usize::try_from(a).ok().filter(|&a| a < shape.len()) {
+                    Some(a) => drop.push(a),
+                    None => {
+                        t.shape = None;
+                        return t;
+                    }
+                }
+            }
+            drop.sort_unstable();
+            drop.dedup();
+            for a in drop.into_iter().rev() {
+                shape.remove(a);
+            }
+            t
+        })
+        .collect()
 }
 
 /// Gives an output of a rank-keeping op the rank of its input when its rule could not.
