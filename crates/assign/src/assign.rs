@@ -32,6 +32,12 @@ pub enum AssignError {
     DefaultNotListed(String),
     #[error("profile '{device}': [fuse] rules: {message}")]
     FuseRule { device: String, message: String },
+    #[error("the ops of {names} share state and must run on one device, but none of {devices} runs them all: {ops}")]
+    SharedState {
+        names: String,
+        ops: String,
+        devices: String,
+    },
 }
 
 /// Why a node went where it did (shown by `query`).
@@ -53,6 +59,8 @@ pub enum Reason {
     Fused,
     /// Moved by the latency objective: the cost model predicts the split faster so.
     Cost,
+    /// Moved to the device of the rest of the state it reads or writes (a variable's ops).
+    SharedState,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,11 +94,19 @@ pub struct Assignment {
 
 impl Assignment {
     /// Node pairs that must share a part: the pairs the front-end calls inseparable (a
-    /// quantize and its dequantize) and the members of each fused group.
+    /// quantize and its dequantize), the members of each fused group, and the ops of each
+    /// piece of shared state with the ops between them.
     pub fn glue(&self, g: &Graph, sem: &dyn OpSemantics) -> Vec<(NodeId, NodeId)> {
         let mut pairs = inseparable_pairs(g, sem);
         for (_, grp) in &self.groups {
             pairs.extend(grp.nodes[1..].iter().map(|&m| (grp.anchor(), m)));
+        }
+        if !sem.shared_state(g).is_empty() {
+            for r in crate::state::regions(g, sem, &sem.constant_nodes(g)) {
+                if let Some((&first, rest)) = r.nodes.split_first() {
+                    pairs.extend(rest.iter().map(|&m| (first, m)));
+                }
+            }
         }
         pairs
     }
@@ -230,14 +246,30 @@ pub fn assign(
         }
     }
     keep_pairs_together(g, profiles, &devices, &mut placement, sem);
+    let state = crate::state::regions(g, sem, constant);
+    let mut warnings = Vec::new();
+    crate::state::place(
+        g,
+        profiles,
+        &devices,
+        &mut placement,
+        &state,
+        sem,
+        &mut warnings,
+    )?;
     let mut a = Assignment {
         devices,
         placement,
         groups: Vec::new(),
-        warnings: Vec::new(),
+        warnings,
     };
+    // A fused group must not take an op away from the state it shares.
+    let mut locked = vec![false; g.nodes.len()];
+    for n in state.iter().flat_map(|r| &r.nodes) {
+        locked[n.index()] = true;
+    }
     cleave_ir::phases::phase("fusion groups", || {
-        place_groups(g, profiles, constant, &mut a, sem)
+        place_groups(g, profiles, constant, &mut a, sem, locked)
     })?;
     Ok(a)
 }
@@ -252,8 +284,9 @@ fn place_groups(
     constant: &[bool],
     a: &mut Assignment,
     sem: &dyn OpSemantics,
+    locked: Vec<bool>,
 ) -> Result<(), AssignError> {
-    let mut claimed = vec![false; g.nodes.len()];
+    let mut claimed = locked;
     for (d, device) in a.devices.clone().iter().enumerate() {
         let Some(profile) = profiles.get(device) else {
             continue;

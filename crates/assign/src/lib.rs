@@ -7,8 +7,10 @@
 
 mod assign;
 mod part_file;
+mod state;
 
 pub use assign::{
     assign, inseparable_pairs, AssignError, AssignOptions, Assignment, Placement, Reason,
 };
 pub use part_file::{render_opname, Comply, PartError, PartFile};
+pub use state::StateRegion;

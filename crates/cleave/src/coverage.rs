@@ -226,6 +226,7 @@ pub fn reason(p: cleave_assign::Placement) -> &'static str {
             Reason::ConstantOutput => "constant output",
             Reason::Fused => "fused group",
             Reason::Cost => "latency",
+            Reason::SharedState => "shared state",
         },
     }
 }

@@ -26,6 +26,6 @@ pub use builder::{GraphBuilder, NodeSpec};
 pub use error::GraphError;
 pub use graph::{Graph, Node, NodeId, Quantization, SourceRef, Value, ValueDef, ValueId};
 pub use model::{Function, Model, Opset};
-pub use semantics::{NamedOps, OpClass, OpSemantics, Window};
+pub use semantics::{NamedOps, OpClass, OpSemantics, StateGroup, Window};
 pub use types::{Dim, ElemType, TensorType};
 pub use weight::{Weight, WeightData};

@@ -60,6 +60,14 @@ pub struct Window {
     pub group: i64,
 }
 
+/// Nodes that read or write one piece of state (see [`OpSemantics::shared_state`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateGroup {
+    /// The resource as the model names it (a variable's shared name).
+    pub name: String,
+    pub nodes: Vec<NodeId>,
+}
+
 /// The operator semantics a front-end supplies to the neutral stages.
 pub trait OpSemantics: Sync {
     /// The node's meaning for fusion and partitioning.
@@ -85,6 +93,13 @@ pub trait OpSemantics: Sync {
     fn inseparable(&self, g: &Graph, producer: NodeId, consumer: NodeId) -> bool {
         self.class(g.node(producer)) == OpClass::Quantize
             && self.class(g.node(consumer)) == OpClass::Dequantize
+    }
+
+    /// Nodes that share state through one resource (a variable's handle with its reads and
+    /// writes): each group must run in one part, since one interpreter holds the state. The
+    /// name says which resource, for messages.
+    fn shared_state(&self, _g: &Graph) -> Vec<StateGroup> {
+        Vec::new()
     }
 
     /// For each node, whether it computes a constant (see [`Graph::constant_nodes`]).

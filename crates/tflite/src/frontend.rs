@@ -161,6 +161,10 @@ impl TfliteSource {
     }
 }
 
+fn is_variable_op(op: &str) -> bool {
+    matches!(op, "VAR_HANDLE" | "READ_VARIABLE" | "ASSIGN_VARIABLE")
+}
+
 /// The layout for buffers of these sizes, and a note when it is not inline.
 fn layout_for(total: u64) -> (Layout, Option<String>) {
     if total > INLINE_LIMIT {
@@ -334,12 +338,25 @@ fn write_parts(
                 "{file} would overwrite the source model; choose another WORKDIR"
             )));
         }
-        let ops = part
+        let mut ops = part
             .nodes
             .iter()
             .chain(&part.constant_nodes)
             .map(|&n| src.op_index(n))
             .collect::<Result<Vec<_>, _>>()?;
+        // Each part is an interpreter of its own: one that holds a variable must run the
+        // model's initialiser of its variables too (it sets up the others as well, unread).
+        if part
+            .nodes
+            .iter()
+            .any(|&n| is_variable_op(&g.node(n).op_type))
+        {
+            for (i, node) in g.nodes.iter().enumerate() {
+                if node.op_type == "CALL_ONCE" {
+                    ops.push(src.op_index(cleave_ir::NodeId(i as u32))?);
+                }
+            }
+        }
         let description = format!("part {} of {total} of {}, cut by cleave", k + 1, stem);
         let sel = src.selection(
             build::ordered(ops),

@@ -1,6 +1,8 @@
 //! What the neutral stages need to know of TFLite's operators (circle's are a superset).
 
-use cleave_ir::{AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, ValueId, Window};
+use cleave_ir::{
+    AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, StateGroup, ValueId, Window,
+};
 
 /// TFLite operator semantics: NHWC tensors, OHWI convolution filters, `[1, H, W, C*M]`
 /// depthwise filters, activations fused into the op's options.
@@ -64,6 +66,46 @@ impl OpSemantics for TfliteSemantics {
             "DEQUANTIZE" => OpClass::Dequantize,
             _ => OpClass::Other,
         }
+    }
+
+    /// Each resource's handles (VAR_HANDLE by container and shared name, HASHTABLE by table
+    /// id) with every op that reads the handle.
+    fn shared_state(&self, g: &Graph) -> Vec<StateGroup> {
+        let mut groups: Vec<StateGroup> = Vec::new();
+        for (i, node) in g.nodes.iter().enumerate() {
+            let name = match node.op_type.as_str() {
+                "VAR_HANDLE" => {
+                    let container = str_attr(node, "container").unwrap_or_default();
+                    let shared = str_attr(node, "shared_name").unwrap_or_default();
+                    let mut name = String::from_utf8_lossy(shared).into_owned();
+                    if !container.is_empty() {
+                        name = format!("{}/{name}", String::from_utf8_lossy(container));
+                    }
+                    name
+                }
+                "HASHTABLE" => format!("table {}", int_attr(node, "table_id").unwrap_or(0)),
+                _ => continue,
+            };
+            let mut nodes = vec![NodeId(i as u32)];
+            for v in node.outputs.iter().flatten() {
+                nodes.extend(g.value(*v).consumers.iter().copied());
+            }
+            match groups.iter_mut().find(|s| s.name == name) {
+                Some(s) => s.nodes.extend(nodes),
+                None => groups.push(StateGroup { name, nodes }),
+            }
+        }
+        groups
+    }
+
+    /// CALL_ONCE (a model's initialiser of its variables) belongs to no part of its own: the
+    /// writer puts it in every part that holds a variable.
+    fn constant_nodes(&self, g: &Graph) -> Vec<bool> {
+        let mut constant = g.constant_nodes(|n| self.is_deterministic(n));
+        for (c, node) in constant.iter_mut().zip(&g.nodes) {
+            *c |= node.domain.is_empty() && node.op_type == "CALL_ONCE";
+        }
+        constant
     }
 
     fn is_deterministic(&self, node: &Node) -> bool {

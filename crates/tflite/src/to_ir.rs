@@ -268,6 +268,25 @@ fn attributes(op_type: &str, op: &tflite::Operator) -> Vec<Attribute> {
                 a.push(activation(o.fused_activation_function()));
             }
         }
+        // The resource a handle names: ops that share it share state.
+        "VAR_HANDLE" => {
+            if let Some(o) = op.builtin_options_as_var_handle_options() {
+                for (name, v) in [
+                    ("container", o.container()),
+                    ("shared_name", o.shared_name()),
+                ] {
+                    a.push(Attribute {
+                        name: name.into(),
+                        value: AttrValue::String(v.unwrap_or("").as_bytes().to_vec().into()),
+                    });
+                }
+            }
+        }
+        "HASHTABLE" => {
+            if let Some(o) = op.builtin_options_as_hashtable_options() {
+                a.push(int("table_id", o.table_id()));
+            }
+        }
         "LEAKY_RELU" => {
             if let Some(o) = op.builtin_options_as_leaky_relu_options() {
                 a.push(Attribute {
