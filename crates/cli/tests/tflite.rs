@@ -80,6 +80,63 @@ fn random_splits_of_every_model_reproduce_it_in_litert() {
     );
 }
 
+/// Stateful streaming models (microWakeWord, int8: resource variables set up by CALL_ONCE),
+/// every op pinned at random over 2 and 3 backends: each variable's handle, reads, writes and
+/// the ops between them are moved into one part (said in a warning), each part holding a
+/// variable runs the initialiser, and 5 invokes in a row, state carried, reproduce every part
+/// output of the whole model in LiteRT. Split as the rules say, the parts fail inside LiteRT.
+#[test]
+fn stateful_models_keep_each_variable_in_one_part_across_invokes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x5eed_57a7_e000_0001);
+    let (mut parts_seen, mut moved) = (0, 0);
+    for model in cleave_testdata::stateful_tflite_files() {
+        let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
+        let all_host = part_file(tmp.path(), &BACKENDS[..1], "OPCODE", &[]);
+        let nodes = query_nodes(&model, &[os("--part"), all_host.as_os_str()]).unwrap_or_default();
+        assert!(
+            nodes.iter().any(|(_, op, _)| op == "READ_VARIABLE"),
+            "{stem}: no variable"
+        );
+        for count in [2, 3] {
+            let backends = &BACKENDS[..count];
+            let rules: Vec<(String, &str)> = nodes
+                .iter()
+                .filter(|(_, _, device)| !device.is_empty())
+                .map(|(name, _, _)| (name.clone(), backends[rng.below(count)]))
+                .collect();
+            let part = part_file(tmp.path(), backends, "OPNAME", &rules);
+            let work = tmp.path().join(format!("{stem}-{count}"));
+            let o = cleave(&[
+                os("partition"),
+                model.as_os_str(),
+                os("--part"),
+                part.as_os_str(),
+                os("-o"),
+                work.as_os_str(),
+            ]);
+            let said = ok(&o) + &stderr(&o);
+            moved += said
+                .matches("to share one part with the rest of the state of")
+                .count();
+            let conn = work.join(format!("{stem}.conn.json"));
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+            parts_seen += v["parts"].as_array().unwrap().len();
+            let summary = check_tflite_parts(&conn, &model, &[os("--invokes"), os("5")]);
+            assert!(summary.contains("5 invokes in a row"), "{summary}");
+            eprintln!("{stem} over {count}: {summary}");
+        }
+    }
+    assert!(
+        moved > 0,
+        "no variable's ops were split by the rules, so none was moved"
+    );
+    assert!(
+        parts_seen > 16,
+        "{parts_seen} parts in all: the splits did not split"
+    );
+}
+
 #[test]
 fn bad_tflite_files_are_refused_in_one_line_and_nothing_is_written() {
     let tmp = tempfile::tempdir().unwrap();

@@ -102,6 +102,25 @@ pub fn tflite_files() -> Vec<PathBuf> {
     files
 }
 
+/// The stateful TFLite models (resource variables), from `scripts/tflite_models.py fetch`.
+pub fn stateful_tflite_files() -> Vec<PathBuf> {
+    let root = dir().join("tflite-stateful");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "tflite"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 4,
+        "{} stateful TFLite models in {}: run `bash scripts/fetch-test-data.sh`",
+        files.len(),
+        root.display()
+    );
+    files
+}
+
 /// The repository's `scripts/` folder.
 pub fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
