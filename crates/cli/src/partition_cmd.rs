@@ -111,6 +111,25 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         println!("dry run: nothing written");
         return Ok(());
     };
+    if !stage_lines.is_empty() {
+        // The weights estimate beside what each stage's file holds, so a budget can be
+        // checked against the bytes an engine will load.
+        let files: Vec<String> = written
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let bytes = std::fs::metadata(a.workdir.join(&p.file)).map_or(0, |m| m.len());
+                format!(
+                    "stage {} {} ({})",
+                    k + 1,
+                    cleave::human_bytes(bytes),
+                    p.file
+                )
+            })
+            .collect();
+        println!("part files: {}", files.join(", "));
+    }
     let mut lines = Vec::new();
     if let Some(c) = &assigned.latency {
         lines.extend(crate::latency::choice_lines(c));

@@ -293,4 +293,13 @@ fn weights_behind_constant_nodes_count_in_the_stage_that_carries_them() {
         );
     }
     assert!(weights.iter().any(|&w| w >= (4 << 20) as f64), "{out}");
+    // The report says each stage's file beside its estimate.
+    let files = out
+        .lines()
+        .find(|l| l.starts_with("part files: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    for p in &conn.parts {
+        assert!(files.contains(&format!("({})", p.file)), "{files}");
+    }
+    eprintln!("{out}");
 }
