@@ -11,6 +11,7 @@ import argparse
 import importlib.util
 import io
 import json
+import re
 import os
 import signal
 import subprocess
@@ -57,7 +58,10 @@ def run_cmd(cmd, timeout_s):
 
 
 def tail(text, n=6):
-    return "\n".join(text.strip().splitlines()[-n:])
+    # Ray's own log lines ("[2026-11-25 22:54:59,410 W 939 941] network_util.cc...") would
+    # hide the error they come before.
+    lines = [ln for ln in text.strip().splitlines() if not re.match(r"\[\d{4}-\d\d-\d\d [\d:,]+ [A-Z] \d+ \d+\]", ln)]
+    return "\n".join(lines[-n:])
 
 
 def load_module(path):
@@ -195,7 +199,7 @@ def test_partition(ray, serve, mod, a, idx, conn):
     check(f"{label}: handle infer(boundaries=True) equals the whole model", not bad, f"max abs diff {worst:.2e}")
 
     rc, out, err, secs = run_app(["bench", conn, "--json", "--requests", str(a.requests), "--in-flight", "1,8"] + common, a.app, 300)
-    if check(f"{label}: bench 1 and 8 in flight", rc == 0 and out.strip().startswith("{"), f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err or out)}"):
+    if check(f"{label}: bench 1 and 8 in flight", rc == 0 and out.strip().startswith("{"), f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err + out)}"):
         b = json.loads(out)
         FIGURES[label] = {
             "rps": {r["in_flight"]: round(r["throughput_rps"], 1) for r in b["levels"]},
@@ -226,7 +230,7 @@ def test_cleave_binary(serve, a, mod, conn):
     name = "viacleave"
     rc, out, err, secs = run_cmd([a.cleave, "serve", conn, "--ray", a.address, "--detach", "--name", name, "--resources", a.resources,
                                   "--http-port", str(a.http_port), "--timeout", "180"], 240)
-    if not check("cleave serve --ray --detach deploys", rc == 0, f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err or out)}"):
+    if not check("cleave serve --ray --detach deploys", rc == 0, f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err + out)}"):
         return
     partition = mod.Partition(conn)
     feeds = mod.random_feeds(partition.source_file, partition, 3)
