@@ -155,3 +155,112 @@ fn labels(g: &Graph, nodes: &[NodeId]) -> String {
     }
     s.join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{assign, AssignOptions};
+    use cleave_device::Profile;
+    use cleave_ir::{ElemType, GraphBuilder, NamedOps, NodeSpec, StateGroup, TensorType};
+    use std::path::Path;
+
+    /// x → Relu → Div → Div → Neg → y, with node 0 and node `last` sharing a variable.
+    struct Shared(usize);
+
+    impl OpSemantics for Shared {
+        fn class(&self, node: &cleave_ir::Node) -> cleave_ir::OpClass {
+            NamedOps::default().class(node)
+        }
+        fn is_deterministic(&self, _: &cleave_ir::Node) -> bool {
+            true
+        }
+        fn window(&self, _: &Graph, _: NodeId) -> Option<cleave_ir::Window> {
+            None
+        }
+        fn channel_axis(&self, _: &Graph, _: cleave_ir::ValueId) -> Option<usize> {
+            None
+        }
+        fn flops(&self, _: &Graph, _: NodeId) -> u64 {
+            1
+        }
+        fn shared_state(&self, _: &Graph) -> Vec<StateGroup> {
+            vec![StateGroup {
+                name: "v".into(),
+                nodes: vec![NodeId(0), NodeId(self.0 as u32)],
+            }]
+        }
+    }
+
+    fn chain() -> Graph {
+        let mut b = GraphBuilder::new("g");
+        b.input("x", TensorType::fixed(ElemType::F32, &[1, 2]));
+        let mut prev = "x".to_string();
+        for (k, op) in ["Relu", "Div", "Div", "Neg"].into_iter().enumerate() {
+            let out = format!("t{k}");
+            b.node(NodeSpec {
+                name: format!("n{k}"),
+                op_type: op.into(),
+                inputs: vec![prev.clone()],
+                outputs: vec![out.clone()],
+                ..Default::default()
+            });
+            b.value_type(out.as_str(), TensorType::fixed(ElemType::F32, &[1, 2]));
+            prev = out;
+        }
+        b.output(prev.as_str());
+        b.finish(false).unwrap()
+    }
+
+    fn profiles() -> Profiles {
+        let mut p = Profiles::builtin();
+        for (name, ops) in [("a", ["Relu", "Div"]), ("b", ["Div", "Neg"])] {
+            let table: Vec<String> = ops.iter().map(|o| format!("{o} = {{}}")).collect();
+            let text = format!("name = \"{name}\"\n[ops]\n{}\n", table.join("\n"));
+            p.insert(Profile::parse(&text, Path::new("p.toml")).unwrap());
+        }
+        p
+    }
+
+    fn run(last: usize) -> Result<crate::Assignment, AssignError> {
+        let g = chain();
+        let opts = AssignOptions {
+            devices: vec!["b".into(), "a".into()],
+            default: None,
+            part: None,
+        };
+        assign(&g, &profiles(), &opts, &[false; 4], &Shared(last))
+    }
+
+    #[test]
+    fn a_variable_and_the_ops_between_its_uses_move_to_one_device() {
+        // b runs the Divs, a the Relu: the variable's reads sit on a and b until moved.
+        let a = run(2).unwrap();
+        let got: Vec<_> = (0..4).map(|i| a.device_name(NodeId(i)).unwrap()).collect();
+        assert_eq!(got, ["a", "a", "a", "b"]);
+        assert!(
+            a.warnings.iter().any(|w| w.contains("2 ops moved to a")
+                && w.contains("state of v")
+                && w.contains("n1 (Div)")),
+            "{:?}",
+            a.warnings
+        );
+        let g = chain();
+        let glue = a.glue(&g, &Shared(2));
+        for n in [1, 2] {
+            assert!(glue.contains(&(NodeId(0), NodeId(n))), "{glue:?}");
+        }
+    }
+
+    #[test]
+    fn a_variable_no_device_runs_whole_is_refused_naming_it() {
+        // Relu (only a) and Neg (only b) share the variable: no device runs the four ops.
+        let e = run(3).unwrap_err().to_string();
+        assert!(
+            e.contains("the ops of v share state")
+                && e.contains("none of b,a runs them all")
+                && e.contains("n0 (Relu)")
+                && e.contains("n3 (Neg)"),
+            "{e}"
+        );
+    }
+}
