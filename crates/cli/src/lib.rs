@@ -433,6 +433,10 @@ enum Command {
         /// litert for a .tflite model, else tract.
         #[arg(long)]
         reference: Option<String>,
+        /// Run N inferences in a row on the same sessions (random inputs seeded SEED, SEED+1,
+        /// ...), comparing each: a stateful model's variables carry over between them.
+        #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        invokes: u32,
         #[arg(long)]
         json: bool,
     },
@@ -680,6 +684,7 @@ where
             inputs,
             engines,
             reference,
+            invokes,
             json,
         } => {
             let tolerance = if rtol.is_some() || atol.is_some() {
@@ -700,6 +705,7 @@ where
                 inputs: &inputs,
                 engines: &engines,
                 reference: reference.as_deref(),
+                invokes,
                 json,
             }) {
                 Ok(true) => Ok(()),

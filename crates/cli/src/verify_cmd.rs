@@ -20,6 +20,8 @@ pub struct VerifyArgs<'a> {
     pub engines: &'a [String],
     /// The whole model's engine; by default LiteRT for TFLite, tract otherwise.
     pub reference: Option<&'a str>,
+    /// Inferences in a row on the same sessions, each compared (state carries over).
+    pub invokes: u32,
     pub json: bool,
 }
 
@@ -55,7 +57,6 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     }
     let model = source.model();
     let g = &model.graph;
-    let feeds = inputs::gather(g, a.inputs, a.seed, true)?;
     let map = engines(a.engines)?;
     let mut parts = load_parts(&conn_path, &map, false)?;
 
@@ -112,15 +113,42 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     } else {
         engine.load(source.path(), false).map_err(runtime_fail)?
     };
-    bar.set_message("running the whole model");
-    let expected = whole.run(&feeds).map_err(runtime_fail)?;
-    bar.set_message("running the parts");
-    let mut stats = vec![PartStats::default(); parts.sessions.len()];
-    let got = parts.run(feeds, &mut stats).map_err(runtime_fail)?;
-
-    bar.finish_and_clear();
     let mut report = Report::default();
+    let mut stats = vec![PartStats::default(); parts.sessions.len()];
+    for k in 0..a.invokes {
+        // The same sessions each time: what a stateful model keeps between inferences is
+        // carried on both sides.
+        let feeds = inputs::gather(g, a.inputs, a.seed.wrapping_add(u64::from(k)), true)?;
+        bar.set_message("running the whole model");
+        let expected = whole.run(&feeds).map_err(runtime_fail)?;
+        bar.set_message("running the parts");
+        let got = parts.run(feeds, &mut stats).map_err(runtime_fail)?;
+        let label = |name: &str| {
+            if a.invokes == 1 {
+                name.to_string()
+            } else {
+                format!("{name} @{}", k + 1)
+            }
+        };
+        compare(&names, &expected, &got, &a, &conn_path, &mut report, label)?;
+    }
+    bar.finish_and_clear();
+    print(&report, &a.tolerance, a.json, &reference.label());
+    Ok(report.passed())
+}
+
+/// Every tensor of `names` the parts gave against the whole model's, into `report`.
+fn compare(
+    names: &[(String, bool)],
+    expected: &[(String, cleave::runtime::HostTensor)],
+    got: &std::collections::HashMap<String, cleave::runtime::HostTensor>,
+    a: &VerifyArgs,
+    conn_path: &Path,
+    report: &mut Report,
+    label: impl Fn(&str) -> String,
+) -> Result<(), Fail> {
     for (name, is_output) in names {
+        let (name, is_output) = (name.clone(), *is_output);
         let want = expected.iter().find(|(n, _)| *n == name).map(|(_, t)| t);
         if want.is_none() && !got.contains_key(&name) {
             // Neither side gives it as a tensor (a sequence or map output): nothing to compare.
@@ -132,17 +160,16 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         })?;
         let have = got
             .get(&name)
-            .ok_or_else(|| Fail::input(&conn_path, format!("no part produced '{name}'")))?;
+            .ok_or_else(|| Fail::input(conn_path, format!("no part produced '{name}'")))?;
         let (diff, ok) = a.tolerance.compare(have, want);
         report.rows.push(Row {
-            tensor: name,
+            tensor: label(&name),
             is_output,
             diff,
             ok,
         });
     }
-    print(&report, &a.tolerance, a.json, &reference.label());
-    Ok(report.passed())
+    Ok(())
 }
 
 fn print(r: &Report, tol: &Tolerance, json: bool, reference: &str) {

@@ -125,6 +125,17 @@ fn stateful_models_keep_each_variable_in_one_part_across_invokes() {
             let summary = check_tflite_parts(&conn, &model, &[os("--invokes"), os("5")]);
             assert!(summary.contains("5 invokes in a row"), "{summary}");
             eprintln!("{stem} over {count}: {summary}");
+            // cleave's own verify, on LiteRT, the same sessions 5 times in a row.
+            let v = ok(&cleave(&[
+                os("verify"),
+                model.as_os_str(),
+                conn.as_os_str(),
+                os("--boundaries"),
+                os("--invokes"),
+                os("5"),
+            ]));
+            assert!(v.contains(" @5 ") && v.contains("verify: "), "{v}");
+            assert!(!v.contains("beyond"), "{v}");
         }
     }
     assert!(
