@@ -84,8 +84,18 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The TFLite test models `scripts/tflite_models.py` fetched: MediaPipe's face models and
 /// their calibrated uint8/int8 copies, sorted.
 pub fn tflite_files() -> Vec<PathBuf> {
+    tflite_in(&["tflite", "tflite-quant"], 9)
+}
+
+/// The stateful TFLite models (resource variables), from `scripts/tflite_models.py fetch`.
+pub fn stateful_tflite_files() -> Vec<PathBuf> {
+    tflite_in(&["tflite-stateful"], 4)
+}
+
+/// The `.tflite` files in these folders of the test data, sorted; at least `at_least`.
+fn tflite_in(folders: &[&str], at_least: usize) -> Vec<PathBuf> {
     let root = dir();
-    let mut files: Vec<PathBuf> = ["tflite", "tflite-quant"]
+    let mut files: Vec<PathBuf> = folders
         .iter()
         .filter_map(|d| std::fs::read_dir(root.join(d)).ok())
         .flatten()
@@ -94,28 +104,10 @@ pub fn tflite_files() -> Vec<PathBuf> {
         .collect();
     files.sort();
     assert!(
-        files.len() >= 9,
-        "{} TFLite models in {}: run `bash scripts/fetch-test-data.sh`",
+        files.len() >= at_least,
+        "{} TFLite models in {} of {}: run `bash scripts/fetch-test-data.sh`",
         files.len(),
-        root.display()
-    );
-    files
-}
-
-/// The stateful TFLite models (resource variables), from `scripts/tflite_models.py fetch`.
-pub fn stateful_tflite_files() -> Vec<PathBuf> {
-    let root = dir().join("tflite-stateful");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "tflite"))
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 4,
-        "{} stateful TFLite models in {}: run `bash scripts/fetch-test-data.sh`",
-        files.len(),
+        folders.join(", "),
         root.display()
     );
     files
