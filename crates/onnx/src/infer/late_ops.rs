@@ -281,7 +281,11 @@ fn scan(cx: &Cx) -> Vec<TensorType> {
                 .attr_ints("scan_input_axes")
                 .and_then(|a| a.first().copied())
                 .unwrap_or(0);
-            let axis = if axis < 0 { axis + shape.len() as i64 } else { axis };
+            let axis = if axis < 0 {
+                axis + shape.len() as i64
+            } else {
+                axis
+            };
             shape.get(usize::try_from(axis).ok()?).cloned()
         })
         .flatten()

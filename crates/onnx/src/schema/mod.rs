@@ -141,30 +141,23 @@ pub fn check(
     opset: i64,
     elem: impl Fn(usize) -> Option<ElemType>,
 ) -> Result<(), String> {
-    let found = versions(domain, &n.op_type).and_then(|all| {
-        let s = all.iter().rev().find(|s| s.since <= opset);
-        Some((all, s))
-    });
-    if domain.is_empty()
-        && ORT_ONNX_DOMAIN.contains(&n.op_type.as_str())
-        && !matches!(found, Some((_, Some(_))))
-    {
-        // onnxruntime runs it under its own definition; cleave takes it as onnxruntime does.
-        return Ok(());
-    }
-    let Some(all) = versions(domain, &n.op_type) else {
-        return Err(format!(
-            "{} is not an operator of {domain_name} (onnx {})",
-            n.op_type,
-            table::ONNX
-        ));
-    };
+    let all = versions(domain, &n.op_type).unwrap_or_default();
     let Some(s) = all.iter().rev().find(|s| s.since <= opset) else {
-        let first = all.first().map_or(0, |s| s.since);
-        return Err(format!(
-            "{} is defined from opset {first} of {domain_name}; the model imports opset {opset}",
-            n.op_type
-        ));
+        if domain.is_empty() && ORT_ONNX_DOMAIN.contains(&n.op_type.as_str()) {
+            // onnxruntime runs it under its own definition; cleave takes it as it does.
+            return Ok(());
+        }
+        return Err(match all.first() {
+            None => format!(
+                "{} is not an operator of {domain_name} (onnx {})",
+                n.op_type,
+                table::ONNX
+            ),
+            Some(first) => format!(
+                "{} is defined from opset {} of {domain_name}; the model imports opset {opset}",
+                n.op_type, first.since
+            ),
+        });
     };
     if s.deprecated {
         // Deprecated operators (Upsample from opset 10) still run in onnxruntime; their
