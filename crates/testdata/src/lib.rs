@@ -92,6 +92,12 @@ pub fn stateful_tflite_files() -> Vec<PathBuf> {
     tflite_in(&["tflite-stateful"], 4)
 }
 
+/// BirdNET's Keras exports (zero-element constants, RFFT2D, computed shapes), from
+/// `scripts/tflite_models.py fetch`.
+pub fn keras_tflite_files() -> Vec<PathBuf> {
+    tflite_in(&["tflite-keras"], 2)
+}
+
 /// The `.tflite` files in these folders of the test data, sorted; at least `at_least`.
 fn tflite_in(folders: &[&str], at_least: usize) -> Vec<PathBuf> {
     let root = dir();
