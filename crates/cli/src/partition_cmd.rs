@@ -87,6 +87,8 @@ struct Built {
     written: Option<Emitted>,
     /// The stage table, for `--stages`.
     stage_lines: Vec<String>,
+    /// Each stage's weights and activation peak in bytes, for `--stages`.
+    stage_memory: Vec<(u64, u64)>,
     /// Part counts of the references, when rules (not stages) made the partition.
     references: Option<References>,
     elapsed: Duration,
@@ -99,6 +101,7 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         plan,
         written,
         stage_lines,
+        stage_memory,
         references,
         elapsed,
     } = &*built;
@@ -111,6 +114,16 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         println!("dry run: nothing written");
         return Ok(());
     };
+    if !stage_memory.is_empty() {
+        // The connection file says what each stage holds, for whoever deploys it.
+        let mut conn = written.conn.clone();
+        for (p, &(w, act)) in conn.parts.iter_mut().zip(stage_memory) {
+            p.weights_bytes = Some(w);
+            p.activation_peak_bytes = Some(act);
+        }
+        cleave::files::write_atomic(&written.conn_json, conn.to_json().as_bytes())
+            .map_err(|e| Fail::input(&e.path, format!("cannot write: {}", e.source)))?;
+    }
     if !stage_lines.is_empty() {
         // The weights estimate beside what each stage's file holds, so a budget can be
         // checked against the bytes an engine will load.
@@ -204,6 +217,7 @@ fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built,
         plan,
         written,
         stage_lines: Vec::new(),
+        stage_memory: Vec::new(),
         references: cut.references,
         elapsed: cut.elapsed,
     })
@@ -217,6 +231,12 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
     let (loaded, stages) = cleave::load_and_stage(a.model, &request, n, a.memory)?;
     bar.finish_and_clear();
     let lines = crate::stages_view::table(&stages);
+    let memory: Vec<(u64, u64)> = stages
+        .plan
+        .stages
+        .iter()
+        .map(|f| (f.weights, f.activation_peak))
+        .collect();
     let mut built = finish(
         a,
         Assigned {
@@ -229,6 +249,7 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
         &stages.cut,
     )?;
     built.stage_lines = lines;
+    built.stage_memory = memory;
     Ok(built)
 }
 

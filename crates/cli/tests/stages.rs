@@ -293,6 +293,12 @@ fn weights_behind_constant_nodes_count_in_the_stage_that_carries_them() {
         );
     }
     assert!(weights.iter().any(|&w| w >= (4 << 20) as f64), "{out}");
+    // The connection file says each stage's weights and activation peak, as the table does.
+    for (p, w) in conn.parts.iter().zip(&weights) {
+        let said = p.weights_bytes.expect("weights_bytes in conn.json") as f64;
+        assert!((said - w).abs() <= w * 0.01 + 1.0, "{said} vs {w}");
+        assert!(p.activation_peak_bytes.is_some());
+    }
     // The report says each stage's file beside its estimate.
     let files = out
         .lines()

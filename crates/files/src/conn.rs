@@ -16,6 +16,13 @@ pub struct ConnModel {
     /// one (`openvino:CPU` for `ov-CPU`); `--engine` still overrides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// cleave's addition, for pipeline stages: the bytes of weights the part's file and engine
+    /// hold (shared ones counted in each part that carries them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_bytes: Option<u64>,
+    /// cleave's addition, for pipeline stages: the peak of the part's live activations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_peak_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +61,12 @@ fn model_json(m: &ConnModel, indent: &str) -> String {
     }
     if let Some(e) = &m.engine {
         fields.push(format!("{indent}  \"engine\" : {}", quote(e)));
+    }
+    if let Some(w) = m.weights_bytes {
+        fields.push(format!("{indent}  \"weights_bytes\" : {w}"));
+    }
+    if let Some(a) = m.activation_peak_bytes {
+        fields.push(format!("{indent}  \"activation_peak_bytes\" : {a}"));
     }
     format!("{{\n{}\n{indent}}}", fields.join(",\n"))
 }
@@ -114,6 +127,8 @@ mod tests {
             outputs: o.iter().map(|s| s.to_string()).collect(),
             backend: None,
             engine: None,
+            weights_bytes: None,
+            activation_peak_bytes: None,
         };
         ConnFile {
             source: m(

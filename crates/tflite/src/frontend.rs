@@ -319,6 +319,7 @@ fn write_parts(
             outputs: g.outputs.iter().map(name).collect(),
             backend: None,
             engine: None,
+            ..Default::default()
         },
         parts: Vec::new(),
     };
@@ -376,6 +377,7 @@ fn write_parts(
             outputs: part.outputs.iter().map(name).collect(),
             engine: cleave_files::engine_of_backend(&backend),
             backend: Some(backend.clone()),
+            ..Default::default()
         });
         summary.push(EmittedPart {
             file,

@@ -112,6 +112,7 @@ pub fn emit_limited(
             outputs: g.outputs.iter().map(|&v| g.value(v).name.clone()).collect(),
             backend: None,
             engine: None,
+            ..Default::default()
         },
         parts: Vec::new(),
     };
@@ -202,6 +203,7 @@ pub fn emit_limited(
             outputs: names(&part.outputs),
             engine: cleave_files::engine_of_backend(&backend),
             backend: Some(backend.clone()),
+            ..Default::default()
         });
         summary.push(EmittedPart {
             file,
