@@ -87,7 +87,8 @@ def slow_model(n=512, layers=150):
 
 def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
     monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
-    model, out = slow_model()
+    # About a second here: 150 layers took 0.30 s on a faster machine, too little to tell.
+    model, out = slow_model(layers=500)
     spec = {"index": 0, "file": "slow.onnx", "inputs": ["x"], "outputs": [out], "backend": "cpu", "deployment": "part1_cpu"}
     part = serve.PartReplica(spec, model, {})
     assert part.inputs() == {"x": ["float32", [512, 512]]}
