@@ -44,6 +44,7 @@
 pub mod coverage;
 mod devices;
 mod error;
+mod learn;
 mod load;
 mod openvino_devices;
 mod pipeline;
@@ -74,6 +75,7 @@ pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
 pub use devices::{DeviceRequest, Devices};
 pub use error::Error;
+pub use learn::Learned;
 pub use load::{frontend_for, frontends, load};
 pub use openvino_devices::{query as openvino_query, QUERY_SCRIPT as OPENVINO_QUERY_SCRIPT};
 pub use pipeline::{load_model, Algorithm, Cut, Loaded, RewriteSummary};

@@ -22,6 +22,8 @@ pub struct Loaded {
     pub constant: Vec<bool>,
     /// Set when [`Loaded::rewrite`] changed the model.
     pub rewritten: Option<RewriteSummary>,
+    /// Set when [`Loaded::learn_types`] ran the model.
+    pub learned: Option<crate::Learned>,
 }
 
 /// What a rewrite did.
@@ -62,6 +64,7 @@ pub fn load_model(path: impl AsRef<Path>) -> Result<Loaded, Error> {
         source,
         constant,
         rewritten: None,
+        learned: None,
     })
 }
 
@@ -94,6 +97,7 @@ impl Loaded {
             source,
             constant,
             rewritten: self.rewritten,
+            learned: self.learned,
         })
     }
 
@@ -123,6 +127,7 @@ impl Loaded {
             }),
             source: r.source,
             constant,
+            learned: None,
         })
     }
 

@@ -40,6 +40,9 @@ pub struct AssignRequest {
     /// With [`Objective::Latency`]: how much faster than the best single device a split must
     /// be predicted to be.
     pub margin: f64,
+    /// Type the tensors inference cannot by running the model once on ONNX Runtime
+    /// ([`Loaded::learn_types`]).
+    pub learn_dims: bool,
 }
 
 impl Default for AssignRequest {
@@ -49,6 +52,7 @@ impl Default for AssignRequest {
             fixed: FixedDims::default(),
             optimize: None,
             fold_limit: cleave_frontend::DEFAULT_FOLD_LIMIT,
+            learn_dims: false,
             objective: Objective::Fewest,
             costs: None,
             margin: crate::DEFAULT_MARGIN,
@@ -87,6 +91,15 @@ pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<Loaded, Error> {
     load_model(path)?.fix_dims(fixed)
 }
 
+/// [`load_fixed`], then, when `req` asks, the types one run shows.
+fn load_for(path: &Path, req: &AssignRequest) -> Result<Loaded, Error> {
+    let mut loaded = load_fixed(path, &req.fixed)?;
+    if req.learn_dims {
+        loaded.learn_types(cleave_runtime::EngineKind::Ort, 0)?;
+    }
+    Ok(loaded)
+}
+
 /// Loads a model and gives every node a device. Warnings (fused groups dissolved) are in the
 /// assignment for the caller to show.
 pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Error> {
@@ -95,6 +108,10 @@ pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Err
     devices.ask_openvino(path)?;
     if let Some(level) = req.optimize {
         loaded = loaded.rewrite(level, &devices, req.fold_limit)?;
+    }
+    if req.learn_dims {
+        // After the rewrite, which types its model afresh.
+        loaded.learn_types(cleave_runtime::EngineKind::Ort, 0)?;
     }
     let mut assignment = loaded.assign(&devices)?;
     let costs = match &req.costs {
@@ -149,7 +166,7 @@ pub fn load_and_stage(
         Some(path) => Costs::read(path)?,
         None => Costs::default(),
     };
-    let loaded = load_fixed(path, &req.fixed)?;
+    let loaded = load_for(path, req)?;
     let stages = loaded.stages(&StageRequest {
         stages,
         devices: &req.devices.devices,

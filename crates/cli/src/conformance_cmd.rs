@@ -64,6 +64,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         no_constraints: false,
         shape: Vec::new(),
         dim: Vec::new(),
+        learn_dims: false,
         objective: crate::setup::Objective::Fewest,
         costs: None,
         margin: cleave::DEFAULT_MARGIN,

@@ -230,6 +230,7 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
     let bar = crate::progress::spinner("loading and planning the stages");
     let (loaded, stages) = cleave::load_and_stage(a.model, &request, n, a.memory)?;
     bar.finish_and_clear();
+    crate::setup::say_learned(a.model, &loaded);
     let lines = crate::stages_view::table(&stages);
     let memory: Vec<(u64, u64)> = stages
         .plan

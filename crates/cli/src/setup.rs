@@ -57,6 +57,12 @@ pub struct DeviceArgs {
     /// Fix every dim named PARAM (a dim_param, e.g. batch=1) wherever the model declares it.
     #[arg(long = "dim", value_name = "PARAM=N")]
     pub dim: Vec<String>,
+    /// Where inference cannot tell a tensor's element type or rank (an op it has no rule
+    /// for), run the model once on ONNX Runtime, on seeded random inputs of the shapes
+    /// --shape fixes, and take the types the run shows (said on stderr). Off by default: the
+    /// learned dims hold for those input shapes only.
+    #[arg(long)]
+    pub learn_dims: bool,
     /// What the placement optimises. `fewest`: each node on the first device that runs it
     /// (rules and the priority list), cut into the fewest parts. `latency`: each unit on the
     /// device, among those that may run it (rules and pins still hold), that minimises the
@@ -121,6 +127,7 @@ impl DeviceArgs {
         Ok(AssignRequest {
             devices: self.request(),
             fixed: self.fixed_dims()?,
+            learn_dims: self.learn_dims,
             optimize: self.optimize.map(Into::into),
             fold_limit: self.fold_limit_bytes(),
             objective: match self.objective {
@@ -198,8 +205,39 @@ pub fn parse_fixed(shape: &[String], dim: &[String]) -> Result<FixedDims, Fail> 
 /// assignment's warnings.
 pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned, Fail> {
     let assigned = cleave::load_and_assign(model_path, &args.assign_request()?)?;
+    say_learned(model_path, &assigned.loaded);
     for w in &assigned.assignment.warnings {
         eprintln!("cleave: warning: {}: {w}", model_path.display());
     }
     Ok(assigned)
+}
+
+/// What `--learn-dims` took from a run, said as such: these types hold for the inputs' shapes.
+pub fn say_learned(model_path: &Path, loaded: &Loaded) {
+    let Some(l) = &loaded.learned else {
+        return;
+    };
+    if l.tensors.is_empty() {
+        eprintln!(
+            "cleave: note: {}: --learn-dims: inference types every tensor; the model was not run",
+            model_path.display()
+        );
+        return;
+    }
+    let shown: Vec<String> = l
+        .tensors
+        .iter()
+        .take(6)
+        .map(|(n, t)| format!("{n} {t}"))
+        .collect();
+    let more = l.tensors.len().saturating_sub(shown.len());
+    eprintln!(
+        "cleave: note: {}: --learn-dims: {} tensor type{} learned by running the model once on {} (they hold for these input shapes): {}{}",
+        model_path.display(),
+        l.tensors.len(),
+        if l.tensors.len() == 1 { "" } else { "s" },
+        l.engine,
+        shown.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    );
 }

@@ -952,3 +952,71 @@ fn a_part_copying_a_constant_that_reads_a_placed_one_comes_after_it() {
     ]));
     assert!(out.contains("tensors match"), "{out}");
 }
+
+/// An op cleave has no inference rule for (com.microsoft's ExpandDims) leaves a boundary
+/// without a type: the split is refused, naming it. With --learn-dims one run on ONNX Runtime
+/// types it, the command says the type came from a run, and onnxruntime alone reproduces
+/// every boundary of the parts.
+#[test]
+fn learn_dims_types_what_inference_cannot_from_one_run() {
+    use cleave::onnx::proto::{tensor_proto, OperatorSetIdProto, TensorProto};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut expand = node("expand", "ExpandDims", &["a", "ax"], &["e"]);
+    expand.domain = Some("com.microsoft".into());
+    let ax = TensorProto {
+        name: Some("ax".into()),
+        data_type: Some(tensor_proto::DataType::Int32 as i32),
+        int32_data: vec![0],
+        ..Default::default()
+    };
+    let mut m = model(
+        vec![
+            node("relu", "Relu", &["x"], &["a"]),
+            expand,
+            node("sig", "Sigmoid", &["e"], &["y"]),
+        ],
+        vec![ax],
+        "y",
+    );
+    m.opset_import.push(OperatorSetIdProto {
+        domain: Some("com.microsoft".into()),
+        version: Some(1),
+    });
+    m.graph.as_mut().unwrap().output = vec![float_input("y", &[1, 1, 4])];
+    let path = write(tmp.path(), "ms.onnx", &m.encode_to_vec());
+    let rules = tmp.path().join("ms.part");
+    std::fs::write(
+        &rules,
+        "[partition]\nbackends=npu,cpu\ndefault=cpu\ncomply=opname\n\n[OPNAME]\nexpand=npu\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str], work: &Path| {
+        let mut args = vec![
+            os("partition"),
+            path.as_os_str(),
+            os("--part"),
+            rules.as_os_str(),
+            os("-o"),
+            work.as_os_str(),
+        ];
+        args.extend(extra.iter().map(os));
+        cleave(&args)
+    };
+    let refused = run(&[], &tmp.path().join("plain"));
+    assert_bad_input(
+        &refused,
+        &path,
+        "boundary tensor 'e' has no element type or rank",
+    );
+    let work = tmp.path().join("learned");
+    let o = run(&["--learn-dims"], &work);
+    ok(&o);
+    let said = stderr(&o);
+    assert!(
+        said.contains("--learn-dims: 1 tensor type learned by running the model once on")
+            && said.contains("e float32[1,1,4]"),
+        "{said}"
+    );
+    let summary = oracle(&work.join("ms.conn.json"));
+    assert!(summary.contains("3 parts"), "{summary}");
+}

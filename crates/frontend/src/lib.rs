@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use cleave_device::Profiles;
 use cleave_files::ConnFile;
-use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
+use cleave_ir::{ElemType, Model, OpSemantics, TensorType, ValueId};
 use cleave_partition::ValidatedPlan;
 
 /// A failure in a format's code: the file it concerns and the cause, one line.
@@ -205,4 +205,14 @@ pub trait Source: Send + Sync {
     /// Writes, in this format, a model whose one node passes a tensor of `elem` and `dims`
     /// through unchanged: what a profiler times to learn an engine's per-call and copy costs.
     fn write_probe(&self, elem: ElemType, dims: &[i64], path: &Path) -> Result<(), FrontendError>;
+
+    /// Fills in what the model leaves unknown of these tensors' types with what a run of it
+    /// showed (`--learn-dims`); a type the file or inference gives is kept.
+    fn learn_types(&mut self, learned: &[(ValueId, TensorType)]) -> Result<(), FrontendError> {
+        let _ = learned;
+        Err(FrontendError::new(
+            self.path(),
+            "learning tensor types from a run is for ONNX models; a TFLite file types every tensor",
+        ))
+    }
 }

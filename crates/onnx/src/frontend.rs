@@ -92,6 +92,30 @@ impl Source for OnnxSource {
         Ok(Box::new(OnnxSource { onnx, model }))
     }
 
+    fn learn_types(
+        &mut self,
+        learned: &[(cleave_ir::ValueId, cleave_ir::TensorType)],
+    ) -> Result<(), FrontendError> {
+        for (v, t) in learned {
+            let ty = &mut self.model.graph.value_mut(*v).ty;
+            if ty.elem.is_none() {
+                ty.elem = t.elem;
+            }
+            match (&mut ty.shape, &t.shape) {
+                (None, s) => ty.shape = s.clone(),
+                (Some(have), Some(seen)) if have.len() == seen.len() => {
+                    for (h, s) in have.iter_mut().zip(seen) {
+                        if h.fixed().is_none() {
+                            *h = s.clone();
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     fn save_as(&mut self, path: &Path) -> Result<(), FrontendError> {
         self.onnx.save(path).map_err(from_onnx)?;
         self.onnx.path = path.to_path_buf();
