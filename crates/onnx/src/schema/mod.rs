@@ -86,7 +86,8 @@ struct Attr(&'static str, Kind, bool);
 /// repeats, and whether its repeats share one type.
 struct Operand(&'static str, bool, bool);
 
-/// Bit `code` set for each element type (ONNX's numbering) a type variable admits.
+/// A type variable's mask has bit `code` set for each element type (ONNX's numbering) it
+/// admits; this bit says it also admits sequences, maps or optionals, left unchecked.
 const OTHER: u64 = 1 << 63;
 
 struct Schema {
