@@ -3,7 +3,7 @@
 //! kernel can honour. Run after type inference, before any stage reads an axis. Each check
 //! speaks only where what it needs is known; an unknown dim is never a reason to refuse.
 
-use cleave_ir::{AttrValue, Graph, Model, Node, NodeId, TensorType, ValueDef};
+use cleave_ir::{AttrValue, Graph, Model, Node, NodeId, TensorType, ValueDef, Weight};
 
 use super::{int, ints};
 
@@ -56,18 +56,15 @@ impl Operands<'_> {
         Some(shape.iter().map(|d| d.fixed()).collect())
     }
 
-    /// The values of input `i` when it is a constant: an initializer or a Constant node.
-    fn constant(&self, i: usize) -> Option<Vec<f64>> {
+    /// Input `i` when it is a constant: an initializer or a Constant node's tensor.
+    fn weight(&self, i: usize) -> Option<&Weight> {
         let v = self.n.inputs.get(i).copied().flatten()?;
         match &self.g.value(v).def {
-            ValueDef::Weight(w) => w.to_f64s(),
+            ValueDef::Weight(w) => Some(w),
             ValueDef::Node(p, 0) => {
                 let p = self.g.nodes.get(p.0 as usize)?;
-                if p.op_type != "Constant" {
-                    return None;
-                }
-                match p.attr("value")? {
-                    AttrValue::Tensor(w) => w.to_f64s(),
+                match (p.op_type.as_str(), p.attr("value")?) {
+                    ("Constant", AttrValue::Tensor(w)) => Some(w),
                     _ => None,
                 }
             }
@@ -75,25 +72,16 @@ impl Operands<'_> {
         }
     }
 
+    /// The values of input `i` when it is a constant.
+    fn constant(&self, i: usize) -> Option<Vec<f64>> {
+        self.weight(i)?.to_f64s()
+    }
+
     /// Integer constants (shapes, axes, sizes); a float constant is not one.
     fn int_constant(&self, i: usize) -> Option<Vec<i64>> {
-        let v = self.n.inputs.get(i).copied().flatten()?;
-        let w = match &self.g.value(v).def {
-            ValueDef::Weight(w) => w.as_ref(),
-            ValueDef::Node(p, 0) => {
-                let p = self.g.nodes.get(p.0 as usize)?;
-                match (p.op_type.as_str(), p.attr("value")?) {
-                    ("Constant", AttrValue::Tensor(w)) => w,
-                    _ => return None,
-                }
-            }
-            _ => return None,
-        };
-        if w.elem.is_float() {
-            None
-        } else {
-            w.to_i64s()
-        }
+        self.weight(i)
+            .filter(|w| !w.elem.is_float())
+            .and_then(|w| w.to_i64s())
     }
 
     /// An attribute's list, or input `i` when the attribute is absent (opsets moved `axes`,
