@@ -31,6 +31,47 @@ struct Probe {
     clusters: usize,
     nodes: usize,
     tables: usize,
+    /// Rendered rectangles `[x, y, width, height]` of the part graph's boxes (parts and model
+    /// inputs/outputs), of its edge labels, and of the node graph's node boxes.
+    #[serde(default)]
+    part_rects: Vec<[f64; 4]>,
+    #[serde(default)]
+    label_rects: Vec<[f64; 4]>,
+    #[serde(default)]
+    node_rects: Vec<[f64; 4]>,
+    /// The `<title>` of each drawn boundary edge (it lists the tensors the edge carries).
+    #[serde(default)]
+    edge_titles: Vec<String>,
+}
+
+/// Pairs of rectangles that overlap by more than half a pixel each way.
+fn overlapping(a: &[[f64; 4]], b: &[[f64; 4]], same: bool) -> usize {
+    let hit = |p: &[f64; 4], q: &[f64; 4]| {
+        p[0] + p[2] - 0.5 > q[0]
+            && q[0] + q[2] - 0.5 > p[0]
+            && p[1] + p[3] - 0.5 > q[1]
+            && q[1] + q[3] - 0.5 > p[1]
+    };
+    let mut n = 0;
+    for (i, p) in a.iter().enumerate() {
+        for (j, q) in b.iter().enumerate() {
+            if (!same || j > i) && hit(p, q) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Overlaps in the rendered part graph and node graph: (box–box, label–label, label–box,
+/// node–node).
+fn overlaps(p: &Probe) -> (usize, usize, usize, usize) {
+    (
+        overlapping(&p.part_rects, &p.part_rects, true),
+        overlapping(&p.label_rects, &p.label_rects, true),
+        overlapping(&p.label_rects, &p.part_rects, false),
+        overlapping(&p.node_rects, &p.node_rects, true),
+    )
 }
 
 /// Loads `html` in headless Chromium with a probe script placed first in `<head>`: it records
@@ -45,7 +86,11 @@ window.addEventListener('load', function () {
   var q = function (s) { return document.querySelectorAll(s).length; };
   var out = document.createElement('pre');
   out.id = 'cleave-probe';
-  out.textContent = JSON.stringify({ errors: window.__errors, boxes: q('#part-graph svg .part-box'), clusters: q('#node-graph svg .cluster'), nodes: q('#node-graph svg .node'), tables: q('#parts article.part') });
+  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+  var rects = function (s) { return Array.prototype.map.call(document.querySelectorAll(s), function (e) { var r = e.getBoundingClientRect(); return [r.x + window.scrollX, r.y + window.scrollY, r.width, r.height]; }); };
+  var titles = Array.prototype.map.call(document.querySelectorAll('#part-graph svg .part-edge'), function (e) { var t = e.querySelector('title'); return t ? t.textContent : ''; });
+  out.textContent = JSON.stringify({ errors: window.__errors, boxes: q('#part-graph svg .part-box'), clusters: q('#node-graph svg .cluster'), nodes: q('#node-graph svg .node'), tables: q('#parts article.part'),
+    part_rects: rects('#part-graph svg .part-box rect, #part-graph svg .io-box rect'), label_rects: rects('#part-graph svg .edge-label'), node_rects: rects('#node-graph svg .node rect'), edge_titles: titles });
   document.body.appendChild(out);
 });
 </script>"#;
@@ -271,4 +316,78 @@ fn report_refuses_a_missing_or_foreign_partition() {
         other.as_os_str(),
     ]);
     assert_bad_input(&o, &conn, "differ from the model's");
+}
+
+/// Reads a real model's report as Chromium draws it: no two boxes overlap, no edge label
+/// touches another label or a box, and every boundary tensor of the conn file is on a drawn
+/// edge. Returns the overlap counts for the closing note's before/after table.
+fn check_drawn_without_overlaps(model: &Path, work: &Path, args: &[&str]) {
+    let v = partition_with_report(model, work, args);
+    let probe = chromium_probe(&v.html, work);
+    assert!(
+        probe.errors.is_empty(),
+        "console errors: {:?}",
+        probe.errors
+    );
+    let parts = v.conn.parts.len();
+    assert_eq!(probe.boxes, parts, "{probe:?}");
+    let counts = overlaps(&probe);
+    println!(
+        "{}: {parts} parts, {} labels; overlaps box-box {}, label-label {}, label-box {}, node-node {}",
+        model.display(),
+        probe.label_rects.len(),
+        counts.0,
+        counts.1,
+        counts.2,
+        counts.3
+    );
+    assert_eq!(
+        counts,
+        (0, 0, 0, 0),
+        "overlaps (box-box, label-label, label-box, node-node)"
+    );
+    for p in &v.conn.parts {
+        for t in p.inputs.iter().chain(&p.outputs) {
+            assert!(
+                probe
+                    .edge_titles
+                    .iter()
+                    .any(|e| e.lines().any(|l| l.starts_with(&format!("{t} (")))),
+                "boundary tensor {t} is on no drawn edge"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_real_detector_and_a_real_tflite_model_are_drawn_without_overlaps() {
+    let tmp = tempfile::tempdir().unwrap();
+    // YOLOv8n (NudeNet's 320 export): 24 parts on nnapi with the CPU as fallback.
+    let yolo = cleave_testdata::dir().join("corpus/nudenet_320n.onnx");
+    check_drawn_without_overlaps(
+        &yolo,
+        &tmp.path().join("yolo"),
+        &["--devices", "nnapi,cpu", "--shape", "images=1,3,320,320"],
+    );
+    let face = cleave_testdata::tflite_files()
+        .into_iter()
+        .find(|p| p.ends_with("face_detection_full_range.tflite"))
+        .expect("face_detection_full_range.tflite in the TFLite test data");
+    let rules = tmp.path().join("face.part");
+    std::fs::write(&rules, "[partition]\nbackends=npu,cpu\ndefault=npu\ncomply=opcode\n\n[OPCODE]\nRESIZE_BILINEAR=cpu\nCONCATENATION=cpu\nRESHAPE=cpu\n").unwrap();
+    check_drawn_without_overlaps(
+        &face,
+        &tmp.path().join("face"),
+        &["--part", rules.to_str().unwrap()],
+    );
+}
+
+/// The overlap count sees overlaps.
+#[test]
+fn overlap_counting_sees_a_touching_pair() {
+    let a = [0.0, 0.0, 10.0, 10.0];
+    let b = [9.0, 9.0, 10.0, 10.0];
+    let c = [20.0, 0.0, 5.0, 5.0];
+    assert_eq!(overlapping(&[a, b, c], &[a, b, c], true), 1);
+    assert_eq!(overlapping(&[c], &[a, b], false), 0);
 }

@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use crate::flow::{lay_out, FlowGraph, FlowSpacing, LABEL_LINE};
 use crate::layout::{layered, wrap, Layout, Spacing};
-use crate::mermaid::{edge_text, summary_line};
-use crate::text::{count, fill, human_bytes, opt_bytes, params, shorten, stroke, xml};
-use crate::{Report, NODE_VIEW_LIMIT};
+use crate::mermaid::summary_line;
+use crate::text::{bytes_label, count, fill, human_bytes, opt_bytes, params, shorten, stroke, xml};
+use crate::{Report, NODE_VIEW_LIMIT, NODE_VIEW_OPEN};
 
 const STYLE: &str = r#"
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #262626; margin: 0; background: #fafafa; }
@@ -37,6 +38,10 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, 
 .part-box.hl rect, .cluster.hl > rect { stroke-width: 4; }
 .part-box a { cursor: pointer; }
 .node.hit rect { stroke: #D0021B; stroke-width: 3; }
+.zoom { display: flex; gap: 4px; justify-content: flex-end; margin: 4px 0; }
+.zoom button { font: inherit; font-size: 12px; min-width: 30px; padding: 1px 6px; border: 1px solid #ccc; border-radius: 4px; background: #fff; cursor: pointer; }
+.graph { cursor: grab; } .graph.dragging { cursor: grabbing; user-select: none; }
+details.nodes > summary { cursor: pointer; color: #444; margin: 6px 0; }
 .toolbar { margin: 6px 0; display: flex; gap: 10px; align-items: center; }
 .note { color: #666; }
 p.file { margin: -4px 0 8px; }
@@ -56,12 +61,57 @@ const SCRIPT: &str = r#"
       e.addEventListener('mouseleave', function () { byPart[k].forEach(function (x) { x.classList.remove('hl'); }); });
     });
   });
+  // Zoom (buttons, or the wheel with Ctrl) and pan (drag) for every graph; a graph wider than
+  // its frame starts centred on its top.
+  document.querySelectorAll('.graph').forEach(function (frame) {
+    var svg = frame.querySelector('svg');
+    if (!svg) return;
+    var w0 = parseFloat(svg.getAttribute('width')), h0 = parseFloat(svg.getAttribute('height')), z = 1;
+    var zoom = function (to) {
+      var cx = (frame.scrollLeft + frame.clientWidth / 2) / z, cy = (frame.scrollTop + frame.clientHeight / 2) / z;
+      z = Math.min(4, Math.max(0.05, to));
+      svg.setAttribute('width', (w0 * z).toFixed(0));
+      svg.setAttribute('height', (h0 * z).toFixed(0));
+      frame.scrollLeft = cx * z - frame.clientWidth / 2;
+      frame.scrollTop = cy * z - frame.clientHeight / 2;
+    };
+    var bar = document.createElement('div');
+    bar.className = 'zoom';
+    [['\u2212', function () { zoom(z / 1.25); }], ['+', function () { zoom(z * 1.25); }], ['fit', function () { zoom(Math.min(1, frame.clientWidth / w0, frame.clientHeight / h0)); }], ['1:1', function () { zoom(1); }]].forEach(function (b) {
+      var e = document.createElement('button');
+      e.type = 'button';
+      e.textContent = b[0];
+      e.addEventListener('click', b[1]);
+      bar.appendChild(e);
+    });
+    frame.parentNode.insertBefore(bar, frame);
+    frame.addEventListener('wheel', function (e) {
+      if (!e.ctrlKey) return;
+      e.preventDefault();
+      zoom(e.deltaY < 0 ? z * 1.1 : z / 1.1);
+    }, { passive: false });
+    var drag = null;
+    frame.addEventListener('mousedown', function (e) {
+      if (e.button !== 0 || e.target.closest('a')) return;
+      drag = { x: e.clientX, y: e.clientY, l: frame.scrollLeft, t: frame.scrollTop };
+      frame.classList.add('dragging');
+    });
+    window.addEventListener('mousemove', function (e) {
+      if (!drag) return;
+      frame.scrollLeft = drag.l - (e.clientX - drag.x);
+      frame.scrollTop = drag.t - (e.clientY - drag.y);
+    });
+    window.addEventListener('mouseup', function () { drag = null; frame.classList.remove('dragging'); });
+    if (frame.scrollWidth > frame.clientWidth) frame.scrollLeft = (frame.scrollWidth - frame.clientWidth) / 2;
+  });
   var find = document.getElementById('find');
   if (!find) return;
   var nodes = Array.prototype.slice.call(document.querySelectorAll('#node-graph .node'));
   var count = document.getElementById('find-count');
   find.addEventListener('input', function () {
     var q = find.value.trim().toLowerCase();
+    var fold = find.closest('details');
+    if (fold && q !== '') fold.open = true;
     var hits = 0, first = null;
     nodes.forEach(function (g) {
       var hit = q !== '' && g.textContent.toLowerCase().indexOf(q) >= 0;
@@ -132,10 +182,17 @@ pub fn to_html(r: &Report) -> String {
 
     s.push_str("<section id=\"node-graph\">\n<h2>Node graph</h2>\n");
     if r.nodes.len() <= NODE_VIEW_LIMIT {
+        // A big graph starts folded: the part graph above is the overview.
+        let open = if r.nodes.len() <= NODE_VIEW_OPEN {
+            " open"
+        } else {
+            ""
+        };
+        let _ = writeln!(s, "<details class=\"nodes\"{open}><summary>{} placed nodes, each part a cluster</summary>", r.nodes.len());
         s.push_str("<p class=\"note\">Every placed node (constant-computing nodes are weights and left out); each part is a cluster. Dashed edges cross between parts. Hover a node for its name.</p>\n");
         s.push_str("<div class=\"toolbar\"><input id=\"find\" type=\"search\" placeholder=\"find a node by name or op\" size=\"32\"><span id=\"find-count\" class=\"note\"></span></div>\n<div class=\"graph\">\n");
         node_svg(r, &mut s);
-        s.push_str("</div>\n");
+        s.push_str("</div>\n</details>\n");
     } else {
         let _ = writeln!(s, "<p class=\"note\">{} nodes: above {NODE_VIEW_LIMIT} the node graph is left out; see the part graph and tables.</p>", r.nodes.len());
     }
@@ -195,77 +252,115 @@ fn part_svg(r: &Report, s: &mut String) {
         .iter()
         .map(|e| (e.from.unwrap_or(inp), e.to.unwrap_or(out)))
         .collect();
-    // Edge labels sit beside their edge, so the layers can stay close.
-    let spacing = Spacing {
-        node_height: 48.0,
-        gap_x: 60.0,
-        gap_y: 40.0,
-        margin: 24.0,
+    // Only drawn boxes take room: an unused "model inputs" box would float alone.
+    let drawn: Vec<bool> = (0..k + 2)
+        .map(|i| i < k || ends.iter().any(|&(a, b)| a == i || b == i))
+        .collect();
+    let graph = FlowGraph {
+        boxes: widths
+            .iter()
+            .zip(&drawn)
+            .map(|(&w, &d)| if d { (w, BOX_H) } else { (0.0, 0.0) })
+            .collect(),
+        edges: ends
+            .iter()
+            .zip(&r.part_edges)
+            .map(|(&(a, b), e)| {
+                let (what, size) = label_lines(e);
+                (a, b, Some((label_width(&what, &size), LABEL_H)))
+            })
+            .collect(),
     };
-    let mut l = layered(&widths, &ends, spacing);
-    let label_room = r
-        .part_edges
-        .iter()
-        .map(|e| text_width(&edge_text(e), 12.0) + 12.0)
-        .fold(0.0, f64::max);
-    let right = (0..k + 2).map(|i| l.x[i]).fold(0.0, f64::max) + label_room + spacing.margin;
-    l.width = l.width.max(right);
-    let h = spacing.node_height / 2.0;
+    let l = lay_out(
+        &graph,
+        FlowSpacing {
+            gap_x: 28.0,
+            gap_y: 22.0,
+            margin: 24.0,
+        },
+    );
+    let h = BOX_H / 2.0;
     let _ = writeln!(s, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\" viewBox=\"0 0 {:.0} {:.0}\">", l.width, l.height, l.width, l.height);
     defs(s);
-    for (e, &(a, b)) in r.part_edges.iter().zip(&ends) {
+    for (e, path) in r.part_edges.iter().zip(&l.paths) {
         let _ = writeln!(
             s,
-            "<path class=\"part-edge\" d=\"{}\" fill=\"none\" stroke=\"#555\" stroke-width=\"1.6\" marker-end=\"url(#arrow)\"><title>{}</title></path>",
-            curve(l.x[a], l.y[a] + h, l.x[b], l.y[b] - h),
+            "<path class=\"part-edge\" d=\"{path}\" fill=\"none\" stroke=\"#555\" stroke-width=\"1.6\" marker-end=\"url(#arrow)\"><title>{}</title></path>",
             xml(&e.tensors.iter().map(|t| format!("{} ({})", t.name, opt_bytes(t.bytes))).collect::<Vec<_>>().join("\n"))
         );
     }
     for i in 0..k + 2 {
-        let (x, y, w) = (l.x[i] - widths[i] / 2.0, l.y[i] - h, widths[i]);
+        let (cx, cy) = l.boxes[i];
+        let (x, y, w) = (cx - widths[i] / 2.0, cy - h, widths[i]);
         let (a, b) = &labels[i];
         if i < k {
             let d = r.parts[i].device;
             let _ = writeln!(
                 s,
-                "<g class=\"part-box\" data-part=\"{n}\"><a href=\"#part-{n}\"><title>{}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"48\" rx=\"6\" fill=\"{}\" stroke=\"{}\" stroke-width=\"2\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"600\">{}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"12\" fill=\"#444\">{}</text></a></g>",
+                "<g class=\"part-box\" data-part=\"{n}\"><a href=\"#part-{n}\"><title>{}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{BOX_H}\" rx=\"6\" fill=\"{}\" stroke=\"{}\" stroke-width=\"2\"/><text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"600\">{}</text><text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"12\" fill=\"#444\">{}</text></a></g>",
                 xml(&r.parts[i].file),
                 fill(d),
                 stroke(d),
-                l.x[i],
-                l.y[i] - 4.0,
+                cy - 4.0,
                 xml(a),
-                l.x[i],
-                l.y[i] + 14.0,
+                cy + 14.0,
                 xml(b),
                 n = i + 1
             );
-        } else if ends.iter().any(|&(a, b)| a == i || b == i) {
+        } else if drawn[i] {
             let _ = writeln!(
                 s,
-                "<g class=\"io-box\"><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"48\" rx=\"24\" fill=\"#fff\" stroke=\"#9E9E9E\" stroke-width=\"1.5\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"13\">{}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"12\" fill=\"#666\">{}</text></g>",
-                l.x[i],
-                l.y[i] - 4.0,
+                "<g class=\"io-box\"><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{BOX_H}\" rx=\"24\" fill=\"#fff\" stroke=\"#9E9E9E\" stroke-width=\"1.5\"/><text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"13\">{}</text><text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"12\" fill=\"#666\">{}</text></g>",
+                cy - 4.0,
                 xml(a),
-                l.x[i],
-                l.y[i] + 14.0,
+                cy + 14.0,
                 xml(b)
             );
         }
     }
-    // Labels last, so no box covers them.
-    for (e, &(a, b)) in r.part_edges.iter().zip(&ends) {
-        let (mx, my) = (
-            (l.x[a] + l.x[b]) / 2.0 + 8.0,
-            (l.y[a] + h + l.y[b] - h) / 2.0 + 4.0,
-        );
+    // Each label is a vertex of the layout: its edge runs down its left side, the text beside,
+    // in two lines (what, then how many bytes).
+    for ((e, at), &(a, b)) in r.part_edges.iter().zip(&l.labels).zip(&ends) {
+        let Some((lx, ly)) = *at else { continue };
+        let (what, size) = label_lines(e);
+        let w = label_width(&what, &size);
+        let tx = lx - w / 2.0 + LABEL_LINE + LABEL_INSET;
         let _ = writeln!(
             s,
-            "<text class=\"edge-label\" x=\"{mx:.1}\" y=\"{my:.1}\" text-anchor=\"start\" font-size=\"12\" paint-order=\"stroke\" stroke=\"#fff\" stroke-width=\"4\" fill=\"#262626\">{}</text>",
-            xml(&edge_text(e))
+            "<text class=\"edge-label\" data-from=\"{a}\" data-to=\"{b}\" x=\"{tx:.1}\" y=\"{:.1}\" font-size=\"{LABEL_PX}\" font-family=\"{MONO}\" fill=\"#262626\">{}<tspan x=\"{tx:.1}\" dy=\"{LABEL_LINE_H}\" fill=\"#555\">{}</tspan></text>",
+            ly - LABEL_H / 2.0 + LABEL_PX,
+            xml(&what),
+            xml(&size)
         );
     }
     s.push_str("</svg>\n");
+}
+
+const BOX_H: f64 = 48.0;
+const LABEL_PX: f64 = 12.0;
+const LABEL_LINE_H: f64 = 14.0;
+const LABEL_H: f64 = 32.0;
+/// Room between the edge's line and its label's text.
+const LABEL_INSET: f64 = 5.0;
+/// Labels are set in a monospace font so that their width is known without font metrics.
+const MONO: &str =
+    "ui-monospace, 'DejaVu Sans Mono', Menlo, Consolas, 'Liberation Mono', monospace";
+
+/// The label vertex's width: line, inset, then the longer line of text (monospace advance is
+/// about 0.6 em; a little more for safety) and a margin.
+fn label_width(what: &str, size: &str) -> f64 {
+    let chars = what.chars().count().max(size.chars().count());
+    LABEL_LINE + LABEL_INSET + chars as f64 * LABEL_PX * 0.62 + 4.0
+}
+
+/// An edge label's two lines: the tensor (or how many), and the bytes.
+fn label_lines(e: &crate::PartEdge) -> (String, String) {
+    let (total, dynamic) = e.bytes();
+    let what = match e.tensors.as_slice() {
+        [t] => shorten(&t.name, 22),
+        ts => format!("{} tensors", ts.len()),
+    };
+    (what, bytes_label(total, dynamic))
 }
 
 /// Where each boundary tensor comes from and goes to, by (part, tensor name): found once, so

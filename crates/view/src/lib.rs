@@ -7,6 +7,7 @@
 
 mod data;
 mod dot;
+mod flow;
 mod html;
 pub mod layout;
 mod mermaid;
@@ -26,6 +27,9 @@ pub const MERMAID_NODE_LIMIT: usize = 300;
 
 /// Above this many placed nodes the DOT file and the HTML report leave out the node graph.
 pub const NODE_VIEW_LIMIT: usize = 2000;
+
+/// Above this many placed nodes the HTML report's node graph starts folded.
+pub const NODE_VIEW_OPEN: usize = 200;
 
 #[cfg(test)]
 mod tests;
