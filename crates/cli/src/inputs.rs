@@ -9,6 +9,22 @@ use cleave::runtime::{read_npy, HostTensor};
 
 use crate::Fail;
 
+/// A dim named for the batch: the one dynamic dim a run may take as 1 unasked.
+fn batch_like(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("batch") || matches!(n.as_str(), "n" | "b" | "bs")
+}
+
+/// Prints a note on stderr the first time this process gives it (bench gathers inputs twice).
+fn note_once(line: String) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.contains(&line) {
+        eprintln!("{line}");
+        said.push(line);
+    }
+}
+
 fn split<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str), Fail> {
     s.split_once('=')
         .ok_or_else(|| Fail::usage(format!("{flag} '{s}': expected NAME=VALUE")))
@@ -66,6 +82,13 @@ pub fn gather(
                 .iter()
                 .map(|d| match d {
                     Dim::Fixed(n) => Ok(*n as usize),
+                    Dim::Param(p) if batch_like(p) => {
+                        note_once(format!(
+                            "note: input '{}' {}: dim '{p}' set to 1 (--shape {}=D,D,... or --dim {p}=N chooses)",
+                            value.name, value.ty, value.name
+                        ));
+                        Ok(1)
+                    }
                     _ => Err(Fail::usage(format!(
                         "input '{}' has a dynamic shape {}; give --shape {}=D,D,... or --dim",
                         value.name, value.ty, value.name

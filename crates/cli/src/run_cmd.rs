@@ -47,7 +47,12 @@ fn file_name(tensor: &str) -> String {
 pub fn run(a: RunArgs) -> Result<(), Fail> {
     let fixed = crate::setup::parse_fixed(a.shape, a.dim)?;
     let source = crate::setup::fix_source(conn_source(a.conn)?, &fixed)?;
-    let feeds = inputs::gather(&source.model().graph, a.inputs, 0, false)?;
+    // With no --input at all, a run is a smoke test: seeded random data, said on stderr.
+    let random = a.inputs.is_empty();
+    if random {
+        eprintln!("note: no --input given: running on seeded random inputs (seed 0)");
+    }
+    let feeds = inputs::gather(&source.model().graph, a.inputs, 0, random)?;
     let map = engines(a.engines)?;
     let pipelined = a.requests > 1;
     let mut parts = load_parts(a.conn, &map, pipelined)?;

@@ -140,8 +140,10 @@ fn the_readme_example_and_its_next_steps_run_as_shown() {
         "README shows:\n{shown}\ncleave printed:\n{out}"
     );
     let next = inline_commands(section);
-    assert_eq!(next.len(), 3, "{next:?}");
+    let names: Vec<&str> = next.iter().map(|a| a[0].as_str()).collect();
+    assert_eq!(names, ["check", "verify", "run", "bench", "report"]);
     for args in next {
+        // The example's batch dim and its missing --input are defaults, said on stderr.
         run(&args);
     }
     assert!(tmp
@@ -175,4 +177,140 @@ fn help_lists_each_command_on_one_short_line_and_names_no_repository_file() {
             );
         }
     }
+}
+
+/// The lines of every ```sh block of the manual, with the page they are on.
+fn manual_blocks() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for page in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let page = page.unwrap().path();
+        if page.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&page).unwrap();
+        let name = page.file_name().unwrap().to_string_lossy().into_owned();
+        for block in text.split("```sh\n").skip(1) {
+            let block = &block[..block.find("```").unwrap()];
+            for line in block.lines() {
+                let line = line.split(" #").next().unwrap().trim();
+                if !line.is_empty() && !line.starts_with('#') {
+                    out.push((name.clone(), line.to_string()));
+                }
+            }
+        }
+    }
+    // Pages in name order; lines in page order (a block may use what its earlier lines wrote).
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// What `cleave CMD --help` says, per command, asked once.
+fn helps() -> std::collections::HashMap<String, String> {
+    let top = common::ok(&common::cleave(&[common::os("--help")]));
+    let commands = &top[top.find("Commands:").unwrap()..top.find("Options:").unwrap()];
+    commands
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&n| n != "help")
+        .map(|n| {
+            let help = common::ok(&common::cleave(&[common::os(n), common::os("--help")]));
+            (n.to_string(), help)
+        })
+        .collect()
+}
+
+/// Every `cleave CMD ...` written in the README and the manual, synopsis or example, names a
+/// command that exists and only flags that command (or the global options) takes.
+#[test]
+fn every_command_written_in_the_docs_names_real_flags() {
+    let helps = helps();
+    let mut pages = vec![repo().join("README.md")];
+    for page in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let page = page.unwrap().path();
+        if page.extension().is_some_and(|e| e == "md") {
+            pages.push(page);
+        }
+    }
+    let mut commands: Vec<(String, Vec<String>)> = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for args in inline_commands(&text) {
+            commands.push((page.display().to_string(), args));
+        }
+    }
+    for (page, line) in manual_blocks() {
+        if let Some(rest) = line.strip_prefix("cleave ") {
+            commands.push((page, rest.split_whitespace().map(String::from).collect()));
+        }
+    }
+    assert!(commands.len() >= 40, "{} commands", commands.len());
+    for (page, args) in &commands {
+        if args.first().is_some_and(|c| c == "...") {
+            continue; // `cleave ...`: any command
+        }
+        let Some(help) = args.first().and_then(|c| helps.get(c)) else {
+            panic!("{page}: `cleave {}` names no command", args.join(" "));
+        };
+        for flag in args.iter().filter(|a| a.starts_with("--")) {
+            let flag = flag.split('=').next().unwrap();
+            let flag = flag.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "{page}: `cleave {}`: {} --help has no {flag}",
+                args.join(" "),
+                args[0]
+            );
+        }
+    }
+}
+
+/// Every command of the manual's ```sh blocks runs, in a folder holding what the pages name:
+/// the bundled example (`examples/`) and a real TFLite model with rules (`model.tflite`,
+/// `model.part`). Blocks run top to bottom, so a page may use what an earlier line wrote.
+#[test]
+fn the_manuals_command_blocks_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("examples")).unwrap();
+    for f in ["tiny_cnn.onnx", "tiny_cnn.part"] {
+        std::fs::copy(common::example(f), tmp.path().join("examples").join(f)).unwrap();
+    }
+    let face = cleave_testdata::tflite_files()
+        .into_iter()
+        .find(|p| p.ends_with("face_detection_full_range.tflite"))
+        .unwrap();
+    std::fs::copy(face, tmp.path().join("model.tflite")).unwrap();
+    std::fs::write(
+        tmp.path().join("model.part"),
+        "[partition]\nbackends=acl_cl,cpu\ndefault=acl_cl\ncomply=opcode\n\n[OPCODE]\nRESHAPE=cpu\n",
+    )
+    .unwrap();
+    let mut ran = 0;
+    for (page, line) in manual_blocks() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let mut cmd = match words[0] {
+            "cleave" => std::process::Command::new(env!("CARGO_BIN_EXE_cleave")),
+            "python3" => std::process::Command::new("python3"),
+            // The fuzzing commands run for minutes; CI runs `bash scripts/fuzz.sh 60` itself.
+            "bash" if words.get(1) == Some(&"scripts/fuzz.sh") => continue,
+            other => panic!("{page}: `{line}`: no rule to run a `{other}` command"),
+        };
+        for w in &words[1..] {
+            if w.starts_with("scripts/") {
+                cmd.arg(repo().join(w));
+            } else {
+                cmd.arg(w);
+            }
+        }
+        let o = cmd.current_dir(tmp.path()).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{page}: `{line}` failed ({:?}):\n{}{}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 8, "{ran} commands ran");
 }

@@ -34,6 +34,7 @@ td.t { word-break: break-all; font-family: ui-monospace, Menlo, Consolas, monosp
 .ops li { background: #f1f1f1; border-radius: 10px; padding: 0 8px; font-size: 12px; }
 code { font-size: 12px; word-break: break-all; }
 svg text { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; }
+svg text.edge-label { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace; }
 .part-box rect, .cluster > rect { transition: stroke-width .1s; }
 .part-box.hl rect, .cluster.hl > rect { stroke-width: 4; }
 .part-box a { cursor: pointer; }
