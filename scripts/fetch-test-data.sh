@@ -63,6 +63,11 @@ if ! python3 -c "import onnx, onnxruntime, numpy, openvino, sklearn, skl2onnx, s
   echo "installing python test requirements"
   python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-test.txt"
 fi
+# Model Explorer and its ONNX adapter: the oracle for the report's Model Explorer overlay.
+if ! python3 -c "import model_explorer, model_explorer_onnx" 2>/dev/null; then
+  echo "installing Model Explorer (scripts/requirements-explorer.txt)"
+  python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-explorer.txt"
+fi
 # Ray Serve, for the cluster tests of `cleave serve` (crates/cli/tests/ray.rs).
 if ! python3 -c "import ray, ray.serve" 2>/dev/null; then
   echo "installing ray (scripts/requirements-ray.txt)"

@@ -168,6 +168,12 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
             &assigned.loaded.path().display().to_string(),
             Some(&assigned.assignment.groups),
             latency,
+            // After --optimize the nodes are no longer the file's: no overlay for the file.
+            &if assigned.loaded.rewritten.is_some() {
+                Vec::new()
+            } else {
+                assigned.loaded.source.explorer_ids()
+            },
         )?;
     }
     Ok(())

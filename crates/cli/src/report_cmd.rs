@@ -27,11 +27,14 @@ pub fn run(conn: &Path, model: Option<&Path>) -> Result<(), Fail> {
         &source,
         Some(&groups),
         None,
+        &read.source.explorer_ids(),
     )
 }
 
-/// Writes `stem.partition.md`, `stem.dot` and `stem.report.html` beside `conn_json`. `groups`:
+/// Writes `stem.partition.md`, `stem.dot`, `stem.report.html` and (with Model Explorer's node
+/// ids of the source, `explorer_ids`) `stem.model-explorer.json` beside `conn_json`. `groups`:
 /// the fused groups of the assignment, when the partition was made in this run.
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     g: &Graph,
     plan: &Plan,
@@ -40,6 +43,7 @@ pub fn write(
     source: &str,
     groups: Option<&[(u16, Group)]>,
     latency: Option<cleave::view::LatencyView>,
+    explorer_ids: &[Vec<(String, String)>],
 ) -> Result<(), Fail> {
     let name = Path::new(source)
         .file_name()
@@ -81,14 +85,17 @@ pub fn write(
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let w = write_views(&report, dir, stem).map_err(|e| Fail::input(e.path(), &e))?;
+    let w = write_views(&report, dir, stem, explorer_ids).map_err(|e| Fail::input(e.path(), &e))?;
     let per_device: Vec<String> = report
         .parts_per_device()
         .iter()
         .map(|(d, n)| format!("{n} on {d}"))
         .collect();
+    let explorer = w.explorer.as_ref().map_or_else(String::new, |p| {
+        format!(" (and {}, for Model Explorer)", p.display())
+    });
     println!(
-        "report: {} parts ({}), {} nodes; wrote {}, {} and {}",
+        "report: {} parts ({}), {} nodes; wrote {}, {} and {}{explorer}",
         report.parts.len(),
         per_device.join(", "),
         report.placed_nodes(),

@@ -346,6 +346,7 @@ fn check_drawn_without_overlaps(model: &Path, work: &Path, args: &[&str]) {
         (0, 0, 0, 0),
         "overlaps (box-box, label-label, label-box, node-node)"
     );
+    check_model_explorer_overlay(model, work);
     for p in &v.conn.parts {
         for t in p.inputs.iter().chain(&p.outputs) {
             assert!(
@@ -380,6 +381,37 @@ fn a_real_detector_and_a_real_tflite_model_are_drawn_without_overlaps() {
         &tmp.path().join("face"),
         &["--part", rules.to_str().unwrap()],
     );
+}
+
+/// `scripts/check_model_explorer.py`: Model Explorer's own adapter converts the model, and each
+/// node it draws in the main graph must have its result in the overlay, naming its op.
+fn check_model_explorer_overlay(model: &Path, work: &Path) {
+    let stem = model.file_stem().unwrap().to_string_lossy();
+    let overlay = work.join(format!("{stem}.model-explorer.json"));
+    let out = Command::new("python3")
+        .arg(common::repo().join("scripts/check_model_explorer.py"))
+        .arg(&overlay)
+        .arg(model)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{}", text.trim());
+}
+
+/// An ONNX model with If: Model Explorer draws both branches inside the main graph, named after
+/// the If, and the overlay colours them with the If's part.
+#[test]
+fn the_model_explorer_overlay_covers_if_branches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = cleave_testdata::dir().join("corpus/silero_vad.onnx");
+    let work = tmp.path().join("out");
+    partition_with_report(&model, &work, &["--devices", "nnapi,cpu"]);
+    check_model_explorer_overlay(&model, &work);
 }
 
 /// The overlap count sees overlaps.

@@ -206,6 +206,13 @@ pub trait Source: Send + Sync {
     /// through unchanged: what a profiler times to learn an engine's per-call and copy costs.
     fn write_probe(&self, elem: ElemType, dims: &[i64], path: &Path) -> Result<(), FrontendError>;
 
+    /// What Google's Model Explorer draws in the main graph for each node record when it opens
+    /// the source file: `ids[i]` for `SourceRef(i)`, the (id, op) of each node it draws for that
+    /// record (ids key its node-data overlays). Empty when this format's ids are not known.
+    fn explorer_ids(&self) -> Vec<Vec<(String, String)>> {
+        Vec::new()
+    }
+
     /// Fills in what the model leaves unknown of these tensors' types with what a run of it
     /// showed (`--learn-dims`); a type the file or inference gives is kept.
     fn learn_types(&mut self, learned: &[(ValueId, TensorType)]) -> Result<(), FrontendError> {

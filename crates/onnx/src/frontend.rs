@@ -66,6 +66,10 @@ impl Source for OnnxSource {
         &OnnxSemantics
     }
 
+    fn explorer_ids(&self) -> Vec<Vec<(String, String)>> {
+        crate::explorer_ids::explorer_ids(&self.model.graph)
+    }
+
     fn rewrite(&self, opts: &RewriteOptions) -> Result<Rewritten, FrontendError> {
         let o = optimize(&self.onnx, opts).map_err(|e| match e {
             OptimizeError::Onnx(e) => from_onnx(e),

@@ -13,6 +13,7 @@ mod cost;
 mod dtype;
 pub mod emit;
 mod error;
+mod explorer_ids;
 mod external;
 mod fix_dims;
 mod frontend;

@@ -225,6 +225,28 @@ impl Source for TfliteSource {
         &TfliteSemantics
     }
 
+    /// Model Explorer's TFLite adapter keys each operator of a subgraph by its index there; it
+    /// does not open circle files.
+    fn explorer_ids(&self) -> Vec<Vec<(String, String)>> {
+        if self.file.format != Format::Tflite {
+            return Vec::new();
+        }
+        let g = &self.converted.model.graph;
+        let records = g
+            .nodes
+            .iter()
+            .filter_map(|n| n.source.map(|s| s.index() + 1))
+            .max()
+            .unwrap_or(0);
+        let mut ids = vec![Vec::new(); records];
+        for n in &g.nodes {
+            if let Some(s) = n.source {
+                ids[s.index()] = vec![(s.index().to_string(), n.op_type.clone())];
+            }
+        }
+        ids
+    }
+
     fn rewrite(&self, _opts: &RewriteOptions) -> Result<Rewritten, FrontendError> {
         // TFLite converters already fold constants and fuse activations into ops.
         Ok(Rewritten {

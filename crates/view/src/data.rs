@@ -17,6 +17,8 @@ pub struct NodeView {
     pub label: String,
     pub op: String,
     pub part: usize,
+    /// The node's record in the source file (see `cleave_ir::SourceRef`).
+    pub source: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +99,8 @@ pub struct Report {
     pub fused: Option<Vec<FusedGroup>>,
     /// Predicted latency, when the caller has cost figures; the page then adds a section.
     pub latency: Option<LatencyView>,
+    /// Source record and op of each node in no part (constants, copied where read).
+    pub unplaced: Vec<(usize, String)>,
 }
 
 impl Report {
@@ -114,6 +118,7 @@ impl Report {
         }
         let mut index: HashMap<NodeId, usize> = HashMap::new();
         let mut nodes = Vec::new();
+        let mut unplaced = Vec::new();
         for &n in g.topo_order() {
             if let Some(&k) = part_of.get(&n) {
                 index.insert(n, nodes.len());
@@ -121,7 +126,10 @@ impl Report {
                     label: g.node_label(n).to_string(),
                     op: g.node(n).op_type.clone(),
                     part: k,
+                    source: g.node(n).source.map(|s| s.index()),
                 });
+            } else if let Some(s) = g.node(n).source {
+                unplaced.push((s.index(), g.node(n).op_type.clone()));
             }
         }
         let mut edges: BTreeMap<(usize, usize), Option<u64>> = BTreeMap::new();
@@ -251,6 +259,7 @@ impl Report {
             output_from,
             fused: None,
             latency: None,
+            unplaced,
         }
     }
 

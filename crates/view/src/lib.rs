@@ -1,12 +1,15 @@
 //! Views of a partition: `stem.partition.md` (a summary table and a mermaid flowchart),
-//! `stem.dot` (the same graph for Graphviz) and `stem.report.html` (one self-contained page:
-//! the part graph as inline SVG, a table per part, and the node graph with parts as clusters).
+//! `stem.dot` (the same graph for Graphviz), `stem.report.html` (one self-contained page: the
+//! part graph as inline SVG, a table per part, and the node graph with parts as clusters) and
+//! `stem.model-explorer.json` (a node-data overlay for Google's Model Explorer).
 //!
 //! [`Report`] gathers what every view shows from a graph and its plan; each view is a pure
-//! function of it. The SVG is laid out here ([`layout`]), so a user needs no Graphviz.
+//! function of it. The SVGs are laid out here (`flow` for the part graph, [`layout`] for the
+//! node graph), so a user needs no Graphviz.
 
 mod data;
 mod dot;
+mod explorer;
 mod flow;
 mod html;
 pub mod layout;
@@ -16,6 +19,7 @@ mod write;
 
 pub use data::{FusedGroup, LatencyView, NodeView, PartEdge, PartView, Report, Tensor};
 pub use dot::to_dot;
+pub use explorer::to_model_explorer;
 pub use html::to_html;
 pub use mermaid::to_markdown;
 pub use text::human_bytes;

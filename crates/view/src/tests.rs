@@ -141,6 +141,7 @@ fn large_graphs_get_a_part_level_chart() {
     let extra = MERMAID_NODE_LIMIT;
     for _ in 0..extra {
         r.nodes.push(NodeView {
+            source: None,
             label: "x".into(),
             op: "Relu".into(),
             part: 1,
