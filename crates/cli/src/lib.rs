@@ -12,6 +12,7 @@ mod conformance_cmd;
 mod convert;
 mod counters;
 mod coverage;
+mod examples;
 mod fail;
 mod gen_cmd;
 mod inputs;
@@ -64,6 +65,7 @@ enum Command {
     ///
     /// Summarise a model: format and opsets, op histogram, inputs and outputs with types,
     /// parameter bytes, graph depth, and any tensor whose type could not be inferred.
+    #[command(after_long_help = examples::INSPECT)]
     Inspect {
         /// The model file (.onnx).
         model: PathBuf,
@@ -87,6 +89,7 @@ enum Command {
     /// external, copied beside OUT). TFLite and circle convert into each other by OUT's
     /// extension (`a.tflite b.circle` and back); what the target cannot express (circle-only
     /// operators in TFLite, TFLite's newer types in circle) is refused, naming it.
+    #[command(after_long_help = examples::CONVERT)]
     Convert {
         /// The model to read.
         input: PathBuf,
@@ -99,6 +102,7 @@ enum Command {
         external_data: Option<partition_cmd::ExternalDataArg>,
     },
     /// Show which device runs each node (as OpenVINO's query_model does), and why.
+    #[command(after_long_help = examples::QUERY)]
     Query {
         /// The model file (.onnx).
         model: PathBuf,
@@ -117,6 +121,7 @@ enum Command {
     /// at --level device also the devices' rewrites: group-conv merge, identity Power removal,
     /// joining, tiling) and print the runtime graph: each runtime layer, its type, its device
     /// and the source layers fused into it (OpenVINO's originalLayersNames).
+    #[command(after_long_help = examples::OPTIMIZE)]
     Optimize {
         /// The model file (.onnx). It is read, never modified.
         model: PathBuf,
@@ -136,6 +141,7 @@ enum Command {
     ///
     /// Cut a model into the fewest cycle-free single-device parts and write each as
     /// WORKDIR/stem.00001_<backend>.onnx, plus stem.conn.json and stem.conn.ini (ONE's format).
+    #[command(after_long_help = examples::PARTITION)]
     Partition {
         /// The model file (.onnx). It is read, never modified or copied.
         model: PathBuf,
@@ -201,6 +207,7 @@ enum Command {
     /// median of the timed runs. Each engine's per-call and copy costs are measured on a
     /// one-node probe at 4 bytes and 4 MiB and taken out of the units' times. Writes a JSON
     /// cost file that partition, query and bench read with --costs.
+    #[command(after_long_help = examples::PROFILE)]
     Profile {
         /// The model file (.onnx). Its dims must be static, or fixed with --shape/--dim.
         model: PathBuf,
@@ -244,6 +251,7 @@ enum Command {
     /// Write the views of a written partition beside its connection files: stem.partition.md
     /// (summary table and mermaid flowchart), stem.dot (Graphviz) and stem.report.html (one
     /// self-contained page: part graph, a table per part, node graph with parts as clusters).
+    #[command(after_long_help = examples::REPORT)]
     Report {
         /// The partition's stem.conn.json. It is checked against its source model first.
         conn: PathBuf,
@@ -255,6 +263,7 @@ enum Command {
     ///
     /// Run a partition: each part on its backend's engine, in any order whose inputs are
     /// ready; write the model's outputs as .npy and print per-part counters.
+    #[command(after_long_help = examples::RUN)]
     Run {
         /// The partition's stem.conn.json.
         conn: PathBuf,
@@ -293,6 +302,7 @@ enum Command {
     /// `--objective latency` (and --costs): the placement the cost model chose, the
     /// capability placement and each single device that runs the whole model instead, timed
     /// in interleaved rounds, measured next to predicted.
+    #[command(after_long_help = examples::BENCH)]
     Bench {
         /// A partition (stem.conn.json), or a model to partition with the device flags.
         target: PathBuf,
@@ -332,6 +342,7 @@ enum Command {
     /// `cpu` asks for nothing), chained by deployment handles with requests pipelined, behind
     /// an HTTP route (POST an .npz of the inputs; `?boundaries=1` also returns every tensor
     /// between parts). Needs Python with Ray: pip install 'cleave-nn[ray]'.
+    #[command(after_long_help = examples::SERVE)]
     Serve {
         /// The partition's stem.conn.json (its part files beside it).
         conn: PathBuf,
@@ -369,6 +380,7 @@ enum Command {
     /// Write a random model shaped like a real network (chains, residual adds, branches joined
     /// by a concat, long skips; every tensor [1,4] float, no weights) and a .part file that
     /// places each node, in runs as an accelerator would take them, for scale tests.
+    #[command(after_long_help = examples::GEN)]
     Gen {
         /// Number of nodes.
         #[arg(long, default_value_t = 1000)]
@@ -398,6 +410,7 @@ enum Command {
     /// about 1e-7..1e-5 spread over a tensor and trips element-wise checks on near-zero
     /// values; a miswired tensor is off by about its own size. --rtol/--atol switch to
     /// numpy's element-wise allclose instead.
+    #[command(after_long_help = examples::VERIFY)]
     Verify {
         /// The source model.
         model: PathBuf,
@@ -445,6 +458,7 @@ enum Command {
     /// Run the ONNX backend node tests (folders with model.onnx and test_data_set_0) through
     /// cleave on one engine: each model is partitioned as one part, run, and compared with
     /// the shipped outputs. Prints pass, fail and unsupported counts.
+    #[command(after_long_help = examples::CONFORMANCE)]
     Conformance {
         /// The folder of test cases, e.g. ~/.cache/cleave/test-data/node.
         dir: PathBuf,
@@ -458,6 +472,7 @@ enum Command {
     ///
     /// Prove a written partition sound against its source model: every node in exactly one
     /// part, one device per part, every part input ready before its part.
+    #[command(after_long_help = examples::CHECK)]
     Check {
         /// The partition's stem.conn.json.
         conn: PathBuf,

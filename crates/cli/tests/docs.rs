@@ -249,18 +249,44 @@ fn every_command_written_in_the_docs_names_real_flags() {
         if args.first().is_some_and(|c| c == "...") {
             continue; // `cleave ...`: any command
         }
-        let Some(help) = args.first().and_then(|c| helps.get(c)) else {
-            panic!("{page}: `cleave {}` names no command", args.join(" "));
-        };
-        for flag in args.iter().filter(|a| a.starts_with("--")) {
-            let flag = flag.split('=').next().unwrap();
-            let flag = flag.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-            assert!(
-                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
-                "{page}: `cleave {}`: {} --help has no {flag}",
-                args.join(" "),
-                args[0]
-            );
+        check_flags(&helps, page, args);
+    }
+}
+
+/// `cleave ARGS` names a command, and its help lists every `--flag` of ARGS.
+fn check_flags(helps: &std::collections::HashMap<String, String>, page: &str, args: &[String]) {
+    let Some(help) = args.first().and_then(|c| helps.get(c)) else {
+        panic!("{page}: `cleave {}` names no command", args.join(" "));
+    };
+    for flag in args.iter().filter(|a| a.starts_with("--")) {
+        let flag = flag.split('=').next().unwrap();
+        let flag = flag.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        assert!(
+            help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+            "{page}: `cleave {}`: {} --help has no {flag}",
+            args.join(" "),
+            args[0]
+        );
+    }
+}
+
+/// Each command's `--help` ends with examples, and they use only flags the command takes.
+#[test]
+fn every_commands_help_ends_with_examples_of_real_flags() {
+    let helps = helps();
+    for (name, help) in &helps {
+        let at = help
+            .find("\nExamples:\n")
+            .unwrap_or_else(|| panic!("`cleave {name} --help` has no examples:\n{help}"));
+        let examples: Vec<Vec<String>> = help[at..]
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("cleave "))
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect();
+        assert!(!examples.is_empty(), "{name}");
+        for args in &examples {
+            assert_eq!(&args[0], name, "an example of {name} runs another command");
+            check_flags(&helps, &format!("cleave {name} --help"), args);
         }
     }
 }
