@@ -445,7 +445,8 @@ class Plan:
         return [onnx.load_from_string(b) for b in self.part_bytes()]
 
     def report(self, path: Optional[PathLike] = None) -> str:
-        """Writes the HTML view of the partition (and its markdown and DOT beside it);
+        """Writes the HTML view of the partition (and its markdown, DOT and Model Explorer
+        overlay beside it);
         returns the HTML file, copied to `path` when given."""
         html = str(self._p.report())
         if path is None:

@@ -268,6 +268,7 @@ enum Command {
         /// The partition's stem.conn.json.
         conn: PathBuf,
         /// A model input: NAME=FILE.npy or NAME=FILE.pb (ONNX TensorProto). Repeat per input.
+        /// Without any, the run is a smoke test on seeded random inputs (said on stderr).
         #[arg(long = "input", value_name = "NAME=FILE")]
         inputs: Vec<String>,
         /// Folder for the outputs (NAME.npy).
