@@ -213,12 +213,8 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         devices: setup::DeviceArgs,
-        /// Engine per device, e.g. nnapi=tract,cpu=ort,npu=openvino:NPU (engines: tract, ort,
-        /// litert, openvino[:DEVICE]). Default: a device ov-DEVICE runs on OpenVINO's DEVICE,
-        /// LiteRT for a .tflite model, else a device named `ort` runs on ONNX Runtime, every
-        /// other on tract.
-        #[arg(long = "engine", value_delimiter = ',', value_name = "DEVICE=ENGINE")]
-        engines: Vec<String>,
+        #[command(flatten)]
+        engine: setup::EngineArgs,
         /// Untimed runs per unit and device before the timed ones.
         #[arg(long, default_value_t = 2)]
         warmup: u32,
@@ -231,9 +227,8 @@ enum Command {
         /// Seed of the random inputs (inputs not given with --input).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// A model input from a file: NAME=FILE.npy or NAME=FILE.pb.
-        #[arg(long = "input", value_name = "NAME=FILE")]
-        inputs: Vec<String>,
+        #[command(flatten)]
+        input: setup::InputArgs,
         /// The cost file to write (atomically).
         #[arg(short = 'o', long = "output", value_name = "COSTS.json")]
         output: PathBuf,
@@ -267,19 +262,13 @@ enum Command {
     Run {
         /// The partition's stem.conn.json.
         conn: PathBuf,
-        /// A model input: NAME=FILE.npy or NAME=FILE.pb (ONNX TensorProto). Repeat per input.
-        /// Without any, the run is a smoke test on seeded random inputs (said on stderr).
-        #[arg(long = "input", value_name = "NAME=FILE")]
-        inputs: Vec<String>,
+        #[command(flatten)]
+        input: setup::InputArgs,
         /// Folder for the outputs (NAME.npy).
         #[arg(short = 'o', long = "output", default_value = ".", value_name = "DIR")]
         out_dir: PathBuf,
-        /// Engine per backend, e.g. npu=tract,cpu=ort,gpu=openvino:GPU (engines: tract, ort,
-        /// litert, openvino[:DEVICE]). Default: a backend ov-DEVICE runs on OpenVINO's DEVICE,
-        /// a .tflite part on LiteRT, else a backend named `ort` runs on ONNX Runtime, every
-        /// other on tract.
-        #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
-        engines: Vec<String>,
+        #[command(flatten)]
+        engine: setup::EngineArgs,
         /// Keep N requests in flight, one worker per device (the VPU page's pipelining):
         /// part k of request i overlaps part k+1 of request i-1. Each engine then runs on one
         /// thread; the outputs are checked identical to a sequential run.
@@ -315,9 +304,8 @@ enum Command {
         /// Requests in flight in the pipelined mode.
         #[arg(long, default_value_t = 4, value_name = "N")]
         requests: usize,
-        /// Engine per backend, e.g. npu=tract,cpu=ort.
-        #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
-        engines: Vec<String>,
+        #[command(flatten)]
+        engine: setup::EngineArgs,
         #[arg(long)]
         json: bool,
         /// Time the partitioner instead of the model: the default algorithm, a bare
@@ -437,12 +425,10 @@ enum Command {
         /// Seed of the random inputs (inputs not given with --input).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// A model input from a file: NAME=FILE.npy or NAME=FILE.pb.
-        #[arg(long = "input", value_name = "NAME=FILE")]
-        inputs: Vec<String>,
-        /// Engine per backend for the parts, e.g. npu=tract,cpu=ort.
-        #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
-        engines: Vec<String>,
+        #[command(flatten)]
+        input: setup::InputArgs,
+        #[command(flatten)]
+        engine: setup::EngineArgs,
         /// Engine that runs the whole model (tract, ort, litert, openvino[:DEVICE]). Default:
         /// litert for a .tflite model, else tract.
         #[arg(long)]
@@ -560,12 +546,12 @@ where
         Command::Profile {
             model,
             devices,
-            engines,
+            engine: setup::EngineArgs { engines },
             warmup,
             repeats,
             budget,
             seed,
-            inputs,
+            input: setup::InputArgs { inputs },
             output,
             json,
             all_cores,
@@ -600,9 +586,9 @@ where
         Command::Conformance { dir, engine, json } => conformance_cmd::run(&dir, &engine, json),
         Command::Run {
             conn,
-            inputs,
+            input: setup::InputArgs { inputs },
             out_dir,
-            engines,
+            engine: setup::EngineArgs { engines },
             requests,
             shape,
             dim,
@@ -664,7 +650,7 @@ where
             target,
             devices,
             runs,
-            engines,
+            engine: setup::EngineArgs { engines },
             json,
             partition: false,
             ..
@@ -676,7 +662,7 @@ where
             devices,
             runs,
             requests,
-            engines,
+            engine: setup::EngineArgs { engines },
             json,
             partition: false,
             ..
@@ -697,8 +683,8 @@ where
             rtol,
             atol,
             seed,
-            inputs,
-            engines,
+            input: setup::InputArgs { inputs },
+            engine: setup::EngineArgs { engines },
             reference,
             invokes,
             json,

@@ -241,3 +241,24 @@ pub fn say_learned(model_path: &Path, loaded: &Loaded) {
         if more > 0 { format!(" and {more} more") } else { String::new() }
     );
 }
+
+/// `--engine`, as every command that runs parts or models takes it.
+#[derive(Args, Debug, Clone, Default)]
+pub struct EngineArgs {
+    /// Engine per backend (device), e.g. npu=tract,cpu=ort,gpu=openvino:GPU (engines: tract,
+    /// ort, litert, openvino[:DEVICE]). Default: a backend ov-DEVICE runs on OpenVINO's
+    /// DEVICE, a .tflite part or model on LiteRT, else a backend named `ort` on ONNX Runtime,
+    /// every other on tract.
+    #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
+    pub engines: Vec<String>,
+}
+
+/// `--input`, as every command that runs a model takes it.
+#[derive(Args, Debug, Clone, Default)]
+pub struct InputArgs {
+    /// A model input: NAME=FILE.npy or NAME=FILE.pb (ONNX TensorProto); repeat per input.
+    /// Inputs not given are seeded random data of their declared type and shape (`run` only
+    /// when none is given, as a smoke test), said on stderr where a dim had to be chosen.
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+}
