@@ -257,6 +257,7 @@ fn part_svg(r: &Report, s: &mut String) {
     let drawn: Vec<bool> = (0..k + 2)
         .map(|i| i < k || ends.iter().any(|&(a, b)| a == i || b == i))
         .collect();
+    let texts: Vec<(String, String)> = r.part_edges.iter().map(label_lines).collect();
     let graph = FlowGraph {
         boxes: widths
             .iter()
@@ -265,11 +266,8 @@ fn part_svg(r: &Report, s: &mut String) {
             .collect(),
         edges: ends
             .iter()
-            .zip(&r.part_edges)
-            .map(|(&(a, b), e)| {
-                let (what, size) = label_lines(e);
-                (a, b, Some((label_width(&what, &size), LABEL_H)))
-            })
+            .zip(&texts)
+            .map(|(&(a, b), (what, size))| (a, b, Some((label_width(what, size), LABEL_H))))
             .collect(),
     };
     let l = lay_out(
@@ -321,17 +319,16 @@ fn part_svg(r: &Report, s: &mut String) {
     }
     // Each label is a vertex of the layout: its edge runs down its left side, the text beside,
     // in two lines (what, then how many bytes).
-    for ((e, at), &(a, b)) in r.part_edges.iter().zip(&l.labels).zip(&ends) {
+    for (((what, size), at), &(a, b)) in texts.iter().zip(&l.labels).zip(&ends) {
         let Some((lx, ly)) = *at else { continue };
-        let (what, size) = label_lines(e);
-        let w = label_width(&what, &size);
+        let w = label_width(what, size);
         let tx = lx - w / 2.0 + LABEL_LINE + LABEL_INSET;
         let _ = writeln!(
             s,
             "<text class=\"edge-label\" data-from=\"{a}\" data-to=\"{b}\" x=\"{tx:.1}\" y=\"{:.1}\" font-size=\"{LABEL_PX}\" font-family=\"{MONO}\" fill=\"#262626\">{}<tspan x=\"{tx:.1}\" dy=\"{LABEL_LINE_H}\" fill=\"#555\">{}</tspan></text>",
             ly - LABEL_H / 2.0 + LABEL_PX,
-            xml(&what),
-            xml(&size)
+            xml(what),
+            xml(size)
         );
     }
     s.push_str("</svg>\n");
