@@ -27,7 +27,15 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _engines
-from ._errors import ArgumentError, EngineError, Error, InvalidModelError
+from ._errors import (
+    ArgumentError,
+    EngineError,
+    Error,
+    FileError,
+    InternalError,
+    InvalidModelError,
+    UnsupportedError,
+)
 
 _engines.configure()
 
@@ -49,8 +57,11 @@ __all__ = [
     "Verification",
     "Error",
     "InvalidModelError",
+    "UnsupportedError",
     "ArgumentError",
     "EngineError",
+    "FileError",
+    "InternalError",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]

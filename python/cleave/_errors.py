@@ -1,11 +1,21 @@
-"""cleave's exceptions: one base, :class:`Error`, and a subclass per kind of failure."""
+"""cleave's exceptions: one base, :class:`Error`, and a subclass per kind of failure.
+
+The kind comes from the Rust library's typed error, never from reading its message.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
-__all__ = ["Error", "InvalidModelError", "ArgumentError", "EngineError"]
+__all__ = [
+    "Error",
+    "InvalidModelError",
+    "UnsupportedError",
+    "ArgumentError",
+    "EngineError",
+    "FileError",
+    "InternalError",
+]
 
 
 class Error(Exception):
@@ -14,25 +24,27 @@ class Error(Exception):
     Attributes:
         path: the file the error concerns, or None.
         cause: the cause alone, without the file.
+        node: the node at fault, when there is one (invalid and unsupported models).
+        op: that node's operator type.
     """
 
-    def __init__(self, cause: str, path: Optional[str] = None) -> None:
+    def __init__(
+        self, cause: str, path: Optional[str] = None, node: Optional[str] = None, op: Optional[str] = None
+    ) -> None:
         self.path = path
         self.cause = cause
+        self.node = node
+        self.op = op
         super().__init__(f"{path}: {cause}" if path else cause)
 
 
 class InvalidModelError(Error):
-    """The model is invalid or unreadable (truncated, bad attributes, a cycle...).
+    """The model is not a valid model of its format: truncated, bad attributes, a cycle..."""
 
-    Attributes:
-        node: the node named in the cause, when there is one.
-        op: that node's operator type, when the cause names it.
-    """
 
-    def __init__(self, cause: str, path: Optional[str] = None) -> None:
-        super().__init__(cause, path)
-        self.node, self.op = _node_and_op(cause)
+class UnsupportedError(Error):
+    """A valid model that asks for what cleave or the chosen devices do not do, such as an
+    operator none of the devices runs."""
 
 
 class ArgumentError(Error):
@@ -43,20 +55,26 @@ class EngineError(Error):
     """An engine could not be loaded (its package is not installed) or failed on a part."""
 
 
-# "node 'conv1' (Conv)" or "node conv1 (Conv)", as cleave's messages name nodes.
-_NODE = re.compile(r"\bnode '([^']*)'(?: \(([^)]*)\))?|\bnode ([^\s',;:()]+)(?: \(([^)]*)\))?")
+class FileError(Error, OSError):
+    """A file or folder could not be read or written."""
 
 
-def _node_and_op(cause: str) -> "tuple[Optional[str], Optional[str]]":
-    m = _NODE.search(cause)
-    if not m:
-        return None, None
-    node = m.group(1) if m.group(1) is not None else m.group(3)
-    op = m.group(2) if m.group(1) is not None else m.group(4)
-    return node, op
+class InternalError(Error):
+    """cleave broke one of its own invariants: a bug, please report it."""
 
 
-def _from_rust(kind: str, path: Optional[str], message: str) -> Error:
+_KINDS = {
+    "model": InvalidModelError,
+    "unsupported": UnsupportedError,
+    "argument": ArgumentError,
+    "engine": EngineError,
+    "io": FileError,
+    "internal": InternalError,
+}
+
+
+def _from_rust(
+    kind: str, path: Optional[str], message: str, node: Optional[str] = None, op: Optional[str] = None
+) -> Error:
     """The exception the extension module raises for a failure of `kind`."""
-    cls = {"model": InvalidModelError, "argument": ArgumentError, "engine": EngineError}.get(kind, Error)
-    return cls(message, path)
+    return _KINDS.get(kind, Error)(message, path, node, op)

@@ -201,6 +201,29 @@ def test_garbage_model_raises_invalid_model_error():
     assert isinstance(e.value, cleave.Error)
 
 
+def test_each_kind_of_failure_has_its_exception(tmp_path, tiny_cnn, tiny_part):
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(cleave.FileError) as e:
+        cleave.load(missing)
+    assert isinstance(e.value, OSError) and e.value.path == str(missing) and e.value.node is None
+    # A valid model with an op the listed device does not run: unsupported, not invalid.
+    g = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["y"], name="det")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+    onnx.checker.check_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), full_check=True)
+    model = cleave.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(cleave.UnsupportedError) as e:
+        model.partition(devices=["myriad"])
+    assert (e.value.node, e.value.op) == ("det", "Det") and not isinstance(e.value, cleave.InvalidModelError)
+    plan = cleave.load(tiny_cnn).partition(rules=tiny_part)
+    with pytest.raises(cleave.FileError) as e:
+        plan.save("/proc/cleave-cannot-write-here")
+    assert e.value.path is not None and e.value.path.startswith("/proc")
+
+
 def test_invalid_graph_names_node_and_op(tmp_path):
     # 'y' reads 'w', which nothing produces: onnx's checker refuses it too.
     g = helper.make_graph(
@@ -278,8 +301,9 @@ def test_openvino_devices_split_by_query_model_and_run_on_openvino(tmp_path, mon
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     model = cleave.load(proto)
-    with pytest.raises(cleave.InvalidModelError, match="Det"):
+    with pytest.raises(cleave.UnsupportedError, match="Det") as e:
         model.partition(devices=["ov:CPU"])
+    assert (e.value.node, e.value.op) == ("det", "Det"), e.value.cause
     plan = model.partition(devices=["ov:CPU", "ort"])
     assert [p.backend for p in plan.parts] == ["ov-CPU", "ort", "ov-CPU"]
     v = cleave.verify(model, plan, reference="onnxruntime")

@@ -252,10 +252,7 @@ pub fn query(l: &crate::Assigned, allow_disconnected: bool) -> Result<QueryRepor
     let constant_nodes = rows.iter().filter(|r| r.device.is_none()).count();
     let coverage =
         coverage(&l.loaded, a, &l.devices.profiles, allow_disconnected).map_err(|e| {
-            crate::Error::input(
-                l.loaded.path(),
-                format!("internal error, the partition is invalid: {e}"),
-            )
+            crate::Error::internal(l.loaded.path(), format!("the partition is invalid: {e}"))
         })?;
     Ok(QueryReport {
         devices: a.devices.clone(),

@@ -60,11 +60,11 @@ impl Devices {
         let (profiles, list) = profiles(req)?;
         let part = match &req.part {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| Error::io(path, "cannot read", e))?;
                 let backends = (!list.is_empty()).then_some(list.as_slice());
                 let p = PartFile::parse(&text, path, backends, req.default.as_deref())
-                    .map_err(|e| Error::input(e.path(), &e))?;
+                    .map_err(|e| Error::argument(e.path(), &e))?;
                 Some(p)
             }
             None => None,
@@ -95,14 +95,16 @@ impl Devices {
 fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
     let mut profiles = Profiles::builtin();
     for p in &req.profiles {
-        profiles.load(p).map_err(|e| Error::input(e.path(), &e))?;
+        profiles
+            .load(p)
+            .map_err(|e| Error::argument(e.path(), &e))?;
     }
     let mut devices = Vec::with_capacity(req.devices.len());
     for d in &req.devices {
         if d.ends_with(".toml") {
             let name = profiles
                 .load(Path::new(d))
-                .map_err(|e| Error::input(e.path(), &e))?;
+                .map_err(|e| Error::argument(e.path(), &e))?;
             devices.push(name);
         } else if let Some(ov) = d.strip_prefix("ov:") {
             // `ov:GPU.1` is OpenVINO's device GPU.1; a ':' has no place in a part's file name.

@@ -54,7 +54,7 @@ impl Loaded {
                 .map(|&d| usize::try_from(d).unwrap_or(0))
                 .collect();
             let x = HostTensor::random(elem, &shape, seed.wrapping_add(k as u64))
-                .map_err(|m| Error::input(&path, m))?;
+                .map_err(|m| Error::model(&path, m))?;
             feeds.push((value.name.clone(), x));
         }
         let tmp = tempfile::tempdir()

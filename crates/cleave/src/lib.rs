@@ -74,7 +74,7 @@ pub use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, Source
 pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
 pub use devices::{DeviceRequest, Devices};
-pub use error::Error;
+pub use error::{Error, NodeRef};
 pub use learn::Learned;
 pub use load::{frontend_for, frontends, load};
 pub use openvino_devices::{query as openvino_query, QUERY_SCRIPT as OPENVINO_QUERY_SCRIPT};

@@ -92,7 +92,7 @@ pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>
         None => {
             let bytes = ask(model, device)?;
             let a: Answer = serde_json::from_slice(&bytes).map_err(|e| {
-                Error::input(
+                Error::engine(
                     model,
                     format!("OpenVINO's answer for {device} is not JSON: {e}"),
                 )
@@ -150,21 +150,20 @@ fn ask(model: &Path, device: &str) -> Result<Vec<u8>, Error> {
             cleave_engines::OPENVINO_WHEEL
         )));
     }
-    Err(Error::input(
+    Err(Error::engine(
         model,
         format!("OpenVINO cannot answer for device {device}: {why}"),
     ))
 }
 
 fn digest(model: &Path) -> Result<String, Error> {
-    let mut f =
-        std::fs::File::open(model).map_err(|e| Error::input(model, format!("cannot read: {e}")))?;
+    let mut f = std::fs::File::open(model).map_err(|e| Error::io(model, "cannot read", e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = f
             .read(&mut buf)
-            .map_err(|e| Error::input(model, format!("cannot read: {e}")))?;
+            .map_err(|e| Error::io(model, "cannot read", e))?;
         if n == 0 {
             break;
         }

@@ -153,7 +153,7 @@ impl Loaded {
                 &self.constant,
                 self.semantics(),
             )
-            .map_err(|e| Error::input(self.path(), e))
+            .map_err(|e| Error::assignment(self.path(), e))
         })
     }
 
@@ -202,8 +202,7 @@ impl Loaded {
                         time_budget: budget,
                         ..Default::default()
                     };
-                    openvino(&units, &labels, &a.devices, &ov, trace)
-                        .map_err(|e| Error::input(self.path(), e))?
+                    openvino(&units, &labels, &a.devices, &ov, trace).map_err(Error::usage)?
                 }
             })
         })?;
@@ -247,13 +246,9 @@ impl Loaded {
         let plan = phase("plan build", || {
             Plan::build(g, a, &cut.units, &cut.partition)
         })
-        .map_err(|e| Error::input(self.path(), e))?;
-        phase("plan validation", || validate(g, a, plan)).map_err(|e| {
-            Error::input(
-                self.path(),
-                format!("internal error, the partition is invalid: {e}"),
-            )
-        })
+        .map_err(|e| Error::internal(self.path(), e))?;
+        phase("plan validation", || validate(g, a, plan))
+            .map_err(|e| Error::internal(self.path(), format!("the partition is invalid: {e}")))
     }
 
     /// Writes the parts and connection files into `workdir`. A rewritten model is saved
@@ -271,8 +266,7 @@ impl Loaded {
                 .file_stem()
                 .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
             let dir = workdir.join(format!("{stem}.optimized"));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::input(&dir, format!("cannot create: {e}")))?;
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "cannot create", e))?;
             let out: PathBuf = dir.join(format!("{stem}.{}", self.source.extension()));
             self.source.save_as(&out)?;
         }

@@ -23,9 +23,8 @@ pub struct Costs {
 impl Costs {
     /// Reads and checks a cost file (one line naming the file and the cause on error).
     pub fn read(path: &Path) -> Result<Costs, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
-        let file = CostFile::parse(&text).map_err(|e| Error::input(path, e))?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "cannot read", e))?;
+        let file = CostFile::parse(&text).map_err(|e| Error::argument(path, e))?;
         Ok(Costs {
             file: Some((path.to_path_buf(), file)),
         })
@@ -142,7 +141,7 @@ impl Loaded {
                     } else {
                         format!("device '{name}' has no latency figures: give --costs FILE (from cleave profile) or declare [cost] in its profile")
                     };
-                    return Err(Error::input(path, msg));
+                    return Err(Error::argument(path, msg));
                 }
             }
         }
@@ -155,7 +154,7 @@ impl Loaded {
                 } else {
                     f.model.flags.join(" ")
                 };
-                return Err(Error::input(
+                return Err(Error::argument(
                     path,
                     format!(
                         "the costs were measured on another graph ({} of {} nodes, fingerprint {}; this is {} nodes, {here}): profile this model, with the same flags it was profiled with ({flags})",
@@ -172,7 +171,7 @@ impl Loaded {
                     .iter()
                     .map(|l| {
                         by_label.get(l.as_str()).copied().ok_or_else(|| {
-                            Error::input(
+                            Error::argument(
                                 path,
                                 format!("unit '{l}' is not a node of {}", self.path().display()),
                             )
@@ -287,7 +286,7 @@ impl Loaded {
         for u in 0..units.len() {
             if (0..d).all(|k| !cost[u * d + k].is_finite()) {
                 let n = units.nodes[u][0];
-                return Err(Error::input(
+                return Err(Error::argument(
                     self.path(),
                     format!(
                         "node '{}' ({}) has latency figures on none of the devices that may run it ({}); profile it there",
@@ -373,7 +372,7 @@ impl Loaded {
             }
         }
         let mut placed = cleave_cost::optimize(&p, &starts, SEARCH_BUDGET).ok_or_else(|| {
-            Error::input(self.path(), "no placement: some unit may run on no device")
+            Error::argument(self.path(), "no placement: some unit may run on no device")
         })?;
         let best_single = singles
             .into_iter()

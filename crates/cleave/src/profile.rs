@@ -95,8 +95,8 @@ fn probe(
         let mut s = engine.load(&path, single_thread)?;
         let x = HostTensor::random(ElemType::F32, &[n as usize], 1).map_err(Error::usage)?;
         let feed = vec![("x".to_string(), x)];
-        time_runs(s.as_mut(), &feed, 3).map_err(|e| Error::input(&path, e))?;
-        let (t, _) = time_runs(s.as_mut(), &feed, runs).map_err(|e| Error::input(&path, e))?;
+        time_runs(s.as_mut(), &feed, 3).map_err(|e| Error::engine(&path, e))?;
+        let (t, _) = time_runs(s.as_mut(), &feed, runs).map_err(|e| Error::engine(&path, e))?;
         Ok(median(t))
     };
     let small = at(1, 50)?;
@@ -131,13 +131,9 @@ pub fn profile(
     let one = loaded.on_one_device("profile");
     let units = UnitGraph::from_assignment(g, &one, &inseparable_pairs(g, sem));
     let plan = Plan::build(g, &one, &units, &Partition::singletons(&units))
-        .map_err(|e| Error::input(loaded.path(), e))?;
-    let plan = validate(g, &one, plan).map_err(|e| {
-        Error::input(
-            loaded.path(),
-            format!("internal error, the unit split is invalid: {e}"),
-        )
-    })?;
+        .map_err(|e| Error::internal(loaded.path(), e))?;
+    let plan = validate(g, &one, plan)
+        .map_err(|e| Error::internal(loaded.path(), format!("the unit split is invalid: {e}")))?;
     let written = loaded
         .source
         .write_parts(&plan, dir.path(), ExternalData::Inline)?;
@@ -391,7 +387,7 @@ fn feed_of(
                 .copied()
                 .or_else(|| values.get(name));
             t.map(|t| (name.clone(), t.clone())).ok_or_else(|| {
-                Error::input(
+                Error::engine(
                     loaded.path(),
                     format!("no value for '{name}' from the whole model"),
                 )
@@ -416,7 +412,7 @@ fn reference_values(
             Err(e) => why.push(format!("{}: {e}", kind.name())),
         }
     }
-    Err(Error::input(
+    Err(Error::engine(
         whole,
         format!(
             "the whole model does not run, so its units cannot be fed: {}",

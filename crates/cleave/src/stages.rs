@@ -102,7 +102,7 @@ impl Loaded {
             match value.ty.byte_size() {
                 Some(b) => Ok(b),
                 None if !budgeted => Ok(0),
-                None => Err(Error::input(
+                None => Err(Error::argument(
                     self.path(),
                     format!(
                         "tensor '{}' ({}) has no static size, so the stages' memory cannot be counted: fix its dims with --shape or --dim",
@@ -303,7 +303,7 @@ impl Loaded {
             StageError::TooFewUnits { units, stages } => Error::usage(format!(
                 "--stages {stages}: the model has only {units} units to slice"
             )),
-            StageError::NoFiniteTime => Error::input(
+            StageError::NoFiniteTime => Error::argument(
                 self.path(),
                 "no split gives every stage figures for all its nodes: profile each stage's device on this model",
             ),
@@ -329,7 +329,7 @@ impl Loaded {
                     ),
                     _ => String::new(),
                 };
-                Error::input(
+                Error::argument(
                     self.path(),
                     format!(
                         "does not fit in {} stages: in the split that comes closest, stage {} on {} needs {} (weights {} + activations {}) of its {}, short by {}",

@@ -67,6 +67,11 @@ impl Staged {
         Ok(())
     }
 
+    /// The output folder the staged files move into.
+    pub fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+
     fn dir(&self) -> &Path {
         self.dir.as_ref().map_or(&self.workdir, |d| d.path())
     }

@@ -17,19 +17,84 @@ use cleave_files::ConnFile;
 use cleave_ir::{ElemType, Model, OpSemantics, TensorType, ValueId};
 use cleave_partition::ValidatedPlan;
 
-/// A failure in a format's code: the file it concerns and the cause, one line.
+mod write;
+
+pub use write::{write_partition, Encoded, PartEncoder, SideFiles};
+
+/// What kind of failure a [`FrontendError`] is; the facade keeps it, so a library or Python
+/// caller can tell a bad file from an unsupported feature from an I/O failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The file is not a valid model of its format.
+    InvalidModel,
+    /// A valid model asking for what this front-end does not do (yet).
+    Unsupported,
+    /// A file could not be read or written.
+    Io,
+}
+
+/// The node an error is about: its label and operator type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRef {
+    pub name: String,
+    pub op: String,
+}
+
+/// A failure in a format's code: the file it concerns, its kind, the node at fault where
+/// there is one, and the cause on one line.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct FrontendError {
     pub path: PathBuf,
+    pub kind: ErrorKind,
+    pub node: Option<NodeRef>,
     pub message: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
 impl FrontendError {
+    /// The model at `path` is invalid.
     pub fn new(path: impl Into<PathBuf>, message: impl ToString) -> FrontendError {
         FrontendError {
             path: path.into(),
+            kind: ErrorKind::InvalidModel,
+            node: None,
             message: message.to_string(),
+            source: None,
+        }
+    }
+
+    /// The model at `path` asks for what this front-end does not do.
+    pub fn unsupported(path: impl Into<PathBuf>, message: impl ToString) -> FrontendError {
+        FrontendError {
+            kind: ErrorKind::Unsupported,
+            ..FrontendError::new(path, message)
+        }
+    }
+
+    /// Reading or writing `path` failed with `source`; `message` is the whole cause.
+    pub fn io(
+        path: impl Into<PathBuf>,
+        message: impl ToString,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> FrontendError {
+        FrontendError {
+            kind: ErrorKind::Io,
+            source: Some(Box::new(source)),
+            ..FrontendError::new(path, message)
+        }
+    }
+
+    /// The same error, about node `name` of type `op`.
+    pub fn at_node(self, name: impl Into<String>, op: impl Into<String>) -> FrontendError {
+        FrontendError {
+            node: Some(NodeRef {
+                name: name.into(),
+                op: op.into(),
+            }),
+            ..self
         }
     }
 }
@@ -217,7 +282,7 @@ pub trait Source: Send + Sync {
     /// showed (`--learn-dims`); a type the file or inference gives is kept.
     fn learn_types(&mut self, learned: &[(ValueId, TensorType)]) -> Result<(), FrontendError> {
         let _ = learned;
-        Err(FrontendError::new(
+        Err(FrontendError::unsupported(
             self.path(),
             "learning tensor types from a run is for ONNX models; a TFLite file types every tensor",
         ))

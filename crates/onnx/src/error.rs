@@ -51,7 +51,7 @@ pub enum OnnxError {
     #[error("{what}: {cause}")]
     Invalid {
         path: PathBuf,
-        what: String,
+        what: crate::validate::Subject,
         cause: String,
     },
 }

@@ -9,7 +9,7 @@ use cleave_ir::phases::phase;
 use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
 
-use crate::emit::{emit_with, with_outputs, EmitError};
+use crate::emit::{emit_with, from_emit, with_outputs};
 use crate::rewrite::{optimize, OptimizeError};
 use crate::{infer_types, to_ir, OnnxError, OnnxModel, OnnxSemantics};
 
@@ -133,7 +133,6 @@ impl Source for OnnxSource {
         external: ExternalData,
     ) -> Result<Emitted, FrontendError> {
         emit_with(&self.onnx, &self.model, plan, workdir, external)
-            .map_err(|e| from_emit(e, &self.onnx.path))
     }
 
     fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError> {
@@ -151,10 +150,30 @@ impl Source for OnnxSource {
 }
 
 fn from_onnx(e: OnnxError) -> FrontendError {
-    FrontendError::new(e.path(), &e)
-}
-
-fn from_emit(e: EmitError, model: &Path) -> FrontendError {
-    let path = e.path().unwrap_or(model).to_path_buf();
-    FrontendError::new(path, e)
+    use crate::validate::Subject;
+    use cleave_ir::GraphError;
+    let path = e.path().to_path_buf();
+    let message = e.to_string();
+    match e {
+        OnnxError::Read { source, .. } | OnnxError::Write { source, .. } => {
+            FrontendError::io(path, message, source)
+        }
+        OnnxError::Invalid {
+            what: Subject::Node { label, op },
+            ..
+        } => FrontendError::new(path, message).at_node(label, op),
+        OnnxError::Graph { source, .. } | OnnxError::Function { source, .. } => match *source {
+            GraphError::UndefinedTensor { node, op, .. } => {
+                FrontendError::new(path, message).at_node(node, op)
+            }
+            other => FrontendError {
+                source: Some(Box::new(other)),
+                ..FrontendError::new(path, message)
+            },
+        },
+        other => FrontendError {
+            source: Some(Box::new(other)),
+            ..FrontendError::new(path, message)
+        },
+    }
 }

@@ -1,5 +1,5 @@
 //! cleave's errors as the Python package's exceptions (`cleave.Error` and its subclasses,
-//! defined in `cleave/_errors.py`, which also reads the node and op out of the cause).
+//! defined in `cleave/_errors.py`), picked by the facade error's kind.
 
 use std::path::Path;
 
@@ -9,8 +9,6 @@ use pyo3::prelude::*;
 /// Which exception a failure becomes.
 #[derive(Clone, Copy)]
 pub enum Kind {
-    /// The model file is invalid or unreadable: `InvalidModelError`.
-    Model,
     /// A rule, cost or memory argument, or another named file, is wrong: `ArgumentError`.
     Argument,
     /// An engine could not load or run a part: `EngineError`.
@@ -20,7 +18,6 @@ pub enum Kind {
 impl Kind {
     fn name(self) -> &'static str {
         match self {
-            Kind::Model => "model",
             Kind::Argument => "argument",
             Kind::Engine => "engine",
         }
@@ -29,12 +26,24 @@ impl Kind {
 
 /// The exception for `message` about `path`, built by the package's own factory.
 pub fn raise(kind: Kind, path: Option<&Path>, message: &str) -> PyErr {
+    raise_named(kind.name(), path, None, message)
+}
+
+/// [`raise`] by the facade's name for the kind, with the node at fault where there is one.
+fn raise_named(
+    kind: &str,
+    path: Option<&Path>,
+    node: Option<&cleave::NodeRef>,
+    message: &str,
+) -> PyErr {
     Python::attach(|py| {
         let made = py.import("cleave._errors").and_then(|m| {
             m.getattr("_from_rust")?.call1((
-                kind.name(),
+                kind,
                 path.map(|p| p.display().to_string()),
                 message,
+                node.map(|n| n.name.as_str()),
+                node.map(|n| n.op.as_str()),
             ))
         });
         match made {
@@ -45,23 +54,13 @@ pub fn raise(kind: Kind, path: Option<&Path>, message: &str) -> PyErr {
     })
 }
 
-/// A facade error met while working on the model at `model`: about that file, the model is
-/// invalid; about another file or the request, an argument is.
-pub fn from_facade(e: cleave::Error, model: &Path) -> PyErr {
-    let message = e.to_string();
-    match e.path() {
-        Some(p) if same_file(p, model) => raise(Kind::Model, Some(p), &message),
-        Some(p) => raise(Kind::Argument, Some(p), &message),
-        None => raise(Kind::Argument, None, &message),
-    }
+/// A facade error as the exception of its kind.
+pub fn from_facade(e: cleave::Error) -> PyErr {
+    raise_named(e.kind(), e.path(), e.node(), &e.to_string())
 }
 
 /// A facade error met while loading or running parts on engines.
 pub fn from_engine(e: cleave::Error) -> PyErr {
     let message = e.to_string();
     raise(Kind::Engine, e.path(), &message)
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }

@@ -55,7 +55,7 @@ fn fixed_dims(
 }
 
 fn open(path: PathBuf, fixed: FixedDims, tmp: Option<Arc<TempDir>>) -> PyResult<Model> {
-    let loaded = cleave::load_fixed(&path, &fixed).map_err(|e| from_facade(e, &path))?;
+    let loaded = cleave::load_fixed(&path, &fixed).map_err(from_facade)?;
     Ok(Model {
         path,
         fixed,
@@ -260,7 +260,7 @@ impl Model {
             let report = cleave::coverage::query(&assigned, allow_disconnected)?;
             serde_json::to_string(&report).map_err(cleave::Error::usage)
         })
-        .map_err(|e| from_facade(e, path))
+        .map_err(from_facade)
     }
 
     /// Assigns, partitions and validates; see the Python wrapper for the arguments.
@@ -294,7 +294,7 @@ impl Model {
         let path = self.path.clone();
         let tmp = self.tmp.clone();
         py.detach(|| Plan::make(&path, &req, stages, &memory, algorithm, tmp))
-            .map_err(|e| from_facade(e, &self.path))
+            .map_err(from_facade)
     }
 
     /// Runs the whole model once on `engine` (its format's default when None) and returns
@@ -348,7 +348,7 @@ impl Model {
             let copy = tmp.path().join(format!("whole.{}", source.extension()));
             source
                 .write_with_outputs(&extra, &copy)
-                .map_err(|e| from_facade(e.into(), source.path()))?;
+                .map_err(|e| from_facade(e.into()))?;
             run_file(&*engine, &copy, &feeds)
         })?;
         let out = PyDict::new(py);

@@ -81,7 +81,7 @@ impl Plan {
                 .assigned
                 .loaded
                 .write(&self.plan, dir.path(), ExternalData::Inline)
-                .map_err(|e| from_facade(e, &self.model_path))?;
+                .map_err(from_facade)?;
             self.scratch = Some((dir, written));
         }
         match &self.scratch {
@@ -191,7 +191,7 @@ impl Plan {
         } = self;
         let written = py
             .detach(|| assigned.loaded.write(plan, &folder, external))
-            .map_err(|e| from_facade(e, model_path))?;
+            .map_err(from_facade)?;
         Ok(written.conn_json.display().to_string())
     }
 

@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use cleave_files::{part_file_name, relative_path, write_atomic, ConnFile, ConnModel, Staged};
+use cleave_files::write_atomic;
 use cleave_frontend::{
-    Emitted, EmittedPart, ExternalData, FixedDims, Frontend, FrontendError, RewriteOptions,
-    Rewritten, Source,
+    write_partition, Emitted, Encoded, ExternalData, FixedDims, Frontend, FrontendError,
+    PartEncoder, RewriteOptions, Rewritten, Source,
 };
 use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
@@ -180,12 +180,12 @@ fn layout_for(total: u64) -> (Layout, Option<String>) {
     }
 }
 
-type Encoded = (Vec<u8>, Option<String>);
+type Packed = (Vec<u8>, Option<String>);
 
 fn encode_tflite(
     f: &FlatModel,
     b: build::Built<crate::schema::tflite::ModelT>,
-) -> Result<Encoded, String> {
+) -> Result<Packed, String> {
     let slices = build::buffer_slices(f, &b.buffers)?;
     let refs: Vec<&[u8]> = slices.iter().map(|s| s.as_ref()).collect();
     let (layout, note) = layout_for(refs.iter().map(|s| s.len() as u64).sum());
@@ -198,7 +198,7 @@ fn encode_tflite(
 fn encode_circle(
     f: &FlatModel,
     b: build::Built<crate::schema::circle::ModelT>,
-) -> Result<Encoded, String> {
+) -> Result<Packed, String> {
     let slices = build::buffer_slices(f, &b.buffers)?;
     let refs: Vec<&[u8]> = slices.iter().map(|s| s.as_ref()).collect();
     let (layout, note) = layout_for(refs.iter().map(|s| s.len() as u64).sum());
@@ -261,15 +261,18 @@ impl Source for TfliteSource {
         if fixed.is_empty() {
             return Ok(Box::new(self.clone()));
         }
-        Err(self.err(format!(
-            "--shape and --dim are not supported for {} models yet: their dims are fixed when converting",
-            self.file.format.name()
-        )))
+        Err(FrontendError::unsupported(
+            &self.file.path,
+            format!(
+                "--shape and --dim are not supported for {} models yet: their dims are fixed when converting",
+                self.file.format.name()
+            ),
+        ))
     }
 
     fn save_as(&mut self, path: &Path) -> Result<(), FrontendError> {
         let bytes = self.reencode()?;
-        write_atomic(path, &bytes).map_err(|e| FrontendError::new(&e.path, &e))?;
+        write_atomic(path, &bytes).map_err(FrontendError::from)?;
         self.file.path = path.to_path_buf();
         Ok(())
     }
@@ -280,7 +283,15 @@ impl Source for TfliteSource {
         workdir: &Path,
         _external: ExternalData,
     ) -> Result<Emitted, FrontendError> {
-        write_parts(self, plan, workdir)
+        let model = &self.converted.model;
+        write_partition(
+            &mut FlatParts(self),
+            &self.file.path,
+            model,
+            plan,
+            workdir,
+            ExternalData::Inline,
+        )
     }
 
     fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError> {
@@ -298,7 +309,7 @@ impl Source for TfliteSource {
             .to_string();
         let sel = self.selection(build::ordered(ops), &g.inputs, &outputs, description, true)?;
         let (bytes, _) = self.encode(&sel)?;
-        write_atomic(path, &bytes).map_err(|e| FrontendError::new(&e.path, &e))
+        write_atomic(path, &bytes).map_err(FrontendError::from)
     }
 
     fn write_probe(
@@ -307,60 +318,32 @@ impl Source for TfliteSource {
         _dims: &[i64],
         _path: &Path,
     ) -> Result<(), FrontendError> {
-        Err(self.err(format!(
-            "profiling {} models is not supported yet",
-            self.file.format.name()
-        )))
+        Err(FrontendError::unsupported(
+            &self.file.path,
+            format!(
+                "profiling {} models is not supported yet",
+                self.file.format.name()
+            ),
+        ))
     }
 }
 
-fn write_parts(
-    src: &TfliteSource,
-    plan: &ValidatedPlan,
-    workdir: &Path,
-) -> Result<Emitted, FrontendError> {
-    let path = &src.file.path;
-    let write_err =
-        |p: &Path, e: std::io::Error| FrontendError::new(p, format!("cannot write: {e}"));
-    let mut staged = Staged::new(workdir).map_err(|e| FrontendError::new(&e.path, &e))?;
-    let work_real = workdir.canonicalize().map_err(|e| write_err(workdir, e))?;
-    let source_real = path
-        .canonicalize()
-        .map_err(|e| src.err(format!("cannot read: {e}")))?;
-    let stem = path
-        .file_stem()
-        .map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned());
-    let ext = src.file.format.extension();
-    let g = &src.converted.model.graph;
-    let name = |v: &ValueId| g.value(*v).name.clone();
-    let bytes = |v: &ValueId| (name(v), g.value(*v).ty.byte_size());
-    let mut conn = ConnFile {
-        source: ConnModel {
-            file: relative_path(&work_real, &source_real),
-            inputs: g.inputs.iter().map(name).collect(),
-            outputs: g.outputs.iter().map(name).collect(),
-            backend: None,
-            engine: None,
-            ..Default::default()
-        },
-        parts: Vec::new(),
-    };
-    // A refusal part-way drops `staged`, which removes what it wrote: the folder is as it was.
-    let mut notes = src.converted.notes.clone();
-    let mut summary = Vec::new();
-    let total = plan.parts.len();
-    for (k, part) in plan.parts.iter().enumerate() {
-        let backend = plan.device_name(part).to_string();
-        let file = part_file_name(&stem, k, &backend, ext).map_err(|e| src.err(e))?;
-        if workdir
-            .join(&file)
-            .canonicalize()
-            .is_ok_and(|p| p == source_real)
-        {
-            return Err(src.err(format!(
-                "{file} would overwrite the source model; choose another WORKDIR"
-            )));
-        }
+/// Encodes TFLite or circle parts: each the source's own operators and tensors, repacked.
+struct FlatParts<'a>(&'a TfliteSource);
+
+impl PartEncoder for FlatParts<'_> {
+    fn extension(&self) -> &'static str {
+        self.0.file.format.extension()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.0.converted.notes.clone()
+    }
+
+    fn encode(&self, plan: &ValidatedPlan, k: usize) -> Result<Encoded, FrontendError> {
+        let src = self.0;
+        let g = &src.converted.model.graph;
+        let part = &plan.parts[k];
         let mut ops = part
             .nodes
             .iter()
@@ -380,7 +363,16 @@ fn write_parts(
                 }
             }
         }
-        let description = format!("part {} of {total} of {}, cut by cleave", k + 1, stem);
+        let stem = src
+            .file
+            .path
+            .file_stem()
+            .map_or_else(|| "model".into(), |s| s.to_string_lossy());
+        let description = format!(
+            "part {} of {} of {stem}, cut by cleave",
+            k + 1,
+            plan.parts.len()
+        );
         let sel = src.selection(
             build::ordered(ops),
             &part.inputs,
@@ -388,37 +380,7 @@ fn write_parts(
             description,
             false,
         )?;
-        let (data, note) = src.encode(&sel)?;
-        notes.extend(note.map(|n| format!("{file}: {n}")));
-        staged
-            .write(&file, &data)
-            .map_err(|e| FrontendError::new(&e.path, &e))?;
-        conn.parts.push(ConnModel {
-            file: file.clone(),
-            inputs: part.inputs.iter().map(name).collect(),
-            outputs: part.outputs.iter().map(name).collect(),
-            engine: cleave_files::engine_of_backend(&backend),
-            backend: Some(backend.clone()),
-            ..Default::default()
-        });
-        summary.push(EmittedPart {
-            file,
-            backend,
-            nodes: part.nodes.len(),
-            constant_nodes: part.constant_nodes.len(),
-            inputs: part.inputs.iter().map(bytes).collect(),
-            outputs: part.outputs.iter().map(bytes).collect(),
-        });
+        let (bytes, note) = src.encode(&sel)?;
+        Ok(Encoded::Part { bytes, note })
     }
-    let files = staged
-        .commit_partition(&stem, ext, &conn, &source_real, &[])
-        .map_err(|e| FrontendError::new(&e.path, &e))?;
-    Ok(Emitted {
-        conn_json: files.json,
-        conn_ini: files.ini,
-        conn,
-        parts: summary,
-        weights: None,
-        notes,
-    })
 }

@@ -82,12 +82,11 @@ fn one_line(s: &str) -> String {
 impl FlatModel {
     /// Maps and verifies a file.
     pub fn load(path: &Path) -> Result<FlatModel, FrontendError> {
-        let err = |m: String| FrontendError::new(path, m);
-        let file = std::fs::File::open(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let io = |e: std::io::Error| FrontendError::io(path, format!("cannot read: {e}"), e);
+        let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: the map is read-only; cleave never writes to a model it reads, and a file
         // changed underneath by another program is outside what any reader can defend.
-        let map =
-            unsafe { memmap2::Mmap::map(&file) }.map_err(|e| err(format!("cannot read: {e}")))?;
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         FlatModel::from_bytes(path, Bytes::from_owner(map))
     }
 

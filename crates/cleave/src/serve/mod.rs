@@ -22,21 +22,20 @@ fn python() -> OsString {
 /// Reads `conn` and checks that every part file it names exists, so a bad partition fails
 /// here in one line rather than inside a Ray actor.
 pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
-    let text = std::fs::read_to_string(conn)
-        .map_err(|e| Error::input(conn, format!("cannot read: {e}")))?;
-    let parsed = ConnFile::from_json(&text).map_err(|e| Error::input(conn, e))?;
+    let text = std::fs::read_to_string(conn).map_err(|e| Error::io(conn, "cannot read", e))?;
+    let parsed = ConnFile::from_json(&text).map_err(|e| Error::argument(conn, e))?;
     let dir = conn.parent().unwrap_or(Path::new("."));
     for p in &parsed.parts {
         let f = dir.join(&p.file);
         if !f.is_file() {
-            return Err(Error::input(
+            return Err(Error::argument(
                 conn,
                 format!("part file {} is missing", f.display()),
             ));
         }
     }
     if parsed.parts.is_empty() {
-        return Err(Error::input(conn, "lists no parts"));
+        return Err(Error::argument(conn, "lists no parts"));
     }
     Ok(parsed)
 }
@@ -73,8 +72,7 @@ pub fn run_ray_app(args: &[OsString]) -> Result<i32, Error> {
     }
     let dir = tempfile::tempdir().map_err(|e| Error::usage(format!("no temporary folder: {e}")))?;
     let script: PathBuf = dir.path().join("ray_app.py");
-    std::fs::write(&script, RAY_APP)
-        .map_err(|e| Error::input(&script, format!("cannot write: {e}")))?;
+    std::fs::write(&script, RAY_APP).map_err(|e| Error::io(&script, "cannot write", e))?;
     let status = Command::new(python())
         .arg(&script)
         .args(args)

@@ -11,15 +11,35 @@ pub use shapes::typed;
 /// The newest default-domain opset whose operators cleave knows (onnx 1.22).
 pub const MAX_OPSET: i64 = 27;
 
-/// The first problem found, as (what, cause): `what` is `node 'NAME' (OpType)`,
-/// `tensor 'NAME'` or `the model`.
-pub fn validate(m: &Model) -> Result<(), (String, String)> {
+/// What a refusal is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Model,
+    Tensor(String),
+    Node { label: String, op: String },
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Model => write!(f, "the model"),
+            Subject::Tensor(name) => write!(f, "tensor '{name}'"),
+            Subject::Node { label, op } => write!(f, "node '{label}' ({op})"),
+        }
+    }
+}
+
+/// A refusal: what it is about, and the cause.
+pub type Refusal = (Subject, String);
+
+/// The first problem found.
+pub fn validate(m: &Model) -> Result<(), Refusal> {
     for o in &m.opsets {
         let default = o.domain.is_empty() || o.domain == "ai.onnx";
         let name = if default { "ai.onnx" } else { &o.domain };
         if default && o.version > MAX_OPSET {
             return Err((
-                "the model".into(),
+                Subject::Model,
                 format!(
                     "imports opset {} of ai.onnx; cleave knows operators up to opset {MAX_OPSET}",
                     o.version
@@ -28,7 +48,7 @@ pub fn validate(m: &Model) -> Result<(), (String, String)> {
         }
         if o.version < 1 {
             return Err((
-                "the model".into(),
+                Subject::Model,
                 format!("imports opset {} of {name}; opsets start at 1", o.version),
             ));
         }
@@ -49,18 +69,18 @@ struct Opsets {
     ml: Option<i64>,
 }
 
-fn graph(g: &Graph, opsets: Opsets) -> Result<(), (String, String)> {
+fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
     for v in &g.values {
         if let Some(ElemType::Other(code)) = v.ty.elem {
             return Err((
-                format!("tensor '{}'", v.name),
+                Subject::Tensor(v.name.clone()),
                 format!("element type {code} is not an ONNX type"),
             ));
         }
     }
     for (id, w) in g.weights() {
         let name = &g.value(id).name;
-        let what = || format!("tensor '{name}'");
+        let what = || Subject::Tensor(name.clone());
         if let ElemType::Other(_) = w.elem {
             return Err((what(), "its element type is not an ONNX type".into()));
         }
@@ -102,7 +122,14 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), (String, String)> {
         };
         checked.map_err(|cause| {
             let label = g.node_label(cleave_ir::NodeId(i as u32));
-            (format!("node '{label}' ({})", n.op_type), cause)
+            let op = n.op_type.clone();
+            (
+                Subject::Node {
+                    label: label.to_string(),
+                    op,
+                },
+                cause,
+            )
         })?;
         for a in &n.attrs {
             match &a.value {

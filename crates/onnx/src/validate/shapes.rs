@@ -5,18 +5,25 @@
 
 use cleave_ir::{AttrValue, Graph, Model, Node, NodeId, TensorType, ValueDef, Weight};
 
-use super::{int, ints};
+use super::{int, ints, Refusal, Subject};
 
-pub fn typed(m: &Model) -> Result<(), (String, String)> {
+pub fn typed(m: &Model) -> Result<(), Refusal> {
     typed_graph(&m.graph)
 }
 
-fn typed_graph(g: &Graph) -> Result<(), (String, String)> {
+fn typed_graph(g: &Graph) -> Result<(), Refusal> {
     for (i, n) in g.nodes.iter().enumerate() {
         if n.domain.is_empty() || n.domain == "ai.onnx" {
             node(&Operands { g, n }).map_err(|cause| {
                 let label = g.node_label(NodeId(i as u32));
-                (format!("node '{label}' ({})", n.op_type), cause)
+                let op = n.op_type.clone();
+                (
+                    Subject::Node {
+                        label: label.to_string(),
+                        op,
+                    },
+                    cause,
+                )
             })?;
         }
         for a in &n.attrs {
