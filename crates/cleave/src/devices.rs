@@ -113,7 +113,7 @@ fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
                     "--devices ov: names no OpenVINO device (e.g. ov:CPU, ov:GPU.1)",
                 ));
             }
-            devices.push(format!("{}{ov}", cleave_runtime::OPENVINO_PREFIX));
+            devices.push(format!("{}{ov}", cleave_files::OPENVINO_PREFIX));
         } else {
             devices.push(d.clone());
         }

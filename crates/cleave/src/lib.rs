@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use cleave::{load_model, Algorithm, Devices, ExternalData};
-//! use cleave::runtime::{EngineKind, EngineMap, HostTensor};
+//! use cleave::runtime::HostTensor;
 //!
 //! # fn main() -> Result<(), cleave::Error> {
 //! let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tiny_cnn");
@@ -26,9 +26,10 @@
 //! let x = HostTensor::random(cleave::ir::ElemType::F32, &[1, 3, 16, 16], 7)
 //!     .map_err(cleave::Error::usage)?;
 //! let feed = vec![("input".to_string(), x)];
-//! let mut parts = cleave::load_parts(&written.conn_json, &EngineMap::default(), false)?;
+//! let mut parts = cleave::load_parts(&written.conn_json, &cleave::engine_map(&[])?, false)?;
 //! let split = parts.run(feed.clone(), &mut [])?;
-//! let mut whole = cleave::engine(EngineKind::Tract)?.load(model.path(), false)?;
+//! let tract = cleave::parse_engine("engine", "tract")?;
+//! let mut whole = cleave::engine(tract)?.load(model.path(), false)?;
 //! for (name, want) in whole.run(&feed)? {
 //!     assert_eq!(split[&name].diff(&want, 1e-4, 1e-5).beyond, 0);
 //! }
@@ -87,5 +88,8 @@ pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPar
 pub use request::{
     load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, Objective,
 };
-pub use run::{conn_source, engine, load_parts, EngineEvaluator};
+pub use run::{
+    conn_source, default_engine, engine, engine_map, engine_registry, load_parts, parse_engine,
+    EngineEvaluator,
+};
 pub use stages::{parse_memory, StageRequest, StageTime, Stages};

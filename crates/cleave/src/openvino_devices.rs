@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cleave_device::{PluginAnswer, Profile};
-use cleave_runtime::openvino_device;
+use cleave_files::openvino_device;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 

@@ -11,7 +11,7 @@ use cleave_device::Verdict;
 use cleave_frontend::ExternalData;
 use cleave_ir::ElemType;
 use cleave_partition::{validate, Partition, Plan, UnitGraph};
-use cleave_runtime::{Engine, EngineKind, EngineMap, HostTensor, Session};
+use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, HostTensor, Session};
 
 use crate::{Devices, Error, Loaded};
 
@@ -37,7 +37,7 @@ pub struct ProfileOptions {
 impl Default for ProfileOptions {
     fn default() -> Self {
         ProfileOptions {
-            engines: EngineMap::default(),
+            engines: crate::engine_registry().map(),
             warmup: 2,
             repeats: 10,
             budget: None,
@@ -158,10 +158,12 @@ pub fn profile(
 
     // Each engine measures every unit once (devices on one engine share the figures), and
     // the whole model as one part, which calibrates the sum of its units.
+    let format = loaded.source.extension();
+    let engine_of = |d: &str| opts.engines.for_part(d, format).map_err(Error::usage);
     let mut kinds: Vec<EngineKind> = names
         .iter()
-        .map(|d| opts.engines.for_part(d, &whole_plain))
-        .collect();
+        .map(|d| engine_of(d))
+        .collect::<Result<_, _>>()?;
     kinds.sort();
     kinds.dedup();
     let total = (kinds.len() * parts.len()) as u64;
@@ -301,7 +303,7 @@ pub fn profile(
         })
         .collect();
     for device in &names {
-        let Some(fig) = per_engine.get(&opts.engines.for_part(device, &whole_plain)) else {
+        let Some(fig) = per_engine.get(&engine_of(device)?) else {
             continue;
         };
         entries.insert(device.clone(), fig.entry.clone());
@@ -403,7 +405,7 @@ fn reference_values(
     feeds: &[(String, HostTensor)],
 ) -> Result<HashMap<String, HostTensor>, Error> {
     let mut why = Vec::new();
-    for kind in EngineKind::candidates(whole) {
+    for kind in crate::engine_registry().candidates(&part_format(whole, None)) {
         let run = crate::engine(kind.clone())
             .and_then(|e| Ok(e.load(whole, false)?))
             .and_then(|mut s| Ok(s.run(feeds)?));

@@ -95,9 +95,21 @@ pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<Loaded, Error> {
 fn load_for(path: &Path, req: &AssignRequest) -> Result<Loaded, Error> {
     let mut loaded = load_fixed(path, &req.fixed)?;
     if req.learn_dims {
-        loaded.learn_types(cleave_runtime::EngineKind::Ort, 0)?;
+        let engine = learning_engine(&loaded)?;
+        loaded.learn_types(engine, 0)?;
     }
     Ok(loaded)
+}
+
+/// The engine a `--learn-dims` run uses: the first registered to run whole models of the
+/// model's format.
+fn learning_engine(loaded: &Loaded) -> Result<cleave_runtime::EngineKind, Error> {
+    let format = loaded.source.extension();
+    let candidates = crate::engine_registry().candidates(format);
+    candidates
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::usage(format!("--learn-dims: no engine runs {format} models")))
 }
 
 /// Loads a model and gives every node a device. Warnings (fused groups dissolved) are in the
@@ -111,7 +123,8 @@ pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Err
     }
     if req.learn_dims {
         // After the rewrite, which types its model afresh.
-        loaded.learn_types(cleave_runtime::EngineKind::Ort, 0)?;
+        let engine = learning_engine(&loaded)?;
+        loaded.learn_types(engine, 0)?;
     }
     let mut assignment = loaded.assign(&devices)?;
     let costs = match &req.costs {

@@ -4,13 +4,45 @@ use std::path::Path;
 
 use cleave_frontend::{Computed, Evaluator};
 use cleave_runtime::runner::{self, LoadedParts};
-use cleave_runtime::{Engine, EngineKind, EngineMap};
+use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, Registry};
 
 use crate::Error;
 
-/// The engine of a kind (tract in process; ONNX Runtime, LiteRT, OpenVINO loaded at run time).
+/// The engines cleave links, by name and format: tract in process; ONNX Runtime, LiteRT and
+/// OpenVINO loaded at run time.
+pub fn engine_registry() -> &'static Registry {
+    cleave_engines::registry()
+}
+
+/// The engine of a kind.
 pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, Error> {
-    Ok(cleave_engines::engine(kind)?)
+    Ok(engine_registry().make(&kind)?)
+}
+
+/// The engine `name` names (`ort`, `openvino:GPU`); `flag` says where the name came from.
+pub fn parse_engine(flag: &str, name: &str) -> Result<EngineKind, Error> {
+    engine_registry().parse(name).ok_or_else(|| {
+        Error::usage(format!(
+            "{flag} '{name}': unknown engine (engines: {})",
+            engine_registry().names()
+        ))
+    })
+}
+
+/// The engine that runs the whole model at `model` unless told otherwise.
+pub fn default_engine(model: &Path) -> Result<EngineKind, Error> {
+    let format = part_format(model, None);
+    engine_registry().default_for(&format).ok_or_else(|| {
+        Error::usage(format!(
+            "no engine runs {format} models (engines: {})",
+            engine_registry().names()
+        ))
+    })
+}
+
+/// `--engine BACKEND=ENGINE` pairs as a map (none: every part on its format's default).
+pub fn engine_map(pairs: &[String]) -> Result<EngineMap, Error> {
+    engine_registry().parse_map(pairs).map_err(Error::usage)
 }
 
 /// Loads every part of a connection file into the engine `engines` picks for its backend.
@@ -20,12 +52,7 @@ pub fn load_parts(
     engines: &EngineMap,
     single_thread: bool,
 ) -> Result<LoadedParts, Error> {
-    Ok(runner::load_parts(
-        conn,
-        engines,
-        &cleave_engines::engine,
-        single_thread,
-    )?)
+    Ok(runner::load_parts(conn, engines, single_thread)?)
 }
 
 /// The source model a connection file names, loaded and typed.
@@ -58,9 +85,10 @@ impl Default for EngineEvaluator {
 impl Evaluator for EngineEvaluator {
     fn evaluate(&self, model: &Path) -> Result<Vec<Computed>, String> {
         let mut why = Vec::new();
-        let engines = EngineKind::candidates(model)
-            .iter()
-            .filter_map(|k| cleave_engines::engine(k.clone()).ok());
+        let engines = engine_registry()
+            .candidates(&part_format(model, None))
+            .into_iter()
+            .filter_map(|k| engine_registry().make(&k).ok());
         for e in engines {
             let run = e.load(model, false).and_then(|mut s| s.run(&[]));
             match run {

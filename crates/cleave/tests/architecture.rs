@@ -1,6 +1,6 @@
 //! The invariants ARCHITECTURE.md states, checked: the format-neutral core depends on no format
 //! crate, no protobuf and no engine (from `cargo tree`'s resolved graph); `crates/ir`
-//! names no format in its code; only `cleave-engines` links an engine; the binary reaches the
+//! names no format in its code, `crates/runtime` no format and no engine; only `cleave-engines` links an engine; the binary reaches the
 //! stages only through the facade, and the Python module through the facade and the command
 //! line's library.
 
@@ -128,12 +128,15 @@ const FORMAT_WORDS: [&str; 8] = [
     "onnx", "tflite", "circle", "protobuf", "prost", "protox", "tract", "ort",
 ];
 
-#[test]
-fn the_ir_crate_names_no_format_in_its_code() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/src");
+/// Where a crate's code (not its comments) names one of `words`: `file:line: text`.
+fn naming(krate: &str, words: &[&str]) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(krate)
+        .join("src");
     let mut hits = Vec::new();
     let mut files = 0;
-    for entry in std::fs::read_dir(&src).expect("crates/ir/src") {
+    for entry in std::fs::read_dir(&src).expect("a crate's src folder") {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "rs") {
             continue;
@@ -145,7 +148,7 @@ fn the_ir_crate_names_no_format_in_its_code() {
             let code = line.split("//").next().unwrap_or("").to_lowercase();
             let named = code
                 .split(|c: char| !c.is_ascii_alphanumeric())
-                .any(|word| FORMAT_WORDS.contains(&word));
+                .any(|word| words.contains(&word));
             if named {
                 hits.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
             }
@@ -156,9 +159,29 @@ fn the_ir_crate_names_no_format_in_its_code() {
         "found only {files} source files in {}",
         src.display()
     );
+    hits
+}
+
+#[test]
+fn the_ir_crate_names_no_format_in_its_code() {
+    let hits = naming("ir", &FORMAT_WORDS);
     assert!(
         hits.is_empty(),
         "crates/ir names a format:\n{}",
+        hits.join("\n")
+    );
+}
+
+/// The engines cleave links, by every name they go by.
+const ENGINE_WORDS: [&str; 5] = ["litert", "openvino", "ov", "onnxruntime", "tensorflow"];
+
+#[test]
+fn the_runtime_core_names_no_engine_or_format() {
+    let words: Vec<&str> = FORMAT_WORDS.iter().chain(&ENGINE_WORDS).copied().collect();
+    let hits = naming("runtime", &words);
+    assert!(
+        hits.is_empty(),
+        "crates/runtime names an engine or a format (register it in cleave-engines):\n{}",
         hits.join("\n")
     );
 }

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use cleave::runtime::pipeline::run_pipelined;
 use cleave::runtime::runner::PartStats;
-use cleave::runtime::EngineKind;
 use cleave::{conn_source, load_parts};
 use serde::Serialize;
 
@@ -73,7 +72,7 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     let mut parts = load_parts(&conn, &map, false)?;
     let mono_kind = match parts.engines.split_first() {
         Some((first, rest)) if rest.iter().all(|k| k == first) => first.clone(),
-        _ => EngineKind::default_for(source.path()),
+        _ => cleave::default_engine(source.path())?,
     };
     let mono_engine = cleave::engine(mono_kind.clone())?;
     let mut mono = mono_engine

@@ -3,9 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cleave::engines::conformance::{run_case, Outcome, ATOL, RTOL};
+use cleave::onnx::conformance::{run_case, Outcome, ATOL, RTOL};
 use cleave::runtime::runner::read_conn;
-use cleave::runtime::EngineKind;
 use serde::Serialize;
 
 use crate::setup::DeviceArgs;
@@ -38,12 +37,7 @@ fn cases(dir: &Path) -> Vec<PathBuf> {
 }
 
 pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
-    let kind = EngineKind::parse(engine).ok_or_else(|| {
-        Fail::usage(format!(
-            "--engine '{engine}': engines are {}",
-            cleave::runtime::ENGINE_NAMES
-        ))
-    })?;
+    let kind = cleave::parse_engine("--engine", engine)?;
     let eng = cleave::engine(kind.clone())?;
     let list = cases(dir);
     if list.is_empty() {

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use cleave::engines::read_pb;
 use cleave::ir::{Dim, Graph};
+use cleave::onnx::read_pb;
 use cleave::runtime::{read_npy, HostTensor};
 
 use crate::Fail;

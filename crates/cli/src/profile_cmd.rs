@@ -48,7 +48,7 @@ pub fn run(a: ProfileArgs) -> Result<(), Fail> {
             "--budget {b}: give seconds, at least 0"
         )));
     }
-    let engines = EngineMap::parse(a.engines).map_err(Fail::usage)?;
+    let engines = cleave::engine_map(a.engines)?;
     let devices = Devices::resolve(&a.devices.request())?;
     let bar = crate::progress::spinner("loading");
     let mut loaded = a.devices.load(a.model)?;
@@ -83,6 +83,7 @@ pub fn run(a: ProfileArgs) -> Result<(), Fail> {
 }
 
 fn summary(model: &Path, c: &CostFile, engines: &EngineMap, out: &Path) {
+    let format = cleave::runtime::part_format(model, None);
     println!(
         "{}: {} units profiled in {:.1} s ({} warm-up and {} timed runs each, medians; engines on {}{})",
         model.display(),
@@ -112,7 +113,7 @@ fn summary(model: &Path, c: &CostFile, engines: &EngineMap, out: &Path) {
         println!(
             "  {:<12} {:<6} {:>10} {:>12.2} {:>8} {:>8} {:>12}",
             name,
-            engines.for_backend(name).name(),
+            engines.for_part(name, &format).map_or("-", |k| k.name()),
             crate::latency::ms(d.launch_s),
             d.io_bytes_per_s / 1e9,
             count,

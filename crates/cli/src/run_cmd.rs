@@ -15,7 +15,7 @@ pub fn runtime_fail(e: RuntimeError) -> Fail {
 }
 
 pub fn engines(pairs: &[String]) -> Result<EngineMap, Fail> {
-    EngineMap::parse(pairs).map_err(Fail::usage)
+    Ok(cleave::engine_map(pairs)?)
 }
 
 pub struct RunArgs<'a> {

@@ -2,7 +2,6 @@ use std::path::{Path, PathBuf};
 
 use cleave::runtime::runner::PartStats;
 use cleave::runtime::verify::{Report, Row, Tolerance};
-use cleave::runtime::EngineKind;
 use cleave::{conn_source, load_model, load_parts};
 
 use crate::run_cmd::{engines, runtime_fail};
@@ -86,13 +85,8 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         }
     }
     let reference = match a.reference {
-        Some(r) => EngineKind::parse(r).ok_or_else(|| {
-            Fail::usage(format!(
-                "--reference '{r}': engines are {}",
-                cleave::runtime::ENGINE_NAMES
-            ))
-        })?,
-        None => EngineKind::default_for(source.path()),
+        Some(r) => cleave::parse_engine("--reference", r)?,
+        None => cleave::default_engine(source.path())?,
     };
     let engine = cleave::engine(reference.clone())?;
     let mut whole = if a.boundaries {

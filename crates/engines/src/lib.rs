@@ -1,38 +1,138 @@
 //! The engines behind `cleave_runtime::Engine`: [`Tract`] runs ONNX in process,
 //! [`OnnxRuntime`] loads ONNX Runtime's shared library at run time, [`Litert`] loads LiteRT's
 //! (for `.tflite` models), [`OpenVino`] loads OpenVINO's C library (ONNX and TFLite, on
-//! any OpenVINO device). Also what reads ONNX's own
-//! tensor files ([`read_pb`]) and runs ONNX's node tests ([`conformance`]).
+//! any OpenVINO device), listed in one [`registry`] by name and the formats they run.
 //!
 //! Architecture invariant: only this crate links an inference engine.
 
-pub mod conformance;
 mod guard;
 mod litert_engine;
 mod litert_ffi;
 mod openvino_engine;
 mod ort_engine;
-mod pb;
 mod python_pkg;
 mod tract_engine;
 
-use cleave_runtime::{Engine, EngineKind, RuntimeError};
+use std::sync::OnceLock;
+
+use cleave_runtime::{Devices, Engine, EngineEntry, EngineKind, Registry, RuntimeError};
 
 pub use litert_engine::{litert_library_path, Litert};
 pub use openvino_engine::{openvino_library_path, openvino_version, OpenVino, OPENVINO_WHEEL};
 pub use ort_engine::{ort_library_path, OnnxRuntime};
-pub use pb::read_pb;
 pub use python_pkg::python;
 pub use tract_engine::Tract;
 
-/// The engine of a kind; an [`cleave_runtime::EngineFactory`]. Its loads and runs are guarded:
-/// a panic inside the engine is an error naming the model, never the end of the process.
+/// Every engine this crate links, in the order they are tried to run a whole model of a
+/// format: ONNX Runtime, then tract, for ONNX; LiteRT for TFLite. A part runs on tract
+/// (ONNX) or LiteRT (TFLite) unless its backend or `--engine` says otherwise; OpenVINO runs
+/// the parts of a backend named `ov-DEVICE` on that device.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry::default();
+        let plain = |name, aliases, formats, default_for, make| EngineEntry {
+            name,
+            aliases,
+            formats,
+            default_for,
+            whole_model: true,
+            devices: None,
+            make,
+        };
+        r.register(plain("ort", &["onnxruntime"], &["onnx"], &[], |_| {
+            guarded(OnnxRuntime::new())
+        }));
+        r.register(plain("tract", &[], &["onnx"], &["onnx"], |_| {
+            guarded(Ok(Tract))
+        }));
+        r.register(plain(
+            "litert",
+            &["tflite"],
+            &["tflite"],
+            &["tflite"],
+            |_| guarded(Litert::new()),
+        ));
+        r.register(EngineEntry {
+            whole_model: false,
+            devices: Some(Devices {
+                default: "CPU",
+                backend_prefix: cleave_files::OPENVINO_PREFIX,
+            }),
+            ..plain("openvino", &["ov"], &["onnx", "tflite"], &[], |device| {
+                guarded(OpenVino::new(device.unwrap_or("CPU")))
+            })
+        });
+        r
+    })
+}
+
+/// Loads and runs of an engine are guarded: a panic inside it is an error naming the model,
+/// never the end of the process.
+fn guarded<E: Engine + 'static>(
+    engine: Result<E, RuntimeError>,
+) -> Result<Box<dyn Engine>, RuntimeError> {
+    Ok(Box::new(guard::Guarded(Box::new(engine?))))
+}
+
+/// The engine of a kind.
 pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, RuntimeError> {
-    let inner: Box<dyn Engine> = match kind {
-        EngineKind::Tract => Box::new(Tract),
-        EngineKind::Ort => Box::new(OnnxRuntime::new()?),
-        EngineKind::Litert => Box::new(Litert::new()?),
-        EngineKind::OpenVino(device) => Box::new(OpenVino::new(&device)?),
-    };
-    Ok(Box::new(guard::Guarded(inner)))
+    registry().make(&kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registry;
+    use std::path::Path;
+
+    fn kind(s: &str) -> cleave_runtime::EngineKind {
+        registry().parse(s).unwrap()
+    }
+
+    #[test]
+    fn parts_run_on_their_formats_default_unless_backend_or_engine_says_otherwise() {
+        let r = registry();
+        let m = r.map();
+        assert_eq!(m.for_part("cpu", "tflite"), Ok(kind("litert")));
+        assert_eq!(m.for_part("ort", "tflite"), Ok(kind("litert")));
+        assert_eq!(m.for_part("ort", "onnx"), Ok(kind("ort")));
+        assert_eq!(m.for_part("cpu", "onnx"), Ok(kind("tract")));
+        assert!(m.for_part("cpu", "circle").is_err());
+        let m = r
+            .parse_map(&["cpu=tract".into(), "npu=tflite".into()])
+            .unwrap();
+        assert_eq!(m.for_part("cpu", "tflite"), Ok(kind("tract")));
+        assert_eq!(m.for_part("npu", "onnx"), Ok(kind("litert")));
+        assert_eq!(kind("onnxruntime"), kind("ort"));
+        assert_eq!(r.default_for("tflite"), Some(kind("litert")));
+        assert_eq!(r.default_for("onnx"), Some(kind("tract")));
+        assert_eq!(r.candidates("tflite"), [kind("litert")]);
+        assert_eq!(r.candidates("onnx"), [kind("ort"), kind("tract")]);
+    }
+
+    #[test]
+    fn openvino_devices_run_on_openvino_unless_engine_says_otherwise() {
+        let r = registry();
+        assert_eq!(kind("openvino").label(), "openvino:CPU");
+        assert_eq!(kind("ov:GPU.1").label(), "openvino:GPU.1");
+        assert_eq!(r.parse("openvino:"), None);
+        let m = r.map();
+        assert_eq!(m.for_part("ov-GPU", "onnx"), Ok(kind("openvino:GPU")));
+        assert_eq!(m.for_part("ov-NPU", "tflite"), Ok(kind("openvino:NPU")));
+        assert_eq!(m.for_part("ov-", "onnx"), Ok(kind("tract")));
+        let m = r
+            .parse_map(&["ov-GPU=ort".into(), "npu=openvino:NPU".into()])
+            .unwrap();
+        assert_eq!(m.for_part("ov-GPU", "onnx"), Ok(kind("ort")));
+        assert_eq!(m.for_part("npu", "onnx"), Ok(kind("openvino:NPU")));
+        let e = r.parse_map(&["npu=openvin".into()]).unwrap_err();
+        assert!(e.contains("openvino[:DEVICE]"), "{e}");
+        // The recorded engine of a part applies unless --engine names its backend.
+        let p = Path::new("m.00001_ov-CPU.onnx");
+        let m = r.map();
+        assert_eq!(
+            m.for_conn_part("ov-CPU", p, "onnx", Some("openvino:CPU")),
+            Ok(kind("openvino:CPU"))
+        );
+    }
 }

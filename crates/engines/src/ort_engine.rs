@@ -62,7 +62,8 @@ impl OnnxRuntime {
         });
         match env {
             Ok(env) => Ok(OnnxRuntime { env }),
-            Err(message) => Err(RuntimeError::OrtUnavailable {
+            Err(message) => Err(RuntimeError::Unavailable {
+                engine: "ONNX Runtime",
                 message: message.clone(),
             }),
         }

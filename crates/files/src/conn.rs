@@ -12,6 +12,10 @@ pub struct ConnModel {
     /// cleave's addition: the backend the part runs on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
+    /// cleave's addition: the part file's format (`onnx`, `tflite`, `circle`), which picks
+    /// the engines that can run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
     /// cleave's addition: the engine and device the part is for, where its backend names
     /// one (`openvino:CPU` for `ov-CPU`); `--engine` still overrides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,6 +62,9 @@ fn model_json(m: &ConnModel, indent: &str) -> String {
     ];
     if let Some(b) = &m.backend {
         fields.push(format!("{indent}  \"backend\" : {}", quote(b)));
+    }
+    if let Some(f) = &m.format {
+        fields.push(format!("{indent}  \"format\" : {}", quote(f)));
     }
     if let Some(e) = &m.engine {
         fields.push(format!("{indent}  \"engine\" : {}", quote(e)));
@@ -126,6 +133,7 @@ mod tests {
             inputs: i.iter().map(|s| s.to_string()).collect(),
             outputs: o.iter().map(|s| s.to_string()).collect(),
             backend: None,
+            format: None,
             engine: None,
             weights_bytes: None,
             activation_peak_bytes: None,

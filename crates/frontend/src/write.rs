@@ -41,6 +41,11 @@ pub trait PartEncoder: Sync {
     /// Part files' extension, without the dot.
     fn extension(&self) -> &'static str;
 
+    /// The parts' format as the connection file records it, for engines to pick by.
+    fn format(&self) -> &'static str {
+        self.extension()
+    }
+
     /// Starts an attempt that keeps weights as `external` says: writes, through `staged`,
     /// what the parts will share (`weights_name` in the output folder). Called again with
     /// [`ExternalData::Shared`] after a part asked for it; the earlier attempt's staged files
@@ -162,6 +167,7 @@ pub fn write_partition(
             inputs: names(&part.inputs),
             outputs: names(&part.outputs),
             engine: cleave_files::engine_of_backend(&backend),
+            format: Some(encoder.format().to_string()),
             backend: Some(backend.clone()),
             ..Default::default()
         });

@@ -9,6 +9,7 @@
 //! whose schema adds fields loses those fields on `save`; every field of the vendored
 //! `onnx.proto` (onnx 1.23) round-trips to identical bytes.
 
+pub mod conformance;
 mod cost;
 mod dtype;
 pub mod emit;
@@ -21,6 +22,7 @@ pub mod gen;
 mod infer;
 mod io;
 mod ops;
+mod pb;
 mod probe;
 pub mod rewrite;
 mod schema;
@@ -43,6 +45,7 @@ pub use frontend::{OnnxFrontend, OnnxSource};
 pub use infer::{infer_types, InferReport};
 pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
 pub use ops::{is_default_domain, is_deterministic, OnnxSemantics};
+pub use pb::read_pb;
 pub use tensor_file::{tensor_from_pb, TensorFile};
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
 pub use validate::MAX_OPSET;

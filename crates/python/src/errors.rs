@@ -13,6 +13,8 @@ pub enum Kind {
     Argument,
     /// An engine could not load or run a part: `EngineError`.
     Engine,
+    /// A file or folder could not be read or written: `FileError`.
+    File,
 }
 
 impl Kind {
@@ -20,6 +22,7 @@ impl Kind {
         match self {
             Kind::Argument => "argument",
             Kind::Engine => "engine",
+            Kind::File => "io",
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cleave::frontend::FixedDims;
 use cleave::ir::{Dim, Graph, ValueId};
-use cleave::runtime::{EngineKind, HostTensor};
+use cleave::runtime::HostTensor;
 use cleave::{AssignRequest, DeviceRequest, Loaded, Objective, RewriteLevel};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -110,7 +110,7 @@ pub fn load_bytes(
         .collect();
     let path = tmp.path().join(format!("{stem}.{ext}"));
     std::fs::write(&path, data)
-        .map_err(|e| raise(Kind::Argument, Some(&path), &format!("cannot write: {e}")))?;
+        .map_err(|e| raise(Kind::File, Some(&path), &format!("cannot write: {e}")))?;
     py.detach(|| open(path, fixed, Some(Arc::new(tmp))))
 }
 
@@ -311,15 +311,10 @@ impl Model {
         let source = &self.loaded.source;
         let g = self.loaded.graph();
         let kind = match engine {
-            None => EngineKind::default_for(source.path()),
-            Some(e) => EngineKind::parse(e).ok_or_else(|| {
-                raise(
-                    Kind::Argument,
-                    None,
-                    &format!("engine='{e}': engines are tract, onnxruntime, litert"),
-                )
-            })?,
-        };
+            None => cleave::default_engine(source.path()),
+            Some(e) => cleave::parse_engine("engine=", e),
+        }
+        .map_err(from_facade)?;
         let graph_outputs: Vec<String> =
             g.outputs.iter().map(|&v| g.value(v).name.clone()).collect();
         let wanted = outputs.unwrap_or_else(|| graph_outputs.clone());

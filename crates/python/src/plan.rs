@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cleave::runtime::runner::LoadedParts;
-use cleave::runtime::EngineMap;
 use cleave::{Assigned, Devices, Emitted, Error, ExternalData, ValidatedPlan};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -20,7 +19,6 @@ use crate::tensors::to_numpy;
 pub struct Plan {
     assigned: Assigned,
     plan: ValidatedPlan,
-    model_path: PathBuf,
     /// Lines `cleave partition` prints about the stages, when stages made the plan.
     stage_lines: Vec<String>,
     /// Where the parts are written for `runner`, `part_bytes` and `report`.
@@ -63,7 +61,6 @@ impl Plan {
         Ok(Plan {
             assigned,
             plan,
-            model_path: path.to_path_buf(),
             stage_lines,
             scratch: None,
             _model_tmp: model_tmp,
@@ -176,19 +173,9 @@ impl Plan {
                 ))
             }
         };
-        std::fs::create_dir_all(&folder).map_err(|e| {
-            raise(
-                Kind::Argument,
-                Some(&folder),
-                &format!("cannot create: {e}"),
-            )
-        })?;
-        let Plan {
-            assigned,
-            plan,
-            model_path,
-            ..
-        } = self;
+        std::fs::create_dir_all(&folder)
+            .map_err(|e| raise(Kind::File, Some(&folder), &format!("cannot create: {e}")))?;
+        let Plan { assigned, plan, .. } = self;
         let written = py
             .detach(|| assigned.loaded.write(plan, &folder, external))
             .map_err(from_facade)?;
@@ -209,7 +196,7 @@ impl Plan {
                 let f = dir.join(&p.file);
                 std::fs::read(&f)
                     .map(|b| (p.file.clone(), b))
-                    .map_err(|e| raise(Kind::Argument, Some(&f), &format!("cannot read: {e}")))
+                    .map_err(|e| raise(Kind::File, Some(&f), &format!("cannot read: {e}")))
             })
             .collect()
     }
@@ -236,7 +223,7 @@ impl Plan {
             .into_iter()
             .map(|(b, e)| format!("{b}={e}"))
             .collect();
-        let map = EngineMap::parse(&pairs).map_err(|e| raise(Kind::Argument, None, &e))?;
+        let map = cleave::engine_map(&pairs).map_err(from_facade)?;
         let conn = self.scratch()?.conn_json.clone();
         let parts = py
             .detach(|| cleave::load_parts(&conn, &map, false))

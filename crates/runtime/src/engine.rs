@@ -1,4 +1,6 @@
-//! Engines behind one trait; the engines themselves live in `cleave-engines`.
+//! Engines behind one trait, found by name in a [`Registry`]; the engines themselves, and the
+//! registry that lists them, live in `cleave-engines`. Nothing here names an engine or a
+//! model format: which engine runs which format, and which is preferred, is registered.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,160 +22,279 @@ pub trait Engine: Send + Sync {
     fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError>;
 }
 
+/// An engine as `--engine` names it: a registered engine, with the device for an engine
+/// that has devices (`openvino:GPU`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EngineKind {
-    Tract,
-    Ort,
-    Litert,
-    /// OpenVINO on one of its devices (`CPU`, `GPU`, `NPU`, `GPU.1`).
-    OpenVino(String),
+pub struct EngineKind {
+    name: &'static str,
+    device: Option<String>,
 }
 
-/// The engine names `--engine` and `--reference` accept.
-pub const ENGINE_NAMES: &str = "tract, ort, litert, openvino[:DEVICE]";
-
-// Devices named `ov-DEVICE` (`--devices ov:CPU`) are OpenVINO's own: their parts run on
-// OpenVINO on that device unless `--engine` says otherwise.
-pub use cleave_files::{openvino_device, OPENVINO_PREFIX};
-
 impl EngineKind {
-    /// `tract`, `ort` (or `onnxruntime`), `litert` (or `tflite`), `openvino` (on its CPU) or
-    /// `openvino:DEVICE`.
-    pub fn parse(s: &str) -> Option<EngineKind> {
-        match s {
-            "tract" => Some(EngineKind::Tract),
-            "ort" | "onnxruntime" => Some(EngineKind::Ort),
-            "litert" | "tflite" => Some(EngineKind::Litert),
-            "openvino" | "ov" => Some(EngineKind::OpenVino("CPU".into())),
-            _ => match s.split_once(':') {
-                Some(("openvino" | "ov", d)) if valid_ov_device(d) => {
-                    Some(EngineKind::OpenVino(d.to_string()))
-                }
-                _ => None,
-            },
-        }
+    /// The registered name, e.g. `ort`.
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
-    pub fn name(&self) -> &'static str {
-        match self {
-            EngineKind::Tract => "tract",
-            EngineKind::Ort => "ort",
-            EngineKind::Litert => "litert",
-            EngineKind::OpenVino(_) => "openvino",
-        }
+    /// The device, for an engine that has devices.
+    pub fn device(&self) -> Option<&str> {
+        self.device.as_deref()
     }
 
     /// The name with the device where there is one: `openvino:GPU`.
     pub fn label(&self) -> String {
-        match self {
-            EngineKind::OpenVino(d) => format!("openvino:{d}"),
-            other => other.name().to_string(),
-        }
-    }
-
-    /// The engine that runs a whole model unless told otherwise: LiteRT for a `.tflite` file,
-    /// else tract.
-    pub fn default_for(file: &Path) -> EngineKind {
-        if is_tflite(file) {
-            EngineKind::Litert
-        } else {
-            EngineKind::Tract
-        }
-    }
-
-    /// The engines that run a model file, the preferred first: LiteRT for a `.tflite` file,
-    /// else ONNX Runtime, then tract.
-    pub fn candidates(file: &Path) -> &'static [EngineKind] {
-        if is_tflite(file) {
-            &[EngineKind::Litert]
-        } else {
-            &[EngineKind::Ort, EngineKind::Tract]
+        match &self.device {
+            Some(d) => format!("{}:{d}", self.name),
+            None => self.name.to_string(),
         }
     }
 }
 
-/// OpenVINO device names: `CPU`, `GPU.1`, `HETERO:GPU,CPU` are letters, digits and `.:,_-`.
-fn valid_ov_device(d: &str) -> bool {
+/// Makes a registered engine, on `device` for an engine that has devices.
+pub type MakeEngine = fn(device: Option<&str>) -> Result<Box<dyn Engine>, RuntimeError>;
+
+/// One engine as the registry knows it.
+#[derive(Clone)]
+pub struct EngineEntry {
+    pub name: &'static str,
+    /// Other names `--engine` accepts for it.
+    pub aliases: &'static [&'static str],
+    /// The model formats it loads, as part files name them (their extension, or the format
+    /// the connection file records).
+    pub formats: &'static [&'static str],
+    /// The formats whose models it runs unless told otherwise.
+    pub default_for: &'static [&'static str],
+    /// Whether it is tried, in registration order, to run a whole model (constant folding,
+    /// feeding a profile): engines that are cheap to start and need no device.
+    pub whole_model: bool,
+    /// For an engine with devices: the device it runs on unless `NAME:DEVICE` says, and the
+    /// backend prefix that names one of its devices (`ov-` in `ov-GPU`).
+    pub devices: Option<Devices>,
+    pub make: MakeEngine,
+}
+
+/// How an engine with devices is named.
+#[derive(Clone, Copy, Debug)]
+pub struct Devices {
+    pub default: &'static str,
+    pub backend_prefix: &'static str,
+}
+
+/// The engines a program links.
+#[derive(Clone, Default)]
+pub struct Registry {
+    entries: Vec<EngineEntry>,
+}
+
+impl Registry {
+    pub fn register(&mut self, entry: EngineEntry) {
+        self.entries.push(entry);
+    }
+
+    pub fn entries(&self) -> &[EngineEntry] {
+        &self.entries
+    }
+
+    fn entry(&self, name: &str) -> Option<&EngineEntry> {
+        self.entries
+            .iter()
+            .find(|e| e.name == name || e.aliases.contains(&name))
+    }
+
+    /// The names `--engine` accepts, for messages: `tract, ort, openvino[:DEVICE]`.
+    pub fn names(&self) -> String {
+        self.entries
+            .iter()
+            .map(|e| match e.devices {
+                Some(_) => format!("{}[:DEVICE]", e.name),
+                None => e.name.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// `NAME` (an engine with devices on its default device) or `NAME:DEVICE`.
+    pub fn parse(&self, s: &str) -> Option<EngineKind> {
+        let (name, device) = match s.split_once(':') {
+            Some((n, d)) => (n, Some(d)),
+            None => (s, None),
+        };
+        let e = self.entry(name)?;
+        let device = match (e.devices, device) {
+            (None, None) => None,
+            (Some(d), None) => Some(d.default.to_string()),
+            (Some(_), Some(d)) if valid_device(d) => Some(d.to_string()),
+            _ => return None,
+        };
+        Some(EngineKind {
+            name: e.name,
+            device,
+        })
+    }
+
+    /// Makes the engine of `kind`.
+    pub fn make(&self, kind: &EngineKind) -> Result<Box<dyn Engine>, RuntimeError> {
+        let e = self
+            .entry(kind.name)
+            .ok_or_else(|| RuntimeError::Unavailable {
+                engine: kind.name,
+                message: "not registered".into(),
+            })?;
+        (e.make)(kind.device())
+    }
+
+    /// The engine that runs a whole model of `format` unless told otherwise.
+    pub fn default_for(&self, format: &str) -> Option<EngineKind> {
+        self.entries
+            .iter()
+            .find(|e| e.default_for.contains(&format))
+            .map(|e| self.kind_of(e))
+    }
+
+    /// The engines tried in turn to run a whole model of `format`, preferred first.
+    pub fn candidates(&self, format: &str) -> Vec<EngineKind> {
+        self.entries
+            .iter()
+            .filter(|e| e.whole_model && e.formats.contains(&format))
+            .map(|e| self.kind_of(e))
+            .collect()
+    }
+
+    fn kind_of(&self, e: &EngineEntry) -> EngineKind {
+        EngineKind {
+            name: e.name,
+            device: e.devices.map(|d| d.default.to_string()),
+        }
+    }
+
+    /// The engine a backend's name itself calls for: a device of an engine with devices
+    /// (`ov-GPU`), or an engine of that name that runs `format` (a backend called `ort`).
+    fn named_by_backend(&self, backend: &str, format: &str) -> Option<EngineKind> {
+        for e in &self.entries {
+            if let Some(d) = e.devices {
+                if let Some(device) = backend.strip_prefix(d.backend_prefix) {
+                    if !device.is_empty() {
+                        return Some(EngineKind {
+                            name: e.name,
+                            device: Some(device.to_string()),
+                        });
+                    }
+                }
+            }
+        }
+        self.entries
+            .iter()
+            .find(|e| e.devices.is_none() && e.name == backend && e.formats.contains(&format))
+            .map(|e| self.kind_of(e))
+    }
+
+    /// A map from backends to engines with no choice made yet.
+    pub fn map(&'static self) -> EngineMap {
+        EngineMap {
+            registry: self,
+            map: BTreeMap::new(),
+        }
+    }
+
+    /// Parses `backend=engine` pairs (`--engine npu=tract,cpu=ort`).
+    pub fn parse_map(&'static self, pairs: &[String]) -> Result<EngineMap, String> {
+        let mut m = self.map();
+        for p in pairs {
+            let (b, e) = p.split_once('=').ok_or_else(|| {
+                format!(
+                    "--engine '{p}': expected BACKEND=ENGINE, e.g. npu={}",
+                    self.entries.first().map_or("ENGINE", |e| e.name)
+                )
+            })?;
+            let kind = self.parse(e.trim()).ok_or_else(|| {
+                format!(
+                    "--engine '{p}': unknown engine '{e}' (engines: {})",
+                    self.names()
+                )
+            })?;
+            m.map.insert(b.trim().to_string(), kind);
+        }
+        Ok(m)
+    }
+}
+
+/// Device names: `CPU`, `GPU.1`, `HETERO:GPU,CPU` are letters, digits and `.:,_-`.
+fn valid_device(d: &str) -> bool {
     !d.is_empty()
         && d.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | ',' | '_' | '-'))
 }
 
-fn is_tflite(file: &Path) -> bool {
-    file.extension().is_some_and(|e| e == "tflite")
+/// The format of a part file: what the connection file records, else its extension.
+pub fn part_format(file: &Path, recorded: Option<&str>) -> String {
+    match recorded {
+        Some(f) => f.to_ascii_lowercase(),
+        None => file
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default(),
+    }
 }
 
-/// Makes the engine of a kind (supplied by the crate that links the engines).
-pub type EngineFactory<'a> = &'a dyn Fn(EngineKind) -> Result<Box<dyn Engine>, RuntimeError>;
-
-/// Which engine runs each backend (`--engine npu=tract,cpu=ort`). By default a `.tflite` part
-/// runs on LiteRT, a backend named `ort` on ONNX Runtime, a backend `ov-DEVICE` on OpenVINO's
-/// DEVICE and every other backend on tract.
-#[derive(Clone, Debug, Default)]
+/// Which engine runs each backend (`--engine npu=tract,cpu=ort`); where it says nothing, a
+/// backend that names an engine or one of its devices runs there, and any other on the
+/// default engine of the part's format.
+#[derive(Clone)]
 pub struct EngineMap {
+    registry: &'static Registry,
     map: BTreeMap<String, EngineKind>,
 }
 
+impl std::fmt::Debug for EngineMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.map.iter().map(|(b, k)| (b, k.label())))
+            .finish()
+    }
+}
+
 impl EngineMap {
-    /// Parses `backend=engine` pairs.
-    pub fn parse(pairs: &[String]) -> Result<EngineMap, String> {
-        let mut map = BTreeMap::new();
-        for p in pairs {
-            let (b, e) = p.split_once('=').ok_or_else(|| {
-                format!("--engine '{p}': expected BACKEND=ENGINE, e.g. npu=tract")
-            })?;
-            let kind = EngineKind::parse(e.trim()).ok_or_else(|| {
-                format!("--engine '{p}': unknown engine '{e}' (engines: {ENGINE_NAMES})")
-            })?;
-            map.insert(b.trim().to_string(), kind);
-        }
-        Ok(EngineMap { map })
+    pub fn registry(&self) -> &'static Registry {
+        self.registry
     }
 
-    /// The engine for a part file: `--engine`'s choice for its backend, else LiteRT for a
-    /// `.tflite` file, else [`EngineMap::for_backend`]'s default.
-    pub fn for_part(&self, backend: &str, file: &Path) -> EngineKind {
-        match self.map.get(backend) {
-            Some(kind) => kind.clone(),
-            None if openvino_device(backend).is_some() => self.for_backend(backend),
-            None if is_tflite(file) => EngineKind::Litert,
-            None => self.for_backend(backend),
+    /// The engine for parts of `format` on `backend`.
+    pub fn for_part(&self, backend: &str, format: &str) -> Result<EngineKind, String> {
+        if let Some(kind) = self.map.get(backend) {
+            return Ok(kind.clone());
         }
+        let r = self.registry;
+        r.named_by_backend(backend, format)
+            .or_else(|| r.default_for(format))
+            .ok_or_else(|| {
+                format!(
+                    "no engine runs {format} parts (engines: {}); choose one with --engine {backend}=ENGINE",
+                    r.names()
+                )
+            })
     }
 
-    /// The engine for a part of a connection file: `--engine`'s choice for its backend, else
-    /// the engine the file records for the part, else [`EngineMap::for_part`]'s default.
+    /// The engine for a part of a connection file: `--engine`'s choice for its backend,
+    /// else the engine the file records for the part, else [`EngineMap::for_part`]'s.
     pub fn for_conn_part(
         &self,
         backend: &str,
         file: &Path,
+        format: &str,
         recorded: Option<&str>,
     ) -> Result<EngineKind, String> {
         if let Some(kind) = self.map.get(backend) {
             return Ok(kind.clone());
         }
         match recorded {
-            Some(e) => EngineKind::parse(e).ok_or_else(|| {
+            Some(e) => self.registry.parse(e).ok_or_else(|| {
                 format!(
-                    "part {}: unknown engine '{e}' (engines: {ENGINE_NAMES})",
-                    file.display()
+                    "part {}: unknown engine '{e}' (engines: {})",
+                    file.display(),
+                    self.registry.names()
                 )
             }),
-            None => Ok(self.for_part(backend, file)),
-        }
-    }
-
-    pub fn for_backend(&self, backend: &str) -> EngineKind {
-        if let Some(kind) = self.map.get(backend) {
-            return kind.clone();
-        }
-        if let Some(d) = openvino_device(backend) {
-            return EngineKind::OpenVino(d.to_string());
-        }
-        if backend == "ort" {
-            EngineKind::Ort
-        } else {
-            EngineKind::Tract
+            None => self.for_part(backend, format),
         }
     }
 }
@@ -182,45 +303,101 @@ impl EngineMap {
 mod tests {
     use super::*;
 
-    #[test]
-    fn tflite_parts_default_to_litert_unless_engine_says_otherwise() {
-        let m = EngineMap::default();
-        let tflite = Path::new("m.00001_cpu.tflite");
-        let onnx = Path::new("m.00001_ort.onnx");
-        assert_eq!(m.for_part("cpu", tflite), EngineKind::Litert);
-        assert_eq!(m.for_part("ort", tflite), EngineKind::Litert);
-        assert_eq!(m.for_part("ort", onnx), EngineKind::Ort);
-        assert_eq!(m.for_part("cpu", onnx), EngineKind::Tract);
-        let m = EngineMap::parse(&["cpu=tract".into(), "npu=tflite".into()]).unwrap();
-        assert_eq!(m.for_part("cpu", tflite), EngineKind::Tract);
-        assert_eq!(m.for_part("npu", onnx), EngineKind::Litert);
-        assert_eq!(EngineKind::parse("litert"), Some(EngineKind::Litert));
-        assert_eq!(EngineKind::default_for(tflite), EngineKind::Litert);
-        assert_eq!(EngineKind::default_for(onnx), EngineKind::Tract);
-        assert_eq!(EngineKind::candidates(tflite), [EngineKind::Litert]);
-        assert_eq!(
-            EngineKind::candidates(onnx),
-            [EngineKind::Ort, EngineKind::Tract]
-        );
+    fn make(_: Option<&str>) -> Result<Box<dyn Engine>, RuntimeError> {
+        Err(RuntimeError::Unavailable {
+            engine: "test",
+            message: "a test registry makes nothing".into(),
+        })
+    }
+
+    fn entry(name: &'static str, formats: &'static [&'static str]) -> EngineEntry {
+        EngineEntry {
+            name,
+            aliases: &[],
+            formats,
+            default_for: &[],
+            whole_model: true,
+            devices: None,
+            make,
+        }
+    }
+
+    fn registry() -> &'static Registry {
+        static R: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+        R.get_or_init(|| {
+            let mut r = Registry::default();
+            r.register(EngineEntry {
+                aliases: &["fast-alias"],
+                ..entry("fast", &["fa"])
+            });
+            r.register(EngineEntry {
+                default_for: &["fa"],
+                ..entry("slow", &["fa"])
+            });
+            r.register(EngineEntry {
+                default_for: &["fb"],
+                ..entry("flat", &["fb"])
+            });
+            r.register(EngineEntry {
+                whole_model: false,
+                devices: Some(Devices {
+                    default: "CPU",
+                    backend_prefix: "dv-",
+                }),
+                ..entry("dev", &["fa", "fb"])
+            });
+            r
+        })
+    }
+
+    fn kind(s: &str) -> EngineKind {
+        registry().parse(s).unwrap()
     }
 
     #[test]
-    fn openvino_devices_run_on_openvino_unless_engine_says_otherwise() {
-        let ov = |d: &str| EngineKind::OpenVino(d.to_string());
-        assert_eq!(EngineKind::parse("openvino"), Some(ov("CPU")));
-        assert_eq!(EngineKind::parse("openvino:GPU.1"), Some(ov("GPU.1")));
-        assert_eq!(EngineKind::parse("openvino:"), None);
-        assert_eq!(EngineKind::parse("openvino:a b"), None);
-        assert_eq!(ov("NPU").label(), "openvino:NPU");
-        let m = EngineMap::default();
-        let onnx = Path::new("m.00001_ov-GPU.onnx");
-        assert_eq!(m.for_part("ov-GPU", onnx), ov("GPU"));
-        assert_eq!(m.for_part("ov-NPU", Path::new("m.tflite")), ov("NPU"));
-        assert_eq!(m.for_part("ov-", onnx), EngineKind::Tract);
-        let m = EngineMap::parse(&["ov-GPU=ort".into(), "npu=openvino:NPU".into()]).unwrap();
-        assert_eq!(m.for_part("ov-GPU", onnx), EngineKind::Ort);
-        assert_eq!(m.for_part("npu", onnx), ov("NPU"));
-        let e = EngineMap::parse(&["npu=openvin".into()]).unwrap_err();
-        assert!(e.contains("openvino[:DEVICE]"), "{e}");
+    fn defaults_and_candidates_come_from_the_registrations() {
+        let r = registry();
+        assert_eq!(r.default_for("fa"), Some(kind("slow")));
+        assert_eq!(r.default_for("fb"), Some(kind("flat")));
+        assert_eq!(r.default_for("fc"), None);
+        assert_eq!(r.candidates("fa"), [kind("fast"), kind("slow")]);
+        assert_eq!(r.candidates("fb"), [kind("flat")]);
+        assert_eq!(r.parse("fast-alias"), Some(kind("fast")));
+        assert_eq!(r.names(), "fast, slow, flat, dev[:DEVICE]");
+    }
+
+    #[test]
+    fn backends_map_to_engines_by_override_name_device_or_format() {
+        let r = registry();
+        let m = r.map();
+        assert_eq!(m.for_part("npu", "fa"), Ok(kind("slow")));
+        assert_eq!(m.for_part("npu", "fb"), Ok(kind("flat")));
+        assert_eq!(m.for_part("fast", "fa"), Ok(kind("fast")));
+        // A backend named like an engine that does not run the format gets the default.
+        assert_eq!(m.for_part("fast", "fb"), Ok(kind("flat")));
+        assert_eq!(m.for_part("dv-GPU", "fb"), Ok(kind("dev:GPU")));
+        assert_eq!(m.for_part("dv-", "fa"), Ok(kind("slow")));
+        let e = m.for_part("npu", "fc").unwrap_err();
+        assert!(e.contains("no engine runs fc parts"), "{e}");
+        let m = r
+            .parse_map(&["npu=fast".into(), "dv-GPU=dev:NPU".into()])
+            .unwrap();
+        assert_eq!(m.for_part("npu", "fb"), Ok(kind("fast")));
+        assert_eq!(m.for_part("dv-GPU", "fa"), Ok(kind("dev:NPU")));
+        let p = Path::new("m.00001_x.fa");
+        assert_eq!(
+            m.for_conn_part("x", p, "fa", Some("dev:GPU")),
+            Ok(kind("dev:GPU"))
+        );
+        assert!(m.for_conn_part("x", p, "fa", Some("nope")).is_err());
+        let e = r.parse_map(&["npu=fst".into()]).unwrap_err();
+        assert!(e.contains("dev[:DEVICE]"), "{e}");
+        assert_eq!(r.parse("dev"), Some(kind("dev:CPU")));
+        assert_eq!(r.parse("dev:"), None);
+        assert_eq!(r.parse("dev:a b"), None);
+        assert_eq!(r.parse("fast:GPU"), None);
+        assert_eq!(kind("dev:NPU").label(), "dev:NPU");
+        assert_eq!(part_format(Path::new("a/m.FA"), None), "fa");
+        assert_eq!(part_format(Path::new("a/m.fa"), Some("fb")), "fb");
     }
 }

@@ -27,8 +27,6 @@ pub enum RuntimeError {
         engine: &'static str,
         message: String,
     },
-    #[error("ONNX Runtime is unavailable: {message}")]
-    OrtUnavailable { message: String },
     /// An engine loaded at run time whose library is missing or unusable.
     #[error("{engine} is unavailable: {message}")]
     Unavailable {
@@ -62,7 +60,7 @@ impl RuntimeError {
             | RuntimeError::Input { path, .. }
             | RuntimeError::Conn { path, .. }
             | RuntimeError::Model { path, .. } => Some(path),
-            RuntimeError::OrtUnavailable { .. } | RuntimeError::Unavailable { .. } => None,
+            RuntimeError::Unavailable { .. } => None,
         }
     }
 }

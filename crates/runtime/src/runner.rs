@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cleave_files::ConnFile;
 
-use crate::engine::{EngineFactory, EngineKind, EngineMap, Session};
+use crate::engine::{part_format, EngineKind, EngineMap, Session};
 use crate::error::RuntimeError;
 use crate::tensor::HostTensor;
 
@@ -42,7 +42,6 @@ pub fn read_conn(path: &Path) -> Result<ConnFile, RuntimeError> {
 pub fn load_parts(
     conn_path: &Path,
     engines: &EngineMap,
-    make: EngineFactory,
     single_thread: bool,
 ) -> Result<LoadedParts, RuntimeError> {
     let conn = read_conn(conn_path)?;
@@ -56,15 +55,18 @@ pub fn load_parts(
     for p in &conn.parts {
         let backend = cleave_files::backend_of(&p.file, p.backend.as_deref());
         let path = dir.join(&p.file);
+        let format = part_format(&path, p.format.as_deref());
         let kind = engines
-            .for_conn_part(&backend, &path, p.engine.as_deref())
+            .for_conn_part(&backend, &path, &format, p.engine.as_deref())
             .map_err(|message| RuntimeError::Conn {
                 path: conn_path.to_path_buf(),
                 message,
             })?;
         let engine = match made.entry(kind.clone()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(make(kind.clone())?),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(engines.registry().make(&kind)?)
+            }
         };
         if !path.is_file() {
             return Err(RuntimeError::Conn {

@@ -41,7 +41,7 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 
 fn tensor_name(path: &Path) -> Option<String> {
     let bytes = std::fs::read(path).ok()?;
-    cleave_onnx::proto::TensorProto::decode(&bytes[..])
+    crate::proto::TensorProto::decode(&bytes[..])
         .ok()?
         .name
         .filter(|n| !n.is_empty())

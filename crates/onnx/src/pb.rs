@@ -10,11 +10,10 @@ pub fn read_pb(path: &Path) -> Result<HostTensor, RuntimeError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let t =
-        cleave_onnx::tensor_from_pb(&bytes, path).map_err(|message| RuntimeError::BadTensor {
-            path: path.to_path_buf(),
-            message,
-        })?;
+    let t = crate::tensor_from_pb(&bytes, path).map_err(|message| RuntimeError::BadTensor {
+        path: path.to_path_buf(),
+        message,
+    })?;
     Ok(HostTensor {
         elem: t.elem,
         shape: t.shape,
