@@ -42,9 +42,11 @@
 //! ([`frontend::Frontend`]: today [`onnx`]) that loads into the IR, answers what its
 //! operators mean, rewrites, and writes parts.
 
+mod convert;
 pub mod coverage;
 mod devices;
 mod error;
+mod generate;
 mod learn;
 mod load;
 mod openvino_devices;
@@ -74,8 +76,10 @@ pub use cleave_view as view;
 pub use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, Source};
 pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
+pub use convert::convert;
 pub use devices::{DeviceRequest, Devices};
 pub use error::{Error, NodeRef};
+pub use generate::{generate_model, Generated};
 pub use learn::Learned;
 pub use load::{frontend_for, frontends, load};
 pub use openvino_devices::{query as openvino_query, QUERY_SCRIPT as OPENVINO_QUERY_SCRIPT};

@@ -1,7 +1,6 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cleave::onnx::OnnxError;
 use cleave::Error;
 
 /// A failure as the user sees it: the file it concerns and the cause, on one line.
@@ -74,11 +73,5 @@ impl From<Error> for Fail {
             Some(p) => Fail::input(p, &e),
             None => Fail::usage(&e),
         }
-    }
-}
-
-impl From<OnnxError> for Fail {
-    fn from(e: OnnxError) -> Fail {
-        Fail::input(e.path(), &e)
     }
 }

@@ -3,7 +3,6 @@ use std::path::Path;
 
 use cleave::ir::phases::phase;
 use cleave::ir::{Dim, Graph, Model, OpSemantics, TensorType, ValueId};
-use cleave::onnx::{infer_types, to_checked_ir, OnnxModel};
 use serde::Serialize;
 
 use crate::Fail;
@@ -62,35 +61,13 @@ struct Params {
 }
 
 pub fn run(path: &Path, json: bool, types: bool, fixed: &cleave::FixedDims) -> Result<(), Fail> {
-    if cleave::frontend_for(path).name() != "onnx" {
-        // Formats that store every tensor's type need no inference: the loaded IR is typed.
-        let loaded = cleave::load_model(path)?.fix_dims(fixed)?;
-        let s = summarise(
-            path,
-            loaded.model(),
-            cleave::onnx::InferReport::default(),
-            loaded.semantics(),
-        );
-        return show(path, s, loaded.model(), json, types);
-    }
-    let onnx = OnnxModel::load(path)?;
-    let model = phase("IR build and check", || to_checked_ir(&onnx))?;
-    let mut source = crate::process::Released::new(cleave::onnx::OnnxSource { onnx, model });
-    if !fixed.is_empty() {
-        // The fixed model comes back typed; inferring again below only gives the report.
-        source.model = cleave::Source::fix_dims(&*source, fixed)
-            .map_err(cleave::Error::from)?
-            .model()
-            .clone();
-    }
-    let report = phase("type inference", || infer_types(&mut source.model));
-    phase("type check", || {
-        cleave::onnx::check_typed(path, &source.model)
-    })?;
+    // Freed by the process's exit, not piece by piece.
+    let loaded = crate::process::Released::new(cleave::load_model(path)?.fix_dims(fixed)?);
     let s = phase("summary", || {
-        summarise(path, &source.model, report, &cleave::onnx::OnnxSemantics)
+        let report = loaded.source.type_report();
+        summarise(path, loaded.model(), report, loaded.semantics())
     });
-    show(path, s, &source.model, json, types)
+    show(path, s, loaded.model(), json, types)
 }
 
 fn show(path: &Path, mut s: Summary, model: &Model, json: bool, types: bool) -> Result<(), Fail> {
@@ -114,7 +91,7 @@ fn show(path: &Path, mut s: Summary, model: &Model, json: bool, types: bool) -> 
 fn summarise(
     path: &Path,
     m: &Model,
-    report: cleave::onnx::InferReport,
+    report: cleave::frontend::TypeReport,
     sem: &dyn OpSemantics,
 ) -> Summary {
     let g = &m.graph;

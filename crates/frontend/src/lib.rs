@@ -231,6 +231,15 @@ pub struct Emitted {
     pub notes: Vec<String>,
 }
 
+/// What type inference left open, for `inspect`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypeReport {
+    /// Top-level tensors whose element type or rank is unknown.
+    pub untyped: Vec<String>,
+    /// Op types without an inference rule that left tensors untyped.
+    pub unknown_ops: Vec<String>,
+}
+
 /// A loaded model in its format.
 pub trait Source: Send + Sync {
     /// The file it was loaded from (or last saved to).
@@ -244,6 +253,21 @@ pub trait Source: Send + Sync {
 
     /// The operator semantics of this format.
     fn semantics(&self) -> &dyn OpSemantics;
+
+    /// What the model's types leave open. By default the untyped top-level tensors alone: a
+    /// format that types every tensor in the file has no inference to report on.
+    fn type_report(&self) -> TypeReport {
+        let g = &self.model().graph;
+        TypeReport {
+            untyped: g
+                .values
+                .iter()
+                .filter(|v| !v.ty.is_complete())
+                .map(|v| v.name.clone())
+                .collect(),
+            unknown_ops: Vec::new(),
+        }
+    }
 
     /// The format's rewrites at `opts.level`; the source itself is not changed.
     fn rewrite(&self, opts: &RewriteOptions) -> Result<Rewritten, FrontendError>;

@@ -66,6 +66,14 @@ impl Source for OnnxSource {
         &OnnxSemantics
     }
 
+    fn type_report(&self) -> cleave_frontend::TypeReport {
+        let r = crate::type_report(&self.model);
+        cleave_frontend::TypeReport {
+            untyped: r.untyped,
+            unknown_ops: r.unknown_ops,
+        }
+    }
+
     fn explorer_ids(&self) -> Vec<Vec<(String, String)>> {
         crate::explorer_ids::explorer_ids(&self.model.graph)
     }
@@ -146,6 +154,12 @@ impl Source for OnnxSource {
     fn write_probe(&self, elem: ElemType, dims: &[i64], path: &Path) -> Result<(), FrontendError> {
         let model = crate::probe::identity_model(elem, dims);
         crate::io::write_atomic(path, &crate::io::encode_model(&model)).map_err(from_onnx)
+    }
+}
+
+impl From<OnnxError> for FrontendError {
+    fn from(e: OnnxError) -> FrontendError {
+        from_onnx(e)
     }
 }
 

@@ -42,7 +42,7 @@ pub use dtype::{elem_from_code, elem_to_code};
 pub use error::OnnxError;
 pub use external::read_weight;
 pub use frontend::{OnnxFrontend, OnnxSource};
-pub use infer::{infer_types, InferReport};
+pub use infer::{infer_types, type_report, InferReport};
 pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
 pub use ops::{is_default_domain, is_deterministic, OnnxSemantics};
 pub use pb::read_pb;

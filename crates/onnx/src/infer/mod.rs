@@ -116,6 +116,38 @@ pub fn infer_types(model: &mut Model) -> InferReport {
     }
 }
 
+/// What [`infer_types`] reports, read from a model it has typed: the top-level values still
+/// untyped, and the op types without a rule whose outputs (at any depth) are untyped.
+pub fn type_report(model: &Model) -> InferReport {
+    fn ops(registry: &Registry, g: &Graph, found: &mut std::collections::BTreeSet<String>) {
+        for node in &g.nodes {
+            let untyped = node
+                .outputs
+                .iter()
+                .flatten()
+                .any(|&o| !g.value(o).ty.is_complete());
+            if untyped && registry.get(&node.domain, &node.op_type).is_none() {
+                found.insert(op_key(&node.domain, &node.op_type));
+            }
+            for a in &node.attrs {
+                match &a.value {
+                    cleave_ir::AttrValue::Graph(sub) => ops(registry, sub, found),
+                    cleave_ir::AttrValue::Graphs(subs) => {
+                        subs.iter().for_each(|s| ops(registry, s, found))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut found = std::collections::BTreeSet::new();
+    ops(&Registry::new(), &model.graph, &mut found);
+    InferReport {
+        untyped: untyped(&model.graph),
+        unknown_ops: found.into_iter().collect(),
+    }
+}
+
 /// Depth of nested subgraphs followed; a deeper one keeps the types its file gives.
 const MAX_NESTING: usize = 16;
 
