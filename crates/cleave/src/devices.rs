@@ -60,8 +60,8 @@ impl Devices {
         let (profiles, list) = profiles(req)?;
         let part = match &req.part {
             Some(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|e| Error::io(path, "cannot read", e))?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::argument(path, format!("cannot read: {e}")))?;
                 let backends = (!list.is_empty()).then_some(list.as_slice());
                 let p = PartFile::parse(&text, path, backends, req.default.as_deref())
                     .map_err(|e| Error::argument(e.path(), &e))?;

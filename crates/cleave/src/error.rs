@@ -29,7 +29,7 @@ pub enum Error {
         node: Option<NodeRef>,
         message: String,
     },
-    /// A file or folder could not be read or written.
+    /// The model, or an output file or folder, could not be read or written.
     #[error("{message}")]
     Io {
         path: PathBuf,
@@ -37,8 +37,9 @@ pub enum Error {
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
-    /// The request is wrong: a rule, cost or profile file, a device list, a memory or stage
-    /// count, options that contradict each other. `path` is the file at fault, if any.
+    /// The request is wrong: a rule, cost, profile or connection file (missing, unreadable or
+    /// malformed), a device list, a memory or stage count, options that contradict each
+    /// other. `path` is the file at fault, if any.
     #[error("{message}")]
     Argument {
         path: Option<PathBuf>,

@@ -87,7 +87,7 @@ pub use pipeline::{load_model, Algorithm, Cut, Loaded, RewriteSummary};
 pub use placement::{
     Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
 };
-pub use profile::{profile, ProfileOptions};
+pub use profile::{median_seconds, profile, ProfileOptions};
 pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
 pub use request::{
     load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, Objective,

@@ -23,7 +23,8 @@ pub struct Costs {
 impl Costs {
     /// Reads and checks a cost file (one line naming the file and the cause on error).
     pub fn read(path: &Path) -> Result<Costs, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "cannot read", e))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::argument(path, format!("cannot read: {e}")))?;
         let file = CostFile::parse(&text).map_err(|e| Error::argument(path, e))?;
         Ok(Costs {
             file: Some((path.to_path_buf(), file)),

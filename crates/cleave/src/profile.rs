@@ -50,7 +50,9 @@ impl Default for ProfileOptions {
 /// Elements of the large probe tensor (4 MiB of f32): big enough that copying it dwarfs a call.
 const PROBE_ELEMENTS: i64 = 1 << 20;
 
-fn median(mut v: Vec<Duration>) -> f64 {
+/// The median of timed runs, in seconds (0 for none): what every figure cleave measures
+/// reports, as it is robust to the odd slow run.
+pub fn median_seconds(mut v: Vec<Duration>) -> f64 {
     v.sort();
     v.get(v.len() / 2).map_or(0.0, Duration::as_secs_f64)
 }
@@ -97,7 +99,7 @@ fn probe(
         let feed = vec![("x".to_string(), x)];
         time_runs(s.as_mut(), &feed, 3).map_err(|e| Error::engine(&path, e))?;
         let (t, _) = time_runs(s.as_mut(), &feed, runs).map_err(|e| Error::engine(&path, e))?;
-        Ok(median(t))
+        Ok(median_seconds(t))
     };
     let small = at(1, 50)?;
     let big = at(PROBE_ELEMENTS, 15)?;
@@ -263,14 +265,14 @@ pub fn profile(
                     continue;
                 }
                 let io = (bytes_of(&t.feed) + t.out_bytes) as f64 / rate;
-                unit_s[t.unit] = Ok((median(t.times) - launch - io).max(0.0));
+                unit_s[t.unit] = Ok((median_seconds(t.times) - launch - io).max(0.0));
             }
             done += chunk.len() as u64;
         }
         let scale = (unit_s.iter().all(Result::is_ok) && !whole_times.is_empty()).then(|| {
             let sum: f64 = unit_s.iter().flatten().sum();
             let io = (bytes_of(feeds) + whole_out) as f64 / rate;
-            ((median(whole_times) - launch - io).max(0.0) / sum.max(1e-12)).clamp(0.1, 10.0)
+            ((median_seconds(whole_times) - launch - io).max(0.0) / sum.max(1e-12)).clamp(0.1, 10.0)
         });
         per_engine.insert(
             kind.clone(),

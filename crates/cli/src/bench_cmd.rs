@@ -47,9 +47,8 @@ struct BenchReport {
     parts_counters: Vec<serde_json::Value>,
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
+fn median(v: Vec<Duration>) -> Duration {
+    Duration::from_secs_f64(cleave::median_seconds(v))
 }
 
 pub fn run(a: BenchArgs) -> Result<(), Fail> {

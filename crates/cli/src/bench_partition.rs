@@ -4,7 +4,7 @@
 //! bare Kahn topological sort; up to 1000 units also the openvino algorithm within its budget.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cleave::partition::{
     kahn_order, openvino, partition_default, validate, OpenVinoOptions, Options, Plan,
@@ -44,14 +44,6 @@ struct Report {
     partition_bytes_per_node: Option<f64>,
     /// Every phase of loading, assigning and cutting, as `--timings` prints them.
     phases: Vec<crate::timings::PhaseJson>,
-}
-
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v.get(v.len() / 2)
-        .copied()
-        .unwrap_or_default()
-        .as_secs_f64()
 }
 
 pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Result<(), Fail> {
@@ -141,7 +133,7 @@ pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Resu
         ));
     }
 
-    let (partition_s, toposort_s) = (median(tp), median(tt));
+    let (partition_s, toposort_s) = (cleave::median_seconds(tp), cleave::median_seconds(tt));
     let report = Report {
         model: target.display().to_string(),
         nodes: g.nodes.len(),

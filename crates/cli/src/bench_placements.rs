@@ -67,11 +67,6 @@ struct Candidate {
     stats: Vec<PartStats>,
 }
 
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v.get(v.len() / 2).map_or(0.0, Duration::as_secs_f64)
-}
-
 pub fn run(
     model: &Path,
     devices: &DeviceArgs,
@@ -197,7 +192,7 @@ pub fn run(
     let rows: Vec<Row> = cands
         .iter()
         .map(|c| {
-            let m = median(c.times.clone());
+            let m = cleave::median_seconds(c.times.clone());
             Row {
                 placement: c.name.clone(),
                 parts: c.parts.sessions.len(),

@@ -104,15 +104,8 @@ fn bad_inputs_get_one_line_and_exit_code_2() {
     let d = tmp.path();
     let empty = write(d, "empty.onnx", b"");
     // Seeded pseudo-random bytes (xorshift), the same on every run.
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let noise: Vec<u8> = (0..1024)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let mut x = cleave::ir::XorShift64::raw(0x9E37_79B9_7F4A_7C15);
+    let noise: Vec<u8> = (0..1024).map(|_| x.next_u64() as u8).collect();
     let garbage = write(d, "garbage.onnx", &noise);
     let resnet = std::fs::read(light("light_resnet50")).unwrap();
     let half = write(d, "half.onnx", &resnet[..resnet.len() / 2]);

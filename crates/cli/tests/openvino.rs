@@ -39,7 +39,7 @@ fn run(cache: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn weights(name: &str, dims: &[i64], seed: u64) -> TensorProto {
     let n: i64 = dims.iter().product();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     TensorProto {
         name: Some(name.into()),
         dims: dims.to_vec(),

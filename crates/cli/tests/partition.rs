@@ -217,21 +217,11 @@ fn seed_example_with_both_algorithms() {
     oracle(&work.join("seed.conn.json"));
 }
 
-/// xorshift, so every run draws the same assignment.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 #[test]
 fn light_models_with_random_three_backend_assignments_reproduce_every_tensor() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = Rng(20261122);
+    // Seeded, so every run draws the same assignment.
+    let mut rng = cleave::ir::XorShift64::raw(20261122);
     let mut table = vec![format!(
         "{:<20} {:>6} {:>6} {:>10} {:>12}",
         "model", "nodes", "parts", "ONE rule", "epoch greedy"
@@ -258,7 +248,7 @@ fn light_models_with_random_three_backend_assignments_reproduce_every_tensor() {
             text.push_str(&format!(
                 "{}={}\n",
                 n["name"].as_str().unwrap(),
-                ["cpu", "npu", "gpu"][(rng.next() % 3) as usize]
+                ["cpu", "npu", "gpu"][rng.below(3) as usize]
             ));
         }
         let part = write_part(tmp.path(), &format!("{name}.part"), &text);

@@ -65,7 +65,7 @@ fn split_by_name(
 #[test]
 fn random_splits_of_every_model_reproduce_it_in_litert() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut total_parts = 0;
     for model in cleave_testdata::tflite_files() {
         let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
@@ -124,7 +124,7 @@ fn random_splits_of_every_model_reproduce_it_in_litert() {
 #[test]
 fn stateful_models_keep_each_variable_in_one_part_across_invokes() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0x5eed_57a7_e000_0001);
+    let mut rng = Rng::new(0x5eed_57a7_e000_0001);
     let (mut parts_seen, mut moved) = (0, 0);
     for model in cleave_testdata::stateful_tflite_files() {
         let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
@@ -177,7 +177,7 @@ fn stateful_models_keep_each_variable_in_one_part_across_invokes() {
 #[test]
 fn keras_exports_split_at_random_reproduce_them_in_litert() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0xb12d_2e74_0000_0001);
+    let mut rng = Rng::new(0xb12d_2e74_0000_0001);
     let mut parts_seen = 0;
     for model in cleave_testdata::keras_tflite_files() {
         let stem = model.file_stem().unwrap().to_string_lossy().into_owned();

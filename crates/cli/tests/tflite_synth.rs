@@ -256,7 +256,7 @@ fn models(dir: &Path) -> Vec<Model> {
 #[test]
 fn random_splits_of_every_synth_model_reproduce_it_in_litert() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     let mut checks = 0;
     for m in models(tmp.path()) {
         let stem = m.path.file_stem().unwrap().to_string_lossy().into_owned();

@@ -8,7 +8,7 @@ use crate::{StageDevice, StageProblem, StageTensor};
 /// A random order of `n` units: each reads earlier tensors (skips included), some weights,
 /// some shared; devices of different speeds and budgets.
 fn random(seed: u64, n: usize, s: usize) -> StageProblem {
-    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = Rng::seeded(seed);
     let mut tensors = vec![StageTensor {
         producer: None,
         readers: vec![0],

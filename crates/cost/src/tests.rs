@@ -5,27 +5,12 @@ use cleave_partition::UnitGraph;
 use crate::{exact, scalable, DeviceCosts, Flow, Link, Problem};
 
 /// A small deterministic generator, so a failing case can be replayed by its seed.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+pub(crate) type Rng = cleave_ir::XorShift64;
 
 /// A random DAG of `n` units on `d` devices with random unit, launch, copy and link costs;
 /// about one unit in five may not run on some device.
 fn random_problem(seed: u64, n: usize, d: usize) -> Problem {
-    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = Rng::seeded(seed);
     let mut edges = Vec::new();
     for b in 1..n {
         // Every unit but the first reads an earlier one, sometimes two.

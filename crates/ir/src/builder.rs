@@ -17,6 +17,19 @@ pub struct NodeSpec {
     pub source: Option<crate::SourceRef>,
 }
 
+impl NodeSpec {
+    /// A node of `op_type` in the default domain, reading and writing tensors by name.
+    pub fn new(name: &str, op_type: &str, inputs: &[&str], outputs: &[&str]) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            op_type: op_type.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+}
+
 /// Collects a graph by names, in any order, then checks and indexes it in [`finish`].
 ///
 /// [`finish`]: GraphBuilder::finish
@@ -344,16 +357,6 @@ mod tests {
     use super::*;
     use crate::types::ElemType;
 
-    fn node(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeSpec {
-        NodeSpec {
-            name: name.into(),
-            op_type: op.into(),
-            inputs: ins.iter().map(|s| s.to_string()).collect(),
-            outputs: outs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
     fn f32s(dims: &[i64]) -> TensorType {
         TensorType::fixed(ElemType::F32, dims)
     }
@@ -362,9 +365,9 @@ mod tests {
     fn reorders_only_what_is_out_of_order() {
         let mut b = GraphBuilder::new("g");
         b.input("x", f32s(&[1]));
-        b.node(node("c", "Relu", &["b_out"], &["y"]));
-        b.node(node("a", "Relu", &["x"], &["a_out"]));
-        b.node(node("b", "Relu", &["a_out"], &["b_out"]));
+        b.node(NodeSpec::new("c", "Relu", &["b_out"], &["y"]));
+        b.node(NodeSpec::new("a", "Relu", &["x"], &["a_out"]));
+        b.node(NodeSpec::new("b", "Relu", &["a_out"], &["b_out"]));
         b.output("y");
         let g = b.finish(false).unwrap();
         let names: Vec<_> = g.topo_order().iter().map(|&n| g.node_label(n)).collect();
@@ -377,7 +380,7 @@ mod tests {
     fn names_the_reader_of_an_undefined_tensor() {
         let mut b = GraphBuilder::new("g");
         b.input("x", f32s(&[1]));
-        b.node(node("r", "Relu", &["nope"], &["y"]));
+        b.node(NodeSpec::new("r", "Relu", &["nope"], &["y"]));
         let err = b.finish(false).unwrap_err();
         assert_eq!(
             err,
@@ -393,8 +396,8 @@ mod tests {
     fn names_both_producers_of_a_tensor() {
         let mut b = GraphBuilder::new("g");
         b.input("x", f32s(&[1]));
-        b.node(node("a", "Relu", &["x"], &["y"]));
-        b.node(node("b", "Neg", &["x"], &["y"]));
+        b.node(NodeSpec::new("a", "Relu", &["x"], &["y"]));
+        b.node(NodeSpec::new("b", "Neg", &["x"], &["y"]));
         let msg = b.finish(false).unwrap_err().to_string();
         assert!(
             msg.contains("'y'")
@@ -404,7 +407,7 @@ mod tests {
         );
         let mut b = GraphBuilder::new("g");
         b.input("x", f32s(&[1]));
-        b.node(node("a", "Relu", &["x"], &["x"]));
+        b.node(NodeSpec::new("a", "Relu", &["x"], &["x"]));
         assert!(b
             .finish(false)
             .unwrap_err()
@@ -416,9 +419,9 @@ mod tests {
     fn reports_a_cycle_in_data_flow_order() {
         let mut b = GraphBuilder::new("g");
         b.input("x", f32s(&[1]));
-        b.node(node("a", "Add", &["x", "c_out"], &["a_out"]));
-        b.node(node("b", "Relu", &["a_out"], &["b_out"]));
-        b.node(node("c", "Relu", &["b_out"], &["c_out"]));
+        b.node(NodeSpec::new("a", "Add", &["x", "c_out"], &["a_out"]));
+        b.node(NodeSpec::new("b", "Relu", &["a_out"], &["b_out"]));
+        b.node(NodeSpec::new("c", "Relu", &["b_out"], &["c_out"]));
         b.output("c_out");
         match b.finish(false).unwrap_err() {
             GraphError::Cycle { nodes, tensors } => {
@@ -436,7 +439,7 @@ mod tests {
     #[test]
     fn self_loop_is_a_cycle() {
         let mut b = GraphBuilder::new("g");
-        b.node(node("a", "Relu", &["y"], &["y"]));
+        b.node(NodeSpec::new("a", "Relu", &["y"], &["y"]));
         let msg = b.finish(false).unwrap_err().to_string();
         assert_eq!(msg, "graph has a cycle: 'a' -[y]-> 'a'");
     }
@@ -444,15 +447,15 @@ mod tests {
     #[test]
     fn subgraph_reads_become_implicit_inputs() {
         let mut body = GraphBuilder::new("then");
-        body.node(node("inner", "Relu", &["outer_t"], &["z"]));
+        body.node(NodeSpec::new("inner", "Relu", &["outer_t"], &["z"]));
         body.output("z");
         let body = body.finish(true).unwrap();
         assert_eq!(body.outer.len(), 1);
         let mut b = GraphBuilder::new("g");
         b.input("cond", TensorType::fixed(ElemType::Bool, &[]));
         b.input("x", f32s(&[1]));
-        b.node(node("p", "Neg", &["x"], &["outer_t"]));
-        let mut spec = node("if", "If", &["cond"], &["y"]);
+        b.node(NodeSpec::new("p", "Neg", &["x"], &["outer_t"]));
+        let mut spec = NodeSpec::new("if", "If", &["cond"], &["y"]);
         spec.attrs.push(Attribute {
             name: "then_branch".into(),
             value: crate::AttrValue::Graph(Box::new(body)),
@@ -480,10 +483,10 @@ mod tests {
                 data: crate::WeightData::Bytes(2i64.to_le_bytes().to_vec().into()),
             },
         );
-        b.node(node("fill", "ConstantOfShape", &["shape"], &["w"]));
-        b.node(node("neg", "Neg", &["w"], &["w2"]));
-        b.node(node("rand", "RandomNormal", &[], &["r"]));
-        b.node(node("add", "Add", &["x", "w2"], &["y"]));
+        b.node(NodeSpec::new("fill", "ConstantOfShape", &["shape"], &["w"]));
+        b.node(NodeSpec::new("neg", "Neg", &["w"], &["w2"]));
+        b.node(NodeSpec::new("rand", "RandomNormal", &[], &["r"]));
+        b.node(NodeSpec::new("add", "Add", &["x", "w2"], &["y"]));
         let g = b.finish(false).unwrap();
         let c = g.constant_nodes(|n| n.op_type != "RandomNormal");
         assert_eq!(c, vec![true, true, false, false]);

@@ -209,13 +209,8 @@ mod tests {
     /// devices) must be the simulated greedy's, part for part.
     #[test]
     fn two_device_epochs_are_the_simulated_greedy() {
-        let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rng = cleave_ir::XorShift64::raw(0x9E37_79B9_7F4A_7C15);
+        let mut next = move || rng.next_u64();
         let mut shortcuts = 0;
         for _ in 0..3000 {
             let n = 2 + (next() % 40) as u32;

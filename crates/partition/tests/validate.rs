@@ -4,16 +4,6 @@ use cleave_assign::{Assignment, Placement, Reason};
 use cleave_ir::{ElemType, Graph, GraphBuilder, NodeId, NodeSpec, TensorType, Weight, WeightData};
 use cleave_partition::{check_plan, partition_default, Options, Plan, UnitGraph, ValidationError};
 
-fn spec(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        op_type: op.into(),
-        inputs: ins.iter().map(|s| s.to_string()).collect(),
-        outputs: outs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
 /// x → a(A) → b(B) → c(A) → y, with a constant `k` computed by `fill` and read by `c`.
 fn graph() -> (Graph, Assignment) {
     let mut b = GraphBuilder::new("g");
@@ -26,10 +16,10 @@ fn graph() -> (Graph, Assignment) {
             data: WeightData::Bytes(2i64.to_le_bytes().to_vec().into()),
         },
     );
-    b.node(spec("a", "Relu", &["x"], &["ta"]));
-    b.node(spec("b", "Neg", &["ta"], &["tb"]));
-    b.node(spec("fill", "ConstantOfShape", &["shape"], &["k"]));
-    b.node(spec("c", "Add", &["tb", "k"], &["y"]));
+    b.node(NodeSpec::new("a", "Relu", &["x"], &["ta"]));
+    b.node(NodeSpec::new("b", "Neg", &["ta"], &["tb"]));
+    b.node(NodeSpec::new("fill", "ConstantOfShape", &["shape"], &["k"]));
+    b.node(NodeSpec::new("c", "Add", &["tb", "k"], &["y"]));
     b.output("y");
     let g = b.finish(false).unwrap();
     let dev = |d| Placement::Device(d, Reason::OpName);
@@ -134,9 +124,9 @@ fn a_placed_constant_read_only_by_a_copy_in_its_own_part_is_no_output() {
             data: WeightData::Bytes(vec![0u8; 8].into()),
         },
     );
-    b.node(spec("unpack", "Densify", &["w"], &["dense"]));
-    b.node(spec("deq", "Dequantize", &["dense"], &["k"]));
-    b.node(spec("c", "Add", &["x", "k"], &["y"]));
+    b.node(NodeSpec::new("unpack", "Densify", &["w"], &["dense"]));
+    b.node(NodeSpec::new("deq", "Dequantize", &["dense"], &["k"]));
+    b.node(NodeSpec::new("c", "Add", &["x", "k"], &["y"]));
     b.output("y");
     let g = b.finish(false).unwrap();
     let dev = |d| Placement::Device(d, Reason::OpName);

@@ -184,13 +184,8 @@ impl HostTensor {
     /// Seeded random data of a type: normal floats, small non-negative integers, booleans.
     pub fn random(elem: ElemType, shape: &[usize], seed: u64) -> Result<HostTensor, String> {
         let n: usize = shape.iter().product();
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rng = cleave_ir::XorShift64::seeded(seed);
+        let mut next = || rng.next_u64();
         let mut uniform = || (next() >> 11) as f64 / (1u64 << 53) as f64;
         let data: Vec<u8> = match elem {
             ElemType::F32 | ElemType::F64 => {

@@ -119,7 +119,14 @@ fn tflite_in(folders: &[&str], at_least: usize) -> Vec<PathBuf> {
     files
 }
 
-/// The repository's `scripts/` folder.
+/// The repository's `scripts/` folder. Found from the test's crate at run time: a build
+/// reused from a checkout elsewhere (cargo shares artifacts across moved workspaces) would
+/// otherwise name that checkout's folder.
 pub fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
+    let here = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    here.ancestors()
+        .map(|d| d.join("scripts"))
+        .find(|s| s.join("fetch-test-data.sh").is_file())
+        .unwrap_or_else(|| here.join("../../scripts"))
 }

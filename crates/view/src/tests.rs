@@ -7,16 +7,6 @@ use cleave_partition::{Part, Plan};
 
 use crate::*;
 
-fn spec(name: &str, op: &str, ins: &[&str], outs: &[&str]) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        op_type: op.into(),
-        inputs: ins.iter().map(|s| s.to_string()).collect(),
-        outputs: outs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
 fn graph() -> Graph {
     let t = TensorType::fixed(ElemType::F32, &[1, 4]);
     let mut b = GraphBuilder::new("g");
@@ -29,10 +19,10 @@ fn graph() -> Graph {
             data: WeightData::Bytes(vec![1u8, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0].into()),
         },
     );
-    b.node(spec("fill", "ConstantOfShape", &["shape"], &["k"]));
-    b.node(spec("a\"<1>", "Relu", &["x"], &["ta"]));
-    b.node(spec("b", "Neg", &["ta"], &["tb"]));
-    b.node(spec("c", "Add", &["tb", "k"], &["y"]));
+    b.node(NodeSpec::new("fill", "ConstantOfShape", &["shape"], &["k"]));
+    b.node(NodeSpec::new("a\"<1>", "Relu", &["x"], &["ta"]));
+    b.node(NodeSpec::new("b", "Neg", &["ta"], &["tb"]));
+    b.node(NodeSpec::new("c", "Add", &["tb", "k"], &["y"]));
     for v in ["k", "ta", "tb", "y"] {
         b.value_type(v, t.clone());
     }

@@ -22,7 +22,8 @@ fn python() -> OsString {
 /// Reads `conn` and checks that every part file it names exists, so a bad partition fails
 /// here in one line rather than inside a Ray actor.
 pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
-    let text = std::fs::read_to_string(conn).map_err(|e| Error::io(conn, "cannot read", e))?;
+    let text = std::fs::read_to_string(conn)
+        .map_err(|e| Error::argument(conn, format!("cannot read: {e}")))?;
     let parsed = ConnFile::from_json(&text).map_err(|e| Error::argument(conn, e))?;
     let dir = conn.parent().unwrap_or(Path::new("."));
     for p in &parsed.parts {

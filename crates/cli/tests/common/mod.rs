@@ -120,14 +120,15 @@ pub fn ok(o: &Output) -> String {
 }
 
 /// A small seeded generator (xorshift), so a failing split can be replayed.
-pub struct Rng(pub u64);
+pub struct Rng(cleave::ir::XorShift64);
 
 impl Rng {
+    pub fn new(state: u64) -> Rng {
+        Rng(cleave::ir::XorShift64::raw(state))
+    }
+
     pub fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
+        self.0.below(n as u64) as usize
     }
 }
 
