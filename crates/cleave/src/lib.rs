@@ -42,6 +42,7 @@
 //! ([`frontend::Frontend`]: today [`onnx`]) that loads into the IR, answers what its
 //! operators mean, rewrites, and writes parts.
 
+mod check;
 mod convert;
 pub mod coverage;
 mod devices;
@@ -53,7 +54,6 @@ mod openvino_devices;
 mod pipeline;
 mod placement;
 mod profile;
-mod read_back;
 mod request;
 mod run;
 pub mod serve;
@@ -73,6 +73,7 @@ pub use cleave_runtime as runtime;
 pub use cleave_tflite as tflite;
 pub use cleave_view as view;
 
+pub use check::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
 pub use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, Source};
 pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
@@ -88,7 +89,6 @@ pub use placement::{
     Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
 };
 pub use profile::{median_seconds, profile, ProfileOptions};
-pub use read_back::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
 pub use request::{
     load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, Objective,
 };

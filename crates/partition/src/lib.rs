@@ -15,20 +15,20 @@
 //! between its parts as it goes, so the merge pass starts from the part graph directly.
 //! [`openvino`] is the seed's subgraph-selection algorithm, with a trace.
 
+mod constructions;
 mod dag;
 mod merge;
 mod openvino_algo;
 mod plan;
-mod reference;
-mod start;
+mod start_partition;
 mod union_find;
 mod unit_graph;
 mod validate;
 
+pub use constructions::{device_levels, epoch_greedy, one_rule};
 pub use merge::merge_neighbours;
 pub use openvino_algo::{openvino, OpenVinoError, OpenVinoOptions};
 pub use plan::{Part, Plan, PlanError};
-pub use reference::{device_levels, epoch_greedy, one_rule};
 pub use unit_graph::{kahn_order, Partition, UnitGraph};
 pub use validate::{check_plan, validate, ValidatedPlan, ValidationError};
 
@@ -52,7 +52,7 @@ pub struct References {
 /// changes none of their results), so the whole costs a few passes over the edges.
 ///
 /// The portfolio is device levels forwards and backwards and the epoch greedy (skipped where
-/// it is the forward levels, see [`reference`]). ONE's rule needs no run: its groups never
+/// it is the forward levels, see [`constructions`]). ONE's rule needs no run: its groups never
 /// straddle two forward-level parts (a unit joins a group only when all its producers are in
 /// it, on its device, hence on its level), so the forward levels never have more parts, and
 /// merging only removes parts. So the result never has more parts than either reference.
@@ -60,15 +60,15 @@ pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
     let d = dag::Dag::new(g, true);
     // Run costliest first, so that on two threads the epochs run beside both level passes;
     // ties go to the forward levels, then the backward levels, then the epochs, as always.
-    let mut constructions: Vec<fn(&dag::Dag) -> start::Start> = Vec::new();
+    let mut starts: Vec<fn(&dag::Dag) -> start_partition::Start> = Vec::new();
     let mut preference = Vec::new();
-    if !reference::epochs_are_forward_levels(&d) {
-        constructions.push(reference::epochs);
+    if !constructions::epochs_are_forward_levels(&d) {
+        starts.push(constructions::epochs);
         preference.push(2);
     }
-    constructions.extend([
-        reference::forward_levels as fn(&dag::Dag) -> start::Start,
-        reference::backward_levels,
+    starts.extend([
+        constructions::forward_levels as fn(&dag::Dag) -> start_partition::Start,
+        constructions::backward_levels,
     ]);
     preference.extend([0, 1]);
     let threads = if d.len() < PARALLEL_FROM {
@@ -76,7 +76,7 @@ pub fn partition_default(g: &UnitGraph, opts: Options) -> Partition {
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     };
-    let tried = construct_and_merge(&d, &constructions, opts.allow_disconnected, threads);
+    let tried = construct_and_merge(&d, &starts, opts.allow_disconnected, threads);
     // The fewest parts, ties by preference, whatever finished first: the same plan on any
     // machine and with any number of threads.
     let best = tried
@@ -98,28 +98,28 @@ const PARALLEL_FROM: usize = 50_000;
 /// so they run side by side on up to `threads` threads.
 fn construct_and_merge(
     d: &dag::Dag,
-    constructions: &[fn(&dag::Dag) -> start::Start],
+    starts: &[fn(&dag::Dag) -> start_partition::Start],
     allow_disconnected: bool,
     threads: usize,
-) -> Vec<(start::Start, merge::Merged)> {
-    let one = |c: &fn(&dag::Dag) -> start::Start| {
+) -> Vec<(start_partition::Start, merge::Merged)> {
+    let one = |c: &fn(&dag::Dag) -> start_partition::Start| {
         let s = c(d);
         let m = merge::merge(&s, allow_disconnected);
         (s, m)
     };
-    let threads = threads.min(constructions.len());
+    let threads = threads.min(starts.len());
     if threads <= 1 {
-        return constructions.iter().map(one).collect();
+        return starts.iter().map(one).collect();
     }
     // The first construction has a worker to itself; the rest are shared out in turn.
-    let work = |w: usize| -> Vec<(usize, (start::Start, merge::Merged))> {
+    let work = |w: usize| -> Vec<(usize, (start_partition::Start, merge::Merged))> {
         let mine = |i: &usize| match threads {
             2 => (*i == 0) == (w == 0),
             _ => i % threads == w,
         };
-        (0..constructions.len())
+        (0..starts.len())
             .filter(mine)
-            .map(|i| (i, one(&constructions[i])))
+            .map(|i| (i, one(&starts[i])))
             .collect()
     };
     std::thread::scope(|scope| {
@@ -140,8 +140,8 @@ fn construct_and_merge(
 pub fn reference_counts(g: &UnitGraph) -> References {
     let d = dag::Dag::new(g, true);
     References {
-        one_rule: reference::one_rule_groups(&d).1,
-        epoch_greedy: reference::epochs(&d).count(),
+        one_rule: constructions::one_rule_groups(&d).1,
+        epoch_greedy: constructions::epochs(&d).count(),
     }
 }
 
@@ -174,9 +174,9 @@ mod tests {
         let g = random_graph(20_000, 7);
         let d = dag::Dag::new(&g, true);
         let all = [
-            reference::epochs,
-            reference::forward_levels as fn(&dag::Dag) -> start::Start,
-            reference::backward_levels,
+            constructions::epochs,
+            constructions::forward_levels as fn(&dag::Dag) -> start_partition::Start,
+            constructions::backward_levels,
         ];
         let counts = |threads| -> Vec<(Vec<u32>, Vec<u32>)> {
             construct_and_merge(&d, &all, false, threads)

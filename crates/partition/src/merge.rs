@@ -10,7 +10,7 @@
 //! graphs of up to `SEARCH_LIMIT` parts are always searched exactly.
 
 use crate::dag::Dag;
-use crate::start::Start;
+use crate::start_partition::Start;
 use crate::union_find::UnionFind;
 use crate::unit_graph::{Partition, UnitGraph};
 

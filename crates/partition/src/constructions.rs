@@ -2,7 +2,7 @@
 //! merge rule, the epoch greedy of TFLite/ORT) and device-switch levels.
 
 use crate::dag::Dag;
-use crate::start::Start;
+use crate::start_partition::Start;
 use crate::unit_graph::{Partition, UnitGraph};
 
 /// ONE's rule: in topological order, a unit joins its producers' group only when all its
