@@ -268,7 +268,7 @@ impl EngineMap {
             .or_else(|| r.default_for(format))
             .ok_or_else(|| {
                 format!(
-                    "no engine runs {format} parts (engines: {}); choose one with --engine {backend}=ENGINE",
+                    "no engine runs {format} parts on backend {backend} (engines: {})",
                     r.names()
                 )
             })
