@@ -51,6 +51,7 @@ __all__ = [
     "Plan",
     "Part",
     "Runner",
+    "Session",
     "Query",
     "NodePlacement",
     "TensorInfo",
@@ -379,6 +380,14 @@ class Model:
             _engines.require(engine)
         return dict(self._m.run(_feeds(feeds), list(outputs) if outputs is not None else None, engine))
 
+    def session(self, outputs: Optional[Sequence[str]] = None, engine: Optional[str] = None) -> "Session":
+        """The whole model loaded once on ``engine``, to run again and again: state the model
+        keeps (TFLite resource variables) carries from one run to the next, as it does in a
+        :class:`Runner`'s parts. ``outputs`` and ``engine`` as in :meth:`run`."""
+        if engine is not None:
+            _engines.require(engine)
+        return Session(self._m.session(list(outputs) if outputs is not None else None, engine))
+
     def random_inputs(self, seed: int = 0) -> Dict[str, np.ndarray]:
         """A random array for every input (needs static shapes: fix them with ``shape=``)."""
         rng = np.random.default_rng(seed)
@@ -502,6 +511,17 @@ class Runner:
         return dict(self._r.run(_feeds(feeds), bool(boundaries)))
 
 
+class Session:
+    """The whole model loaded in one engine (:meth:`Model.session`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._s = inner
+
+    def run(self, feeds: Feeds) -> Dict[str, np.ndarray]:
+        """Runs the model once; returns the tensors the session was opened for."""
+        return dict(self._s.run(_feeds(feeds)))
+
+
 def verify(
     model: Model,
     plan: Plan,
@@ -513,10 +533,14 @@ def verify(
     reference: Optional[str] = None,
     rtol: float = 1e-4,
     atol: float = 1e-5,
+    invokes: int = 1,
 ) -> Verification:
     """Runs the parts and the whole model on the same inputs (random ones from `seed` unless
     `feeds`) and compares the outputs and, with ``boundaries``, every tensor between parts,
-    as ``cleave verify --boundaries --rtol --atol`` does.
+    as ``cleave verify --boundaries --rtol --atol`` does. With ``invokes=N`` both run N times
+    in a row on the same sessions, so a stateful model's state carries over, and every invoke
+    is compared (rows ``"NAME @K"``, as ``cleave verify --invokes N`` prints them; random
+    inputs are then seeded ``seed``, ``seed + 1``, ...).
 
     >>> model = cleave.load("examples/tiny_cnn.onnx", shape={"input": (1, 3, 16, 16)})
     >>> plan = model.partition(rules="examples/tiny_cnn.part")
@@ -524,13 +548,31 @@ def verify(
     >>> v.passed, [t["kind"] for t in v.tensors]
     (True, ['output', 'boundary', 'boundary', 'boundary', 'boundary'])
     """
-    if feeds is None:
-        feeds = model.random_inputs(seed)
+    if invokes < 1:
+        raise ArgumentError(f"invokes={invokes}: run at least once")
     runner = plan.runner(engines)
-    got = runner.run(feeds, boundaries=boundaries)
     names = runner.outputs + (runner.boundaries if boundaries else [])
-    want = model.run(feeds, outputs=names, engine=reference)
+    whole = model.session(outputs=names, engine=reference)
     result = Verification(passed=True, reference=reference or ("litert" if model.format == "tflite" else "tract"))
+    for k in range(1, invokes + 1):
+        # Random inputs seeded seed, seed+1, ... as `cleave verify --invokes` draws them.
+        inputs = feeds if feeds is not None else model.random_inputs(seed + k - 1)
+        got = runner.run(inputs, boundaries=boundaries)
+        want = whole.run(inputs)
+        _compare(result, runner.outputs, names, got, want, f" @{k}" if invokes > 1 else "", rtol, atol)
+    return result
+
+
+def _compare(
+    result: Verification,
+    outputs: List[str],
+    names: List[str],
+    got: Dict[str, np.ndarray],
+    want: Dict[str, np.ndarray],
+    suffix: str,
+    rtol: float,
+    atol: float,
+) -> None:
     for name in names:
         if name not in want or name not in got:
             continue
@@ -547,8 +589,7 @@ def verify(
             diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
             ok = bool(np.array_equal(a, b))
         result.tensors.append(
-            {"tensor": name, "kind": "output" if name in runner.outputs else "boundary",
+            {"tensor": name + suffix, "kind": "output" if name in outputs else "boundary",
              "max_abs": diff, "ok": ok}
         )
         result.passed = result.passed and ok
-    return result

@@ -49,6 +49,10 @@ class Model:
         outputs: Optional[List[str]] = None,
         engine: Optional[str] = None,
     ) -> Dict[str, np.ndarray]: ...
+    def session(self, outputs: Optional[List[str]] = None, engine: Optional[str] = None) -> WholeModel: ...
+
+class WholeModel:
+    def run(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]: ...
 
 class Plan:
     @property

@@ -190,6 +190,37 @@ def test_tflite_model_splits_and_runs_on_litert():
     assert any(t["kind"] == "boundary" for t in v.tensors)
 
 
+def test_a_stateful_model_verifies_invoke_after_invoke_with_its_state_carried():
+    pytest.importorskip("ai_edge_litert")
+    from conftest import test_data
+
+    path = test_data() / "tflite-stateful" / "okay_nabu.tflite"
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run `bash scripts/fetch-test-data.sh`")
+    model = cleave.load(path)
+    # The variables' ops are kept in one part whatever the rules say of their neighbours.
+    plan = model.partition(rules={"backends": ["host", "dsp"], "default": "host", "comply": "opcode",
+                                  "OPCODE": {"DEPTHWISE_CONV_2D": "dsp", "FULLY_CONNECTED": "dsp"}})
+    assert {p.backend for p in plan.parts} == {"host", "dsp"} and len(plan.parts) >= 3
+    v = cleave.verify(model, plan, invokes=5)
+    assert v.passed, v.tensors
+    seen = {t["tensor"].rsplit(" @", 1)[1] for t in v.tensors}
+    assert seen == {"1", "2", "3", "4", "5"}, v.tensors
+    assert any(t["kind"] == "boundary" for t in v.tensors)
+    # The state matters: on the same input the whole model answers differently from one
+    # invoke to the next, so invokes 2..5 catch a part that lost or duplicated its state.
+    feeds = model.random_inputs(0)
+    whole = model.session()
+    answers = [whole.run(feeds) for _ in range(3)]
+    assert any(not np.array_equal(answers[0][k], answers[1][k]) for k in answers[0])
+    runner = plan.runner()
+    for k in range(3):
+        got = runner.run(feeds)
+        assert all(np.array_equal(got[n], answers[k][n]) for n in answers[k]), k
+    with pytest.raises(cleave.ArgumentError, match="invokes"):
+        cleave.verify(model, plan, invokes=0)
+
+
 # --- errors -------------------------------------------------------------------------------
 
 

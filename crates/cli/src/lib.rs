@@ -274,6 +274,10 @@ enum Command {
         /// thread; the outputs are checked identical to a sequential run.
         #[arg(long, default_value_t = 1, value_name = "N")]
         requests: usize,
+        /// Run the parts N times in a row on the same sessions and inputs, so a stateful
+        /// model's variables carry over; each invoke's outputs are written as NAME.K.npy.
+        #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        invokes: u32,
         /// Fix an input's shape (NAME=1,3,640,640), as on partition: the inputs given are
         /// checked against the fixed shapes. Repeat per input.
         #[arg(long = "shape", value_name = "NAME=D,D,...")]
@@ -590,10 +594,12 @@ where
             out_dir,
             engine: setup::EngineArgs { engines },
             requests,
+            invokes,
             shape,
             dim,
             json,
         } => run_cmd::run(run_cmd::RunArgs {
+            invokes,
             shape: &shape,
             dim: &dim,
             conn: &conn,

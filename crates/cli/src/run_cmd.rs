@@ -26,6 +26,8 @@ pub struct RunArgs<'a> {
     pub json: bool,
     /// Requests in flight, pipelined across one worker per device (1: a plain run).
     pub requests: usize,
+    /// Runs in a row on the same sessions (state carries over), each invoke's outputs kept.
+    pub invokes: u32,
     /// `--shape` and `--dim`.
     pub shape: &'a [String],
     pub dim: &'a [String],
@@ -55,8 +57,14 @@ pub fn run(a: RunArgs) -> Result<(), Fail> {
     let feeds = inputs::gather(&source.model().graph, a.inputs, 0, random)?;
     let map = engines(a.engines)?;
     let pipelined = a.requests > 1;
+    if pipelined && a.invokes > 1 {
+        return Err(Fail::usage(
+            "--invokes runs one request after another on the same state; it cannot be pipelined with --requests",
+        ));
+    }
     let mut parts = load_parts(a.conn, &map, pipelined)?;
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
+    let mut runs = Vec::new();
     let values = if pipelined {
         let r = run_pipelined(&mut parts, vec![feeds.clone(); a.requests]).map_err(runtime_fail)?;
         stats = r.stats;
@@ -80,18 +88,28 @@ pub fn run(a: RunArgs) -> Result<(), Fail> {
         }
         plain
     } else {
+        for _ in 1..a.invokes {
+            runs.push(parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?);
+        }
         parts.run(feeds, &mut stats).map_err(runtime_fail)?
     };
+    runs.push(values);
     std::fs::create_dir_all(a.out_dir)
         .map_err(|e| Fail::input(a.out_dir, format!("cannot write: {e}")))?;
     let mut written = Vec::new();
-    for o in &parts.conn.source.outputs {
-        let t = values.get(o).ok_or_else(|| {
-            Fail::input(a.conn, format!("no part produced the model output '{o}'"))
-        })?;
-        let path = a.out_dir.join(format!("{}.npy", file_name(o)));
-        write_npy(&path, t).map_err(runtime_fail)?;
-        written.push((o.clone(), path, t.shape.clone()));
+    for (k, values) in runs.iter().enumerate() {
+        for o in &parts.conn.source.outputs {
+            let t = values.get(o).ok_or_else(|| {
+                Fail::input(a.conn, format!("no part produced the model output '{o}'"))
+            })?;
+            let name = match a.invokes {
+                1 => format!("{}.npy", file_name(o)),
+                _ => format!("{}.{}.npy", file_name(o), k + 1),
+            };
+            let path = a.out_dir.join(name);
+            write_npy(&path, t).map_err(runtime_fail)?;
+            written.push((o.clone(), path, t.shape.clone()));
+        }
     }
     crate::counters::print(&parts, &stats, a.json);
     if !a.json {

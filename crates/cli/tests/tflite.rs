@@ -171,6 +171,110 @@ fn stateful_models_keep_each_variable_in_one_part_across_invokes() {
     );
 }
 
+/// `cleave run --invokes 4` on a stateful model split over two backends writes each invoke's
+/// outputs, and they are LiteRT's own four successive invokes of the whole model on the same
+/// input, byte for byte; the answers change from invoke to invoke, so lost state would show.
+#[test]
+fn run_invokes_carry_the_state_from_one_invoke_to_the_next_as_litert_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = cleave_testdata::stateful_tflite_files()
+        .into_iter()
+        .find(|p| p.ends_with("okay_nabu.tflite"))
+        .unwrap();
+    let part = part_file(
+        tmp.path(),
+        &BACKENDS[..2],
+        "OPCODE",
+        &[
+            ("DEPTHWISE_CONV_2D".into(), "dsp"),
+            ("FULLY_CONNECTED".into(), "dsp"),
+        ],
+    );
+    let work = tmp.path().join("parts");
+    ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ]));
+    let conn = work.join("okay_nabu.conn.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    assert!(v["parts"].as_array().unwrap().len() >= 3, "{v}");
+    let input = v["source"]["inputs"][0].as_str().unwrap().to_string();
+    // Output files are named after the tensor, with what a file name cannot hold as '_'.
+    let output: String = v["source"]["outputs"][0]
+        .as_str()
+        .unwrap()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let x = cleave::runtime::HostTensor::random(cleave::ir::ElemType::I8, &[1, 3, 40], 3).unwrap();
+    let x_path = tmp.path().join("x.npy");
+    cleave::runtime::write_npy(&x_path, &x).unwrap();
+    let out = tmp.path().join("out");
+    ok(&cleave(&[
+        os("run"),
+        conn.as_os_str(),
+        os("--input"),
+        os(&format!("{input}={}", x_path.display())),
+        os("--invokes"),
+        os("4"),
+        os("-o"),
+        out.as_os_str(),
+    ]));
+    let oracle = tmp.path().join("oracle");
+    std::fs::create_dir(&oracle).unwrap();
+    let script = r#"
+import sys, numpy as np
+from ai_edge_litert.interpreter import Interpreter
+it = Interpreter(model_path=sys.argv[1]); it.allocate_tensors()
+i, o = it.get_input_details()[0], it.get_output_details()[0]
+x = np.load(sys.argv[2])
+for k in range(1, 5):
+    it.set_tensor(i["index"], x); it.invoke()
+    np.save(f"{sys.argv[3]}/{k}.npy", it.get_tensor(o["index"]))
+"#;
+    let o = Command::new("python3")
+        .args([
+            os("-c"),
+            os(script),
+            model.as_os_str(),
+            x_path.as_os_str(),
+            oracle.as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = |p: PathBuf| cleave::runtime::read_npy(&p).unwrap();
+    let mut answers = Vec::new();
+    for k in 1..=4 {
+        let got = read(out.join(format!("{output}.{k}.npy")));
+        let want = read(oracle.join(format!("{k}.npy")));
+        assert_eq!(got.data, want.data, "invoke {k}");
+        answers.push(got.data);
+    }
+    assert!(answers.windows(2).any(|w| w[0] != w[1]), "{answers:?}");
+    // Pipelined requests would interleave the state: refused.
+    let o = cleave(&[
+        os("run"),
+        conn.as_os_str(),
+        os("--invokes"),
+        os("2"),
+        os("--requests"),
+        os("2"),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot be pipelined"), "{}", stderr(&o));
+}
+
 /// Keras exports as users get them (BirdNET 2.4: zero-element constants, RFFT2D, shapes
 /// computed by SHAPE/PACK/REDUCE_PROD, dynamic dims inside), a third of the ops pinned at
 /// random over 2 and 3 backends: every part loads and every boundary tensor matches LiteRT.

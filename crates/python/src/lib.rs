@@ -33,6 +33,7 @@ fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(model::load_path, m)?)?;
     m.add_function(wrap_pyfunction!(model::load_bytes, m)?)?;
     m.add_class::<model::Model>()?;
+    m.add_class::<model::WholeModel>()?;
     m.add_class::<plan::Plan>()?;
     m.add_class::<plan::Runner>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,7 +1,7 @@
 //! `Model`: a model loaded by the front-end that reads it, with the requests made of it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cleave::frontend::FixedDims;
@@ -307,7 +307,18 @@ impl Model {
         outputs: Option<Vec<String>>,
         engine: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let feeds = feeds_of(feeds)?;
+        self.session(py, outputs, engine)?.run(py, feeds)
+    }
+
+    /// The whole model loaded once on `engine`, returning `outputs` from each run: state the
+    /// model keeps (resource variables) carries from one run to the next.
+    #[pyo3(signature = (outputs=None, engine=None))]
+    fn session(
+        &self,
+        py: Python<'_>,
+        outputs: Option<Vec<String>>,
+        engine: Option<&str>,
+    ) -> PyResult<WholeModel> {
         let source = &self.loaded.source;
         let g = self.loaded.graph();
         let kind = match engine {
@@ -332,40 +343,76 @@ impl Model {
                 }
             }
         }
-        let got = py.detach(|| -> PyResult<Vec<(String, HostTensor)>> {
+        py.detach(|| {
             let engine = cleave::engine(kind).map_err(from_engine)?;
             if extra.is_empty() {
-                return run_file(&*engine, source.path(), &feeds);
+                let session = engine
+                    .load(source.path(), false)
+                    .map_err(|e| from_engine(e.into()))?;
+                return Ok(WholeModel::new(session, wanted, None));
             }
-            // A copy whose outputs include the tensors asked for, alive while it runs.
+            // A copy whose outputs include the tensors asked for, alive as long as the session.
             let tmp = tempfile::tempdir()
-                .map_err(|e| raise(Kind::Argument, None, &format!("no temporary folder: {e}")))?;
+                .map_err(|e| raise(Kind::File, None, &format!("no temporary folder: {e}")))?;
             let copy = tmp.path().join(format!("whole.{}", source.extension()));
             source
                 .write_with_outputs(&extra, &copy)
                 .map_err(|e| from_facade(e.into()))?;
-            run_file(&*engine, &copy, &feeds)
+            let session = engine
+                .load(&copy, false)
+                .map_err(|e| from_engine(e.into()))?;
+            Ok(WholeModel::new(session, wanted, Some(tmp)))
+        })
+    }
+}
+
+/// The whole model loaded in an engine, run as often as asked.
+#[pyclass(module = "cleave._cleave")]
+pub struct WholeModel {
+    session: std::sync::Mutex<Box<dyn cleave::runtime::Session>>,
+    wanted: Vec<String>,
+    _tmp: Option<TempDir>,
+}
+
+impl WholeModel {
+    fn new(
+        session: Box<dyn cleave::runtime::Session>,
+        wanted: Vec<String>,
+        tmp: Option<TempDir>,
+    ) -> WholeModel {
+        WholeModel {
+            session: std::sync::Mutex::new(session),
+            wanted,
+            _tmp: tmp,
+        }
+    }
+}
+
+#[pymethods]
+impl WholeModel {
+    /// Runs the model once on `feeds`; returns the tensors the session was opened for.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        feeds: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let feeds = feeds_of(feeds)?;
+        let session = &self.session;
+        let got = py.detach(|| {
+            let mut session = session
+                .lock()
+                .map_err(|_| raise(Kind::Engine, None, "an earlier run of this model panicked"))?;
+            session.run(&feeds).map_err(|e| from_engine(e.into()))
         })?;
         let out = PyDict::new(py);
         for (name, t) in got {
-            if wanted.contains(&name) {
+            if self.wanted.contains(&name) {
                 let arr = to_numpy(py, &name, t)?;
                 out.set_item(name, arr)?;
             }
         }
         Ok(out)
     }
-}
-
-fn run_file(
-    engine: &dyn cleave::runtime::Engine,
-    file: &Path,
-    feeds: &[(String, HostTensor)],
-) -> PyResult<Vec<(String, HostTensor)>> {
-    let mut session = engine
-        .load(file, false)
-        .map_err(|e| from_engine(e.into()))?;
-    session.run(feeds).map_err(|e| from_engine(e.into()))
 }
 
 /// `{name: array}` as host tensors.
