@@ -171,6 +171,76 @@ fn stateful_models_keep_each_variable_in_one_part_across_invokes() {
     );
 }
 
+/// Placement by cost on a stateful model: a fast accelerator that runs the convolutions but no
+/// variable op, and a slow host that runs everything. The latency search moves units, never
+/// one op of a variable's group on its own (the groups are glued into one unit before it
+/// looks), so the parts keep every variable whole and 5 invokes match LiteRT's whole model.
+#[test]
+fn latency_placement_keeps_each_variable_in_one_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = cleave_testdata::stateful_tflite_files()
+        .into_iter()
+        .find(|p| p.ends_with("okay_nabu.tflite"))
+        .unwrap();
+    let npu = tmp.path().join("npu.toml");
+    std::fs::write(
+        &npu,
+        "name = \"npu\"\n[formats.tflite]\n[formats.tflite.ops]\nCONV_2D = {}\nDEPTHWISE_CONV_2D = {}\nFULLY_CONNECTED = {}\nSTRIDED_SLICE = {}\nCONCATENATION = {}\n[cost]\ngflops = 100.0\nop_us = 1.0\nlaunch_us = 1.0\nio_gbps = 100.0\nlink_gbps = 100.0\n",
+    )
+    .unwrap();
+    let host = tmp.path().join("host.toml");
+    std::fs::write(
+        &host,
+        "name = \"host\"\nall_ops = true\n[cost]\ngflops = 0.01\nop_us = 200.0\nlaunch_us = 1.0\nio_gbps = 100.0\nlink_gbps = 100.0\n",
+    )
+    .unwrap();
+    let work = tmp.path().join("parts");
+    let said = ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--devices"),
+        os("npu,host"),
+        os("--profile"),
+        npu.as_os_str(),
+        os("--profile"),
+        host.as_os_str(),
+        os("--objective"),
+        os("latency"),
+        os("-o"),
+        work.as_os_str(),
+    ]));
+    let conn = work.join("okay_nabu.conn.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    let backends: BTreeSet<&str> = v["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["backend"].as_str().unwrap())
+        .collect();
+    assert_eq!(backends, BTreeSet::from(["host", "npu"]), "{said}\n{v}");
+    assert!(said.contains("predicted latency"), "{said}");
+    // The temptation was there: host parts keep ops the npu runs ten thousand times faster
+    // (the CONCATENATION and STRIDED_SLICE between a variable's read and its write).
+    let mut tempting = 0;
+    for p in v["parts"].as_array().unwrap() {
+        if p["backend"] != "host" {
+            continue;
+        }
+        let o = cleave(&[
+            os("inspect"),
+            work.join(p["file"].as_str().unwrap()).as_os_str(),
+            os("--json"),
+        ]);
+        let ops: Value = serde_json::from_str(&ok(&o)).unwrap();
+        let has = |op: &str| ops["ops"][op].as_u64().unwrap_or(0);
+        if has("READ_VARIABLE") > 0 {
+            tempting += has("CONCATENATION") + has("STRIDED_SLICE");
+        }
+    }
+    assert!(tempting > 0, "{v}");
+    check_tflite_parts(&conn, &model, &[os("--invokes"), os("5")]);
+}
+
 /// `cleave run --invokes 4` on a stateful model split over two backends writes each invoke's
 /// outputs, and they are LiteRT's own four successive invokes of the whole model on the same
 /// input, byte for byte; the answers change from invoke to invoke, so lost state would show.
