@@ -3,10 +3,13 @@
 
 One Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...), each holding an ONNX
 Runtime session of its part (CPU execution provider, one intra-op thread), and an ``ingress``
-deployment that chains them with deployment handles: each part gets exactly the tensors it
-lists, taken from the graph inputs and from the outputs of earlier parts. The ingress and
-the parts are asynchronous and accept several requests at once, so with several requests in
-flight different parts work on different requests at the same time (a pipeline).
+deployment that starts a request's parts as a graph: each part's call carries the graph inputs
+it reads and the DeploymentResponses of the parts it reads from, so Ray Serve starts it once
+those have answered and moves their tensors to it worker to worker, never through the ingress;
+parts that do not depend on each other run at once. The ingress awaits only the parts that give
+graph outputs (all of them when the boundaries are asked for). The ingress and the parts are
+asynchronous and accept several requests at once, so with several requests in flight different
+parts work on different requests at the same time (a pipeline).
 
 This module is ``cleave.serve`` in the Python package (``from cleave.serve import build_app``)
 and stands alone (only the standard library, numpy, onnxruntime and Ray; openvino for the parts
@@ -335,13 +338,28 @@ class PartReplica:
     def _run(self, feeds, run_options):
         t = time.perf_counter()
         values = self.session.run(self.outputs, feeds, run_options)
-        return {"outputs": dict(zip(self.outputs, values)), "compute_s": time.perf_counter() - t, "node_id": self.report["node_id"]}
+        return dict(zip(self.outputs, values)), time.perf_counter() - t
 
-    async def __call__(self, feeds, budget_s=None):
-        """Runs the part on `feeds`, given up after `budget_s` seconds (what is left of the
+    async def __call__(self, feeds, budget_s=None, *upstream):
+        """Runs the part on `feeds` plus what it reads of the `upstream` parts' results (Ray
+        Serve hands another part's DeploymentResponse over resolved, worker to worker, without
+        the ingress in between), given up after `budget_s` seconds (what is left of the
         request's time) or when the caller cancels: a request still queued never runs, and
         one running is stopped by ONNX Runtime (RunOptions.terminate), so the part's one
-        worker is free for the next request instead of finishing work nobody waits for."""
+        worker is free for the next request instead of finishing work nobody waits for.
+
+        Returns its outputs, and the report of every part the result went through (its own
+        last), so the ingress learns each part's node and compute time from the last parts."""
+        feeds = dict(feeds)
+        reports = {}
+        for r in upstream:
+            reports.update(r["parts"])
+            for name, value in r["outputs"].items():
+                if name in self.spec["inputs"]:
+                    feeds.setdefault(name, value)
+        missing = [n for n in self.spec["inputs"] if n not in feeds]
+        if missing:
+            raise RuntimeError(f"{self.spec['deployment']} (backend {self.spec['backend']}) was not given {missing[0]!r}")
         if self.engine.startswith("openvino"):
             run_options = _Cancel()
         else:
@@ -350,10 +368,16 @@ class PartReplica:
             run_options = ort.RunOptions()
         work = asyncio.get_running_loop().run_in_executor(self.pool, self._run, feeds, run_options)
         try:
-            return await asyncio.wait_for(work, budget_s)
+            outputs, compute_s = await asyncio.wait_for(work, budget_s)
         except (asyncio.CancelledError, asyncio.TimeoutError):
             run_options.terminate = True
             raise
+        except Exception as e:
+            # Named here: the ingress may only see this through a later part's arguments.
+            raise RuntimeError(f"{self.spec['deployment']} (backend {self.spec['backend']}) failed: {short_error(e)}") from None
+        reports[self.spec["deployment"]] = {"deployment": self.spec["deployment"], "backend": self.spec["backend"],
+                                            "node_id": self.report["node_id"], "compute_s": compute_s}
+        return {"outputs": outputs, "compute_s": compute_s, "node_id": self.report["node_id"], "parts": reports}
 
     def inputs(self):
         return self.input_specs
@@ -369,23 +393,39 @@ class Ingress:
         self.handles = list(part_handles)
         self.specs = None
 
-    async def _call_part(self, i, feeds, deadline):
-        spec = self.meta["parts"][i]
+    def _start(self, env, deadline):
+        """Calls every part at once, each with the graph inputs it reads and the responses of
+        the parts it reads from: Ray Serve starts a part when those have answered and moves
+        their tensors to it directly, so parts whose inputs are ready run side by side and no
+        boundary tensor passes through the ingress. Returns the responses, in part order."""
+        producer = {}
+        responses = []
         left = deadline - time.monotonic()
-        who = f"{spec['deployment']} (backend {spec['backend']})"
-        if left <= 0:
-            raise TimeoutError(f"{who} not reached: the request ran out of its {self.timeout_s:g}s")
-        # The part gets what is left of the request's time too, and stops its own run then.
-        resp = self.handles[i].remote(feeds, left)
+        for i, spec in enumerate(self.meta["parts"]):
+            direct = {n: env[n] for n in spec["inputs"] if n not in producer}
+            upstream = sorted({producer[n] for n in spec["inputs"] if n in producer})
+            # Each part gets what is left of the request's time, and stops its own run then.
+            responses.append(self.handles[i].remote(direct, left, *(responses[j] for j in upstream)))
+            for n in spec["outputs"]:
+                producer[n] = i
+        return responses
+
+    async def _await(self, responses, wanted, deadline):
+        """The results of the parts `wanted` (indices), within the request's time."""
+        left = deadline - time.monotonic()
         try:
-            return await asyncio.wait_for(resp, left + 1.0)
+            return await asyncio.wait_for(asyncio.gather(*(responses[i] for i in wanted)), max(0.1, left + 1.0))
         except asyncio.TimeoutError:
-            resp.cancel()
-            raise TimeoutError(f"{who} did not answer within {self.timeout_s:g}s (its actor or node may be down; Serve restarts it once a node with its resources is up)") from None
+            for r in responses:
+                r.cancel()
+            names = ", ".join(self.meta["parts"][i]["deployment"] for i in wanted)
+            raise TimeoutError(f"{names} did not answer within {self.timeout_s:g}s (an actor or node may be down; Serve restarts it once a node with its resources is up)") from None
         except Exception as e:
+            for r in responses:
+                r.cancel()
             if isinstance(_innermost(e), asyncio.TimeoutError):
-                raise TimeoutError(f"{who} gave up: the request ran out of its {self.timeout_s:g}s") from None
-            raise RuntimeError(f"{who} failed: {short_error(e)}") from None
+                raise TimeoutError(f"a part gave up: the request ran out of its {self.timeout_s:g}s") from None
+            raise RuntimeError(short_error(e)) from None
 
     async def input_specs(self, deadline):
         """Each graph input's dtype and dims as the part that takes it declares them, asked
@@ -420,11 +460,17 @@ class Ingress:
         for name in self.meta["inputs"]:
             env[name] = np.asarray(env[name])
             check_input(name, env[name].dtype, env[name].shape, specs.get(name))
-        parts = []
-        for i, spec in enumerate(self.meta["parts"]):
-            r = await self._call_part(i, {n: env[n] for n in spec["inputs"]}, deadline)
+        responses = self._start(env, deadline)
+        # Only the parts that give graph outputs answer to the ingress (every part, when the
+        # boundaries are asked for); their results carry the others' reports.
+        graph_outputs = set(self.meta["outputs"])
+        wanted = [i for i, spec in enumerate(self.meta["parts"]) if boundaries or graph_outputs.intersection(spec["outputs"])]
+        results = await self._await(responses, wanted, deadline)
+        reports = {}
+        for r in results:
+            reports.update(r["parts"])
             env.update(r["outputs"])
-            parts.append({"deployment": spec["deployment"], "backend": spec["backend"], "node_id": r["node_id"], "compute_s": r["compute_s"]})
+        parts = [reports[spec["deployment"]] for spec in self.meta["parts"] if spec["deployment"] in reports]
         out = {"outputs": {n: env[n] for n in self.meta["outputs"]}, "parts": parts}
         if boundaries:
             out["boundaries"] = {n: env[n] for spec in self.meta["parts"] for n in spec["outputs"]}
