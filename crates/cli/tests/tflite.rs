@@ -36,6 +36,30 @@ fn placed_nodes(dir: &Path, model: &Path) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// `cleave partition MODEL ARGS... -o WORK`, which must succeed: what it printed (stdout and
+/// stderr), the conn.json and what it holds.
+fn partition(model: &Path, args: &[&std::ffi::OsStr], work: &Path) -> (String, PathBuf, Value) {
+    let mut all = vec![os("partition"), model.as_os_str()];
+    all.extend_from_slice(args);
+    all.extend([os("-o"), work.as_os_str()]);
+    let o = cleave(&all);
+    let said = ok(&o) + &stderr(&o);
+    let stem = model.file_stem().unwrap().to_string_lossy();
+    let conn = work.join(format!("{stem}.conn.json"));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    (said, conn, v)
+}
+
+/// One field of every part in a conn.json.
+fn of_parts<'a>(v: &'a Value, field: &str) -> Vec<&'a str> {
+    v["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[field].as_str().unwrap())
+        .collect()
+}
+
 /// Partitions `model` by `[OPNAME]` rules into `work`: the conn.json, the part count and what
 /// the command printed.
 fn split_by_name(
@@ -46,18 +70,7 @@ fn split_by_name(
     rules: &[(String, &str)],
 ) -> (PathBuf, usize, String) {
     let part = part_file(dir, backends, "OPNAME", rules);
-    let o = cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--part"),
-        part.as_os_str(),
-        os("-o"),
-        work.as_os_str(),
-    ]);
-    let said = ok(&o) + &stderr(&o);
-    let stem = model.file_stem().unwrap().to_string_lossy();
-    let conn = work.join(format!("{stem}.conn.json"));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    let (said, conn, v) = partition(model, &[os("--part"), part.as_os_str()], work);
     let parts = v["parts"].as_array().unwrap().len();
     (conn, parts, said)
 }
@@ -92,17 +105,7 @@ fn random_splits_of_every_model_reproduce_it_in_litert() {
             for (section, rules) in [("OPCODE", by_code), ("OPNAME", by_name)] {
                 let part = part_file(tmp.path(), backends, section, &rules);
                 let work = tmp.path().join(format!("{stem}-{section}-{count}"));
-                ok(&cleave(&[
-                    os("partition"),
-                    model.as_os_str(),
-                    os("--part"),
-                    part.as_os_str(),
-                    os("-o"),
-                    work.as_os_str(),
-                ]));
-                let conn = work.join(format!("{stem}.conn.json"));
-                let v: Value =
-                    serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+                let (_, conn, v) = partition(&model, &[os("--part"), part.as_os_str()], &work);
                 let parts = v["parts"].as_array().unwrap().len();
                 total_parts += parts;
                 let summary = check_tflite_parts(&conn, &model, &[]);
@@ -195,28 +198,21 @@ fn latency_placement_keeps_each_variable_in_one_part() {
     )
     .unwrap();
     let work = tmp.path().join("parts");
-    let said = ok(&cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--devices"),
-        os("npu,host"),
-        os("--profile"),
-        npu.as_os_str(),
-        os("--profile"),
-        host.as_os_str(),
-        os("--objective"),
-        os("latency"),
-        os("-o"),
-        work.as_os_str(),
-    ]));
-    let conn = work.join("okay_nabu.conn.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
-    let backends: BTreeSet<&str> = v["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["backend"].as_str().unwrap())
-        .collect();
+    let (said, conn, v) = partition(
+        &model,
+        &[
+            os("--devices"),
+            os("npu,host"),
+            os("--profile"),
+            npu.as_os_str(),
+            os("--profile"),
+            host.as_os_str(),
+            os("--objective"),
+            os("latency"),
+        ],
+        &work,
+    );
+    let backends: BTreeSet<&str> = of_parts(&v, "backend").into_iter().collect();
     assert_eq!(backends, BTreeSet::from(["host", "npu"]), "{said}\n{v}");
     assert!(said.contains("predicted latency"), "{said}");
     // The temptation was there: host parts keep ops the npu runs ten thousand times faster
@@ -261,16 +257,7 @@ fn run_invokes_carry_the_state_from_one_invoke_to_the_next_as_litert_does() {
         ],
     );
     let work = tmp.path().join("parts");
-    ok(&cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--part"),
-        part.as_os_str(),
-        os("-o"),
-        work.as_os_str(),
-    ]));
-    let conn = work.join("okay_nabu.conn.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    let (_, conn, v) = partition(&model, &[os("--part"), part.as_os_str()], &work);
     assert!(v["parts"].as_array().unwrap().len() >= 3, "{v}");
     let input = v["source"]["inputs"][0].as_str().unwrap().to_string();
     // Output files are named after the tensor, with what a file name cannot hold as '_'.
@@ -454,22 +441,8 @@ fn converted_to_circle_a_model_partitions_into_circle_parts_that_reproduce_it() 
         &[("DEPTHWISE_CONV_2D".to_string(), "dsp")],
     );
     let work = tmp.path().join("w");
-    ok(&cleave(&[
-        os("partition"),
-        circle.as_os_str(),
-        os("--part"),
-        part.as_os_str(),
-        os("-o"),
-        work.as_os_str(),
-    ]));
-    let conn = work.join("short.conn.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
-    let files: Vec<&str> = v["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["file"].as_str().unwrap())
-        .collect();
+    let (_, conn, v) = partition(&circle, &[os("--part"), part.as_os_str()], &work);
+    let files = of_parts(&v, "file");
     assert!(
         files.len() > 2 && files.iter().all(|f| f.ends_with(".circle")),
         "{files:?}"
@@ -543,16 +516,7 @@ fn verify_runs_tflite_parts_on_litert_against_the_whole_model() {
     let tmp = tempfile::tempdir().unwrap();
     let model = test_model("iris_landmark_uint8.tflite");
     let work = tmp.path().join("w");
-    ok(&cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--devices"),
-        os("xnnpack,acl_cl,cpu"),
-        os("-o"),
-        work.as_os_str(),
-    ]));
-    let conn = work.join("iris_landmark_uint8.conn.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    let (_, conn, v) = partition(&model, &[os("--devices"), os("xnnpack,acl_cl,cpu")], &work);
     let parts = v["parts"].as_array().unwrap().len();
     assert!(parts > 1, "{parts} part(s)");
     let out = ok(&cleave(&[
