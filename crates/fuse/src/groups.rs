@@ -161,8 +161,9 @@ fn per_channel(view: &View, c: ValueId, x: ValueId) -> bool {
     let (Some(cd), Some(rank)) = (view.dims(c), view.rank(x)) else {
         return false;
     };
-    let count: i64 = cd.iter().product();
-    if count == 1 {
+    // Dims come from the file: a product that overflows is no single value.
+    let count = cd.iter().try_fold(1i64, |n, &d| n.checked_mul(d));
+    if count == Some(1) {
         return cd.len() <= rank;
     }
     if cd.len() > rank || rank < 2 {

@@ -202,6 +202,16 @@ fn simple_layers_must_be_sole_readers_per_channel_and_constant() {
     let g = n.finish(&[&r, &c]);
     assert!(groups(&g, &cpu()).is_empty());
 
+    // A constant whose inferred dims multiply past i64 (found by fuzzing: a Conv over a
+    // constant input) is no ScaleShift, and asking must not overflow.
+    let mut n = Net::new(&[("x", &MAP)]);
+    let c = n.conv("conv", "x", 4, 4);
+    let w = n.weight("w", &[1, 4, 1, 1]);
+    let k = n.op("soft", "Softmax", &[&w], &[1 << 32, 1 << 32, 1, 1], vec![]);
+    let m = n.op("mul", "Mul", &[&c, &k], &MAP, vec![]);
+    let g = n.finish(&[&m]);
+    assert!(groups(&g, &cpu()).is_empty());
+
     // Mul by a full-size constant is no ScaleShift; Mul by a graph input is no constant.
     for (dims, from_input) in [(&MAP[..], false), (&[1, 4, 1, 1][..], true)] {
         let mut n = Net::new(&[("x", &MAP), ("y", dims)]);

@@ -183,7 +183,10 @@ impl HostTensor {
 
     /// Seeded random data of a type: normal floats, small non-negative integers, booleans.
     pub fn random(elem: ElemType, shape: &[usize], seed: u64) -> Result<HostTensor, String> {
-        let n: usize = shape.iter().product();
+        let n = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| format!("shape {shape:?} has more elements than memory can hold"))?;
         let mut rng = cleave_ir::XorShift64::seeded(seed);
         let mut next = || rng.next_u64();
         let mut uniform = || (next() >> 11) as f64 / (1u64 << 53) as f64;

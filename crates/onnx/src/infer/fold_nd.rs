@@ -102,12 +102,14 @@ pub(crate) fn slice(
 
 /// Concatenation along `axis` of tensors whose shapes agree elsewhere.
 pub(crate) fn concat(parts: &[(&[Dim], Vec<usize>)], axis: usize) -> Option<Vec<Dim>> {
-    let outer: usize = parts.first()?.1.get(..axis)?.iter().product();
+    let product = |dims: &[usize]| dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    let outer = product(parts.first()?.1.get(..axis)?)?;
     let mut out = Vec::new();
     for o in 0..outer {
         for (data, shape) in parts {
-            let chunk: usize = shape.get(axis..)?.iter().product();
-            out.extend_from_slice(data.get(o * chunk..(o + 1) * chunk)?);
+            let chunk = product(shape.get(axis..)?)?;
+            let start = o.checked_mul(chunk)?;
+            out.extend_from_slice(data.get(start..start.checked_add(chunk)?)?);
         }
     }
     Some(out)
