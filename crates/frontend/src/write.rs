@@ -82,7 +82,7 @@ pub fn write_partition(
     workdir: &Path,
     external: ExternalData,
 ) -> Result<Emitted, FrontendError> {
-    let mut staged = Staged::new(workdir).map_err(from_write)?;
+    let mut staged = Staged::new(workdir).map_err(FrontendError::from)?;
     let work_real = workdir
         .canonicalize()
         .map_err(|e| FrontendError::io(workdir, format!("cannot write: {e}"), e))?;
@@ -131,7 +131,7 @@ pub fn write_partition(
                     "{note}: every part references {} instead (as with --external-data shared)",
                     workdir.join(&weights_name).display()
                 ));
-                staged.restart().map_err(from_write)?;
+                staged.restart().map_err(FrontendError::from)?;
                 external = ExternalData::Shared;
             }
             Written::NeedsSharedWeights(note) => {
@@ -183,7 +183,7 @@ pub fn write_partition(
     let conn_files = phase("commit: rename into place, conn files", || {
         staged.commit_partition(&stem, ext, &conn, &source_real, &side.remove)
     })
-    .map_err(from_write)?;
+    .map_err(FrontendError::from)?;
     Ok(Emitted {
         conn_json: conn_files.json,
         conn_ini: conn_files.ini,
@@ -227,7 +227,7 @@ fn write_all(
             Encoded::Part { bytes, note } => {
                 staged
                     .write_file(&files[k], &bytes)
-                    .map_err(|e| Stop::Failed(Box::new(from_write(e))))?;
+                    .map_err(|e| Stop::Failed(Box::new(e.into())))?;
                 Ok(note.map(|n| format!("{}: {n}", files[k])))
             }
             Encoded::NeedsSharedWeights { note } => Err(Stop::Shared(note)),
@@ -279,10 +279,6 @@ fn write_all(
             Ok(Written::All(notes.into_iter().map(|(_, n)| n).collect()))
         }
     }
-}
-
-fn from_write(e: WriteError) -> FrontendError {
-    e.into()
 }
 
 impl From<WriteError> for FrontendError {

@@ -89,8 +89,8 @@ pub fn emit_limited(
     external: ExternalData,
     limit: usize,
 ) -> Result<Emitted, FrontendError> {
-    let index =
-        phase("source index", || SourceIndex::new(source)).map_err(|e| source_err(e, source))?;
+    let index = phase("source index", || SourceIndex::new(source))
+        .map_err(|e| from_emit(e, &source.path))?;
     let mut encoder = OnnxParts {
         source,
         model,
@@ -146,7 +146,7 @@ impl PartEncoder for OnnxParts<'_> {
                 &staged.path(weights_name),
             )
         })
-        .map_err(|e| source_err(e, self.source))?;
+        .map_err(|e| from_emit(e, &self.source.path))?;
         let side = SideFiles {
             staged: weights
                 .as_ref()
@@ -161,7 +161,7 @@ impl PartEncoder for OnnxParts<'_> {
 
     fn encode(&self, plan: &ValidatedPlan, k: usize) -> Result<Encoded, FrontendError> {
         let proto = part_model_with(&self.index, self.model, plan, k, self.weights.as_ref())
-            .map_err(|e| source_err(e, self.source))?;
+            .map_err(|e| from_emit(e, &self.source.path))?;
         let n = encoded_len(&proto);
         if self.limit.is_some_and(|l| n > l) {
             return Ok(Encoded::NeedsSharedWeights {
@@ -177,10 +177,6 @@ impl PartEncoder for OnnxParts<'_> {
             note: None,
         })
     }
-}
-
-fn source_err(e: EmitError, source: &OnnxModel) -> FrontendError {
-    from_emit(e, &source.path)
 }
 
 /// An ONNX writing error as a front-end's: about its own file, or else the source `model`.
