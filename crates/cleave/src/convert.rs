@@ -51,7 +51,8 @@ pub fn convert(
                 )
                 .map_err(onnx)?;
             // Its locations name the new file beside `output`, so nothing is carried along.
-            write_atomic(output, &encode_model(&shared.proto)).map_err(onnx)?;
+            let proto = shared.proto().map_err(onnx)?;
+            write_atomic(output, &encode_model(&proto)).map_err(onnx)?;
         }
     }
     Ok(Vec::new())

@@ -284,7 +284,8 @@ fn convert_moves_weights_out_to_one_file_and_back_in() {
         2304
     );
     let m = cleave::onnx::OnnxModel::load(&shared).unwrap();
-    let g = m.proto.graph.as_ref().unwrap();
+    let p = m.proto().unwrap();
+    let g = p.graph.as_ref().unwrap();
     let external: Vec<&str> = g
         .initializer
         .iter()
@@ -293,7 +294,8 @@ fn convert_moves_weights_out_to_one_file_and_back_in() {
         .collect();
     assert_eq!(external, ["conv2.w"]);
     let bytes = |m: &cleave::onnx::OnnxModel| -> Vec<Vec<u8>> {
-        let g = m.proto.graph.as_ref().unwrap();
+        let p = m.proto().unwrap();
+        let g = p.graph.as_ref().unwrap();
         g.initializer
             .iter()
             .map(|t| {

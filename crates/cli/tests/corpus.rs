@@ -86,7 +86,8 @@ fn inferred_types_never_contradict_onnx_on_the_node_tests() {
 
 fn input_dims(part: &Path, name: &str) -> Vec<Option<Value>> {
     let m = OnnxModel::load(part).unwrap();
-    let g = m.proto.graph.as_ref().unwrap();
+    let p = m.proto().unwrap();
+    let g = p.graph.as_ref().unwrap();
     let vi = g.input.iter().find(|i| i.name() == name).unwrap();
     let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().unwrap().value.as_ref() else {
         panic!("{name} is not a tensor");

@@ -61,7 +61,8 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
     }
     // Split → 3 Convs → Concat is one Conv with group 3.
     let m = cleave::onnx::OnnxModel::load(dir.path().join("group_conv.opt.onnx")).unwrap();
-    let nodes = &m.proto.graph.as_ref().unwrap().node;
+    let proto = m.proto().unwrap();
+    let nodes = &proto.graph.as_ref().unwrap().node;
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].op_type(), "Conv");
     assert_eq!(
@@ -74,8 +75,8 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
     );
     // Tiles carry OpenVINO's @soc=M/N names.
     let m = cleave::onnx::OnnxModel::load(dir.path().join("tile_conv.opt.onnx")).unwrap();
-    let names: Vec<&str> = m
-        .proto
+    let proto = m.proto().unwrap();
+    let names: Vec<&str> = proto
         .graph
         .as_ref()
         .unwrap()
@@ -295,7 +296,9 @@ fn constants_fold_on_an_engine_within_the_fold_limit() {
     let limited: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
     let written = cleave::onnx::OnnxModel::load(&out).unwrap();
     let kept = written
-        .proto
+        .proto()
+        .unwrap()
+        .into_owned()
         .graph
         .unwrap()
         .node

@@ -194,7 +194,9 @@ fn seed_example_with_both_algorithms() {
     );
     let names = |f: &str| -> Vec<String> {
         let m = cleave::onnx::OnnxModel::load(work.join(f)).unwrap();
-        m.proto
+        m.proto()
+            .unwrap()
+            .into_owned()
             .graph
             .unwrap()
             .node
@@ -647,7 +649,8 @@ fn a_quantize_dequantize_pair_is_never_cut() {
 /// Every initializer's bytes by name, read as an engine would (external data resolved).
 fn weight_bytes(model: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     let m = cleave::onnx::OnnxModel::load(model).unwrap();
-    let g = m.proto.graph.as_ref().unwrap();
+    let p = m.proto().unwrap();
+    let g = p.graph.as_ref().unwrap();
     g.initializer
         .iter()
         .map(|t| {
@@ -664,7 +667,8 @@ fn weight_bytes(model: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 /// Initializers of a part that read external data, with their locations.
 fn external_locations(part: &Path) -> Vec<(String, String)> {
     let m = cleave::onnx::OnnxModel::load(part).unwrap();
-    let g = m.proto.graph.as_ref().unwrap();
+    let p = m.proto().unwrap();
+    let g = p.graph.as_ref().unwrap();
     g.initializer
         .iter()
         .filter(|t| !t.external_data.is_empty())
@@ -688,7 +692,7 @@ fn tiny_cnn_external(dir: &Path) -> PathBuf {
     let m = cleave::onnx::OnnxModel::load(example("tiny_cnn.onnx")).unwrap();
     let (ext, _) = m.externalized(&dir.join("tiny_cnn.data"), 0).unwrap();
     let p = dir.join("tiny_cnn.onnx");
-    cleave::onnx::write_atomic(&p, &cleave::onnx::encode_model(&ext.proto)).unwrap();
+    cleave::onnx::write_atomic(&p, &cleave::onnx::encode_model(&ext.proto().unwrap())).unwrap();
     p
 }
 

@@ -110,7 +110,7 @@ fn verify_sees_a_miswired_part() {
     ]));
     let div = work.join("instance_norm.00002_acl_cl.onnx");
     let mut m = cleave::onnx::OnnxModel::load(&div).unwrap();
-    let node = &mut m.proto.graph.as_mut().unwrap().node[0];
+    let node = &mut m.proto_mut().unwrap().graph.as_mut().unwrap().node[0];
     node.input.swap(0, 1);
     m.save(&div).unwrap();
     let conn = work.join("instance_norm.conn.json");

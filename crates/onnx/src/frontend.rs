@@ -95,7 +95,7 @@ impl Source for OnnxSource {
     }
 
     fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn Source>, FrontendError> {
-        let mut proto = self.onnx.proto.clone();
+        let mut proto = self.onnx.proto().map_err(from_onnx)?.into_owned();
         crate::fix_dims::fix_dims(&mut proto, fixed)
             .map_err(|m| FrontendError::new(&self.onnx.path, m))?;
         let onnx = self.onnx.derived(proto);

@@ -1,5 +1,6 @@
 //! ONNX protobuf → format-neutral IR.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use crate::is_default_domain;
@@ -30,11 +31,11 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
         path: &m.path,
         base: m.base_dir(),
     };
-    let p = &m.proto;
+    let p = m.without_nodes();
     let g = p.graph.as_ref().ok_or_else(|| OnnxError::NoGraph {
         path: m.path.clone(),
     })?;
-    let graph = convert_graph(g, &ctx, false)?;
+    let graph = convert_graph(g, (m.node_count(), m.nodes()), &ctx, false)?;
     let mut functions = Vec::with_capacity(p.functions.len());
     for f in &p.functions {
         let mut b = GraphBuilder::new(f.name());
@@ -42,7 +43,7 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
             b.input(i, TensorType::default());
         }
         for n in &f.node {
-            b.node(node_spec(n, &ctx)?);
+            b.node(node_spec(Cow::Borrowed(n), &ctx)?);
         }
         for o in &f.output {
             b.output(o);
@@ -81,8 +82,31 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
     })
 }
 
-fn convert_graph(g: &GraphProto, ctx: &Ctx, allow_outer: bool) -> Result<Graph, OnnxError> {
+/// The nodes of a graph held in memory, as [`convert_graph`] takes them.
+fn borrowed(
+    g: &GraphProto,
+) -> (
+    usize,
+    impl Iterator<Item = Result<Cow<'_, NodeProto>, OnnxError>>,
+) {
+    (g.node.len(), g.node.iter().map(|n| Ok(Cow::Borrowed(n))))
+}
+
+/// `g` with its nodes, and how many, taken from `nodes` (the main graph's may be held
+/// undecoded).
+fn convert_graph<'n>(
+    g: &GraphProto,
+    (count, nodes): (
+        usize,
+        impl Iterator<Item = Result<Cow<'n, NodeProto>, OnnxError>>,
+    ),
+    ctx: &Ctx,
+    allow_outer: bool,
+) -> Result<Graph, OnnxError> {
     let mut b = GraphBuilder::new(g.name());
+    // Most nodes write one tensor.
+    let values = g.input.len() + g.initializer.len() + g.sparse_initializer.len();
+    b.reserve(count, values.saturating_add(count));
     let constants: std::collections::HashSet<&str> = g
         .initializer
         .iter()
@@ -120,8 +144,8 @@ fn convert_graph(g: &GraphProto, ctx: &Ctx, allow_outer: bool) -> Result<Graph, 
             );
         }
     }
-    for (i, n) in g.node.iter().enumerate() {
-        let mut spec = node_spec(n, ctx)?;
+    for (i, n) in nodes.enumerate() {
+        let mut spec = node_spec(n?, ctx)?;
         // Protobuf's 2 GiB message limit keeps a node list far below u32::MAX entries.
         spec.source = u32::try_from(i).ok().map(SourceRef);
         b.node(spec);
@@ -154,7 +178,8 @@ fn ir_domain(d: &str) -> String {
     }
 }
 
-fn node_spec(n: &NodeProto, ctx: &Ctx) -> Result<NodeSpec, OnnxError> {
+/// A decoded node's strings are moved into the spec; a borrowed one's are copied.
+fn node_spec(n: Cow<'_, NodeProto>, ctx: &Ctx) -> Result<NodeSpec, OnnxError> {
     let mut attrs = Vec::with_capacity(n.attribute.len());
     for a in &n.attribute {
         attrs.push(Attribute {
@@ -162,12 +187,27 @@ fn node_spec(n: &NodeProto, ctx: &Ctx) -> Result<NodeSpec, OnnxError> {
             value: attr_value(a, ctx)?,
         });
     }
+    let domain = ir_domain(n.domain());
+    let (name, op_type, inputs, outputs) = match n {
+        Cow::Owned(n) => (
+            n.name.unwrap_or_default(),
+            n.op_type.unwrap_or_default(),
+            n.input,
+            n.output,
+        ),
+        Cow::Borrowed(n) => (
+            n.name().to_string(),
+            n.op_type().to_string(),
+            n.input.clone(),
+            n.output.clone(),
+        ),
+    };
     Ok(NodeSpec {
-        name: n.name().to_string(),
-        op_type: n.op_type().to_string(),
-        domain: ir_domain(n.domain()),
-        inputs: n.input.clone(),
-        outputs: n.output.clone(),
+        name,
+        op_type,
+        domain,
+        inputs,
+        outputs,
         attrs,
         source: None,
     })
@@ -190,7 +230,7 @@ fn attr_value(a: &AttributeProto, ctx: &Ctx) -> Result<AttrValue, OnnxError> {
             None => AttrValue::Opaque("tensor"),
         },
         AttributeType::Graph => match &a.g {
-            Some(g) => AttrValue::Graph(Box::new(convert_graph(g, ctx, true)?)),
+            Some(g) => AttrValue::Graph(Box::new(convert_graph(g, borrowed(g), ctx, true)?)),
             None => AttrValue::Opaque("graph"),
         },
         AttributeType::Floats => AttrValue::Floats(a.floats.clone()),
@@ -205,7 +245,7 @@ fn attr_value(a: &AttributeProto, ctx: &Ctx) -> Result<AttrValue, OnnxError> {
         AttributeType::Graphs => AttrValue::Graphs(
             a.graphs
                 .iter()
-                .map(|g| convert_graph(g, ctx, true))
+                .map(|g| convert_graph(g, borrowed(g), ctx, true))
                 .collect::<Result<_, _>>()?,
         ),
         AttributeType::SparseTensor | AttributeType::SparseTensors => {

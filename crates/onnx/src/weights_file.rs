@@ -323,12 +323,12 @@ impl OnnxModel {
         data: &Path,
         min_bytes: u64,
     ) -> Result<(OnnxModel, Option<WeightsFile>), OnnxError> {
-        let Some(g) = &self.proto.graph else {
-            return Ok((self.derived(self.proto.clone()), None));
+        let mut proto = self.proto()?.into_owned();
+        let Some(g) = &proto.graph else {
+            return Ok((self.derived(proto), None));
         };
         let tensors: Vec<&TensorProto> = g.initializer.iter().collect();
         let weights = write_weights_file(self, &tensors, data, min_bytes)?;
-        let mut proto = self.proto.clone();
         if let (Some(w), Some(g)) = (&weights, proto.graph.as_mut()) {
             for t in &mut g.initializer {
                 if let Some(r) = w.reference(t) {
@@ -342,7 +342,7 @@ impl OnnxModel {
     /// This model with the bytes of its main graph's external initializers read in. Fails
     /// when the result would be too large for protobuf (2 GB).
     pub fn internalized(&self) -> Result<OnnxModel, OnnxError> {
-        let mut proto = self.proto.clone();
+        let mut proto = self.proto()?.into_owned();
         if let Some(g) = proto.graph.as_mut() {
             for t in &mut g.initializer {
                 if !is_external(t) {
@@ -387,7 +387,7 @@ mod tests {
     /// Every initializer's bytes, by name, as an engine would read them.
     fn weights(path: &Path) -> Vec<(String, Vec<u8>)> {
         let m = OnnxModel::load(path).unwrap();
-        let g = m.proto.graph.as_ref().unwrap();
+        let g = m.without_nodes().graph.as_ref().unwrap();
         g.initializer
             .iter()
             .map(|t| {
@@ -402,20 +402,25 @@ mod tests {
     }
 
     fn save(m: &OnnxModel, out: &Path) {
-        crate::write_atomic(out, &crate::encode_model(&m.proto)).unwrap();
+        crate::write_atomic(out, &crate::encode_model(&m.proto().unwrap())).unwrap();
     }
 
     #[test]
     fn embedded_weights_are_found_in_the_file_they_were_mapped_from() {
         let m = OnnxModel::load(tiny_cnn()).unwrap();
         let file = std::fs::read(tiny_cnn()).unwrap();
-        for t in &m.proto.graph.as_ref().unwrap().initializer {
+        for t in &m.without_nodes().graph.as_ref().unwrap().initializer {
             let raw = t.raw_data.as_ref().unwrap();
             let at = m.file_offset(raw).unwrap() as usize;
             assert_eq!(&file[at..at + raw.len()], &raw[..], "{}", t.name());
         }
         let in_memory = OnnxModel::from_bytes(file.into(), tiny_cnn()).unwrap();
-        let t = &in_memory.proto.graph.as_ref().unwrap().initializer[0];
+        let t = &in_memory
+            .without_nodes()
+            .graph
+            .as_ref()
+            .unwrap()
+            .initializer[0];
         assert_eq!(
             in_memory.file_offset(t.raw_data.as_ref().unwrap()),
             None,
@@ -434,7 +439,7 @@ mod tests {
         let out = tmp.path().join("t.onnx");
         save(&ext, &out);
         let back = OnnxModel::load(&out).unwrap();
-        for t in &back.proto.graph.as_ref().unwrap().initializer {
+        for t in &back.without_nodes().graph.as_ref().unwrap().initializer {
             assert!(
                 is_external(t) && t.raw_data.is_none(),
                 "{} still inside",
@@ -447,7 +452,7 @@ mod tests {
 
         let inl = back.internalized().unwrap();
         assert!(inl
-            .proto
+            .without_nodes()
             .graph
             .as_ref()
             .unwrap()
@@ -473,7 +478,7 @@ mod tests {
             .externalized(&tmp.path().join("t.weights"), MIN_EXTERNAL_BYTES)
             .unwrap();
         let external: Vec<&str> = ext
-            .proto
+            .without_nodes()
             .graph
             .as_ref()
             .unwrap()
@@ -561,7 +566,7 @@ mod tests {
             std::fs::read(tmp.path().join("d.bin")).unwrap()
         );
         let offsets: Vec<u64> = ext
-            .proto
+            .without_nodes()
             .graph
             .as_ref()
             .unwrap()

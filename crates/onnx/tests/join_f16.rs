@@ -83,7 +83,8 @@ fn joined_float16_convs_keep_a_float16_bias() {
     )
     .unwrap();
     assert_eq!(o.applied.get("join"), Some(&1), "{:?}", o.applied);
-    let g = o.model.proto.graph.as_ref().unwrap();
+    let p = o.model.proto().unwrap();
+    let g = p.graph.as_ref().unwrap();
     let joined = g
         .node
         .iter()

@@ -41,7 +41,7 @@ pub(crate) struct SourceIndex<'a> {
 impl<'a> SourceIndex<'a> {
     pub(crate) fn new(source: &'a OnnxModel) -> Result<SourceIndex<'a>, EmitError> {
         let sg = source
-            .proto
+            .without_nodes()
             .graph
             .as_ref()
             .ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;
@@ -102,7 +102,7 @@ pub(crate) fn part_model_with(
     shared: Option<&WeightsFile>,
 ) -> Result<ModelProto, EmitError> {
     let (source, sg) = (index.source, index.sg);
-    let sp = &source.proto;
+    let sp = source.without_nodes();
     let g = &model.graph;
     let part = &plan.parts[k];
     // Each IR node finds its NodeProto through its source handle; sorting the handles keeps
@@ -114,7 +114,7 @@ pub(crate) fn part_model_with(
         .map(|&n| {
             let node = g.node(n);
             node.source
-                .filter(|r| r.index() < sg.node.len())
+                .filter(|r| r.index() < source.node_count())
                 .ok_or_else(|| {
                     EmitError::Source(format!(
                         "node '{}' has no record in the source model",
@@ -124,7 +124,17 @@ pub(crate) fn part_model_with(
         })
         .collect::<Result<Vec<_>, _>>()?;
     records.sort_unstable();
-    let nodes: Vec<NodeProto> = records.iter().map(|r| sg.node[r.index()].clone()).collect();
+    let nodes = records
+        .iter()
+        .map(|r| match source.node(r.index()) {
+            Ok(Some(n)) => Ok(n.into_owned()),
+            Ok(None) => Err(EmitError::Source(format!(
+                "node record {} is not in the source model",
+                r.index()
+            ))),
+            Err(e) => Err(EmitError::from(e)),
+        })
+        .collect::<Result<Vec<NodeProto>, _>>()?;
 
     let typed = |v: ValueId| -> Result<ValueInfoProto, EmitError> {
         let value = g.value(v);
@@ -392,7 +402,7 @@ pub fn with_outputs(
     model: &Model,
     extra: &[ValueId],
 ) -> Result<ModelProto, EmitError> {
-    let mut m = source.proto.clone();
+    let mut m = source.proto()?.into_owned();
     let g = m
         .graph
         .as_mut()

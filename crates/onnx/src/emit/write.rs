@@ -213,7 +213,7 @@ fn shared_weights_file(
         .flat_map(|p| p.weights.iter().map(|&w| g.value(w).name.as_str()))
         .collect();
     let sg = source
-        .proto
+        .without_nodes()
         .graph
         .as_ref()
         .ok_or_else(|| EmitError::Source("the source model has no graph".into()))?;

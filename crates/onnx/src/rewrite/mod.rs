@@ -120,7 +120,8 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
             (Rule::Tile.name(), device::tile as Pass),
         ]);
     }
-    let mut current = src.derived(src.proto.clone());
+    // A derived model holds its nodes decoded, so `without_nodes` below is the whole model.
+    let mut current = src.derived(src.proto()?.into_owned());
     let mut applied = BTreeMap::new();
     let mut origins: HashMap<String, Vec<String>> = HashMap::new();
     let mut notes = Vec::new();
@@ -132,13 +133,14 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
             let constant = OnnxSemantics.constant_nodes(&ir.graph);
             let (rules, tile_bytes) = device_rules(&ir, opts)?;
             let opset = ir.opset("").unwrap_or(21);
-            let proto = current
-                .proto
-                .graph
-                .as_ref()
-                .ok_or_else(|| OnnxError::NoGraph {
-                    path: current.path.clone(),
-                })?;
+            let proto =
+                current
+                    .without_nodes()
+                    .graph
+                    .as_ref()
+                    .ok_or_else(|| OnnxError::NoGraph {
+                        path: current.path.clone(),
+                    })?;
             let records = node_records(&ir.graph, proto, &current)?;
             let cx = PassCx {
                 model: &ir,
@@ -148,7 +150,7 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
                 rules: &rules,
                 tile_bytes: &tile_bytes,
                 opset,
-                source: &current.proto,
+                source: current.without_nodes(),
                 evaluator: opts.evaluator,
                 fold_limit: opts.fold_limit,
             };
@@ -160,14 +162,11 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
             }
             *applied.entry(name).or_insert(0) += edits.count;
             edits.record_origins(&mut origins);
-            let graph = current
-                .proto
-                .graph
-                .as_mut()
-                .ok_or_else(|| OnnxError::NoGraph {
-                    path: current.path.clone(),
-                })?;
-            edits.apply(graph, current.proto.ir_version.unwrap_or(0) < 4);
+            let path = current.path.clone();
+            let full = current.proto_mut()?;
+            let old_ir = full.ir_version.unwrap_or(0) < 4;
+            let graph = full.graph.as_mut().ok_or(OnnxError::NoGraph { path })?;
+            edits.apply(graph, old_ir);
             ir = typed(&current).map_err(|e| OptimizeError::Broken {
                 rule: name,
                 cause: e.to_string(),
