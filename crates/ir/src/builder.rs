@@ -32,65 +32,80 @@ impl NodeSpec {
 
 /// Collects a graph by names, in any order, then checks and indexes it in [`finish`].
 ///
+/// Each addition is resolved as it comes: a tensor's name is moved into the value it names,
+/// and a read of a tensor defined earlier becomes its id at once, so a node costs its IR size,
+/// not also a copy of its strings until the end. Reads of tensors not yet defined wait for
+/// [`finish`]. Values are numbered in the order they are defined (inputs and weights first
+/// when the front-end adds them first).
+///
 /// [`finish`]: GraphBuilder::finish
 #[derive(Debug, Default)]
 pub struct GraphBuilder {
     name: String,
-    inputs: Vec<(String, TensorType)>,
-    weights: Vec<(String, Weight)>,
-    nodes: Vec<NodeSpec>,
+    table: Table,
+    graph_inputs: Vec<ValueId>,
+    nodes: Vec<Node>,
+    /// Reads of names not defined when their node was added.
+    pending: Vec<Pending>,
     outputs: Vec<String>,
+    /// Types given for names not defined yet.
     types: rustc_hash::FxHashMap<String, TensorType>,
+    /// The first integrity error; what is added after it is ignored.
+    error: Option<GraphError>,
 }
 
+/// A read of `name` by `node`: its input slot, or `None` for a read by one of its subgraphs.
+#[derive(Debug)]
+struct Pending {
+    node: NodeId,
+    slot: Option<usize>,
+    name: String,
+}
+
+#[derive(Debug, Default)]
 struct Table {
     values: Vec<Value>,
     names: NameIndex,
     outer: Vec<ValueId>,
-    allow_outer: bool,
 }
 
 impl Table {
-    fn define(
-        &mut self,
-        name: &str,
-        ty: TensorType,
-        def: ValueDef,
-        who: impl Fn() -> String,
-    ) -> Result<ValueId, GraphError> {
-        if let Some(&old) = self.names.get(name) {
-            return Err(GraphError::DuplicateProducer {
-                tensor: name.to_string(),
-                first: self.describe(old),
-                second: who(),
-            });
+    /// Defines `name`; a name defined before gives back the value that has it.
+    fn define(&mut self, name: String, ty: TensorType, def: ValueDef) -> Result<ValueId, ValueId> {
+        if let Some(&old) = self.names.get(name.as_str()) {
+            return Err(old);
         }
         let id = ValueId(self.values.len() as u32);
+        self.names.insert(name.clone(), id);
         self.values.push(Value {
-            name: name.to_string(),
+            name,
             ty,
             def,
             quant: None,
             consumers: Vec::new(),
         });
-        self.names.insert(name.to_string(), id);
         Ok(id)
     }
 
-    fn describe(&self, id: ValueId) -> String {
-        match &self.values[id.index()].def {
-            ValueDef::Input => "a graph input".to_string(),
-            ValueDef::Weight(_) => "a constant (initializer)".to_string(),
-            ValueDef::Node(..) | ValueDef::Outer => "an earlier node".to_string(),
+    fn duplicate(&self, old: ValueId, second: String) -> GraphError {
+        let first = match &self.values[old.index()].def {
+            ValueDef::Input => "a graph input",
+            ValueDef::Weight(_) => "a constant (initializer)",
+            ValueDef::Node(..) | ValueDef::Outer => "an earlier node",
+        };
+        GraphError::DuplicateProducer {
+            tensor: self.values[old.index()].name.clone(),
+            first: first.to_string(),
+            second,
         }
     }
 
     /// Looks a name up; an unknown one is an outer-scope read where that is allowed.
-    fn resolve(&mut self, name: &str) -> Option<ValueId> {
+    fn resolve(&mut self, name: &str, allow_outer: bool) -> Option<ValueId> {
         if let Some(&id) = self.names.get(name) {
             return Some(id);
         }
-        if !self.allow_outer {
+        if !allow_outer {
             return None;
         }
         let id = ValueId(self.values.len() as u32);
@@ -107,6 +122,10 @@ impl Table {
     }
 }
 
+fn is_untyped(ty: &TensorType) -> bool {
+    ty.elem.is_none() && ty.shape.is_none()
+}
+
 impl GraphBuilder {
     pub fn new(name: impl Into<String>) -> Self {
         GraphBuilder {
@@ -115,18 +134,132 @@ impl GraphBuilder {
         }
     }
 
+    /// Room for `nodes` nodes and `values` tensors, so the tables of a large graph are
+    /// allocated once instead of regrowing.
+    pub fn reserve(&mut self, nodes: usize, values: usize) -> &mut Self {
+        self.nodes.reserve(nodes);
+        self.table.values.reserve(values);
+        self.table.names.reserve(values);
+        self
+    }
+
+    /// A type given by `value_type` before the value was defined wins over an unknown one.
+    fn declared(&mut self, name: &str, ty: TensorType) -> TensorType {
+        match self.types.remove(name) {
+            Some(given) if is_untyped(&ty) => given,
+            _ => ty,
+        }
+    }
+
+    fn define_named(&mut self, name: String, ty: TensorType, def: ValueDef, who: &str) {
+        if self.error.is_some() {
+            return;
+        }
+        let ty = self.declared(&name, ty);
+        if let Err(old) = self.table.define(name, ty, def) {
+            self.error = Some(self.table.duplicate(old, who.to_string()));
+        }
+    }
+
     pub fn input(&mut self, name: impl Into<String>, ty: TensorType) -> &mut Self {
-        self.inputs.push((name.into(), ty));
+        let before = self.table.values.len();
+        self.define_named(name.into(), ty, ValueDef::Input, "a graph input");
+        if self.table.values.len() > before {
+            self.graph_inputs.push(ValueId(before as u32));
+        }
         self
     }
 
     pub fn weight(&mut self, name: impl Into<String>, weight: Weight) -> &mut Self {
-        self.weights.push((name.into(), weight));
+        let ty = weight.ty();
+        let def = ValueDef::Weight(Box::new(weight));
+        self.define_named(name.into(), ty, def, "a constant (initializer)");
         self
     }
 
     pub fn node(&mut self, spec: NodeSpec) -> &mut Self {
-        self.nodes.push(spec);
+        if self.error.is_some() {
+            return self;
+        }
+        let id = NodeId(self.nodes.len() as u32);
+        let NodeSpec {
+            name,
+            op_type,
+            domain,
+            inputs,
+            outputs,
+            attrs,
+            source,
+        } = spec;
+        // Outputs first, so that a node reading its own output is a cycle, not a dangling read.
+        let mut outs = Vec::with_capacity(outputs.len());
+        for (slot, o) in outputs.into_iter().enumerate() {
+            if o.is_empty() {
+                outs.push(None);
+                continue;
+            }
+            let ty = self.types.remove(&o).unwrap_or_default();
+            match self.table.define(o, ty, ValueDef::Node(id, slot)) {
+                Ok(v) => outs.push(Some(v)),
+                Err(old) => {
+                    let label = if name.is_empty() {
+                        outs.iter().flatten().next().map_or_else(
+                            || self.table.values[old.index()].name.clone(),
+                            |v| self.table.values[v.index()].name.clone(),
+                        )
+                    } else {
+                        name
+                    };
+                    let who = format!("node '{label}' ({op_type})");
+                    self.error = Some(self.table.duplicate(old, who));
+                    return self;
+                }
+            }
+        }
+        let mut ins = Vec::with_capacity(inputs.len());
+        for (slot, i) in inputs.into_iter().enumerate() {
+            let found = if i.is_empty() {
+                None
+            } else if let Some(&v) = self.table.names.get(i.as_str()) {
+                Some(v)
+            } else {
+                self.pending.push(Pending {
+                    node: id,
+                    slot: Some(slot),
+                    name: i,
+                });
+                None
+            };
+            ins.push(found);
+        }
+        let mut implicit = Vec::new();
+        for sub in attrs.iter().flat_map(|a| subgraphs_of(a)) {
+            for &o in &sub.outer {
+                let n = &sub.value(o).name;
+                match self.table.names.get(n.as_str()) {
+                    Some(&v) => {
+                        if !implicit.contains(&v) && !ins.contains(&Some(v)) {
+                            implicit.push(v);
+                        }
+                    }
+                    None => self.pending.push(Pending {
+                        node: id,
+                        slot: None,
+                        name: n.clone(),
+                    }),
+                }
+            }
+        }
+        self.nodes.push(Node {
+            name,
+            op_type,
+            domain,
+            inputs: ins,
+            outputs: outs,
+            attrs,
+            implicit_inputs: implicit,
+            source,
+        });
         self
     }
 
@@ -135,9 +268,21 @@ impl GraphBuilder {
         self
     }
 
-    /// Records what is known of a tensor's type (ONNX `value_info`, graph outputs).
+    /// Records what is known of a tensor's type (ONNX `value_info`, graph outputs). A node's
+    /// output takes the last type given; an input or a constant keeps its own when it has one.
     pub fn value_type(&mut self, name: impl Into<String>, ty: TensorType) -> &mut Self {
-        self.types.insert(name.into(), ty);
+        let name = name.into();
+        match self.table.names.get(name.as_str()) {
+            Some(&id) => {
+                let v = &mut self.table.values[id.index()];
+                if matches!(v.def, ValueDef::Node(..)) || is_untyped(&v.ty) {
+                    v.ty = ty;
+                }
+            }
+            None => {
+                self.types.insert(name, ty);
+            }
+        }
         self
     }
 
@@ -148,98 +293,54 @@ impl GraphBuilder {
     pub fn finish(self, allow_outer: bool) -> Result<Graph, GraphError> {
         let GraphBuilder {
             name,
-            inputs,
-            weights,
-            nodes,
+            mut table,
+            graph_inputs,
+            mut nodes,
+            pending,
             outputs,
-            mut types,
+            types,
+            error,
         } = self;
-        // Every tensor is defined once: sized up front, the tables never regrow.
-        let capacity =
-            inputs.len() + weights.len() + nodes.iter().map(|n| n.outputs.len()).sum::<usize>();
-        let mut t = Table {
-            values: Vec::with_capacity(capacity),
-            names: NameIndex::with_capacity_and_hasher(capacity, Default::default()),
-            outer: Vec::new(),
-            allow_outer,
-        };
-        let mut graph_inputs = Vec::with_capacity(inputs.len());
-        for (n, ty) in inputs {
-            let id = t.define(&n, ty, ValueDef::Input, || "a graph input".to_string())?;
-            graph_inputs.push(id);
+        if let Some(e) = error {
+            return Err(e);
         }
-        for (n, w) in weights {
-            let ty = w.ty();
-            t.define(&n, ty, ValueDef::Weight(Box::new(w)), || {
-                "a constant (initializer)".to_string()
-            })?;
-        }
-        // Outputs first, so a node may read a tensor produced further down the list.
-        let mut out_ids = Vec::with_capacity(nodes.len());
-        for (i, spec) in nodes.iter().enumerate() {
-            let id = NodeId(i as u32);
-            let mut outs = Vec::with_capacity(spec.outputs.len());
-            for (slot, o) in spec.outputs.iter().enumerate() {
-                if o.is_empty() {
-                    outs.push(None);
-                    continue;
-                }
-                let ty = types.remove(o).unwrap_or_default();
-                let who = || format!("node '{}' ({})", label(spec), spec.op_type);
-                outs.push(Some(t.define(o, ty, ValueDef::Node(id, slot), who)?));
-            }
-            out_ids.push(outs);
-        }
-        let mut built = Vec::with_capacity(nodes.len());
-        for (spec, outs) in nodes.into_iter().zip(out_ids) {
-            let mut ins = Vec::with_capacity(spec.inputs.len());
-            for i in &spec.inputs {
-                if i.is_empty() {
-                    ins.push(None);
-                    continue;
-                }
-                let id = t.resolve(i).ok_or_else(|| undefined(&spec, i))?;
-                ins.push(Some(id));
-            }
-            let mut implicit = Vec::new();
-            for sub in spec.attrs.iter().flat_map(|a| subgraphs_of(a)) {
-                for &o in &sub.outer {
-                    let n = &sub.value(o).name;
-                    let id = t.resolve(n).ok_or_else(|| undefined(&spec, n))?;
-                    if !implicit.contains(&id) && !ins.contains(&Some(id)) {
-                        implicit.push(id);
+        for p in pending {
+            let Some(v) = table.resolve(&p.name, allow_outer) else {
+                let node = &nodes[p.node.index()];
+                return Err(GraphError::UndefinedTensor {
+                    node: label(node, &table.values).to_string(),
+                    op: node.op_type.clone(),
+                    tensor: p.name,
+                });
+            };
+            let node = &mut nodes[p.node.index()];
+            match p.slot {
+                Some(slot) => node.inputs[slot] = Some(v),
+                None => {
+                    if !node.implicit_inputs.contains(&v) && !node.inputs.contains(&Some(v)) {
+                        node.implicit_inputs.push(v);
                     }
                 }
             }
-            built.push(Node {
-                name: spec.name,
-                op_type: spec.op_type,
-                domain: spec.domain,
-                inputs: ins,
-                outputs: outs,
-                attrs: spec.attrs,
-                implicit_inputs: implicit,
-                source: spec.source,
-            });
         }
         let mut graph_outputs = Vec::with_capacity(outputs.len());
-        for o in &outputs {
-            let id = t
-                .resolve(o)
-                .ok_or_else(|| GraphError::UndefinedOutput { tensor: o.clone() })?;
+        for o in outputs {
+            let id = table
+                .resolve(&o, allow_outer)
+                .ok_or(GraphError::UndefinedOutput { tensor: o })?;
             graph_outputs.push(id);
         }
         for (n, ty) in types {
-            if let Some(&id) = t.names.get(&n) {
-                let v = &mut t.values[id.index()];
-                if v.ty.elem.is_none() && v.ty.shape.is_none() {
+            if let Some(&id) = table.names.get(n.as_str()) {
+                let v = &mut table.values[id.index()];
+                if is_untyped(&v.ty) {
                     v.ty = ty;
                 }
             }
         }
-        for (i, node) in built.iter().enumerate() {
+        for (i, node) in nodes.iter().enumerate() {
             for v in node.all_inputs() {
-                let c = &mut t.values[v.index()].consumers;
+                let c = &mut table.values[v.index()].consumers;
                 if c.last() != Some(&NodeId(i as u32)) {
                     c.push(NodeId(i as u32));
                 }
@@ -247,12 +348,12 @@ impl GraphBuilder {
         }
         let mut graph = Graph {
             name,
-            nodes: built,
-            values: t.values,
+            nodes,
+            values: table.values,
             inputs: graph_inputs,
             outputs: graph_outputs,
-            outer: t.outer,
-            names: t.names,
+            outer: table.outer,
+            names: table.names,
             topo: Vec::new(),
         };
         graph.topo = topological_order(&graph)?;
@@ -260,23 +361,16 @@ impl GraphBuilder {
     }
 }
 
-fn label(spec: &NodeSpec) -> &str {
-    if spec.name.is_empty() {
-        spec.outputs
-            .iter()
-            .find(|o| !o.is_empty())
-            .map_or("", String::as_str)
-    } else {
-        &spec.name
+/// A node's name, or its first output's when it has none.
+fn label<'a>(node: &'a Node, values: &'a [Value]) -> &'a str {
+    if !node.name.is_empty() {
+        return &node.name;
     }
-}
-
-fn undefined(spec: &NodeSpec, tensor: &str) -> GraphError {
-    GraphError::UndefinedTensor {
-        node: label(spec).to_string(),
-        op: spec.op_type.clone(),
-        tensor: tensor.to_string(),
-    }
+    node.outputs
+        .iter()
+        .flatten()
+        .next()
+        .map_or("", |v| values[v.index()].name.as_str())
 }
 
 fn subgraphs_of(a: &Attribute) -> Vec<&Graph> {
@@ -296,11 +390,15 @@ fn topological_order(g: &Graph) -> Result<Vec<NodeId>, GraphError> {
     let n = g.nodes.len();
     let mut color = vec![WHITE; n];
     let mut order = Vec::with_capacity(n);
-    let inputs: Vec<Vec<ValueId>> = g
-        .nodes
-        .iter()
-        .map(|node| node.all_inputs().collect())
-        .collect();
+    // Every node's inputs in one flat list: a Vec per node would be a million allocations.
+    let mut starts = Vec::with_capacity(n + 1);
+    let mut flat = Vec::new();
+    for node in &g.nodes {
+        starts.push(flat.len());
+        flat.extend(node.all_inputs());
+    }
+    starts.push(flat.len());
+    let inputs = |node: usize| &flat[starts[node]..starts[node + 1]];
     // (node, next input to look at, the tensor through which the parent reached this node)
     let mut stack: Vec<(usize, usize, Option<ValueId>)> = Vec::new();
     for root in 0..n {
@@ -311,9 +409,8 @@ fn topological_order(g: &Graph) -> Result<Vec<NodeId>, GraphError> {
         stack.push((root, 0, None));
         while let Some(top) = stack.last_mut() {
             let (node, next) = (top.0, top.1);
-            if next < inputs[node].len() {
+            if let Some(&v) = inputs(node).get(next) {
                 top.1 += 1;
-                let v = inputs[node][next];
                 let Some(p) = g.value(v).producer() else {
                     continue;
                 };

@@ -488,67 +488,19 @@ pub fn to_ir(fm: &FlatModel) -> Result<Converted, FrontendError> {
     for &i in &sg_inputs {
         b.input(names[i].clone(), tensor_type(fm.format, &tensors[i]));
     }
-    let mut produced = vec![false; tensors.len()];
     let operators: Vec<tflite::Operator> = sg
         .operators()
         .map(|o| o.iter().collect())
         .unwrap_or_default();
-    let subgraph_count = subgraphs.len();
-    for (k, op) in operators.iter().enumerate() {
-        let kind = op_kind(fm, op.opcode_index() as usize)
-            .map_err(|m| err(fm, format!("operator {k}: {m}")))?;
-        let what = format!("operator {k} ({})", kind.op_type);
-        let ins = op
-            .inputs()
-            .map(|v| {
-                v.iter()
-                    .map(|i| {
-                        if i == -1 {
-                            Ok(String::new())
-                        } else {
-                            tensor(&what, i).map(|i| names[i].clone())
-                        }
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?
-            .unwrap_or_default();
-        let mut outs = Vec::new();
+    // Weights are added before the nodes, so the IR numbers inputs, constants, then node
+    // outputs, as for ONNX; a tensor some operator writes is not a constant.
+    let mut produced = vec![false; tensors.len()];
+    for op in &operators {
         for i in op.outputs().iter().flat_map(|v| v.iter()) {
-            if i == -1 {
-                outs.push(String::new());
-                continue;
-            }
-            let i = tensor(&what, i)?;
-            if input_set.contains(&i) {
-                return Err(err(
-                    fm,
-                    format!("{what} writes tensor '{}', a graph input", names[i]),
-                ));
-            }
-            produced[i] = true;
-            outs.push(names[i].clone());
-        }
-        for (name, index) in subgraph_refs(&kind.op_type, op) {
-            if usize::try_from(index).map_or(true, |i| i >= subgraph_count || i == 0) {
-                return Err(err(fm, format!("{what}: {name} {index} is not a subgraph other than the main one ({subgraph_count} subgraphs)")));
+            if let Some(p) = usize::try_from(i).ok().and_then(|i| produced.get_mut(i)) {
+                *p = true;
             }
         }
-        let name = outs
-            .iter()
-            .find(|o| !o.is_empty())
-            .cloned()
-            .unwrap_or_else(|| format!("{}#{k}", kind.op_type));
-        let attrs = attributes(&kind.op_type, op);
-        b.node(NodeSpec {
-            name,
-            op_type: kind.op_type,
-            domain: kind.domain,
-            inputs: ins,
-            outputs: outs,
-            attrs,
-            source: Some(SourceRef(k as u32)),
-        });
     }
     let mut variables = 0;
     for (i, t) in tensors.iter().enumerate() {
@@ -593,6 +545,62 @@ pub fn to_ir(fm: &FlatModel) -> Result<Converted, FrontendError> {
                 data: weight,
             },
         );
+    }
+    let subgraph_count = subgraphs.len();
+    for (k, op) in operators.iter().enumerate() {
+        let kind = op_kind(fm, op.opcode_index() as usize)
+            .map_err(|m| err(fm, format!("operator {k}: {m}")))?;
+        let what = format!("operator {k} ({})", kind.op_type);
+        let ins = op
+            .inputs()
+            .map(|v| {
+                v.iter()
+                    .map(|i| {
+                        if i == -1 {
+                            Ok(String::new())
+                        } else {
+                            tensor(&what, i).map(|i| names[i].clone())
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let mut outs = Vec::new();
+        for i in op.outputs().iter().flat_map(|v| v.iter()) {
+            if i == -1 {
+                outs.push(String::new());
+                continue;
+            }
+            let i = tensor(&what, i)?;
+            if input_set.contains(&i) {
+                return Err(err(
+                    fm,
+                    format!("{what} writes tensor '{}', a graph input", names[i]),
+                ));
+            }
+            outs.push(names[i].clone());
+        }
+        for (name, index) in subgraph_refs(&kind.op_type, op) {
+            if usize::try_from(index).map_or(true, |i| i >= subgraph_count || i == 0) {
+                return Err(err(fm, format!("{what}: {name} {index} is not a subgraph other than the main one ({subgraph_count} subgraphs)")));
+            }
+        }
+        let name = outs
+            .iter()
+            .find(|o| !o.is_empty())
+            .cloned()
+            .unwrap_or_else(|| format!("{}#{k}", kind.op_type));
+        let attrs = attributes(&kind.op_type, op);
+        b.node(NodeSpec {
+            name,
+            op_type: kind.op_type,
+            domain: kind.domain,
+            inputs: ins,
+            outputs: outs,
+            attrs,
+            source: Some(SourceRef(k as u32)),
+        });
     }
     if variables > 0 {
         notes.push(format!(
