@@ -8,7 +8,7 @@
 //! - `[OPCODE]` maps op codes (case-insensitive) to backends, `_` overriding `default`;
 //! - `[OPNAME]` maps node names to backends.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ pub struct PartFile {
     pub opcode: BTreeMap<String, String>,
     /// Node name → position in `backends`; a `.part` file may name every node of a large
     /// model, so each rule is a name and a number.
-    pub opname: HashMap<Box<str>, u16>,
+    pub opname: rustc_hash::FxHashMap<Box<str>, u16>,
 }
 
 impl PartFile {
@@ -114,7 +114,8 @@ impl PartFile {
         }
         let mut opcode = BTreeMap::new();
         let named = sections.get("OPNAME").unwrap_or(&empty);
-        let mut opname = HashMap::with_capacity(named.len());
+        let mut opname =
+            rustc_hash::FxHashMap::with_capacity_and_hasher(named.len(), Default::default());
         let mut underscore = None;
         let check = |line: usize, section: &str, key: &str, value: &str| -> Result<(), PartError> {
             if backends.iter().any(|b| b == value) {

@@ -82,6 +82,15 @@ impl Devices {
         })
     }
 
+    /// Frees the `.part` file's rules by node name once they have placed the nodes; its
+    /// backends, default and op-code rules stay. Assigning again afterwards would place the
+    /// nodes those rules named by the other rules.
+    pub fn forget_node_rules(&mut self) {
+        if let Some(p) = self.part.as_mut() {
+            p.opname = Default::default();
+        }
+    }
+
     /// The devices in priority order: the `.part` file's backends, else the list.
     pub fn order(&self) -> Vec<String> {
         self.part

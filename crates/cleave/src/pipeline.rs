@@ -189,8 +189,7 @@ impl Loaded {
                 }
                 Algorithm::OpenVino { budget } => {
                     let labels: Vec<String> = units
-                        .nodes
-                        .iter()
+                        .unit_nodes()
                         .map(|ns| {
                             ns.iter()
                                 .map(|&n| g.node_label(n))

@@ -265,7 +265,7 @@ impl Loaded {
         let units = self.unit_graph(a);
         let mut unit_of = vec![u32::MAX; g.nodes.len()];
         let mut cost = vec![0.0; units.len() * d];
-        for (u, ns) in units.nodes.iter().enumerate() {
+        for (u, ns) in units.unit_nodes().enumerate() {
             for &n in ns {
                 unit_of[n.index()] = u as u32;
                 let fixed = match a.placement[n.index()] {
@@ -286,7 +286,7 @@ impl Loaded {
         }
         for u in 0..units.len() {
             if (0..d).all(|k| !cost[u * d + k].is_finite()) {
-                let n = units.nodes[u][0];
+                let n = units.nodes_of(u)[0];
                 return Err(Error::argument(
                     self.path(),
                     format!(
@@ -390,7 +390,7 @@ impl Loaded {
         }
         let mut assignment = a.clone();
         let mut moved = Vec::new();
-        for (u, ns) in p.units.nodes.iter().enumerate() {
+        for (u, ns) in p.units.unit_nodes().enumerate() {
             let (from, to) = (p.units.device[u], placed.device[u]);
             if from == to {
                 continue;
@@ -474,9 +474,8 @@ impl Loaded {
         let partition = Partition {
             part_of: p
                 .units
-                .nodes
-                .iter()
-                .map(|ns| part_of_node[ns[0].index()])
+                .unit_nodes()
+                .map(|ns| ns.first().map_or(u32::MAX, |n| part_of_node[n.index()]))
                 .collect(),
             count: plan.parts.len(),
         };

@@ -143,6 +143,8 @@ pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Err
         assignment = choice.assignment.clone();
         latency = Some(choice);
     }
+    // The rules have placed every node; a million-node `.part` file holds ~90 MB of names.
+    devices.forget_node_rules();
     Ok(Assigned {
         loaded,
         devices,

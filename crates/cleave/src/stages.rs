@@ -91,7 +91,7 @@ impl Loaded {
         let mut pos_of_node = vec![u32::MAX; g.nodes.len()];
         for (p, &u) in units.iter().enumerate() {
             pos_of_unit[u as usize] = p as u32;
-            for &x in &ug.nodes[u as usize] {
+            for &x in ug.nodes_of(u as usize) {
                 pos_of_node[x.index()] = p as u32;
             }
         }
@@ -211,7 +211,7 @@ impl Loaded {
         let mut placement = one.placement.clone();
         let mut part_of = vec![0u32; ug.len()];
         let mut nodes = vec![0usize; n];
-        for (u, ns) in ug.nodes.iter().enumerate() {
+        for (u, ns) in ug.unit_nodes().enumerate() {
             let k = stage_of_pos[pos_of_unit[u] as usize];
             part_of[u] = k;
             let d = order
@@ -264,7 +264,7 @@ impl Loaded {
             .all(|d| r.profiles.profiles.get(d).is_some_and(|p| p.cost.is_some()));
         let mut time = vec![0.0; ug.len() * s];
         if r.costs.file.is_none() && !declared {
-            for (u, ns) in ug.nodes.iter().enumerate() {
+            for (u, ns) in ug.unit_nodes().enumerate() {
                 let f: f64 = ns.iter().map(|&x| sem.flops(g, x) as f64).sum();
                 let p = pos_of_unit[u] as usize;
                 time[p * s..(p + 1) * s].fill(f);
@@ -280,7 +280,7 @@ impl Loaded {
             return Ok((time, devices, StageTime::Flops));
         }
         let table = self.cost_table(stage_device, r.profiles, r.costs)?;
-        for (u, ns) in ug.nodes.iter().enumerate() {
+        for (u, ns) in ug.unit_nodes().enumerate() {
             let p = pos_of_unit[u] as usize;
             for k in 0..s {
                 time[p * s + k] = ns.iter().map(|&x| table.node[x.index() * s + k]).sum();

@@ -1,6 +1,7 @@
 use crate::attr::Attribute;
 use crate::error::GraphError;
-use crate::graph::{Graph, NameIndex, Node, NodeId, Value, ValueDef, ValueId};
+use crate::graph::{Graph, Node, NodeId, Value, ValueDef, ValueId};
+use crate::names::NameIndex;
 use crate::types::TensorType;
 use crate::weight::Weight;
 
@@ -72,11 +73,10 @@ struct Table {
 impl Table {
     /// Defines `name`; a name defined before gives back the value that has it.
     fn define(&mut self, name: String, ty: TensorType, def: ValueDef) -> Result<ValueId, ValueId> {
-        if let Some(&old) = self.names.get(name.as_str()) {
+        if let Some(old) = self.find(&name) {
             return Err(old);
         }
         let id = ValueId(self.values.len() as u32);
-        self.names.insert(name.clone(), id);
         self.values.push(Value {
             name,
             ty,
@@ -84,6 +84,7 @@ impl Table {
             quant: None,
             consumers: Vec::new(),
         });
+        self.names.insert_new(id, &self.values);
         Ok(id)
     }
 
@@ -100,9 +101,13 @@ impl Table {
         }
     }
 
+    fn find(&self, name: &str) -> Option<ValueId> {
+        self.names.get(name, &self.values)
+    }
+
     /// Looks a name up; an unknown one is an outer-scope read where that is allowed.
     fn resolve(&mut self, name: &str, allow_outer: bool) -> Option<ValueId> {
-        if let Some(&id) = self.names.get(name) {
+        if let Some(id) = self.find(name) {
             return Some(id);
         }
         if !allow_outer {
@@ -116,7 +121,7 @@ impl Table {
             quant: None,
             consumers: Vec::new(),
         });
-        self.names.insert(name.to_string(), id);
+        self.names.insert_new(id, &self.values);
         self.outer.push(id);
         Some(id)
     }
@@ -139,7 +144,7 @@ impl GraphBuilder {
     pub fn reserve(&mut self, nodes: usize, values: usize) -> &mut Self {
         self.nodes.reserve(nodes);
         self.table.values.reserve(values);
-        self.table.names.reserve(values);
+        self.table.names.reserve(values, &self.table.values);
         self
     }
 
@@ -220,7 +225,7 @@ impl GraphBuilder {
         for (slot, i) in inputs.into_iter().enumerate() {
             let found = if i.is_empty() {
                 None
-            } else if let Some(&v) = self.table.names.get(i.as_str()) {
+            } else if let Some(v) = self.table.find(&i) {
                 Some(v)
             } else {
                 self.pending.push(Pending {
@@ -236,8 +241,8 @@ impl GraphBuilder {
         for sub in attrs.iter().flat_map(|a| subgraphs_of(a)) {
             for &o in &sub.outer {
                 let n = &sub.value(o).name;
-                match self.table.names.get(n.as_str()) {
-                    Some(&v) => {
+                match self.table.find(n) {
+                    Some(v) => {
                         if !implicit.contains(&v) && !ins.contains(&Some(v)) {
                             implicit.push(v);
                         }
@@ -272,8 +277,8 @@ impl GraphBuilder {
     /// output takes the last type given; an input or a constant keeps its own when it has one.
     pub fn value_type(&mut self, name: impl Into<String>, ty: TensorType) -> &mut Self {
         let name = name.into();
-        match self.table.names.get(name.as_str()) {
-            Some(&id) => {
+        match self.table.find(&name) {
+            Some(id) => {
                 let v = &mut self.table.values[id.index()];
                 if matches!(v.def, ValueDef::Node(..)) || is_untyped(&v.ty) {
                     v.ty = ty;
@@ -331,7 +336,7 @@ impl GraphBuilder {
             graph_outputs.push(id);
         }
         for (n, ty) in types {
-            if let Some(&id) = table.names.get(n.as_str()) {
+            if let Some(id) = table.find(&n) {
                 let v = &mut table.values[id.index()];
                 if is_untyped(&v.ty) {
                     v.ty = ty;

@@ -2,9 +2,7 @@ use crate::attr::{AttrValue, Attribute};
 use crate::types::TensorType;
 use crate::weight::Weight;
 
-/// Tensor names to values. Fx hashing: names are looked up millions of times while a large
-/// model loads, and SipHash's protection against crafted collisions costs a tenth of that.
-pub(crate) type NameIndex = rustc_hash::FxHashMap<String, ValueId>;
+use crate::names::NameIndex;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub u32);
@@ -169,7 +167,7 @@ impl Graph {
     }
 
     pub fn find(&self, name: &str) -> Option<ValueId> {
-        self.names.get(name).copied()
+        self.names.get(name, &self.values)
     }
 
     /// Node ids in an order where every producer comes before its consumers. It keeps the

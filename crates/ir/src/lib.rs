@@ -16,6 +16,7 @@ mod builder;
 mod error;
 mod graph;
 mod model;
+mod names;
 pub mod phases;
 mod rng;
 mod semantics;

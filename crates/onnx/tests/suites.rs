@@ -1,7 +1,7 @@
 //! The ONNX backend test models: byte-identical round trip, zero-copy weights, and integrity.
 
 use bytes::Bytes;
-use cleave_onnx::{decode_model, encode_model, to_ir, OnnxModel};
+use cleave_onnx::{encode_model, to_ir, OnnxModel};
 use cleave_testdata::{onnx_files, SUITES};
 
 /// Through the lean load that every command uses (nodes held as undecoded records) and back.
@@ -18,9 +18,7 @@ fn every_suite_model_round_trips_to_identical_bytes() {
         let bytes = std::fs::read(f).unwrap();
         let lean = OnnxModel::from_bytes(Bytes::from(bytes.clone()), f.clone())
             .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        let whole = decode_model(Bytes::from(bytes.clone())).unwrap();
         let model = lean.proto().unwrap();
-        assert_eq!(*model, whole, "{}", f.display());
         if encode_model(&model) != bytes {
             differ.push(f.display().to_string());
         }

@@ -47,7 +47,7 @@ impl Plan {
         p: &Partition,
     ) -> Result<Plan, PlanError> {
         let mut part_of_node = vec![u32::MAX; g.nodes.len()];
-        for (u, nodes) in ug.nodes.iter().enumerate() {
+        for (u, nodes) in ug.unit_nodes().enumerate() {
             for n in nodes {
                 part_of_node[n.index()] = p.part_of[u];
             }

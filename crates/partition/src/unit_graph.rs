@@ -14,8 +14,11 @@ pub struct UnitGraph {
     /// Producers of unit `u`, in the order the edges were given.
     pred_at: Vec<u32>,
     pred: Vec<u32>,
-    /// The IR nodes of each unit (empty for graphs built directly, as in tests).
-    pub nodes: Vec<Vec<NodeId>>,
+    /// The IR nodes of unit `u`: `unit_nodes[unit_nodes_at[u]..unit_nodes_at[u + 1]]`, one
+    /// flat list rather than a vector per unit (a million-unit graph would make a million
+    /// allocations). Both empty for graphs built directly, as in tests.
+    unit_nodes_at: Vec<u32>,
+    unit_nodes: Vec<NodeId>,
     /// For each unit, its position in a topological order.
     pub topo: Vec<u32>,
     /// Whether `topo` is the identity (units numbered in a topological order), which spares
@@ -175,7 +178,8 @@ impl UnitGraph {
             succ,
             pred_at,
             pred,
-            nodes: vec![Vec::new(); n],
+            unit_nodes_at: Vec::new(),
+            unit_nodes: Vec::new(),
             topo: Vec::new(),
             ordered: false,
         };
@@ -192,50 +196,63 @@ impl UnitGraph {
     /// the node pairs in `glue` (same device) become one unit. Reads of copied constants are not
     /// edges, but what those constants read from placed units is.
     pub fn from_assignment(g: &Graph, a: &Assignment, glue: &[(NodeId, NodeId)]) -> UnitGraph {
-        let mut unit_of = vec![u32::MAX; g.nodes.len()];
-        let mut nodes: Vec<Vec<NodeId>> = Vec::new();
-        let mut device = Vec::new();
+        // Each unit's nodes are a linked list through `next` until the glue is applied, so
+        // merging two units is a relabelling of one and a splice.
+        const NONE: u32 = u32::MAX;
+        let mut unit_of = vec![NONE; g.nodes.len()];
+        let mut next = vec![NONE; g.nodes.len()];
+        let (mut first, mut last, mut device) = (Vec::new(), Vec::new(), Vec::new());
         for &n in g.topo_order() {
             if let Some(d) = a.placement[n.index()].device() {
-                unit_of[n.index()] = nodes.len() as u32;
-                nodes.push(vec![n]);
+                unit_of[n.index()] = first.len() as u32;
+                first.push(n.0);
+                last.push(n.0);
                 device.push(d);
             }
         }
         for &(x, y) in glue {
             let (ux, uy) = (unit_of[x.index()], unit_of[y.index()]);
-            if ux == u32::MAX
-                || uy == u32::MAX
-                || ux == uy
-                || device[ux as usize] != device[uy as usize]
-            {
+            if ux == NONE || uy == NONE || ux == uy || device[ux as usize] != device[uy as usize] {
                 continue;
             }
-            let moved = std::mem::take(&mut nodes[uy as usize]);
-            for m in &moved {
-                unit_of[m.index()] = ux;
+            let (ux, uy) = (ux as usize, uy as usize);
+            let mut m = first[uy];
+            while m != NONE {
+                unit_of[m as usize] = ux as u32;
+                m = next[m as usize];
             }
-            nodes[ux as usize].extend(moved);
+            next[last[ux] as usize] = first[uy];
+            last[ux] = last[uy];
+            first[uy] = NONE;
         }
-        // Drop emptied units and renumber.
-        let mut renumber = vec![u32::MAX; nodes.len()];
-        let mut kept_nodes = Vec::new();
+        // Drop emptied units, renumber, and lay the lists out flat.
+        let mut renumber = vec![NONE; first.len()];
+        let mut unit_nodes_at = Vec::with_capacity(first.len() + 1);
+        let mut unit_nodes = Vec::with_capacity(g.nodes.len());
         let mut kept_dev = Vec::new();
-        for (u, ns) in nodes.into_iter().enumerate() {
-            if !ns.is_empty() {
-                renumber[u] = kept_nodes.len() as u32;
-                kept_nodes.push(ns);
-                kept_dev.push(device[u]);
+        for (u, &head) in first.iter().enumerate() {
+            if head == NONE {
+                continue;
+            }
+            renumber[u] = kept_dev.len() as u32;
+            kept_dev.push(device[u]);
+            unit_nodes_at.push(unit_nodes.len() as u32);
+            let mut m = head;
+            while m != NONE {
+                unit_nodes.push(NodeId(m));
+                m = next[m as usize];
             }
         }
-        for u in unit_of.iter_mut().filter(|u| **u != u32::MAX) {
+        unit_nodes_at.push(unit_nodes.len() as u32);
+        drop((next, first, last, device));
+        for u in unit_of.iter_mut().filter(|u| **u != NONE) {
             *u = renumber[*u as usize];
         }
         let placed_above = through_copies(g, &unit_of);
         let mut edges = Vec::new();
-        for (u, ns) in kept_nodes.iter().enumerate() {
+        for u in 0..kept_dev.len() {
             let me = u as u32;
-            for &n in ns {
+            for &n in &unit_nodes[unit_nodes_at[u] as usize..unit_nodes_at[u + 1] as usize] {
                 for v in g.node(n).all_inputs() {
                     let Some(p) = g.value(v).producer() else {
                         continue;
@@ -254,8 +271,22 @@ impl UnitGraph {
             }
         }
         let mut ug = UnitGraph::from_edges(kept_dev, &edges);
-        ug.nodes = kept_nodes;
+        ug.unit_nodes_at = unit_nodes_at;
+        ug.unit_nodes = unit_nodes;
         ug
+    }
+
+    /// The IR nodes of unit `u` (none for a graph built from edges alone).
+    pub fn nodes_of(&self, u: usize) -> &[NodeId] {
+        match (self.unit_nodes_at.get(u), self.unit_nodes_at.get(u + 1)) {
+            (Some(&a), Some(&b)) => &self.unit_nodes[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+
+    /// Each unit's IR nodes, in unit order.
+    pub fn unit_nodes(&self) -> impl ExactSizeIterator<Item = &[NodeId]> + '_ {
+        (0..self.len()).map(|u| self.nodes_of(u))
     }
 
     /// Kahn's algorithm, lowest unit first among the ready ones.

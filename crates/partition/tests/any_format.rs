@@ -136,8 +136,8 @@ fn inseparable_pairs_come_from_the_semantics_and_stay_in_one_part() {
     );
     assert!(matches!(a.placement[dq.index()], Placement::Device(0, _)));
     let ug = UnitGraph::from_assignment(&g, &a, &a.glue(&g, &sem));
-    let together = ug.nodes.iter().any(|u| u.contains(&q) && u.contains(&dq));
-    assert!(together, "{:?}", ug.nodes);
+    let together = ug.unit_nodes().any(|u| u.contains(&q) && u.contains(&dq));
+    assert!(together, "{:?}", ug.unit_nodes().collect::<Vec<_>>());
     let p = partition_default(&ug, Options::default());
     assert_eq!(p.count, 2, "npu: conv..dq; cpu: add");
 }
