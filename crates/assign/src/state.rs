@@ -56,7 +56,7 @@ fn closure(g: &Graph, members: &[NodeId], constant: &[bool]) -> Vec<NodeId> {
                     .outputs
                     .iter()
                     .flatten()
-                    .flat_map(|&v| g.value(v).consumers.iter().copied())
+                    .flat_map(|&v| g.consumers(v).iter().copied())
                     .collect()
             } else {
                 g.node(n)

@@ -306,8 +306,8 @@ impl Loaded {
                 ValueDef::Node(p, _) if unit_of[p.index()] != u32::MAX => Some(unit_of[p.index()]),
                 _ => continue,
             };
-            let mut readers: Vec<u32> = v
-                .consumers
+            let mut readers: Vec<u32> = g
+                .consumers(cleave_ir::ValueId(i as u32))
                 .iter()
                 .map(|c| unit_of[c.index()])
                 .filter(|&r| r != u32::MAX && Some(r) != producer)

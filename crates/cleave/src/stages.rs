@@ -132,7 +132,7 @@ impl Loaded {
                     Some(pos_of_node[p.index()])
                 }
                 ValueDef::Weight(_) => {
-                    if !v.consumers.is_empty() {
+                    if !g.consumers(id).is_empty() {
                         weight_of[i] = weight_bytes.len() as u32;
                         weight_bytes.push(bytes_of(id)?);
                     }
@@ -163,7 +163,7 @@ impl Loaded {
             cone.sort_unstable();
             cone.dedup();
             for out in node.outputs.iter().flatten().copied() {
-                if g.value(out).consumers.is_empty() {
+                if g.consumers(out).is_empty() {
                     continue;
                 }
                 let mut own = cone.clone();

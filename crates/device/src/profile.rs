@@ -257,7 +257,7 @@ impl PluginAnswer {
             ));
         }
         for v in node.outputs.iter().flatten() {
-            for &c in &g.value(*v).consumers {
+            for &c in g.consumers(*v) {
                 if let v @ Verdict::Constraint(_) = self.check_at(g, g.node(c), depth + 1) {
                     return v;
                 }

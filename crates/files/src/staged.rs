@@ -11,6 +11,10 @@ use crate::{stale_parts, ConnFile, WriteError};
 
 /// Files written under their final names into a hidden folder of `workdir`, moved into
 /// `workdir` by [`Staged::commit`]. Dropped without a commit, it removes what it wrote.
+///
+/// When `workdir` did not exist, the staging folder is its sibling instead, and the commit
+/// is one rename of that folder onto the (still empty) `workdir`: tens of thousands of parts
+/// appear at once, without a rename each.
 pub struct Staged {
     workdir: PathBuf,
     dir: Option<tempfile::TempDir>,
@@ -18,6 +22,14 @@ pub struct Staged {
     /// Whether `new` created `workdir`: a command that then fails leaves no empty folder.
     created: bool,
     committed: bool,
+}
+
+/// The folder holding `dir` (`.` for a bare name).
+fn parent_of(dir: &Path) -> &Path {
+    match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 impl Drop for Staged {
@@ -56,9 +68,14 @@ impl Staged {
     pub fn restart(&mut self) -> Result<(), WriteError> {
         drop(self.dir.take());
         self.names.clear();
+        let beside = if self.created {
+            parent_of(&self.workdir)
+        } else {
+            &self.workdir
+        };
         let dir = tempfile::Builder::new()
             .prefix(".cleave-staging-")
-            .tempdir_in(&self.workdir)
+            .tempdir_in(beside)
             .map_err(|source| WriteError {
                 path: self.workdir.clone(),
                 source,
@@ -133,6 +150,11 @@ impl Staged {
             source,
         };
         self.flush()?;
+        let nothing_to_remove = remove.iter().all(|r| !self.workdir.join(r).exists());
+        if self.created && nothing_to_remove && self.swap_in() {
+            self.committed = true;
+            return Ok(());
+        }
         std::fs::create_dir(&aside).map_err(|e| err(&aside, e))?;
         let present = Present::of(&self.workdir);
         // A folder where a file must go is refused before anything moves: moving a user's
@@ -161,6 +183,30 @@ impl Staged {
         // Dropping the staging folder deletes the previous files moved aside.
         self.committed = true;
         Ok(())
+    }
+
+    /// Renames the staging folder onto the empty `workdir` this run created, with that
+    /// folder's permissions (a temporary folder is private). False, with nothing changed,
+    /// where that cannot be done (something was put in `workdir` meanwhile): then each file
+    /// moves on its own.
+    fn swap_in(&mut self) -> bool {
+        let Some(dir) = self.dir.as_ref() else {
+            return false;
+        };
+        if let Ok(meta) = std::fs::metadata(&self.workdir) {
+            let _ = std::fs::set_permissions(dir.path(), meta.permissions());
+        }
+        if std::fs::rename(dir.path(), &self.workdir).is_err() {
+            return false;
+        }
+        // It is `workdir` now: the temporary folder's guard must not delete it.
+        if let Some(dir) = self.dir.take() {
+            let _ = dir.keep();
+        }
+        if let Ok(d) = File::open(parent_of(&self.workdir)) {
+            let _ = d.sync_all();
+        }
+        true
     }
 
     fn move_all(
@@ -360,6 +406,51 @@ mod tests {
         let e = s.commit(&[]).unwrap_err();
         assert!(e.to_string().contains("folder is in the way"), "{e}");
         assert_eq!(listing(dir.path()), before);
+    }
+
+    #[test]
+    fn a_new_folder_is_the_staging_folder_renamed_with_ordinary_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut s = Staged::new(&out).unwrap();
+        let made = std::fs::metadata(&out).unwrap().permissions().mode();
+        s.write("m.00001_a.onnx", b"new1").unwrap();
+        s.write("m.conn.json", b"newconn").unwrap();
+        // Staged beside the new folder, which stays empty until the commit.
+        assert!(listing(&out).is_empty());
+        let staging: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(staging.len(), 2, "out and the staging folder");
+        s.commit(&[]).unwrap();
+        let want: BTreeMap<String, Vec<u8>> = [
+            ("m.00001_a.onnx".to_string(), b"new1".to_vec()),
+            ("m.conn.json".to_string(), b"newconn".to_vec()),
+        ]
+        .into();
+        assert_eq!(listing(&out), want);
+        assert_eq!(
+            listing(dir.path()).len(),
+            1,
+            "no staging folder left beside"
+        );
+        assert_eq!(std::fs::metadata(&out).unwrap().permissions().mode(), made);
+    }
+
+    #[test]
+    fn a_new_folder_someone_filled_meanwhile_gets_the_files_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut s = Staged::new(&out).unwrap();
+        s.write("m.00001_a.onnx", b"new1").unwrap();
+        std::fs::write(out.join("theirs.txt"), b"keep").unwrap();
+        s.commit(&[]).unwrap();
+        assert_eq!(listing(&out).len(), 2);
+        assert_eq!(std::fs::read(out.join("theirs.txt")).unwrap(), b"keep");
+        assert_eq!(
+            listing(dir.path()).len(),
+            1,
+            "no staging folder left beside"
+        );
     }
 
     #[test]

@@ -70,11 +70,11 @@ impl<'a> View<'a> {
     /// consumer, not a graph output, not read from inside a subgraph).
     pub fn sole_consumer(&self, n: NodeId) -> Option<NodeId> {
         let v = self.single_output(n)?;
-        let value = self.g.value(v);
-        if self.is_graph_output(v) || value.consumers.len() != 1 {
+        let readers = self.g.consumers(v);
+        if self.is_graph_output(v) || readers.len() != 1 {
             return None;
         }
-        let c = value.consumers[0];
+        let c = readers[0];
         let explicit = self
             .g
             .node(c)

@@ -82,7 +82,6 @@ impl Table {
             ty,
             def,
             quant: None,
-            consumers: Vec::new(),
         });
         self.names.insert_new(id, &self.values);
         Ok(id)
@@ -119,7 +118,6 @@ impl Table {
             ty: TensorType::default(),
             def: ValueDef::Outer,
             quant: None,
-            consumers: Vec::new(),
         });
         self.names.insert_new(id, &self.values);
         self.outer.push(id);
@@ -343,14 +341,7 @@ impl GraphBuilder {
                 }
             }
         }
-        for (i, node) in nodes.iter().enumerate() {
-            for v in node.all_inputs() {
-                let c = &mut table.values[v.index()].consumers;
-                if c.last() != Some(&NodeId(i as u32)) {
-                    c.push(NodeId(i as u32));
-                }
-            }
-        }
+        let (reader_at, readers) = readers(&nodes, table.values.len());
         let mut graph = Graph {
             name,
             nodes,
@@ -360,10 +351,44 @@ impl GraphBuilder {
             outer: table.outer,
             names: table.names,
             topo: Vec::new(),
+            reader_at,
+            readers,
         };
         graph.topo = topological_order(&graph)?;
         Ok(graph)
     }
+}
+
+/// Each value's readers, each once, in node order, as offsets into one flat list.
+fn readers(nodes: &[Node], values: usize) -> (Vec<u32>, Vec<NodeId>) {
+    // A node reading a value twice (x + x) counts once: `last[v]` is the last node that
+    // was counted as reading `v`, and nodes are visited in order.
+    let mut last = vec![u32::MAX; values];
+    let mut count = vec![0u32; values + 1];
+    for (i, node) in nodes.iter().enumerate() {
+        for v in node.all_inputs() {
+            if last[v.index()] != i as u32 {
+                last[v.index()] = i as u32;
+                count[v.index() + 1] += 1;
+            }
+        }
+    }
+    for v in 0..values {
+        count[v + 1] += count[v];
+    }
+    let mut fill = count.clone();
+    let mut readers = vec![NodeId(0); count[values] as usize];
+    last.fill(u32::MAX);
+    for (i, node) in nodes.iter().enumerate() {
+        for v in node.all_inputs() {
+            if last[v.index()] != i as u32 {
+                last[v.index()] = i as u32;
+                readers[fill[v.index()] as usize] = NodeId(i as u32);
+                fill[v.index()] += 1;
+            }
+        }
+    }
+    (count, readers)
 }
 
 /// A node's name, or its first output's when it has none.
@@ -475,7 +500,7 @@ mod tests {
         let names: Vec<_> = g.topo_order().iter().map(|&n| g.node_label(n)).collect();
         assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(g.depth(), 3);
-        assert_eq!(g.value(g.find("a_out").unwrap()).consumers, vec![NodeId(2)]);
+        assert_eq!(g.consumers(g.find("a_out").unwrap()), [NodeId(2)]);
     }
 
     #[test]
@@ -567,10 +592,7 @@ mod tests {
         let g = b.finish(false).unwrap();
         let if_node = g.node(NodeId(1));
         assert_eq!(if_node.implicit_inputs, vec![g.find("outer_t").unwrap()]);
-        assert_eq!(
-            g.value(g.find("outer_t").unwrap()).consumers,
-            vec![NodeId(1)]
-        );
+        assert_eq!(g.consumers(g.find("outer_t").unwrap()), [NodeId(1)]);
     }
 
     #[test]

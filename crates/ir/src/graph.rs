@@ -67,9 +67,6 @@ pub struct Value {
     pub def: ValueDef,
     /// Quantization parameters, for formats that keep them on tensors (boxed, as above).
     pub quant: Option<Box<Quantization>>,
-    /// Nodes that read this value, each once, in node order. Subgraph reads count for the
-    /// node that owns the subgraph.
-    pub consumers: Vec<NodeId>,
 }
 
 impl Value {
@@ -151,6 +148,10 @@ pub struct Graph {
     pub outer: Vec<ValueId>,
     pub(crate) names: NameIndex,
     pub(crate) topo: Vec<NodeId>,
+    /// Readers of value `v`: `readers[reader_at[v]..reader_at[v + 1]]` (one flat list: a
+    /// vector per value would be a million allocations in the largest graphs).
+    pub(crate) reader_at: Vec<u32>,
+    pub(crate) readers: Vec<NodeId>,
 }
 
 impl Graph {
@@ -164,6 +165,18 @@ impl Graph {
 
     pub fn value_mut(&mut self, id: ValueId) -> &mut Value {
         &mut self.values[id.index()]
+    }
+
+    /// Nodes that read `v`, each once, in node order. Subgraph reads count for the node
+    /// that owns the subgraph.
+    pub fn consumers(&self, v: ValueId) -> &[NodeId] {
+        match (
+            self.reader_at.get(v.index()),
+            self.reader_at.get(v.index() + 1),
+        ) {
+            (Some(&a), Some(&b)) => &self.readers[a as usize..b as usize],
+            _ => &[],
+        }
     }
 
     pub fn find(&self, name: &str) -> Option<ValueId> {

@@ -207,7 +207,7 @@ fn fill_outputs(
             .nodes
             .iter()
             .flat_map(|&n| g.node(n).outputs.iter().flatten().copied())
-            .filter(|&v| g.value(v).consumers.is_empty())
+            .filter(|&v| g.consumers(v).is_empty())
             .collect();
     }
     part.outputs = outputs;

@@ -139,7 +139,7 @@ pub fn check_plan(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), Validati
             }
             // A constant pinned to a part by name may only hand its value on.
             let read = g.node(c).outputs.iter().flatten().any(|&o| {
-                part.outputs.contains(&o) || g.value(o).consumers.iter().any(|r| inside.contains(r))
+                part.outputs.contains(&o) || g.consumers(o).iter().any(|r| inside.contains(r))
             });
             if !read {
                 return Err(ValidationError::ConstantUnused {

@@ -88,7 +88,7 @@ impl OpSemantics for TfliteSemantics {
             };
             let mut nodes = vec![NodeId(i as u32)];
             for v in node.outputs.iter().flatten() {
-                nodes.extend(g.value(*v).consumers.iter().copied());
+                nodes.extend(g.consumers(*v).iter().copied());
             }
             match groups.iter_mut().find(|s| s.name == name) {
                 Some(s) => s.nodes.extend(nodes),

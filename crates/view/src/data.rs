@@ -225,8 +225,7 @@ impl Report {
         let mut input_uses = Vec::new();
         for (i, &v) in g.inputs.iter().enumerate() {
             let mut readers: Vec<usize> = g
-                .value(v)
-                .consumers
+                .consumers(v)
                 .iter()
                 .filter_map(|c| index.get(c).copied())
                 .collect();

@@ -19,7 +19,7 @@ pub(crate) fn fold_constants(cx: &PassCx, e: &mut Edits) {
         let outs: Vec<ValueId> = node.outputs.iter().flatten().copied().collect();
         if outs
             .iter()
-            .all(|&v| g.value(v).consumers.is_empty() && !view.is_graph_output(v))
+            .all(|&v| g.consumers(v).is_empty() && !view.is_graph_output(v))
             && !node.has_subgraphs()
         {
             if e.claim(&[n]) {
@@ -115,10 +115,12 @@ pub(crate) fn remove_identity(cx: &PassCx, e: &mut Edits) {
         let pass_through = match view.op(n) {
             "Identity" => true,
             "Dropout" => {
-                let mask_unused =
-                    node.outputs.get(1).copied().flatten().is_none_or(|m| {
-                        g.value(m).consumers.is_empty() && !view.is_graph_output(m)
-                    });
+                let mask_unused = node
+                    .outputs
+                    .get(1)
+                    .copied()
+                    .flatten()
+                    .is_none_or(|m| g.consumers(m).is_empty() && !view.is_graph_output(m));
                 let training = node.inputs.get(2).copied().flatten();
                 let inference = training.is_none_or(|t| {
                     weight(cx, t)
@@ -156,7 +158,7 @@ pub(crate) fn fold_batchnorm(cx: &PassCx, e: &mut Edits) {
             .iter()
             .skip(1)
             .flatten()
-            .all(|&v| g.value(v).consumers.is_empty() && !view.is_graph_output(v));
+            .all(|&v| g.consumers(v).is_empty() && !view.is_graph_output(v));
         let (Some(x), Some(Some(y))) = (view.input(bn, 0), node.outputs.first().copied()) else {
             continue;
         };

@@ -87,8 +87,7 @@ pub(crate) fn eliminate_common_subexpressions(cx: &PassCx, e: &mut Edits) {
         let movable = pairs.iter().all(|&(_, b)| {
             !view.is_graph_output(b)
                 && !g
-                    .value(b)
-                    .consumers
+                    .consumers(b)
                     .iter()
                     .any(|&c| g.node(c).implicit_inputs.contains(&b))
         });

@@ -154,9 +154,7 @@ pub(crate) fn group_conv(cx: &PassCx, e: &mut Edits) {
             view.op(c) == "Conv"
                 && view.sole_consumer(c) == Some(concat)
                 && split_outs[i].is_some_and(|s| {
-                    view.input(c, 0) == Some(s)
-                        && g.value(s).consumers == [c]
-                        && !view.is_graph_output(s)
+                    view.input(c, 0) == Some(s) && g.consumers(s) == [c] && !view.is_graph_output(s)
                 })
                 && sig0.is_some()
                 && view.conv_signature(c) == sig0
@@ -255,10 +253,10 @@ fn conv_key(s: ConvSignature, elem: ElemType) -> JoinKey {
 pub(crate) fn join(cx: &PassCx, e: &mut Edits) {
     let g = &cx.model.graph;
     let view = cx.view();
-    for (xi, xv) in g.values.iter().enumerate() {
+    for xi in 0..g.values.len() {
         let x = ValueId(xi as u32);
         let mut buckets: BTreeMap<JoinKey, Vec<NodeId>> = BTreeMap::new();
-        for &c in &xv.consumers {
+        for &c in g.consumers(x) {
             if !cx.enabled(c, Rule::Join)
                 || view.input(c, 0) != Some(x)
                 || view.single_output(c).is_none()

@@ -127,8 +127,7 @@ impl<'g> Edits<'g> {
         let g = self.g;
         let is_out = |v: ValueId| g.outputs.contains(&v);
         let read_inside = |v: ValueId| {
-            g.value(v)
-                .consumers
+            g.consumers(v)
                 .iter()
                 .any(|&c| g.node(c).implicit_inputs.contains(&v))
         };
@@ -142,7 +141,7 @@ impl<'g> Edits<'g> {
             let Some(p) = g.value(x).producer() else {
                 return false;
             };
-            if is_out(x) || g.value(x).consumers != [n] || self.touched[p.index()] {
+            if is_out(x) || g.consumers(x) != [n] || self.touched[p.index()] {
                 return false;
             }
             self.touched[p.index()] = true;

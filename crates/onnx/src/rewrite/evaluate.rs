@@ -140,7 +140,7 @@ fn plan(cx: &PassCx) -> Option<Plan> {
         }
         for v in g.node(n).outputs.iter().flatten().copied() {
             let value = g.value(v);
-            if !value.consumers.iter().any(|&c| !constant(c)) {
+            if !g.consumers(v).iter().any(|&c| !constant(c)) {
                 continue;
             }
             if view.is_graph_output(v) {

@@ -3,7 +3,7 @@
 //! generated from onnx's own operator schemas (`scripts/gen_onnx_schemas.py`), so the counts
 //! and names are onnx's, not a hand copy.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::OnceLock;
 
 use cleave_ir::{AttrValue, ElemType, Node};
@@ -104,10 +104,11 @@ struct Schema {
 
 /// Every version of each operator, oldest first.
 fn versions(domain: &str, op: &str) -> Option<&'static [&'static Schema]> {
-    type Index = HashMap<&'static str, HashMap<&'static str, Vec<&'static Schema>>>;
+    // Fx hashing: every node of a model is looked up, a million for the largest.
+    type Index = FxHashMap<&'static str, FxHashMap<&'static str, Vec<&'static Schema>>>;
     static INDEX: OnceLock<Index> = OnceLock::new();
     let index = INDEX.get_or_init(|| {
-        let mut index: Index = HashMap::new();
+        let mut index = Index::default();
         for s in table::SCHEMAS {
             index
                 .entry(s.domain)
