@@ -83,3 +83,55 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
     assert_eq!(i.len(), plan.parts.len() + 2);
     assert!(i.keys().all(|k| !k.ends_with(".weights")));
 }
+
+/// Parts copy the source's node records byte for byte when its nodes are held undecoded;
+/// the files are the same as when every node is decoded and encoded again.
+#[test]
+fn parts_from_node_records_equal_parts_from_decoded_nodes() {
+    let devices = Devices::part_file(format!("{EXAMPLE}.part")).unwrap();
+    let loaded = load_model(format!("{EXAMPLE}.onnx")).unwrap();
+    let a = loaded.assign(&devices).unwrap();
+    let cut = loaded
+        .partition(
+            &a,
+            Algorithm::Default {
+                allow_disconnected: false,
+            },
+        )
+        .unwrap();
+    let plan = loaded.plan(&a, &cut).unwrap();
+    assert!(plan.parts.len() > 1);
+    let src = OnnxSource::load(Path::new(&format!("{EXAMPLE}.onnx"))).unwrap();
+    let decoded = cleave::onnx::OnnxModel::from_proto(
+        src.onnx.proto().unwrap().into_owned(),
+        src.onnx.path.clone(),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let (records, whole) = (root.path().join("records"), root.path().join("decoded"));
+    let limit = 1 << 30;
+    emit_limited(
+        &src.onnx,
+        &src.model,
+        &plan,
+        &records,
+        ExternalData::Inline,
+        limit,
+    )
+    .unwrap();
+    emit_limited(
+        &decoded,
+        &src.model,
+        &plan,
+        &whole,
+        ExternalData::Inline,
+        limit,
+    )
+    .unwrap();
+    let (r, d) = (files(&records), files(&whole));
+    assert!(
+        r.keys().filter(|k| k.ends_with(".onnx")).count() > 1,
+        "{:?}",
+        r.keys()
+    );
+    assert_eq!(r, d);
+}

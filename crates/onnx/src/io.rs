@@ -150,6 +150,11 @@ impl OnnxModel {
         (0..self.node_count()).filter_map(|i| self.node(i).transpose())
     }
 
+    /// Node `i`'s record as it lies in the file, when nodes are held undecoded.
+    pub(crate) fn raw_node(&self, i: usize) -> Option<&Bytes> {
+        self.raw_nodes.as_ref()?.get(i)
+    }
+
     fn decode_node(&self, record: &Bytes) -> Result<NodeProto, OnnxError> {
         NodeProto::decode(record.clone()).map_err(|source| OnnxError::Decode {
             path: self.path.clone(),
@@ -201,6 +206,36 @@ impl OnnxModel {
         let proto = self.proto()?;
         external::carry_external_files(&proto, &self.base_dir(), &self.path, out)?;
         write_atomic(out, &encode_model(&proto))
+    }
+}
+
+/// `model` (its graph's node list empty) with `records` as its graph's nodes, ready to
+/// encode: the same bytes as the model with those nodes decoded into it.
+pub(crate) fn with_records(model: ModelProto, records: Vec<Bytes>) -> LeanModelProto {
+    LeanModelProto {
+        ir_version: model.ir_version,
+        opset_import: model.opset_import,
+        producer_name: model.producer_name,
+        producer_version: model.producer_version,
+        domain: model.domain,
+        model_version: model.model_version,
+        doc_string: model.doc_string,
+        graph: model.graph.map(|g| LeanGraphProto {
+            node: records,
+            name: g.name,
+            initializer: g.initializer,
+            sparse_initializer: g.sparse_initializer,
+            doc_string: g.doc_string,
+            input: g.input,
+            output: g.output,
+            value_info: g.value_info,
+            quantization_annotation: g.quantization_annotation,
+            metadata_props: g.metadata_props,
+        }),
+        metadata_props: model.metadata_props,
+        training_info: model.training_info,
+        functions: model.functions,
+        configuration: model.configuration,
     }
 }
 

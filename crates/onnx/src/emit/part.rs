@@ -2,10 +2,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use prost::Message;
+
 use crate::proto::{
     tensor_proto::DataLocation, tensor_shape_proto::dimension, tensor_shape_proto::Dimension,
-    type_proto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, TensorShapeProto,
-    TypeProto, ValueInfoProto,
+    type_proto, FunctionProto, GraphProto, LeanModelProto, ModelProto, NodeProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use crate::{elem_to_code, OnnxModel, WeightsFile};
 use cleave_ir::{Dim, Model, TensorType, ValueId};
@@ -22,7 +24,42 @@ pub fn part_model(
     plan: &Plan,
     k: usize,
 ) -> Result<ModelProto, EmitError> {
-    part_model_with(&SourceIndex::new(source)?, model, plan, k, None)
+    part_model_with(&SourceIndex::new(source)?, model, plan, k, None)?.into_proto(source)
+}
+
+/// A part as built: its nodes decoded, or the source's node records copied byte for byte
+/// (no decoding and re-encoding of nodes the part writes unchanged).
+pub(crate) enum PartModel {
+    Decoded(ModelProto),
+    Records(LeanModelProto),
+}
+
+impl PartModel {
+    pub(crate) fn encoded_len(&self) -> usize {
+        match self {
+            PartModel::Decoded(m) => m.encoded_len(),
+            PartModel::Records(m) => m.encoded_len(),
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        match self {
+            PartModel::Decoded(m) => m.encode_to_vec(),
+            PartModel::Records(m) => m.encode_to_vec(),
+        }
+    }
+
+    fn into_proto(self, source: &OnnxModel) -> Result<ModelProto, EmitError> {
+        match self {
+            PartModel::Decoded(m) => Ok(m),
+            PartModel::Records(m) => {
+                let path = source.path.clone();
+                let bytes = bytes::Bytes::from(m.encode_to_vec());
+                let back = OnnxModel::from_bytes(bytes, path)?;
+                Ok(back.proto()?.into_owned())
+            }
+        }
+    }
 }
 
 /// The source graph's named entries, looked up by name: built once for all parts, so that a
@@ -100,7 +137,7 @@ pub(crate) fn part_model_with(
     plan: &Plan,
     k: usize,
     shared: Option<&WeightsFile>,
-) -> Result<ModelProto, EmitError> {
+) -> Result<PartModel, EmitError> {
     let (source, sg) = (index.source, index.sg);
     let sp = source.without_nodes();
     let g = &model.graph;
@@ -124,17 +161,31 @@ pub(crate) fn part_model_with(
         })
         .collect::<Result<Vec<_>, _>>()?;
     records.sort_unstable();
-    let nodes = records
-        .iter()
-        .map(|r| match source.node(r.index()) {
-            Ok(Some(n)) => Ok(n.into_owned()),
-            Ok(None) => Err(EmitError::Source(format!(
-                "node record {} is not in the source model",
-                r.index()
-            ))),
-            Err(e) => Err(EmitError::from(e)),
-        })
-        .collect::<Result<Vec<NodeProto>, _>>()?;
+    // Node records are copied as they lie in the file unless a model-local function must be
+    // found among the ops the nodes call (that needs them decoded).
+    let raw: Option<Vec<bytes::Bytes>> = if sp.functions.is_empty() {
+        records
+            .iter()
+            .map(|r| source.raw_node(r.index()).cloned())
+            .collect()
+    } else {
+        None
+    };
+    let nodes = if raw.is_some() {
+        Vec::new()
+    } else {
+        records
+            .iter()
+            .map(|r| match source.node(r.index()) {
+                Ok(Some(n)) => Ok(n.into_owned()),
+                Ok(None) => Err(EmitError::Source(format!(
+                    "node record {} is not in the source model",
+                    r.index()
+                ))),
+                Err(e) => Err(EmitError::from(e)),
+            })
+            .collect::<Result<Vec<NodeProto>, _>>()?
+    };
 
     let typed = |v: ValueId| -> Result<ValueInfoProto, EmitError> {
         let value = g.value(v);
@@ -200,9 +251,13 @@ pub(crate) fn part_model_with(
     for &v in &part.outputs {
         output.push(typed(v)?);
     }
-    let produced: BTreeSet<&str> = nodes
+    // What the part's nodes write, read from the IR (whose nodes are the records').
+    let produced: BTreeSet<&str> = part
+        .nodes
         .iter()
-        .flat_map(|n| n.output.iter().map(String::as_str))
+        .chain(&part.constant_nodes)
+        .flat_map(|&n| g.node(n).outputs.iter().flatten())
+        .map(|&v| g.value(v).name.as_str())
         .collect();
     let outputs: BTreeSet<&str> = part
         .outputs
@@ -242,10 +297,14 @@ pub(crate) fn part_model_with(
         metadata_props: sg.metadata_props.clone(),
     };
     let functions = used_functions(&graph.node, &sp.functions);
-    Ok(ModelProto {
+    let model = ModelProto {
         graph: Some(graph),
         functions,
         ..model_level(sp)
+    };
+    Ok(match raw {
+        Some(records) => PartModel::Records(crate::io::with_records(model, records)),
+        None => PartModel::Decoded(model),
     })
 }
 

@@ -11,8 +11,7 @@ use cleave_partition::{Plan, ValidatedPlan};
 
 use super::part::{part_model_with, SourceIndex};
 use crate::{
-    encode_model, encoded_len, write_weights_file_to, OnnxError, OnnxModel, WeightsFile,
-    WeightsSource, MIN_EXTERNAL_BYTES,
+    write_weights_file_to, OnnxError, OnnxModel, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES,
 };
 
 /// Protobuf refuses to encode a message of 2 GiB or more.
@@ -160,9 +159,9 @@ impl PartEncoder for OnnxParts<'_> {
     }
 
     fn encode(&self, plan: &ValidatedPlan, k: usize) -> Result<Encoded, FrontendError> {
-        let proto = part_model_with(&self.index, self.model, plan, k, self.weights.as_ref())
+        let part = part_model_with(&self.index, self.model, plan, k, self.weights.as_ref())
             .map_err(|e| from_emit(e, &self.source.path))?;
-        let n = encoded_len(&proto);
+        let n = part.encoded_len();
         if self.limit.is_some_and(|l| n > l) {
             return Ok(Encoded::NeedsSharedWeights {
                 note: format!(
@@ -173,7 +172,7 @@ impl PartEncoder for OnnxParts<'_> {
             });
         }
         Ok(Encoded::Part {
-            bytes: encode_model(&proto),
+            bytes: part.encode(),
             note: None,
         })
     }
