@@ -19,6 +19,8 @@ mod shape_ops;
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use cleave_ir::{Dim, Graph, Model, NodeId, TensorType, ValueId};
 
 pub(crate) use cx::{Cx, Values};
@@ -27,8 +29,8 @@ pub(crate) use cx::{Cx, Values};
 pub(crate) type Rule = fn(&Cx) -> Vec<TensorType>;
 
 pub(crate) struct Registry {
-    /// Domain ("" for the default one), then op type.
-    rules: HashMap<&'static str, HashMap<&'static str, Rule>>,
+    /// Domain ("" for the default one), then op type. Fx hashing: looked up once per node.
+    rules: FxHashMap<&'static str, FxHashMap<&'static str, Rule>>,
 }
 
 impl Registry {
@@ -51,7 +53,7 @@ impl Registry {
 
     fn new() -> Registry {
         let mut r = Registry {
-            rules: HashMap::new(),
+            rules: FxHashMap::default(),
         };
         elementwise::register(&mut r);
         nn::register(&mut r);
