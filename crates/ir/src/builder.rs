@@ -1,6 +1,6 @@
 use crate::attr::Attribute;
 use crate::error::GraphError;
-use crate::graph::{Graph, Node, NodeId, Value, ValueDef, ValueId};
+use crate::graph::{Graph, Node, NodeId, Slots, Value, ValueDef, ValueId};
 use crate::names::NameIndex;
 use crate::types::TensorType;
 use crate::weight::Weight;
@@ -195,7 +195,7 @@ impl GraphBuilder {
             source,
         } = spec;
         // Outputs first, so that a node reading its own output is a cycle, not a dangling read.
-        let mut outs = Vec::with_capacity(outputs.len());
+        let mut outs = Slots::with_capacity(outputs.len());
         for (slot, o) in outputs.into_iter().enumerate() {
             if o.is_empty() {
                 outs.push(None);
@@ -219,7 +219,7 @@ impl GraphBuilder {
                 }
             }
         }
-        let mut ins = Vec::with_capacity(inputs.len());
+        let mut ins = Slots::with_capacity(inputs.len());
         for (slot, i) in inputs.into_iter().enumerate() {
             let found = if i.is_empty() {
                 None

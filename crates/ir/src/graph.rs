@@ -85,6 +85,10 @@ impl Value {
     }
 }
 
+/// A node's inputs or outputs: up to two held inline, without an allocation (most nodes read
+/// one or two tensors and write one).
+pub type Slots = smallvec::SmallVec<[Option<ValueId>; 2]>;
+
 /// An operation. `inputs`/`outputs` keep the source's positions: `None` is an omitted
 /// optional slot.
 #[derive(Clone, Debug)]
@@ -92,8 +96,8 @@ pub struct Node {
     pub name: String,
     pub op_type: String,
     pub domain: String,
-    pub inputs: Vec<Option<ValueId>>,
-    pub outputs: Vec<Option<ValueId>>,
+    pub inputs: Slots,
+    pub outputs: Slots,
     pub attrs: Vec<Attribute>,
     /// Values of this graph that the node's subgraphs read from the enclosing scope. They are
     /// real inputs of the node: a partitioner must see these edges.

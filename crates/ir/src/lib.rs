@@ -26,7 +26,7 @@ mod weight;
 pub use attr::{AttrValue, Attribute};
 pub use builder::{GraphBuilder, NodeSpec};
 pub use error::GraphError;
-pub use graph::{Graph, Node, NodeId, Quantization, SourceRef, Value, ValueDef, ValueId};
+pub use graph::{Graph, Node, NodeId, Quantization, Slots, SourceRef, Value, ValueDef, ValueId};
 pub use model::{Function, Model, Opset};
 pub use rng::XorShift64;
 pub use semantics::{NamedOps, OpClass, OpSemantics, StateGroup, Window};

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
-use cleave_ir::{Dim, Graph, Model, NodeId, TensorType, ValueId};
+use cleave_ir::{Dim, Graph, Model, NodeId, TensorType};
 
 pub(crate) use cx::{Cx, Values};
 
@@ -203,7 +203,7 @@ fn infer_nested(
             (inferred, fold::evaluate(&cx))
         };
         keep_rank(g, n, &mut inferred);
-        let outs: Vec<Option<ValueId>> = g.node(n).outputs.clone();
+        let outs = g.node(n).outputs.clone();
         for (slot, ty) in inferred.into_iter().enumerate() {
             if let Some(Some(v)) = outs.get(slot) {
                 merge(&mut g.value_mut(*v).ty, ty);

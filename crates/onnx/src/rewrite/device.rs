@@ -136,7 +136,7 @@ pub(crate) fn group_conv(cx: &PassCx, e: &mut Edits) {
         let Some(split) = view.input(convs[0], 0).and_then(|v| g.value(v).producer()) else {
             continue;
         };
-        let split_outs: Vec<Option<ValueId>> = g.node(split).outputs.clone();
+        let split_outs = g.node(split).outputs.clone();
         let shape_ok = view.op(split) == "Split"
             && split_outs.len() == convs.len()
             && axis_is_channels(
