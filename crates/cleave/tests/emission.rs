@@ -135,3 +135,85 @@ fn parts_from_node_records_equal_parts_from_decoded_nodes() {
     );
     assert_eq!(r, d);
 }
+
+/// A field this build's schema does not know, inside a node record, reaches the part that
+/// holds the node: records are copied, not decoded and encoded again.
+#[test]
+fn a_node_field_unknown_to_the_schema_reaches_its_part() {
+    use cleave::onnx::proto::{
+        type_proto, LeanGraphProto, LeanModelProto, NodeProto, OperatorSetIdProto,
+        TensorShapeProto, TypeProto, ValueInfoProto,
+    };
+    use prost::Message;
+    let info = |name: &str| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: Some(TensorShapeProto::default()),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let node = |name: &str, input: &str, output: &str| NodeProto {
+        name: Some(name.into()),
+        op_type: Some("Relu".into()),
+        input: vec![input.into()],
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    // Field 100, a varint of value 7: tag (100 << 3) | 0 = 800 = 0xa0 0x06.
+    let mut second = node("b", "y", "z").encode_to_vec();
+    second.extend_from_slice(&[0xa0, 0x06, 0x07]);
+    let model = LeanModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(LeanGraphProto {
+            node: vec![
+                node("a", "x", "y").encode_to_vec().into(),
+                second.clone().into(),
+            ],
+            name: Some("g".into()),
+            input: vec![info("x")],
+            output: vec![info("z")],
+            value_info: vec![info("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let part = dir.path().join("m.part");
+    std::fs::write(
+        &part,
+        "[partition]\nbackends=cpu,npu\ndefault=cpu\ncomply=opname\n[OPNAME]\nb=npu\n",
+    )
+    .unwrap();
+    let devices = Devices::part_file(&part).unwrap();
+    let mut loaded = load_model(&path).unwrap();
+    let a = loaded.assign(&devices).unwrap();
+    let cut = loaded
+        .partition(
+            &a,
+            Algorithm::Default {
+                allow_disconnected: false,
+            },
+        )
+        .unwrap();
+    let plan = loaded.plan(&a, &cut).unwrap();
+    let out = dir.path().join("out");
+    loaded.write(&plan, &out, ExternalData::Inline).unwrap();
+    let written = files(&out);
+    let holds = |bytes: &[u8]| bytes.windows(second.len()).any(|w| w == second.as_slice());
+    let with: Vec<&String> = written
+        .iter()
+        .filter(|(_, b)| holds(b))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(with, ["m.00002_npu.onnx"], "{:?}", written.keys());
+}
