@@ -235,6 +235,12 @@ pub fn reason(p: cleave_assign::Placement) -> &'static str {
 pub fn query(l: &crate::Assigned, allow_disconnected: bool) -> Result<QueryReport, crate::Error> {
     let g = l.loaded.graph();
     let a = &l.assignment;
+    // Coverage first: its partition is dropped before the rows (a million of them, each with
+    // its strings) are made, so the two never occupy memory together.
+    let coverage =
+        coverage(&l.loaded, a, &l.devices.profiles, allow_disconnected).map_err(|e| {
+            crate::Error::internal(l.loaded.path(), format!("the partition is invalid: {e}"))
+        })?;
     let mut counts: BTreeMap<String, usize> = a.devices.iter().map(|d| (d.clone(), 0)).collect();
     let mut rows = Vec::with_capacity(g.nodes.len());
     for &n in g.topo_order() {
@@ -250,10 +256,6 @@ pub fn query(l: &crate::Assigned, allow_disconnected: bool) -> Result<QueryRepor
         });
     }
     let constant_nodes = rows.iter().filter(|r| r.device.is_none()).count();
-    let coverage =
-        coverage(&l.loaded, a, &l.devices.profiles, allow_disconnected).map_err(|e| {
-            crate::Error::internal(l.loaded.path(), format!("the partition is invalid: {e}"))
-        })?;
     Ok(QueryReport {
         devices: a.devices.clone(),
         nodes: rows,
