@@ -21,11 +21,9 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-#[test]
-fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
-    let devices = Devices::part_file(format!("{EXAMPLE}.part")).unwrap();
-    let mut loaded = load_model(format!("{EXAMPLE}.onnx")).unwrap();
-    let a = loaded.assign(&devices).unwrap();
+/// The plan `partition` makes by default of `loaded` on `devices`.
+fn default_plan(loaded: &cleave::Loaded, devices: &Devices) -> cleave::ValidatedPlan {
+    let a = loaded.assign(devices).unwrap();
     let cut = loaded
         .partition(
             &a,
@@ -34,7 +32,14 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
             },
         )
         .unwrap();
-    let plan = loaded.plan(&a, &cut).unwrap();
+    loaded.plan(&a, &cut).unwrap()
+}
+
+#[test]
+fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
+    let devices = Devices::part_file(format!("{EXAMPLE}.part")).unwrap();
+    let mut loaded = load_model(format!("{EXAMPLE}.onnx")).unwrap();
+    let plan = default_plan(&loaded, &devices);
     let src = OnnxSource::load(Path::new(&format!("{EXAMPLE}.onnx"))).unwrap();
 
     let root = tempfile::tempdir().unwrap();
@@ -90,16 +95,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
 fn parts_from_node_records_equal_parts_from_decoded_nodes() {
     let devices = Devices::part_file(format!("{EXAMPLE}.part")).unwrap();
     let loaded = load_model(format!("{EXAMPLE}.onnx")).unwrap();
-    let a = loaded.assign(&devices).unwrap();
-    let cut = loaded
-        .partition(
-            &a,
-            Algorithm::Default {
-                allow_disconnected: false,
-            },
-        )
-        .unwrap();
-    let plan = loaded.plan(&a, &cut).unwrap();
+    let plan = default_plan(&loaded, &devices);
     assert!(plan.parts.len() > 1);
     let src = OnnxSource::load(Path::new(&format!("{EXAMPLE}.onnx"))).unwrap();
     let decoded = cleave::onnx::OnnxModel::from_proto(
@@ -196,16 +192,7 @@ fn a_node_field_unknown_to_the_schema_reaches_its_part() {
     .unwrap();
     let devices = Devices::part_file(&part).unwrap();
     let mut loaded = load_model(&path).unwrap();
-    let a = loaded.assign(&devices).unwrap();
-    let cut = loaded
-        .partition(
-            &a,
-            Algorithm::Default {
-                allow_disconnected: false,
-            },
-        )
-        .unwrap();
-    let plan = loaded.plan(&a, &cut).unwrap();
+    let plan = default_plan(&loaded, &devices);
     let out = dir.path().join("out");
     loaded.write(&plan, &out, ExternalData::Inline).unwrap();
     let written = files(&out);

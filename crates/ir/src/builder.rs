@@ -1,6 +1,6 @@
 use crate::attr::Attribute;
 use crate::error::GraphError;
-use crate::graph::{Graph, Node, NodeId, Slots, Value, ValueDef, ValueId};
+use crate::graph::{label, Graph, Node, NodeId, Slots, Value, ValueDef, ValueId};
 use crate::names::NameIndex;
 use crate::types::TensorType;
 use crate::weight::Weight;
@@ -389,18 +389,6 @@ fn readers(nodes: &[Node], values: usize) -> (Vec<u32>, Vec<NodeId>) {
         }
     }
     (count, readers)
-}
-
-/// A node's name, or its first output's when it has none.
-fn label<'a>(node: &'a Node, values: &'a [Value]) -> &'a str {
-    if !node.name.is_empty() {
-        return &node.name;
-    }
-    node.outputs
-        .iter()
-        .flatten()
-        .next()
-        .map_or("", |v| values[v.index()].name.as_str())
 }
 
 fn subgraphs_of(a: &Attribute) -> Vec<&Graph> {

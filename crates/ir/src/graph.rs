@@ -135,6 +135,18 @@ impl Node {
     }
 }
 
+/// A node's name, or its first output's when it has none (see [`Graph::node_label`]).
+pub(crate) fn label<'a>(node: &'a Node, values: &'a [Value]) -> &'a str {
+    if !node.name.is_empty() {
+        return &node.name;
+    }
+    node.outputs
+        .iter()
+        .flatten()
+        .next()
+        .map_or("", |v| values[v.index()].name.as_str())
+}
+
 /// A computation graph with its producer/consumer index and a topological order.
 ///
 /// Built only through [`crate::GraphBuilder`], which checks its integrity, so a `Graph`
@@ -195,15 +207,7 @@ impl Graph {
 
     /// How a node is addressed by users: its name, or its first output's name if it has none.
     pub fn node_label(&self, id: NodeId) -> &str {
-        let node = self.node(id);
-        if !node.name.is_empty() {
-            return &node.name;
-        }
-        node.outputs
-            .iter()
-            .flatten()
-            .next()
-            .map_or("", |v| self.value(*v).name.as_str())
+        label(self.node(id), &self.values)
     }
 
     pub fn weights(&self) -> impl Iterator<Item = (ValueId, &Weight)> {
