@@ -92,10 +92,7 @@ impl OnnxModel {
         };
         let mut full = self.proto.clone();
         if let Some(g) = full.graph.as_mut() {
-            g.node = raw
-                .iter()
-                .map(|r| self.decode_node(r))
-                .collect::<Result<_, _>>()?;
+            g.node = self.decode_all(raw)?;
         }
         Ok(Cow::Owned(full))
     }
@@ -103,10 +100,7 @@ impl OnnxModel {
     /// The whole model, to change; nodes held undecoded are decoded first, once.
     pub fn proto_mut(&mut self) -> Result<&mut ModelProto, OnnxError> {
         if let Some(raw) = &self.raw_nodes {
-            let nodes = raw
-                .iter()
-                .map(|r| self.decode_node(r))
-                .collect::<Result<Vec<_>, _>>()?;
+            let nodes = self.decode_all(raw)?;
             if let Some(g) = self.proto.graph.as_mut() {
                 g.node = nodes;
             }
@@ -153,6 +147,10 @@ impl OnnxModel {
     /// Node `i`'s record as it lies in the file, when nodes are held undecoded.
     pub(crate) fn raw_node(&self, i: usize) -> Option<&Bytes> {
         self.raw_nodes.as_ref()?.get(i)
+    }
+
+    fn decode_all(&self, records: &[Bytes]) -> Result<Vec<NodeProto>, OnnxError> {
+        records.iter().map(|r| self.decode_node(r)).collect()
     }
 
     fn decode_node(&self, record: &Bytes) -> Result<NodeProto, OnnxError> {
