@@ -9,7 +9,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(model) = cleave_onnx::OnnxModel::from_bytes(bytes, "fuzz.onnx".into()) {
         if let Ok(mut ir) = cleave_onnx::to_ir(&model) {
             let _ = cleave_onnx::infer_types(&mut ir);
-            let _ = cleave_onnx::encode_model(&model.proto);
+            if let Ok(whole) = model.proto() {
+                let _ = cleave_onnx::encode_model(&whole);
+            }
         }
     }
 });
