@@ -160,6 +160,10 @@ def test_partition(ray, serve, mod, a, idx, conn):
     print(out.rstrip(), flush=True)
     handle = serve.get_app_handle(name)
     desc = check_placement(ray, mod, label, handle, partition, json.loads(a.resources))
+    engines = sorted({p.get("engine", "?") for p in desc["parts"]})
+    want = {"tflite": "litert:", "onnx": "onnxruntime:"}
+    check(f"{label}: each part runs on its format's engine ({', '.join(engines)})",
+          all(p.get("engine", "").startswith(want[q["format"]]) for p, q in zip(desc["parts"], partition.parts)), str(engines))
 
     rc, out, err, secs = run_app(["verify", conn, "--json", "--seed", "7"] + common, a.app, 240)
     detail = f"rc {rc}: {tail(err or out)}"
@@ -198,7 +202,14 @@ def test_partition(ray, serve, mod, a, idx, conn):
     bad, worst = compare(mod, merged, want)
     check(f"{label}: handle infer(boundaries=True) equals the whole model", not bad, f"max abs diff {worst:.2e}")
 
+    received = (handle.describe.remote().result(timeout_s=30).get("ingress") or {}).get("tensors_received") or {}
     rc, out, err, secs = run_app(["bench", conn, "--json", "--requests", str(a.requests), "--in-flight", "1,8"] + common, a.app, 300)
+    # The bench's requests do not ask for the boundaries: only graph outputs reach the ingress.
+    after = (handle.describe.remote().result(timeout_s=30).get("ingress") or {}).get("tensors_received") or {}
+    grew = {n: c - received.get(n, 0) for n, c in after.items() if c != received.get(n, 0)}
+    check(f"{label}: bench requests' boundary tensors went part to part, not through the ingress",
+          set(grew) == set(partition.outputs) and min(grew.values(), default=0) >= a.requests,
+          f"tensors the ingress received during the bench: {grew}")
     if check(f"{label}: bench 1 and 8 in flight", rc == 0 and out.strip().startswith("{"), f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err + out)}"):
         b = json.loads(out)
         FIGURES[label] = {

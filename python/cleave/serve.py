@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Serve a cleave partition (a stem.conn.json and its part files) on a Ray cluster.
 
-One Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...), each holding an ONNX
-Runtime session of its part (CPU execution provider, one intra-op thread), and an ``ingress``
+One Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...), each holding its part
+on the engine of its format, and an ``ingress``
 deployment that starts a request's parts as a graph: each part's call carries the graph inputs
 it reads and the DeploymentResponses of the parts it reads from, so Ray Serve starts it once
 those have answered and moves their tensors to it worker to worker, never through the ingress;
@@ -11,10 +11,20 @@ graph outputs (all of them when the boundaries are asked for). The ingress and t
 asynchronous and accept several requests at once, so with several requests in flight different
 parts work on different requests at the same time (a pipeline).
 
+Engines: an ONNX part runs on ONNX Runtime, with the CUDA execution provider when its backend
+is named ``gpu*``/``cuda*`` and the installed onnxruntime has it (else the CPU, and ``describe``
+says so); a TFLite part runs on LiteRT (``ai-edge-litert``); a part whose conn.json entry records
+``"engine" : "openvino:DEVICE"`` runs on OpenVINO's DEVICE. Circle parts are refused: no engine
+here reads them. ``describe`` gives each part's engine as it was opened.
+
+Replicas and threads: ``--replicas`` and ``--threads`` (``build_app(..., replicas=, threads=)``)
+take ``N`` for every part or ``BACKEND=N,...`` (``*=N`` for the backends not named): each
+part's replica count (default 1; Serve spreads requests over them) and its engine's intra-op
+threads (default: the ``num_cpus`` its options reserve, else 1). Each replica runs one request
+at a time, as a device does.
+
 This module is ``cleave.serve`` in the Python package (``from cleave.serve import build_app``)
-and stands alone (only the standard library, numpy, onnxruntime and Ray; openvino for the parts
-whose conn.json entry records ``"engine" : "openvino:DEVICE"``, which run on OpenVINO's DEVICE,
-``describe`` saying which engine each part used): the cleave binary
+and stands alone (only the standard library, numpy, Ray and the parts' engines): the cleave binary
 carries this same file inside it for ``cleave serve``, and copies it into exported application
 folders.
 
@@ -27,8 +37,8 @@ Placement: a part's backend (its device name in the conn.json) becomes Ray actor
                              owning that device declare, e.g. ``ray start --resources='{"npu": 1}'``.
                              The small amount makes it a placement tag rather than a quota:
                              up to 100 parts (of any number of applications) share one unit.
-* ``num_cpus`` is 0 unless given: placement is the device's business, and ONNX Runtime
-  runs on one thread anyway.
+* ``num_cpus`` is 0 unless given: placement is the device's business, and a part's engine
+  runs on one thread unless told otherwise.
 ``--resources JSON`` (or ``build_app(conn, resources)``) maps backend names to whole
 ``ray_actor_options`` fragments that replace the rule above, e.g.
 ``'{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}, "cpu": {}}'``; the key ``"*"``
@@ -70,7 +80,8 @@ Inside another deployment, ``await h.infer.remote(...)`` instead of ``.result()`
 
 Command line (``python -m cleave.serve SUBCOMMAND --help`` for every option)
 -------------------------------------------------------------------------
-    serve  CONN.json --address HOST:PORT [--resources JSON] [--http-port P] [--name NAME] [--detach]
+    serve  CONN.json --address HOST:PORT [--resources JSON] [--replicas SPEC] [--threads SPEC]
+           [--http-port P] [--name NAME] [--detach]
     export CONN.json OUT_DIR [--resources JSON] [--name NAME] [--http-port P]
     bench  CONN.json --address HOST:PORT [--requests N] [--in-flight 1,8] [--json]
     verify CONN.json --address HOST:PORT [--seed S] [--tol T | --rtol R --atol A] [--json]
@@ -105,6 +116,8 @@ PART_MAX_ONGOING = 16
 # The largest request body, and the most bytes its inputs may unpack to.
 MAX_BODY_BYTES = int(os.environ.get("CLEAVE_MAX_BODY_BYTES", str(1 << 30)))
 INGRESS_MAX_ONGOING = 64
+# The part formats an engine here serves.
+SERVED_FORMATS = ("onnx", "tflite")
 
 
 # ----------------------------------------------------------------------------------------
@@ -133,6 +146,11 @@ class Partition:
                 raise ValueError(f"{self.path}: part {i + 1} reads {missing[0]!r}, which neither a graph input nor an earlier part gives")
             seen.update(p["outputs"])
             backend = p.get("backend") or "cpu"
+            fmt = part_format(p)
+            if fmt not in SERVED_FORMATS:
+                raise ValueError(f"{self.path}: part {i + 1} ({p['file']}) is a {fmt} part, and no engine here serves "
+                                 f"{fmt} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): partition the "
+                                 f"model's .tflite or .onnx form to serve it")
             self.parts.append({
                 "index": i + 1,
                 "file": os.path.join(self.dir, p["file"]),
@@ -142,6 +160,7 @@ class Partition:
                 "deployment": f"part{i + 1}_{_safe(backend)}",
                 # What conn.json records the part is for (`openvino:CPU` for `ov-CPU`).
                 "engine": p.get("engine"),
+                "format": fmt,
             })
         if not self.parts:
             raise ValueError(f"{self.path}: lists no parts")
@@ -158,26 +177,33 @@ class Partition:
         name = os.path.basename(self.path)
         return name[: -len(".conn.json")] if name.endswith(".conn.json") else os.path.splitext(name)[0]
 
-    def digest(self):
-        """Identifies the partition, so a running application can be told apart from another."""
+    def digest(self, settings=None):
+        """Identifies the partition and how it is deployed (`settings`), so a running
+        application can be told apart from another."""
         h = hashlib.sha256()
-        h.update(json.dumps(self.raw.get("parts"), sort_keys=True).encode())
+        h.update(json.dumps([self.raw.get("parts"), settings], sort_keys=True).encode())
         for p in self.parts:
             with open(p["file"], "rb") as f:
                 h.update(hashlib.sha256(f.read()).digest())
         return h.hexdigest()[:16]
 
 
+def settings(resources, replicas, threads):
+    """What, besides the partition, makes one deployment of it differ from another."""
+    return {"resources": resources or {}, "replicas": replicas or {}, "threads": threads or {}}
+
+
 def _safe(name):
     return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
 
 
-def actor_options(partition, overrides=None):
-    """ray_actor_options for every part (by deployment name) and for "ingress"."""
+def actor_options(partition, overrides=None, replicas=None):
+    """ray_actor_options for every part (by deployment name) and for "ingress". `replicas` is
+    the per-backend count table (see parse_per_backend): a GPU's share shrinks with it."""
     overrides = dict(overrides or {})
     per_backend = {}
     for p in partition.parts:
-        per_backend[p["backend"]] = per_backend.get(p["backend"], 0) + 1
+        per_backend[p["backend"]] = per_backend.get(p["backend"], 0) + per_backend_value(replicas, p["backend"], 1)
     out = {}
     for p in partition.parts:
         b = p["backend"]
@@ -202,6 +228,38 @@ def _default_rule(backend, count):
     if low.startswith(("gpu", "cuda")):
         return {"num_gpus": round(1.0 / count, 4)}
     return {"resources": {backend: CUSTOM_RESOURCE_AMOUNT}}
+
+
+def parse_per_backend(text, what):
+    """A count per backend from `N` (every backend) or `B=N,B=N` (`*=N` for the ones not
+    named), as --replicas and --threads take it."""
+    table = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.rpartition("=")
+        key = key.strip() if sep else "*"
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"--{what} {text!r}: {value.strip()!r} is not a whole number (give N, or BACKEND=N,BACKEND=N)") from None
+        if n < 1 or not key:
+            raise ValueError(f"--{what} {text!r}: {item!r} needs a backend name and a count of at least 1")
+        table[key] = n
+    return table
+
+
+def per_backend_value(table, backend, default):
+    table = table or {}
+    return table.get(backend, table.get("*", default))
+
+
+def default_threads(opts):
+    """Intra-op threads of a part: the CPUs its actor reserves (``num_cpus`` given through
+    --resources), else one, as parts on one node share its cores."""
+    n = opts.get("num_cpus") or 0
+    return max(1, int(n))
 
 
 def parse_resources(text):
@@ -250,24 +308,143 @@ _ORT_DTYPES = {
 }
 
 
+def part_format(record):
+    """The format of a conn.json part: what the writer recorded, else its file's extension."""
+    fmt = record.get("format")
+    if fmt:
+        return str(fmt).lower()
+    ext = os.path.splitext(record["file"])[1].lower().lstrip(".")
+    return ext or "onnx"
+
+
+def _numpy_dtype(value):
+    import numpy as np
+
+    try:
+        return np.dtype(value).name
+    except TypeError:
+        return None
+
+
+class _Cancel:
+    """RunOptions for an engine without ONNX Runtime's: setting ``terminate`` cancels the
+    running request where the engine can (OpenVINO), and is a no-op where it cannot (LiteRT)."""
+
+    def __init__(self):
+        self.request = None
+
+    def __setattr__(self, name, value):
+        if name == "terminate" and value and self.request is not None:
+            self.request.cancel()
+        object.__setattr__(self, name, value)
+
+
+class _OrtPart:
+    """An ONNX part in ONNX Runtime, on the execution provider its backend calls for: CUDA for
+    a ``gpu*``/``cuda*`` backend when this onnxruntime has it, the CPU otherwise (and ``note``
+    says why)."""
+
+    def __init__(self, source, backend, threads):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        self.note = None
+        if backend.lower().startswith(("gpu", "cuda")):
+            if "CUDAExecutionProvider" in ort.get_available_providers():
+                providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            else:
+                self.note = (f"backend {backend} asks for a GPU, and this onnxruntime has no CUDAExecutionProvider "
+                             "(pip install onnxruntime-gpu): it runs on the CPU")
+        self.session = ort.InferenceSession(source, so, providers=providers)
+        self.engine = f"onnxruntime:{self.session.get_providers()[0]}"
+
+    def input_specs(self):
+        return {
+            i.name: [_ORT_DTYPES.get(i.type), [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])]]
+            for i in self.session.get_inputs()
+        }
+
+    def run_options(self):
+        import onnxruntime as ort
+
+        return ort.RunOptions()
+
+    def run(self, outputs, feeds, run_options):
+        return self.session.run(outputs, feeds, run_options)
+
+
+class _LiteRtPart:
+    """A TFLite part in LiteRT's interpreter. LiteRT's Python interpreter cannot stop a running
+    invoke: a request given up on is dropped while queued, and finishes if it has started."""
+
+    def __init__(self, source, threads):
+        from ai_edge_litert.interpreter import Interpreter
+
+        if isinstance(source, bytes):
+            self.interp = Interpreter(model_content=source, num_threads=threads)
+        else:
+            self.interp = Interpreter(model_path=source, num_threads=threads)
+        self.interp.allocate_tensors()
+        self.engine = f"litert:cpu:{threads}-thread"
+        self.note = None
+        self._details()
+
+    def _details(self):
+        self.inputs = {d["name"]: d for d in self.interp.get_input_details()}
+        self.outputs = {d["name"]: d for d in self.interp.get_output_details()}
+
+    def input_specs(self):
+        specs = {}
+        for name, d in self.inputs.items():
+            dims = d.get("shape_signature")
+            dims = d["shape"] if dims is None or len(dims) == 0 and len(d["shape"]) else dims
+            specs[name] = [_numpy_dtype(d["dtype"]), [int(x) if x >= 0 else None for x in dims]]
+        return specs
+
+    def run_options(self):
+        return _Cancel()
+
+    def run(self, outputs, feeds, run_options):
+        import numpy as np
+
+        resized = False
+        for name, d in self.inputs.items():
+            shape = tuple(np.shape(feeds[name]))
+            if shape != tuple(d["shape"]):
+                self.interp.resize_tensor_input(d["index"], shape)
+                resized = True
+        if resized:
+            self.interp.allocate_tensors()
+            self._details()
+        for name, d in self.inputs.items():
+            self.interp.set_tensor(d["index"], np.ascontiguousarray(feeds[name], dtype=d["dtype"]))
+        self.interp.invoke()
+        # get_tensor copies: the next invoke overwrites the interpreter's buffers.
+        return [self.interp.get_tensor(self.outputs[n]["index"]) for n in outputs]
+
+
 class _OpenVinoPart:
     """A part compiled by OpenVINO for one of its devices, run as ONNX Runtime's session is:
     ``run(outputs, feeds, run_options)``, where cancelling ``run_options`` stops the request."""
 
-    def __init__(self, source, device):
+    def __init__(self, source, device, threads):
         import io
 
         import openvino as ov
 
         core = ov.Core()
         model = core.read_model(io.BytesIO(source) if isinstance(source, bytes) else source)
-        # Full precision (as cleave's own OpenVINO engine), one thread per part (as ONNX Runtime's
-        # parts here).
+        # Full precision, as cleave's own OpenVINO engine.
         config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
         if "INFERENCE_NUM_THREADS" in core.get_property(device, "SUPPORTED_PROPERTIES"):
-            config["INFERENCE_NUM_THREADS"] = 1
+            config["INFERENCE_NUM_THREADS"] = threads
         self.compiled = core.compile_model(model, device, config)
         self.request = self.compiled.create_infer_request()
+        self.engine = f"openvino:{device}"
+        self.note = None
 
     def input_specs(self):
         specs = {}
@@ -280,6 +457,9 @@ class _OpenVinoPart:
             specs[i.get_any_name()] = [dtype, dims]
         return specs
 
+    def run_options(self):
+        return _Cancel()
+
     def run(self, outputs, feeds, run_options):
         run_options.request = self.request
         result = self.request.infer(feeds)
@@ -290,50 +470,38 @@ class _OpenVinoPart:
         return [by_name[n] for n in outputs]
 
 
-class _Cancel:
-    """RunOptions for an OpenVINO part: setting ``terminate`` cancels its running request."""
-
-    def __init__(self):
-        self.request = None
-
-    def __setattr__(self, name, value):
-        if name == "terminate" and value and self.request is not None:
-            self.request.cancel()
-        object.__setattr__(self, name, value)
+def open_part(spec, source):
+    """The engine session of a part: OpenVINO where conn.json records ``openvino:DEVICE``,
+    LiteRT for a TFLite part, ONNX Runtime for an ONNX part."""
+    threads = int(spec.get("threads") or 1)
+    engine = spec.get("engine") or ""
+    fmt = spec.get("format") or "onnx"
+    if engine.startswith("openvino"):
+        return _OpenVinoPart(source, engine.split(":", 1)[1] if ":" in engine else "CPU", threads)
+    if fmt == "tflite":
+        return _LiteRtPart(source, threads)
+    if fmt == "onnx":
+        return _OrtPart(source, spec["backend"], threads)
+    raise ValueError(f"{spec['deployment']}: no engine serves {fmt} parts (ONNX Runtime and OpenVINO take ONNX, LiteRT takes TFLite)")
 
 
 class PartReplica:
     def __init__(self, spec, model_bytes, actor_opts):
         self.spec = spec
-        source = model_bytes if model_bytes is not None else spec["file"]
-        engine = spec.get("engine") or ""
-        if engine.startswith("openvino"):
-            device = engine.split(":", 1)[1] if ":" in engine else "CPU"
-            self.session = _OpenVinoPart(source, device)
-            self.input_specs = self.session.input_specs()
-            self.engine = f"openvino:{device}"
-        else:
-            import onnxruntime as ort
-
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = 1
-            so.inter_op_num_threads = 1
-            self.session = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
-            # What each input takes: numpy dtype name (None when numpy has no such type) and
-            # dims, None where dynamic. The ingress checks requests against it before anything
-            # runs.
-            self.input_specs = {
-                i.name: [_ORT_DTYPES.get(i.type), [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])]]
-                for i in self.session.get_inputs()
-            }
-            self.engine = "onnxruntime:CPUExecutionProvider"
+        self.session = open_part(spec, model_bytes if model_bytes is not None else spec["file"])
+        # What each input takes: numpy dtype name (None when numpy has no such type) and dims,
+        # None where dynamic. The ingress checks requests against it before anything runs.
+        self.input_specs = self.session.input_specs()
+        self.engine = self.session.engine
         self.outputs = list(spec["outputs"])
-        # One computation at a time per part, as on one device; queued requests wait here
+        # One computation at a time per replica, as on one device; queued requests wait here
         # while the event loop stays free to accept more and to answer health checks.
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self.report = _node_report()
         self.report.update(deployment=spec["deployment"], backend=spec["backend"], engine=self.engine,
-                           actor_options=actor_opts)
+                           threads=int(spec.get("threads") or 1), actor_options=actor_opts)
+        if self.session.note:
+            self.report["note"] = self.session.note
 
     def _run(self, feeds, run_options):
         t = time.perf_counter()
@@ -346,7 +514,8 @@ class PartReplica:
         the ingress in between), given up after `budget_s` seconds (what is left of the
         request's time) or when the caller cancels: a request still queued never runs, and
         one running is stopped by ONNX Runtime (RunOptions.terminate), so the part's one
-        worker is free for the next request instead of finishing work nobody waits for.
+        worker is free for the next request instead of finishing work nobody waits for
+        (LiteRT cannot stop a started run: there the run finishes, unawaited).
 
         Returns its outputs, and the report of every part the result went through (its own
         last), so the ingress learns each part's node and compute time from the last parts."""
@@ -360,12 +529,7 @@ class PartReplica:
         missing = [n for n in self.spec["inputs"] if n not in feeds]
         if missing:
             raise RuntimeError(f"{self.spec['deployment']} (backend {self.spec['backend']}) was not given {missing[0]!r}")
-        if self.engine.startswith("openvino"):
-            run_options = _Cancel()
-        else:
-            import onnxruntime as ort
-
-            run_options = ort.RunOptions()
+        run_options = self.session.run_options()
         work = asyncio.get_running_loop().run_in_executor(self.pool, self._run, feeds, run_options)
         try:
             outputs, compute_s = await asyncio.wait_for(work, budget_s)
@@ -392,6 +556,9 @@ class Ingress:
         self.timeout_s = float(timeout_s)
         self.handles = list(part_handles)
         self.specs = None
+        # How many times each tensor reached this process from a part: with the boundaries
+        # not asked for, only graph outputs should (the others go part to part).
+        self.received = {}
 
     def _start(self, env, deadline):
         """Calls every part at once, each with the graph inputs it reads and the responses of
@@ -470,6 +637,8 @@ class Ingress:
         for r in results:
             reports.update(r["parts"])
             env.update(r["outputs"])
+            for n in r["outputs"]:
+                self.received[n] = self.received.get(n, 0) + 1
         parts = [reports[spec["deployment"]] for spec in self.meta["parts"] if spec["deployment"] in reports]
         out = {"outputs": {n: env[n] for n in self.meta["outputs"]}, "parts": parts}
         if boundaries:
@@ -486,7 +655,8 @@ class Ingress:
             except Exception as e:
                 resp.cancel()
                 parts.append({"deployment": spec["deployment"], "backend": spec["backend"], "error": short_error(e) or type(e).__name__})
-        return {"name": self.meta["name"], "digest": self.meta["digest"], "inputs": self.meta["inputs"], "outputs": self.meta["outputs"], "parts": parts}
+        return {"name": self.meta["name"], "digest": self.meta["digest"], "inputs": self.meta["inputs"], "outputs": self.meta["outputs"],
+                "parts": parts, "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)}}
 
     async def __call__(self, request):
         from starlette.responses import JSONResponse, Response
@@ -650,11 +820,37 @@ def short_error(e):
     return f"{name}: {line}" if line and not line.startswith(name) else (line or name)
 
 
-def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S):
+def part_specs(partition, opts, threads=None):
+    """What each part's replica is built from: its conn.json record and its thread count."""
+    specs = []
+    for p in partition.parts:
+        spec = {k: p[k] for k in ("index", "file", "inputs", "outputs", "backend", "deployment", "engine", "format")}
+        spec["threads"] = per_backend_value(threads, p["backend"], default_threads(opts[p["deployment"]]))
+        specs.append(spec)
+    return specs
+
+
+def ingress_meta(partition, specs, name, digest):
+    """What the ingress knows of the partition: its graph inputs and outputs, and the tensors
+    each part reads and gives."""
+    return {
+        "name": name,
+        "digest": digest,
+        "inputs": partition.inputs,
+        "outputs": partition.outputs,
+        "parts": [{k: s[k] for k in ("inputs", "outputs", "backend", "deployment")} for s in specs],
+    }
+
+
+def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S,
+              replicas=None, threads=None):
     """The Ray Serve application for the partition at `conn_path`.
 
     `resources` maps backend names to ray_actor_options fragments (see the module docstring);
-    `request_timeout_s` bounds a whole request inside the ingress.
+    `request_timeout_s` bounds a whole request inside the ingress; `replicas` and `threads`
+    map backend names (``"*"`` for the rest) to each part's replica count (default 1) and its
+    engine's intra-op threads (default: the ``num_cpus`` its options reserve, else 1), as
+    ``{"cpu": 2}``, or a string ``"cpu=2,npu=1"`` as the command line takes them.
     """
     from ray import cloudpickle, serve
 
@@ -663,12 +859,15 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
         # Imported (an exported app.py): ship the classes by value, so that replicas on
         # other nodes need neither this file nor the application folder.
         cloudpickle.register_pickle_by_value(module)
+    if isinstance(replicas, str):
+        replicas = parse_per_backend(replicas, "replicas")
+    if isinstance(threads, str):
+        threads = parse_per_backend(threads, "threads")
     partition = Partition(conn_path)
-    opts = actor_options(partition, resources)
+    opts = actor_options(partition, resources, replicas)
+    specs = part_specs(partition, opts, threads)
     handles = []
-    specs = []
-    for p in partition.parts:
-        spec = {k: p[k] for k in ("index", "file", "inputs", "outputs", "backend", "deployment", "engine")}
+    for p, spec in zip(partition.parts, specs):
         size = os.path.getsize(p["file"])
         model_bytes = None
         if size <= INLINE_MAX_BYTES:
@@ -677,7 +876,7 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
         dep = serve.deployment(
             PartReplica,
             name=p["deployment"],
-            num_replicas=1,
+            num_replicas=per_backend_value(replicas, p["backend"], 1),
             ray_actor_options=opts[p["deployment"]],
             max_ongoing_requests=PART_MAX_ONGOING,
             # A part that cannot load will not load on a retry either; fail the deploy soon.
@@ -686,14 +885,7 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
             health_check_timeout_s=10,
         )
         handles.append(dep.bind(spec, model_bytes, opts[p["deployment"]]))
-        specs.append(spec)
-    meta = {
-        "name": name or partition.stem,
-        "digest": partition.digest(),
-        "inputs": partition.inputs,
-        "outputs": partition.outputs,
-        "parts": [{k: s[k] for k in ("inputs", "outputs", "backend", "deployment")} for s in specs],
-    }
+    meta = ingress_meta(partition, specs, name or partition.stem, partition.digest(settings(resources, replicas, threads)))
     ingress = serve.deployment(
         Ingress,
         name="ingress",
@@ -822,20 +1014,22 @@ def deploy(ray, args, partition, name, *, reuse):
     from ray import serve
 
     resources = parse_resources_or_die(args.resources)
-    opts = actor_options(partition, resources)
+    replicas, threads = parse_counts_or_die(args)
+    opts = actor_options(partition, resources, replicas)
     if reuse:
         st = app_status(serve, name)
         if st is not None and str(getattr(st.status, "value", st.status)) == "RUNNING":
             h = serve.get_app_handle(name)
             try:
                 d = h.describe.remote().result(timeout_s=30)
-                if d.get("digest") == partition.digest():
+                if d.get("digest") == partition.digest(settings(resources, replicas, threads)):
                     return h, False
             except Exception:
                 pass
     check_resources(ray, partition, opts)
     serve.start(proxy_location="HeadOnly", http_options={"host": args.http_host, "port": args.http_port})
-    app = build_app(partition.path, resources, name=name, request_timeout_s=args.request_timeout)
+    app = build_app(partition.path, resources, name=name, request_timeout_s=args.request_timeout,
+                    replicas=replicas, threads=threads)
     box = {}
 
     def go():
@@ -860,6 +1054,15 @@ def deploy(ray, args, partition, name, *, reuse):
     return box["handle"], True
 
 
+def parse_counts_or_die(args):
+    """--replicas and --threads as per-backend tables."""
+    try:
+        return (parse_per_backend(getattr(args, "replicas", None), "replicas"),
+                parse_per_backend(getattr(args, "threads", None), "threads"))
+    except ValueError as e:
+        die(2, str(e))
+
+
 def parse_resources_or_die(text):
     try:
         return parse_resources(text)
@@ -881,35 +1084,59 @@ def print_placement(desc):
         print(f"  {p['deployment']:<14} backend {p['backend']:<6} node {p['node_id'][:12]}{head} {p.get('node_ip') or ''} [{res}]")
 
 
+def model_inputs(model, fmt):
+    """[(name, numpy dtype, dims with None where free)] of a model file's inputs."""
+    import numpy as np
+
+    if fmt == "tflite":
+        from ai_edge_litert.interpreter import Interpreter
+
+        interp = Interpreter(model_path=model)
+        out = []
+        for d in interp.get_input_details():
+            dims = d.get("shape_signature")
+            dims = d["shape"] if dims is None or len(dims) == 0 else dims
+            out.append((d["name"], np.dtype(d["dtype"]), [int(x) if x >= 0 else None for x in dims]))
+        return out
+    if fmt != "onnx":
+        die(2, f"{model}: a {fmt} model, which nothing here runs")
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return [(i.name, np.dtype(_ORT_DTYPES.get(i.type) or "float32"), [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])])
+            for i in sess.get_inputs()]
+
+
+def source_format(partition):
+    return part_format({"file": partition.source_file, "format": (partition.raw.get("source") or {}).get("format")})
+
+
 def random_feeds(source_file, partition, seed):
     """Seeded inputs shaped like the source model's (free dimensions taken as 1)."""
     import numpy as np
-    import onnxruntime as ort
 
     rng = np.random.default_rng(seed)
-    types = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
-             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(source_file, so, providers=["CPUExecutionProvider"])
     feeds = {}
-    for i in sess.get_inputs():
-        if i.name not in partition.inputs:
+    for name, dt, dims in model_inputs(source_file, source_format(partition)):
+        if name not in partition.inputs:
             continue
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-        dt = types.get(i.type, np.float32)
+        shape = [d if d is not None and d > 0 else 1 for d in dims]
         if np.issubdtype(dt, np.floating):
-            feeds[i.name] = rng.standard_normal(shape).astype(dt)
-        elif dt is np.bool_:
-            feeds[i.name] = rng.integers(0, 2, shape).astype(dt)
+            feeds[name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.bool_:
+            feeds[name] = rng.integers(0, 2, shape).astype(dt)
         else:
-            feeds[i.name] = rng.integers(0, 4, shape).astype(dt)
+            feeds[name] = rng.integers(0, 4, shape).astype(dt)
     return feeds
 
 
 def reference_run(source_file, feeds, names):
-    """The whole source model in ONNX Runtime, with every tensor in `names` made a graph output."""
+    """The whole source model (ONNX Runtime for ONNX, LiteRT for TFLite), every tensor in
+    `names` read out."""
+    if os.path.splitext(source_file)[1].lower() == ".tflite":
+        return _litert_reference(source_file, feeds, names)
     try:
         import onnx
     except ImportError:
@@ -928,6 +1155,35 @@ def reference_run(source_file, feeds, names):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return dict(zip(names, sess.run(list(names), feeds)))
+
+
+def _litert_reference(source_file, feeds, names):
+    """The whole TFLite model in LiteRT, its intermediate tensors kept so the boundaries can
+    be read after the run."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    import warnings
+
+    with warnings.catch_warnings():
+        # It warns that keeping every tensor costs memory: that is what verify is for.
+        warnings.simplefilter("ignore")
+        interp = Interpreter(model_path=source_file, experimental_preserve_all_tensors=True)
+    inputs = interp.get_input_details()
+    for d in inputs:
+        if tuple(feeds[d["name"]].shape) != tuple(d["shape"]):
+            interp.resize_tensor_input(d["index"], feeds[d["name"]].shape)
+    interp.allocate_tensors()
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], np.ascontiguousarray(feeds[d["name"]], dtype=d["dtype"]))
+    interp.invoke()
+    index = {}
+    for d in interp.get_tensor_details():
+        index.setdefault(d["name"], d["index"])
+    missing = [n for n in names if n not in index]
+    if missing:
+        die(2, f"{source_file}: has no tensor named {missing[0]!r}, which the partition names")
+    return {n: interp.get_tensor(index[n]) for n in names}
 
 
 def running_http(args):
@@ -980,7 +1236,7 @@ def cmd_serve(args):
 
 APP_PY = '''"""Ray Serve entry point of an exported cleave partition: `serve run app:app`, or
 `serve run serve_config.yaml` / `serve deploy serve_config.yaml` from this folder.
-Needs ray[serve], onnxruntime and numpy on every node."""
+Needs ray[serve] and numpy on every node, with onnxruntime for ONNX parts and ai-edge-litert for TFLite parts."""
 import json
 import os
 import sys
@@ -994,7 +1250,11 @@ from ray_app import build_app  # noqa: E402
 # CLEAVE_RESOURCES in the environment replaces it.
 RESOURCES = json.loads(os.environ.get("CLEAVE_RESOURCES") or %(resources)r)
 
-app = build_app(os.path.join(HERE, %(conn)r), RESOURCES, name=%(name)r)
+# Backend -> replicas and intra-op threads, as given to `export --replicas/--threads`.
+REPLICAS = %(replicas)r
+THREADS = %(threads)r
+
+app = build_app(os.path.join(HERE, %(conn)r), RESOURCES, name=%(name)r, replicas=REPLICAS, threads=THREADS)
 '''
 
 CONFIG_YAML = """# Ray Serve config of an exported cleave partition.
@@ -1020,6 +1280,7 @@ applications:
 def cmd_export(args):
     partition = load_partition(args.conn)
     resources = parse_resources_or_die(args.resources)
+    replicas, threads = parse_counts_or_die(args)
     name = args.name or partition.stem
     out = os.path.abspath(args.out_dir)
     if os.path.exists(out) and os.listdir(out) and not args.force:
@@ -1039,7 +1300,8 @@ def cmd_export(args):
         json.dump(conn, f, indent=2)
     shutil.copyfile(os.path.abspath(__file__), os.path.join(out, "ray_app.py"))
     with open(os.path.join(out, "app.py"), "w", encoding="utf-8") as f:
-        f.write(APP_PY % {"resources": json.dumps(resources), "conn": conn_name, "name": name})
+        f.write(APP_PY % {"resources": json.dumps(resources), "conn": conn_name, "name": name,
+                          "replicas": replicas, "threads": threads})
     with open(os.path.join(out, "serve_config.yaml"), "w", encoding="utf-8") as f:
         f.write(CONFIG_YAML % {"port": args.http_port, "host": args.http_host, "name": name, "dir": out})
     print(f"wrote {out}: app.py, serve_config.yaml, ray_app.py, {conn_name} and {len(partition.parts)} parts")
@@ -1160,16 +1422,14 @@ def cmd_bench(args):
 
 
 def _feeds_from_part(partition):
-    """Zero inputs shaped by the first part when the source model is not at hand."""
+    """Zero inputs shaped by the parts that read them, when the source model is not at hand."""
     import numpy as np
-    import onnxruntime as ort
 
     feeds = {}
     for p in partition.parts:
-        sess = ort.InferenceSession(p["file"], providers=["CPUExecutionProvider"])
-        for i in sess.get_inputs():
-            if i.name in partition.inputs and i.name not in feeds:
-                feeds[i.name] = np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], np.float32)
+        for name, dt, dims in model_inputs(p["file"], p["format"]):
+            if name in partition.inputs and name not in feeds:
+                feeds[name] = np.zeros([d if d is not None and d > 0 else 1 for d in dims], dt)
     return feeds
 
 
@@ -1221,7 +1481,7 @@ def cmd_verify(args):
                     ok = bool(np.allclose(a, b, rtol=rtol, atol=atol))
                 rows.append({"tensor": n, "kind": kind, "ok": ok, "max_abs_diff": diff, "tolerance_used": ratio})
         # A part on a node without the resource it asked for means the mapping was not applied.
-        opts = actor_options(partition, parse_resources_or_die(args.resources))
+        opts = actor_options(partition, parse_resources_or_die(args.resources), parse_counts_or_die(args)[0])
         placement = []
         for p in desc["parts"]:
             need = opts[p["deployment"]].get("resources") or {}
@@ -1266,6 +1526,10 @@ def main(argv=None):
             p.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S, metavar="S",
                            help=f"seconds one request may take inside the application before it fails (default {DEFAULT_REQUEST_TIMEOUT_S:g})")
         p.add_argument("--resources", metavar="JSON", help='backend -> ray_actor_options, replacing the placement rule, e.g. \'{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}}\'')
+        p.add_argument("--replicas", metavar="SPEC", help="replicas of each part, N for all or per backend, e.g. 'cpu=2,npu=1' "
+                                                          "('*=N' for the backends not named; default 1)")
+        p.add_argument("--threads", metavar="SPEC", help="intra-op threads of each part's engine, N or per backend as --replicas "
+                                                         "(default: the num_cpus --resources reserves for it, else 1)")
         p.add_argument("--name", help="Ray Serve application name, also the route /NAME (default: the partition's stem)")
         p.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, metavar="P", help=f"HTTP port of the route (default {DEFAULT_HTTP_PORT})")
         p.add_argument("--http-host", default="127.0.0.1", metavar="HOST",

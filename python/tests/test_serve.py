@@ -3,6 +3,7 @@ against what the model takes, and a part gives up a request that ran out of time
 
 import asyncio
 import io
+import json
 import struct
 import time
 import zipfile
@@ -12,7 +13,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import cleave
 from cleave import serve
+
+from conftest import test_data as data_root
 
 
 def npz(members):
@@ -226,6 +230,8 @@ def test_parts_that_do_not_depend_on_each_other_run_at_once_and_tensors_skip_the
     x = rng.standard_normal((n, n)).astype(np.float32)
 
     r = asyncio.run(ingress.infer({"x": x}))
+    # The ingress received the graph output and nothing else.
+    assert ingress.received == {"y": 1}
     want = x @ np.linalg.matrix_power(wa.astype(np.float64), layers) + x @ np.linalg.matrix_power(wb.astype(np.float64), layers)
     np.testing.assert_allclose(r["outputs"]["y"], want, rtol=1e-3, atol=1e-3)
     assert [p["deployment"] for p in r["parts"]] == ["part1_npu", "part2_gpu", "part3_cpu"]
@@ -243,3 +249,104 @@ def test_parts_that_do_not_depend_on_each_other_run_at_once_and_tensors_skip_the
     bad = serve.Ingress(meta, 60, handles[0], handles[1], FakeHandle(serve.PartReplica(specs[2], models[0], {}), log))
     with pytest.raises(RuntimeError, match="part3_cpu .backend cpu. "):
         asyncio.run(bad.infer({"x": x}))
+
+
+def local_app(conn, threads=None):
+    """The application of `conn` with its parts behind FakeHandles: (ingress, parts, handles)."""
+    partition = serve.Partition(conn)
+    opts = serve.actor_options(partition)
+    specs = serve.part_specs(partition, opts, threads)
+    parts = [serve.PartReplica(s, None, opts[s["deployment"]]) for s in specs]
+    handles = [FakeHandle(p, []) for p in parts]
+    return partition, serve.Ingress(serve.ingress_meta(partition, specs, "t", "-"), 60, *handles), parts, handles
+
+
+def test_a_tflite_partition_with_two_branches_is_served_on_litert_and_equals_the_whole_model(tmp_path, monkeypatch):
+    pytest.importorskip("ai_edge_litert")
+    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    model = data_root() / "tflite" / "face_detection_full_range.tflite"
+    if not model.is_file():
+        pytest.fail(f"{model} missing: run `bash scripts/fetch-test-data.sh`")
+    # The detector's upsampling and its two output reshapes on the cpu: 9 parts, the last two
+    # side by side (each reads one of part 7's outputs), so the parts form a graph, not a chain.
+    rules = {"backends": ["npu", "cpu"], "default": "npu", "comply": "opcode",
+             "OPCODE": {"RESIZE_BILINEAR": "cpu", "CONCATENATION": "cpu", "RESHAPE": "cpu"}}
+    conn = cleave.load(model).partition(rules=rules).save(tmp_path / "out")
+    partition, ingress, parts, handles = local_app(conn, {"npu": 2})
+    assert len(parts) == 9 and all(p.spec["format"] == "tflite" for p in parts)
+    last, other = partition.parts[-1], partition.parts[-2]
+    assert not set(last["inputs"]) & set(other["outputs"]) and not set(other["inputs"]) & set(last["outputs"])
+    for p in parts:
+        d = p.describe()
+        assert d["engine"].startswith("litert:"), d
+        assert d["threads"] == (2 if p.spec["backend"] == "npu" else 1), d
+    feeds = serve.random_feeds(partition.source_file, partition, 5)
+    assert feeds["input"].shape == (1, 192, 192, 3) and feeds["input"].std() > 0.5
+    names = list(dict.fromkeys(partition.outputs + [n for p in partition.parts for n in p["outputs"]]))
+    assert len(names) == 13
+    want = serve.reference_run(partition.source_file, feeds, names)
+
+    r = asyncio.run(ingress.infer(feeds, boundaries=True))
+    got = dict(r["boundaries"], **r["outputs"])
+    for n in names:
+        a, b = got[n].astype(np.float64), want[n].astype(np.float64)
+        assert a.shape == b.shape, n
+        # LiteRT on both sides, the same kernels: equal up to rounding.
+        assert np.linalg.norm(a - b) <= 1e-5 * np.linalg.norm(b), (n, np.abs(a - b).max())
+    # Without the boundaries only the last two parts answer the ingress, with the outputs.
+    fetched = [sum(c.fetched for c in h.calls) for h in handles]
+    asyncio.run(ingress.infer(feeds))
+    again = [sum(c.fetched for c in h.calls) - f for h, f in zip(handles, fetched)]
+    assert again == [0] * 7 + [1, 1], again
+    boundary = [n for n in names if n not in partition.outputs]
+    assert all(ingress.received[n] == 1 for n in boundary), ingress.received
+    assert all(ingress.received[n] == 2 for n in partition.outputs), ingress.received
+
+
+def test_replicas_and_threads_are_set_per_backend(monkeypatch):
+    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    assert serve.parse_per_backend("cpu=2, npu=1,*=3", "replicas") == {"cpu": 2, "npu": 1, "*": 3}
+    assert serve.parse_per_backend("4", "threads") == {"*": 4}
+    assert serve.parse_per_backend(None, "threads") == {}
+    for bad, why in (("cpu=0", "at least 1"), ("cpu=two", "not a whole number"), ("=2", "backend name")):
+        with pytest.raises(ValueError, match=why):
+            serve.parse_per_backend(bad, "replicas")
+    assert serve.per_backend_value({"cpu": 2, "*": 3}, "npu", 1) == 3
+    assert serve.per_backend_value({"cpu": 2}, "npu", 1) == 1
+    # A GPU's share follows the replicas on it: two parts with two replicas each share one.
+    class P:
+        parts = [{"backend": "gpu0", "deployment": "part1_gpu0"}, {"backend": "gpu0", "deployment": "part2_gpu0"}]
+    opts = serve.actor_options(P(), None, {"gpu0": 2})
+    assert opts["part1_gpu0"]["num_gpus"] == 0.25
+    # Threads default to the CPUs a part reserves, and reach its engine.
+    assert serve.default_threads({"num_cpus": 3}) == 3 and serve.default_threads({}) == 1
+    model, out = slow_model(n=8, layers=2)
+    spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": [out], "backend": "cpu",
+            "deployment": "part1_cpu", "format": "onnx", "threads": 3}
+    part = serve.PartReplica(spec, model, {})
+    assert part.session.session.get_session_options().intra_op_num_threads == 3
+    assert part.describe()["threads"] == 3
+
+
+def test_a_gpu_part_says_which_provider_it_got():
+    import onnxruntime as ort
+
+    model, out = slow_model(n=8, layers=2)
+    spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": [out], "backend": "gpu0",
+            "deployment": "part1_gpu0", "format": "onnx"}
+    part = serve.open_part(spec, model)
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        assert part.engine == "onnxruntime:CUDAExecutionProvider" and part.note is None
+    else:
+        assert part.engine == "onnxruntime:CPUExecutionProvider"
+        assert "gpu0" in part.note and "onnxruntime-gpu" in part.note
+
+
+def test_a_circle_part_is_refused_naming_it(tmp_path):
+    (tmp_path / "m.00001_npu.circle").write_bytes(b"")
+    conn = {"source": {"file": "m.circle", "inputs": ["x"], "outputs": ["y"]},
+            "parts": [{"file": "m.00001_npu.circle", "inputs": ["x"], "outputs": ["y"], "backend": "npu", "format": "circle"}]}
+    path = tmp_path / "m.conn.json"
+    path.write_text(json.dumps(conn))
+    with pytest.raises(ValueError, match=r"part 1 \(m.00001_npu.circle\) is a circle part.*LiteRT reads TFLite"):
+        serve.Partition(str(path))

@@ -31,6 +31,7 @@ pub const BENCH: &str = "Examples:
   cleave bench model.onnx --devices nnapi,cpu --objective latency --costs costs.json";
 pub const SERVE: &str = "Examples:
   cleave serve out/model.conn.json --ray 127.0.0.1:6379
+  cleave serve out/model.conn.json --ray 127.0.0.1:6379 --replicas cpu=2 --threads npu=4
   cleave serve out/model.conn.json --export serve_app";
 pub const GEN: &str = "Examples:
   cleave gen --nodes 100000 -o g100k.onnx";

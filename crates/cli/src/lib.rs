@@ -322,19 +322,23 @@ enum Command {
         /// throughput, latency percentiles and the overhead per hop between parts.
         #[arg(long, value_name = "ADDRESS", conflicts_with = "partition")]
         ray: Option<String>,
-        /// With --ray: Ray resources per backend as JSON, e.g. '{"npu": {"resources": {"npu": 1}}}'.
-        #[arg(long, value_name = "JSON", requires = "ray")]
-        resources: Option<String>,
+        /// With --ray: how the parts are deployed.
+        #[command(flatten)]
+        deploy: setup::RayArgs,
     },
     /// Serve a written partition on a Ray cluster (Ray Serve).
     ///
-    /// Serve a written partition on a Ray cluster: one Ray Serve deployment per part, each
-    /// holding an ONNX Runtime session of its part and placed by its backend's Ray resources
-    /// (a backend named gpu*/cuda* asks for a GPU, any other for a custom resource of its own
-    /// name that the cluster's nodes declare, e.g. `ray start --resources='{"npu": 1}'`;
-    /// `cpu` asks for nothing), chained by deployment handles with requests pipelined, behind
-    /// an HTTP route (POST an .npz of the inputs; `?boundaries=1` also returns every tensor
-    /// between parts). Needs Python with Ray: pip install 'cleave-nn[ray]'.
+    /// Serve a written partition on a Ray cluster: one Ray Serve deployment per part, placed
+    /// by its backend's Ray resources (a backend named gpu*/cuda* asks for a GPU, any other
+    /// for a custom resource of its own name that the cluster's nodes declare, e.g.
+    /// `ray start --resources='{"npu": 1}'`; `cpu` asks for nothing). Each part runs on the
+    /// engine of its format: ONNX parts on ONNX Runtime (its CUDA provider for a gpu*/cuda*
+    /// backend where onnxruntime-gpu is installed, else the CPU), TFLite parts on LiteRT,
+    /// parts the conn file records for OpenVINO on OpenVINO. Tensors go from part to part,
+    /// parts whose inputs are ready run at once, and requests pipeline through the parts,
+    /// behind an HTTP route (POST an .npz of the inputs; `?boundaries=1` also returns every
+    /// tensor between parts). Needs Python with Ray: pip install 'cleave-nn[ray]' (and
+    /// 'cleave-nn[litert]' for TFLite parts).
     #[command(after_long_help = examples::SERVE)]
     Serve {
         /// The partition's stem.conn.json (its part files beside it).
@@ -351,10 +355,8 @@ enum Command {
         /// parts, conn.json, app.py and serve_config.yaml), for `serve run` / `serve deploy`.
         #[arg(long, value_name = "DIR")]
         export: Option<PathBuf>,
-        /// Ray resources per backend as JSON, overriding the rule above, e.g.
-        /// '{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}}'.
-        #[arg(long, value_name = "JSON")]
-        resources: Option<String>,
+        #[command(flatten)]
+        deploy: setup::RayArgs,
         /// HTTP port of the route.
         #[arg(long, value_name = "PORT")]
         http_port: Option<u16>,
@@ -623,21 +625,24 @@ where
             requests,
             json,
             ray: Some(address),
-            resources,
+            deploy,
             ..
         } => serve_cmd::bench(serve_cmd::RayBenchArgs {
             conn: &target,
             address: &address,
             runs,
             requests,
-            resources: resources.as_deref(),
+            deploy: &deploy,
             json,
         }),
+        Command::Bench { deploy, .. } if deploy.any() => Err(Fail::usage(
+            "--resources, --replicas and --threads say how to deploy on Ray: give them with --ray ADDRESS",
+        )),
         Command::Serve {
             conn,
             ray,
             export,
-            resources,
+            deploy,
             http_port,
             name,
             detach,
@@ -646,7 +651,7 @@ where
             conn: &conn,
             ray: ray.as_deref(),
             export: export.as_deref(),
-            resources: resources.as_deref(),
+            deploy: &deploy,
             http_port,
             name: name.as_deref(),
             detach,

@@ -4,13 +4,14 @@
 use std::ffi::OsString;
 use std::path::Path;
 
+use crate::setup::RayArgs;
 use crate::Fail;
 
 pub struct ServeArgs<'a> {
     pub conn: &'a Path,
     pub ray: Option<&'a str>,
     pub export: Option<&'a Path>,
-    pub resources: Option<&'a str>,
+    pub deploy: &'a RayArgs,
     pub http_port: Option<u16>,
     pub name: Option<&'a str>,
     pub detach: bool,
@@ -27,7 +28,7 @@ fn finish(code: i32) -> Result<(), Fail> {
 }
 
 pub fn serve(a: ServeArgs) -> Result<(), Fail> {
-    cleave::serve::check_served(a.conn)?;
+    let conn = cleave::serve::check_served(a.conn)?;
     let mut args: Vec<OsString> = Vec::new();
     match (a.ray, a.export) {
         (Some(address), None) => {
@@ -52,10 +53,8 @@ pub fn serve(a: ServeArgs) -> Result<(), Fail> {
             ))
         }
     }
-    if let Some(r) = a.resources {
-        args.extend(["--resources".into(), r.into()]);
-    }
-    finish(cleave::serve::run_ray_app(&args)?)
+    args.extend(a.deploy.to_args());
+    finish(cleave::serve::run_ray_app(&conn, &args)?)
 }
 
 pub struct RayBenchArgs<'a> {
@@ -63,12 +62,12 @@ pub struct RayBenchArgs<'a> {
     pub address: &'a str,
     pub runs: usize,
     pub requests: usize,
-    pub resources: Option<&'a str>,
+    pub deploy: &'a RayArgs,
     pub json: bool,
 }
 
 pub fn bench(a: RayBenchArgs) -> Result<(), Fail> {
-    cleave::serve::check_served(a.conn)?;
+    let conn = cleave::serve::check_served(a.conn)?;
     let in_flight = if a.requests > 1 {
         format!("1,{}", a.requests)
     } else {
@@ -84,11 +83,9 @@ pub fn bench(a: RayBenchArgs) -> Result<(), Fail> {
         "--in-flight".into(),
         in_flight.into(),
     ];
-    if let Some(r) = a.resources {
-        args.extend(["--resources".into(), r.into()]);
-    }
+    args.extend(a.deploy.to_args());
     if a.json {
         args.push("--json".into());
     }
-    finish(cleave::serve::run_ray_app(&args)?)
+    finish(cleave::serve::run_ray_app(&conn, &args)?)
 }

@@ -253,6 +253,44 @@ pub struct EngineArgs {
     pub engines: Vec<String>,
 }
 
+/// How a partition is deployed on Ray, as `serve` and `bench --ray` take it.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RayArgs {
+    /// Ray resources per backend as JSON, replacing the placement rule, e.g.
+    /// '{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}}'.
+    #[arg(long, value_name = "JSON")]
+    pub resources: Option<String>,
+    /// Replicas of each part: N for every part, or per backend, e.g. cpu=2,npu=1 (`*=N` for
+    /// the backends not named). Default 1.
+    #[arg(long, value_name = "SPEC")]
+    pub replicas: Option<String>,
+    /// Intra-op threads of each part's engine, N or per backend as --replicas. Default: the
+    /// num_cpus --resources reserves for the part, else 1.
+    #[arg(long, value_name = "SPEC")]
+    pub threads: Option<String>,
+}
+
+impl RayArgs {
+    /// The application's own flags for these settings.
+    pub fn to_args(&self) -> Vec<std::ffi::OsString> {
+        let mut out = Vec::new();
+        for (flag, value) in [
+            ("--resources", &self.resources),
+            ("--replicas", &self.replicas),
+            ("--threads", &self.threads),
+        ] {
+            if let Some(v) = value {
+                out.extend([flag.into(), v.into()]);
+            }
+        }
+        out
+    }
+
+    pub fn any(&self) -> bool {
+        self.resources.is_some() || self.replicas.is_some() || self.threads.is_some()
+    }
+}
+
 /// `--input`, as every command that runs a model takes it.
 #[derive(Args, Debug, Clone, Default)]
 pub struct InputArgs {

@@ -1,6 +1,8 @@
 //! `cleave serve --ray` on a real two-node Ray cluster: resnet50 (random weights) split into 2
-//! and 3 stages, each part checked to run on the node its backend's resources demand, outputs
-//! and every boundary tensor equal to the whole model on ONNX Runtime, throughput at 1 and 8
+//! and 3 stages and a TFLite face detector in 9 parts (two of them side by side), each part
+//! checked to run on the node its backend's resources demand and on its format's engine,
+//! outputs and every boundary tensor equal to the whole model on ONNX Runtime or LiteRT, the
+//! boundary tensors kept away from the ingress, throughput at 1 and 8
 //! requests in flight, a worker node killed mid-run and brought back, and the same through
 //! the cleave binary. The cluster lives in network and PID namespaces of the script's own
 //! with only loopback (scripts/ray_cluster_test.sh), so no packet leaves the machine.
@@ -10,7 +12,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use cleave_testdata::light_random;
+use cleave_testdata::{light_random, tflite_files};
 use common::{cleave, ok, os, repo};
 
 fn stages(model: &Path, n: &str, devices: &str, out: &Path) -> std::path::PathBuf {
@@ -27,6 +29,31 @@ fn stages(model: &Path, n: &str, devices: &str, out: &Path) -> std::path::PathBu
     out.join("light_resnet50.conn.json")
 }
 
+/// MediaPipe's full-range face detector (TFLite) with its upsampling and output reshapes on
+/// the cpu: 9 parts over npu and cpu, the last two side by side (a graph, not a chain).
+fn face_detector_in_9_parts(tmp: &Path) -> std::path::PathBuf {
+    let model = tflite_files()
+        .into_iter()
+        .find(|p| p.ends_with("face_detection_full_range.tflite"))
+        .expect("the TFLite test data: bash scripts/fetch-test-data.sh");
+    let rules = tmp.join("face.part");
+    std::fs::write(
+        &rules,
+        "[partition]\nbackends=npu,cpu\ndefault=npu\ncomply=opcode\n\n[OPCODE]\nRESIZE_BILINEAR=cpu\nCONCATENATION=cpu\nRESHAPE=cpu\n",
+    )
+    .unwrap();
+    let out = tmp.join("face");
+    ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--part"),
+        rules.as_os_str(),
+        os("-o"),
+        out.as_os_str(),
+    ]));
+    out.join("face_detection_full_range.conn.json")
+}
+
 #[test]
 fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
     // The namespaces need root; CI runs as root. Elsewhere, skipping must be asked for.
@@ -38,10 +65,12 @@ fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
     let model = light_random("light_resnet50");
     let two = stages(&model, "2", "cpu,npu", &tmp.path().join("s2"));
     let three = stages(&model, "3", "cpu,npu,cpu2", &tmp.path().join("s3"));
+    let face = face_detector_in_9_parts(tmp.path());
     let out = Command::new("bash")
         .arg(repo().join("scripts/ray_cluster_test.sh"))
         .arg(&two)
         .arg(&three)
+        .arg(&face)
         .env("CLEAVE_BIN", env!("CARGO_BIN_EXE_cleave"))
         .env("CLEAVE_RAY_TEST_REQUESTS", "30")
         .env("CLEAVE_RAY_TEST_LIMIT_S", "900")
@@ -67,6 +96,6 @@ fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    // Both splits' checks, the failure test and the binary's own: not a partial run.
-    assert!(passed >= 25, "{summary}");
+    // The three partitions' checks, the failure test and the binary's own: not a partial run.
+    assert!(passed >= 38, "{summary}");
 }

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cleave_files::ConnFile;
+use cleave_files::{ConnFile, ConnModel};
 
 use crate::Error;
 
@@ -38,14 +38,64 @@ pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
     if parsed.parts.is_empty() {
         return Err(Error::argument(conn, "lists no parts"));
     }
+    for (k, p) in parsed.parts.iter().enumerate() {
+        let format = part_format(p);
+        if !matches!(format.as_str(), "onnx" | "tflite") {
+            return Err(Error::argument(
+                conn,
+                format!(
+                    "part {} ({}) is a {format} part, and no engine on Ray serves {format} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): partition the model's .tflite or .onnx form to serve it",
+                    k + 1,
+                    p.file
+                ),
+            ));
+        }
+    }
     Ok(parsed)
 }
 
-/// Checks that the interpreter has Ray and ONNX Runtime, with the fix when it has not.
+/// What the writer recorded as the part's format, else its file's extension (older files).
+fn part_format(p: &ConnModel) -> String {
+    p.format.clone().unwrap_or_else(|| {
+        Path::new(&p.file)
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_else(|| "onnx".into())
+    })
+}
+
+/// The Python packages the application imports to serve `conn`'s parts: Ray and numpy, plus
+/// each part format's engine.
+pub fn packages_for(conn: &ConnFile) -> Vec<&'static str> {
+    let mut need = vec!["ray", "ray.serve", "numpy"];
+    for p in &conn.parts {
+        let engine = match part_format(p).as_str() {
+            "tflite" => "ai_edge_litert",
+            _ if p
+                .engine
+                .as_deref()
+                .is_some_and(|e| e.starts_with("openvino")) =>
+            {
+                "openvino"
+            }
+            _ => "onnxruntime",
+        };
+        if !need.contains(&engine) {
+            need.push(engine);
+        }
+    }
+    need
+}
+
+/// Checks that the interpreter can import every module of `need`, naming the missing ones and
+/// the install that brings them.
 fn check_python(need: &[&str]) -> Result<(), Error> {
-    let imports = need.join(", ");
+    // One interpreter start for all: it prints the modules it could not import.
+    let probe = format!(
+        "import importlib, sys\nmissing = []\nfor m in {need:?}:\n    try:\n        importlib.import_module(m)\n    except Exception:\n        missing.append(m)\nprint(' '.join(missing))\nsys.exit(1 if missing else 0)"
+    );
     let out = Command::new(python())
-        .args(["-c", &format!("import {imports}")])
+        .args(["-c", &probe])
         .output()
         .map_err(|e| {
             Error::usage(format!(
@@ -54,20 +104,34 @@ fn check_python(need: &[&str]) -> Result<(), Error> {
             ))
         })?;
     if !out.status.success() {
+        let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let missing: Vec<&str> = missing.split_whitespace().collect();
+        let fix = if missing.contains(&"ai_edge_litert") {
+            "pip install 'cleave-nn[ray,litert]'"
+        } else if missing.contains(&"openvino") {
+            "pip install 'cleave-nn[ray]' openvino"
+        } else {
+            "pip install 'cleave-nn[ray]'"
+        };
+        let shown = if missing.is_empty() {
+            need.join(", ")
+        } else {
+            missing.join(", ")
+        };
         return Err(Error::usage(format!(
-            "{} cannot import {imports}: pip install 'cleave-nn[ray]' (or set CLEAVE_PYTHON to a Python that has them)",
+            "{} cannot import {shown}: {fix} (or set CLEAVE_PYTHON to a Python that has them)",
             python().to_string_lossy()
         )));
     }
     Ok(())
 }
 
-/// Runs the application's command line with `args` (its first the subcommand), standard
-/// streams passed through; returns its exit code.
-pub fn run_ray_app(args: &[OsString]) -> Result<i32, Error> {
+/// Runs the application's command line with `args` (its first the subcommand) for `conn`
+/// (as `check_served` read it), standard streams passed through; returns its exit code.
+pub fn run_ray_app(conn: &ConnFile, args: &[OsString]) -> Result<i32, Error> {
     let needs_cluster = args.first().is_some_and(|a| a != "export");
     if needs_cluster {
-        check_python(&["ray", "ray.serve", "onnxruntime", "numpy"])?;
+        check_python(&packages_for(conn))?;
     } else {
         check_python(&["numpy"])?;
     }
