@@ -16,7 +16,8 @@
 # --resources, cpu2 and npu follow ray_app.py's default rule. The worker node runs in a
 # nested PID namespace so that it can be killed whole, like a machine losing power.
 #
-# Environment: CLEAVE_RAY_TEST_LIMIT_S (default 900) bounds the whole run;
+# Environment: CLEAVE_RAY_DRIVER=bench runs scripts/ray_bench.py's measurements on the same
+# cluster instead of the checks; CLEAVE_RAY_TEST_LIMIT_S (default 900) bounds the whole run;
 # CLEAVE_RAY_TEST_REQUESTS (default 60) requests per bench row; CLEAVE_BIN, a cleave binary
 # to also serve and bench through (`cleave serve --ray`, `cleave bench --ray`).
 set -u
@@ -79,7 +80,8 @@ export RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S=1
 export RAY_health_check_period_ms=1000 RAY_health_check_timeout_ms=1000 RAY_health_check_failure_threshold=3
 PORT=6379
 ADDR=127.0.0.1:$PORT
-OBJ=200000000
+# Each node's object store; measuring 16 MiB tensors with 16 in flight needs more than the checks.
+OBJ=${CLEAVE_RAY_OBJECT_STORE_BYTES:-200000000}
 
 cleanup() {
     if [ -s "$T/worker.pid" ]; then
@@ -110,7 +112,10 @@ EOF
 echo "== starting worker (npu)"
 bash "$T/start_worker.sh"
 
-python3 "$HERE/ray_cluster_test.py" --app "$APP" --address "$ADDR" --tmp "$T" \
+# CLEAVE_RAY_DRIVER=bench: measure instead of check (scripts/ray_bench.py).
+DRIVER=$HERE/ray_cluster_test.py
+[ "${CLEAVE_RAY_DRIVER:-}" = bench ] && DRIVER=$HERE/ray_bench.py
+python3 "$DRIVER" --app "$APP" --address "$ADDR" --tmp "$T" \
     --worker-pidfile "$T/worker.pid" --worker-start "$T/start_worker.sh" \
     --resources '{"cpu": {"resources": {"cpu_dev": 0.01}}}' \
     --requests "${CLEAVE_RAY_TEST_REQUESTS:-60}" --request-timeout 10 \

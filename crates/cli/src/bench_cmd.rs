@@ -44,7 +44,31 @@ struct BenchReport {
     sequential_over_monolithic: f64,
     /// Pipelined throughput over partitioned sequential throughput.
     pipelined_speedup: f64,
+    /// Pipelined runs with 1, 2, 4, ... and `requests` requests in flight.
+    pipelined_levels: Vec<Level>,
+    /// Tensors that cross between parts.
+    boundaries: usize,
+    /// (partitioned − monolithic latency) / boundaries: what each cut costs; absent when
+    /// nothing crosses.
+    overhead_per_boundary_ms: Option<f64>,
     parts_counters: Vec<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct Level {
+    in_flight: usize,
+    /// Median wall time of the level's requests divided by them.
+    median_ms: f64,
+    throughput_per_s: f64,
+}
+
+/// 1, 2, 4, ... below `n`, then `n`.
+fn levels(n: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = std::iter::successors(Some(1usize), |k| k.checked_mul(2))
+        .take_while(|&k| k < n)
+        .collect();
+    out.push(n);
+    out
 }
 
 fn median(v: Vec<Duration>) -> Duration {
@@ -87,7 +111,9 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
     run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
     bar.inc(1);
-    let (mut t_mono, mut t_seq, mut t_pipe) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut t_mono, mut t_seq) = (Vec::new(), Vec::new());
+    let in_flight = levels(n);
+    let mut t_levels = vec![Vec::new(); in_flight.len()];
     let mut pipe_stats = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
@@ -96,13 +122,17 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         let t = Instant::now();
         parts.run(feeds.clone(), &mut stats).map_err(runtime_fail)?;
         t_seq.push(t.elapsed());
-        let r = run_pipelined(&mut piped, vec![feeds.clone(); n]).map_err(runtime_fail)?;
-        t_pipe.push(r.wall / n as u32);
-        pipe_stats = r.stats;
+        for (k, &level) in in_flight.iter().enumerate() {
+            let r = run_pipelined(&mut piped, vec![feeds.clone(); level]).map_err(runtime_fail)?;
+            t_levels[k].push(r.wall / level as u32);
+            pipe_stats = r.stats;
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let (m, s, p) = (median(t_mono), median(t_seq), median(t_pipe));
+    let (m, s) = (median(t_mono), median(t_seq));
+    let level_medians: Vec<Duration> = t_levels.into_iter().map(median).collect();
+    let p = level_medians.last().copied().unwrap_or_default();
     let per_s = |d: Duration| {
         if d.is_zero() {
             0.0
@@ -123,6 +153,20 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
             })
         })
         .collect();
+    let produced: std::collections::HashSet<&str> = piped
+        .conn
+        .parts
+        .iter()
+        .flat_map(|part| part.outputs.iter().map(String::as_str))
+        .collect();
+    let boundaries = piped
+        .conn
+        .parts
+        .iter()
+        .flat_map(|part| part.inputs.iter())
+        .filter(|t| produced.contains(t.as_str()))
+        .collect::<std::collections::HashSet<_>>()
+        .len();
     let report = BenchReport {
         model: source.path().display().to_string(),
         parts: piped.conn.parts.len(),
@@ -148,6 +192,18 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         ],
         sequential_over_monolithic: s.as_secs_f64() / m.as_secs_f64().max(1e-12),
         pipelined_speedup: s.as_secs_f64() / p.as_secs_f64().max(1e-12),
+        pipelined_levels: in_flight
+            .iter()
+            .zip(&level_medians)
+            .map(|(&k, &d)| Level {
+                in_flight: k,
+                median_ms: d.as_secs_f64() * 1e3,
+                throughput_per_s: per_s(d),
+            })
+            .collect(),
+        boundaries,
+        overhead_per_boundary_ms: (boundaries > 0)
+            .then(|| (s.as_secs_f64() - m.as_secs_f64()) * 1e3 / boundaries as f64),
         parts_counters: counters,
     };
     if a.json {
@@ -173,6 +229,18 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
         "pipelined / partitioned throughput: {:.3}",
         report.pipelined_speedup
     );
+    let shown: Vec<String> = report
+        .pipelined_levels
+        .iter()
+        .map(|l| format!("{} in flight {:.1}/s", l.in_flight, l.throughput_per_s))
+        .collect();
+    println!("pipelined throughput: {}", shown.join(", "));
+    if let Some(o) = report.overhead_per_boundary_ms {
+        println!(
+            "overhead per boundary tensor: {o:.3} ms ((partitioned - monolithic) / {} boundaries)",
+            report.boundaries
+        );
+    }
     crate::counters::print(&piped, &pipe_stats, false);
     Ok(())
 }

@@ -433,6 +433,27 @@ fn bench_reports_three_modes_and_their_ratios() {
     assert_eq!(modes, ["monolithic", "partitioned", "pipelined"]);
     assert!(j["sequential_over_monolithic"].as_f64().unwrap() > 0.0);
     assert!(j["pipelined_speedup"].as_f64().unwrap() > 0.0);
+    let levels: Vec<u64> = j["pipelined_levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["in_flight"].as_u64().unwrap())
+        .collect();
+    assert_eq!(levels, [1, 2]);
+    // The last level is the pipelined mode itself.
+    assert_eq!(
+        j["pipelined_levels"][1]["median_ms"],
+        j["modes"][2]["median_ms"]
+    );
+    // Conv on the npu, the rest on the cpu: tensors cross, each costing something measured.
+    let boundaries = j["boundaries"].as_u64().unwrap();
+    assert!(boundaries >= 2, "{j}");
+    let per = j["overhead_per_boundary_ms"].as_f64().unwrap();
+    let (mono, seq) = (
+        j["modes"][0]["median_ms"].as_f64().unwrap(),
+        j["modes"][1]["median_ms"].as_f64().unwrap(),
+    );
+    assert!((per * boundaries as f64 - (seq - mono)).abs() < 1e-9, "{j}");
     // Every part on tract: the whole model too.
     assert_eq!(j["monolithic_engine"], "tract");
     // Every part on ONNX Runtime: the whole model on it as well, not on tract.
