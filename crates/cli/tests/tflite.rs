@@ -454,6 +454,17 @@ fn converted_to_circle_a_model_partitions_into_circle_parts_that_reproduce_it() 
     // The circle source against the original TFLite: the check runs the circle files in
     // LiteRT under TFLite's identifier.
     eprintln!("{}", check_tflite_parts(&conn, &circle, &[]));
+    // Ray's engines read no circle: refused up front, naming the part, before any Python.
+    assert_bad_input(
+        &cleave(&[
+            os("serve"),
+            conn.as_os_str(),
+            os("--ray"),
+            os("127.0.0.1:1"),
+        ]),
+        &conn,
+        "part 1 (short.00001_",
+    );
     // And back: the same tree as the original, so LiteRT computes the same.
     let back = tmp.path().join("back.tflite");
     ok(&cleave(&[
