@@ -150,7 +150,7 @@ class Partition:
             if fmt not in SERVED_FORMATS:
                 raise ValueError(f"{self.path}: part {i + 1} ({p['file']}) is a {fmt} part, and no engine here serves "
                                  f"{fmt} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): partition the "
-                                 f"model's .tflite or .onnx form to serve it")
+                                 f"model's .tflite form to serve it (`cleave convert MODEL.circle MODEL.tflite` writes one)")
             self.parts.append({
                 "index": i + 1,
                 "file": os.path.join(self.dir, p["file"]),

@@ -44,7 +44,7 @@ pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
             return Err(Error::argument(
                 conn,
                 format!(
-                    "part {} ({}) is a {format} part, and no engine on Ray serves {format} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): partition the model's .tflite or .onnx form to serve it",
+                    "part {} ({}) is a {format} part, and no engine on Ray serves {format} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): partition the model's .tflite form to serve it (`cleave convert MODEL.circle MODEL.tflite` writes one)",
                     k + 1,
                     p.file
                 ),
