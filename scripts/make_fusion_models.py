@@ -151,6 +151,51 @@ def tile_pool():
     return model(nodes, [("x", [1, 64, 128, 128])], ["y"], [])
 
 
+def tile_space(x, kernel, co=None, group=1, act=None, **attrs):
+    """A Conv whose input alone passes the myriad profile's 4 MiB: tiled over space."""
+    ci = x[1]
+    nodes = [conv("big", "x", "W", "c" if act else "y", "B", kernel_shape=kernel, group=group, **attrs)]
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["y"], name="act"))
+    co = co or ci
+    return model(nodes, [("x", x)], ["y"], [w("W", co, ci // group, *kernel), w("B", co)])
+
+
+def tile_pool_space(op, x, **attrs):
+    """A one-channel pool over 4 MiB: no channel tiling possible, so tiled over space."""
+    nodes = [helper.make_node(op, ["x"], ["y"], name="pool", **attrs)]
+    return model(nodes, [("x", x)], ["y"], [])
+
+
+def tile_in_channels_conv():
+    # input 4 MiB and weights 4.7 MB: one output channel with all its inputs does not fit, so
+    # input-channel tiles joined by a Sum; the Relu stays after the Sum.
+    nodes = [conv("big", "x", "W", "c", "B", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    return model(nodes, [("x", [1, 65536, 4, 4])], ["y"], [w("W", 2, 65536, 3, 3), w("B", 2)])
+
+
+def tile_in_channels_matmul():
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")]
+    return model(nodes, [("x", [2, 262144])], ["y"], [w("W", 262144, 8)])
+
+
+# Tiling edge cases: name -> model. Each is tiled once under the myriad profile's 4 MiB budget.
+TILE_CASES = {
+    "tile_space_conv": tile_space([1, 16, 256, 256], [3, 3], pads=[1, 1, 1, 1], act="Relu"),
+    "tile_space_stride_dilation_asym_pads": tile_space([1, 16, 257, 255], [3, 3], strides=[2, 2], dilations=[2, 2], pads=[0, 1, 2, 1]),
+    "tile_space_stride_over_kernel": tile_space([1, 16, 255, 257], [2, 2], strides=[3, 3]),
+    "tile_space_same_upper": tile_space([1, 16, 255, 256], [4, 4], strides=[3, 3], auto_pad="SAME_UPPER"),
+    "tile_space_same_lower": tile_space([1, 16, 256, 255], [4, 4], strides=[2, 2], auto_pad="SAME_LOWER"),
+    "tile_space_depthwise": tile_space([1, 16, 256, 257], [5, 5], group=16, pads=[2, 2, 2, 2], act="LeakyRelu"),
+    "tile_space_rows_and_columns": tile_space([1, 1, 6, 400000], [3, 3], pads=[1, 1, 1, 1]),
+    "tile_space_maxpool_ceil": tile_pool_space("MaxPool", [1, 1, 1101, 1001], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    "tile_space_avgpool_pads_ceil": tile_pool_space("AveragePool", [1, 1, 1031, 1030], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1, ceil_mode=1),
+    "tile_space_avgpool_exclude_pad": tile_pool_space("AveragePool", [1, 1, 1030, 1031], kernel_shape=[4, 4], strides=[3, 3], pads=[2, 1, 2, 3]),
+    "tile_in_channels_conv": tile_in_channels_conv(),
+    "tile_in_channels_matmul": tile_in_channels_matmul(),
+}
+
 CASES = {
     "group_conv": (group_conv(), "cpu", {"group_conv": 1}),
     "neg_group_conv_dilations": (group_conv(dilations=(1, 2, 1)), "cpu", {}),
@@ -174,6 +219,7 @@ CASES = {
     "tile_conv": (tile_conv(), "myriad", {"tile": 1}),
     "tile_pool": (tile_pool(), "myriad", {"tile": 1}),
     "neg_tile_on_cpu": (tile_conv(), "cpu", {}),
+    **{name: (m, "myriad", {"tile": 1}) for name, m in TILE_CASES.items()},
 }
 
 

@@ -88,6 +88,61 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
         names.contains(&"big@soc=1/2") && names.contains(&"big@soc=2/2"),
         "{names:?}"
     );
+    // Space: three row tiles, each a Slice, the Conv and its Relu, joined over H.
+    let ops = |case: &str| -> Vec<(String, String)> {
+        let m = cleave::onnx::OnnxModel::load(dir.path().join(format!("{case}.opt.onnx"))).unwrap();
+        let proto = m.proto().unwrap();
+        proto
+            .graph
+            .as_ref()
+            .unwrap()
+            .node
+            .iter()
+            .map(|n| (n.op_type().to_string(), n.name().to_string()))
+            .collect()
+    };
+    let space = ops("tile_space_conv");
+    let count = |v: &[(String, String)], op: &str| v.iter().filter(|(o, _)| o == op).count();
+    assert_eq!(
+        (
+            count(&space, "Slice"),
+            count(&space, "Conv"),
+            count(&space, "Relu"),
+            count(&space, "Concat")
+        ),
+        (3, 3, 3, 1),
+        "{space:?}"
+    );
+    assert!(
+        space.iter().any(|(o, n)| o == "Conv" && n == "big@soc=3/3"),
+        "{space:?}"
+    );
+    // Rows and columns when one row is too much.
+    let grid = ops("tile_space_rows_and_columns");
+    assert!(
+        count(&grid, "Slice") >= 4
+            && grid
+                .iter()
+                .any(|(o, n)| o == "Concat" && n.contains("concat_w")),
+        "{grid:?}"
+    );
+    // Input channels: a Split, the tiles, a Sum; the Relu after the Sum, not in the tiles.
+    let inch = ops("tile_in_channels_conv");
+    assert_eq!(
+        (
+            count(&inch, "Split"),
+            count(&inch, "Conv"),
+            count(&inch, "Sum"),
+            count(&inch, "Relu")
+        ),
+        (1, 3, 1, 1),
+        "{inch:?}"
+    );
+    assert_eq!(
+        inch.last().map(|(o, _)| o.as_str()),
+        Some("Relu"),
+        "{inch:?}"
+    );
 }
 
 #[test]

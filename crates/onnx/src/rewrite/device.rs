@@ -1,5 +1,5 @@
 //! Rewrites a device's profile enables: identity Power removal and group-conv merge (CPU),
-//! joining and tiling (VPU).
+//! joining (VPU); tiling is in `tiling`.
 
 use std::collections::BTreeMap;
 
@@ -9,18 +9,18 @@ use cleave_ir::{ElemType, NodeId, ValueDef, ValueId, Weight};
 
 use super::edit::{attr_int, attr_ints, node, Edits};
 use super::onnx_view::{ConvSignature, OnnxView};
-use super::tensor::{bytes_of, concat_columns, i64_tensor, slice_dim0, tensor};
+use super::tensor::{bytes_of, concat_columns, i64_tensor, tensor};
 use super::PassCx;
 use cleave_fuse::Rule;
 
-fn weight<'a>(cx: &'a PassCx, v: Option<ValueId>) -> Option<&'a Weight> {
+pub(super) fn weight<'a>(cx: &'a PassCx, v: Option<ValueId>) -> Option<&'a Weight> {
     match &cx.model.graph.value(v?).def {
         ValueDef::Weight(w) => Some(w),
         _ => None,
     }
 }
 
-fn name(cx: &PassCx, v: ValueId) -> String {
+pub(super) fn name(cx: &PassCx, v: ValueId) -> String {
     cx.model.graph.value(v).name.clone()
 }
 
@@ -69,7 +69,7 @@ pub(crate) fn identity_power(cx: &PassCx, e: &mut Edits) {
 }
 
 /// A Split node, or the split sizes as attribute (opset < 13) or input (opset ≥ 13).
-fn split_node(
+pub(super) fn split_node(
     cx: &PassCx,
     e: &mut Edits,
     label: &str,
@@ -100,7 +100,7 @@ fn split_node(
     }
 }
 
-fn set_int(n: &mut NodeProto, attr: &str, v: i64) {
+pub(super) fn set_int(n: &mut NodeProto, attr: &str, v: i64) {
     n.attribute.retain(|a| a.name() != attr);
     n.attribute.push(attr_int(attr, v));
 }
@@ -394,208 +394,4 @@ fn join_bucket(cx: &PassCx, e: &mut Edits, x: ValueId, key: &JoinKey, nodes: &[N
         e.remove(n);
     }
     e.count += 1;
-}
-
-/// Convs (group 1) and pools whose input + output + weights exceed the device's `tile_bytes`
-/// are cut over output channels into `<name>@soc=M/N` tiles joined by a Concat. Only the
-/// output channels are tiled: a node whose input alone exceeds the budget is left whole.
-pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
-    let g = &cx.model.graph;
-    let view = cx.view();
-    for &n in g.topo_order() {
-        let Some(budget) = cx
-            .tile_bytes
-            .get(n.index())
-            .copied()
-            .flatten()
-            .filter(|_| cx.enabled(n, Rule::Tile))
-        else {
-            continue;
-        };
-        let is_conv = view.op(n) == "Conv";
-        let is_pool = matches!(
-            view.op(n),
-            "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool"
-        );
-        if !is_conv && !is_pool {
-            continue;
-        }
-        let (Some(x), Some(y)) = (view.input(n, 0), view.single_output(n)) else {
-            continue;
-        };
-        let bytes = |v: ValueId| g.value(v).ty.byte_size();
-        let (Some(in_b), Some(out_b), Some(channels)) = (bytes(x), bytes(y), view.channels(y))
-        else {
-            continue;
-        };
-        let w = if is_conv {
-            weight(cx, view.input(n, 1))
-        } else {
-            None
-        };
-        if is_conv
-            && (w.is_none()
-                || view.int_attr(n, "group").unwrap_or(1) != 1
-                || view
-                    .input(n, 2)
-                    .is_some_and(|b| weight(cx, Some(b)).is_none()))
-        {
-            continue;
-        }
-        let params: u64 = w.map_or(0, Weight::byte_len)
-            + view
-                .input(n, 2)
-                .and_then(|b| weight(cx, Some(b)))
-                .map_or(0, Weight::byte_len);
-        // A pool tile reads only its channels; a conv tile reads the whole input.
-        let need = |k: u64| {
-            if is_conv {
-                in_b + out_b.div_ceil(k) + params.div_ceil(k)
-            } else {
-                (in_b + out_b).div_ceil(k)
-            }
-        };
-        if need(1) <= budget {
-            continue;
-        }
-        let label = g.node_label(n).to_string();
-        let Some(tiles) = (2..=channels.max(1) as u64).find(|&k| need(k) <= budget) else {
-            e.notes.push(format!("tile: {label}: even one output channel per tile needs more than tile_bytes ({budget} B): spatial tiling is not implemented, left whole"));
-            continue;
-        };
-        // A fused activation after the Conv goes into each tile, so the tiles stay Conv+act
-        // pairs (the VPU fuses before it tiles); channel tiling commutes with it.
-        let act = view.sole_consumer(n).filter(|&a| {
-            is_conv
-                && cx.enabled(a, Rule::VpuConvActivation)
-                && view.input(a, 0) == Some(y)
-                && view.single_output(a).is_some()
-                && (matches!(view.op(a), "Relu" | "LeakyRelu")
-                    || (view.op(a) == "Clip"
-                        && g.node(a)
-                            .inputs
-                            .iter()
-                            .skip(1)
-                            .flatten()
-                            .all(|&v| view.is_const(v))))
-        });
-        let claimed = match act {
-            Some(a) => e.claim(&[n, a]),
-            None => e.claim(&[n]),
-        };
-        if !claimed {
-            continue;
-        }
-        let k = tiles as i64;
-        let sizes: Vec<i64> = (0..k)
-            .map(|m| channels / k + i64::from(m < channels % k))
-            .collect();
-        let tile_names: Vec<String> = (1..=k).map(|m| format!("{label}@soc={m}/{k}")).collect();
-        if !tile_names.iter().all(|t| e.take_exact(t)) {
-            e.notes.push(format!(
-                "tile: {label}: a node named {label}@soc=… already exists, left whole"
-            ));
-            continue;
-        }
-        let outs: Vec<String> = (1..=k)
-            .map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, y))))
-            .collect();
-        let proto = cx.record(n);
-        let mut new_nodes = Vec::new();
-        let tile_inputs: Vec<Vec<String>> = if is_conv {
-            let Some(w) = w else { continue };
-            let (Some(w_raw), b) = (
-                bytes_of(w),
-                view.input(n, 2).and_then(|b| weight(cx, Some(b))),
-            ) else {
-                continue;
-            };
-            let b_raw = b.and_then(bytes_of);
-            let mut start = 0;
-            let mut ins = Vec::new();
-            for (m, &size) in sizes.iter().enumerate() {
-                let mut dims = w.dims.clone();
-                dims[0] = size;
-                let w_name = e.fresh(&format!(
-                    "{}@soc={}/{k}",
-                    name(cx, view.input(n, 1).unwrap_or(x)),
-                    m + 1
-                ));
-                e.initializer(tensor(
-                    &w_name,
-                    w.elem,
-                    &dims,
-                    slice_dim0(&w_raw, &w.dims, start, start + size),
-                ));
-                let mut i = vec![name(cx, x), w_name];
-                if let (Some(b), Some(raw)) = (b, &b_raw) {
-                    let b_name = e.fresh(&format!("{label}_B@soc={}/{k}", m + 1));
-                    e.initializer(tensor(
-                        &b_name,
-                        b.elem,
-                        &[size],
-                        slice_dim0(raw, &b.dims, start, start + size),
-                    ));
-                    i.push(b_name);
-                }
-                ins.push(i);
-                start += size;
-            }
-            ins
-        } else {
-            let parts: Vec<String> = (1..=k)
-                .map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, x))))
-                .collect();
-            new_nodes.push(split_node(
-                cx,
-                e,
-                &format!("{label}@split"),
-                name(cx, x),
-                parts.clone(),
-                1,
-                &sizes,
-            ));
-            parts.into_iter().map(|p| vec![p]).collect()
-        };
-        let mut joined = outs.clone();
-        let mut final_out = y;
-        for (m, ((t, ins), out)) in tile_names.iter().zip(tile_inputs).zip(&outs).enumerate() {
-            let mut tile = proto.clone();
-            tile.name = Some(t.clone());
-            tile.input = ins;
-            tile.output = vec![out.clone()];
-            new_nodes.push(tile);
-            e.origin(t, &[n]);
-            if let Some((a, a_out)) = act.and_then(|a| Some((a, view.single_output(a)?))) {
-                let a_label = g.node_label(a).to_string();
-                let a_name = e.fresh(&format!("{a_label}@soc={}/{k}", m + 1));
-                let a_tile_out = e.fresh(&format!("{}@soc={}/{k}", name(cx, a_out), m + 1));
-                let mut at = cx.record(a).clone();
-                at.name = Some(a_name.clone());
-                at.input[0] = out.clone();
-                at.output = vec![a_tile_out.clone()];
-                new_nodes.push(at);
-                e.origin(&a_name, &[a]);
-                joined[m] = a_tile_out;
-                final_out = a_out;
-            }
-        }
-        let concat = e.fresh(&format!("{label}@concat"));
-        new_nodes.push(node(
-            "Concat",
-            &concat,
-            joined,
-            vec![name(cx, final_out)],
-            vec![attr_int("axis", 1)],
-        ));
-        e.origin(&concat, &[n]);
-        for nn in new_nodes {
-            e.insert_at(n, nn);
-        }
-        e.remove(n);
-        if let Some(a) = act {
-            e.remove(a);
-        }
-        e.count += 1;
-    }
 }

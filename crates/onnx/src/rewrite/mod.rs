@@ -12,6 +12,7 @@ mod edit;
 mod evaluate;
 mod onnx_view;
 mod tensor;
+mod tiling;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -117,7 +118,7 @@ pub fn optimize(src: &OnnxModel, opts: &OptimizeOptions) -> Result<Optimized, Op
             (Rule::IdentityPower.name(), device::identity_power as Pass),
             (Rule::GroupConv.name(), device::group_conv as Pass),
             (Rule::Join.name(), device::join as Pass),
-            (Rule::Tile.name(), device::tile as Pass),
+            (Rule::Tile.name(), tiling::tile as Pass),
         ]);
     }
     // A derived model holds its nodes decoded, so `without_nodes` below is the whole model.

@@ -30,6 +30,18 @@ pub(crate) fn slice_dim0(b: &[u8], dims: &[i64], start: i64, end: i64) -> Vec<u8
     b[start as usize * row..end as usize * row].to_vec()
 }
 
+/// Indices `start..end` of dimension 1, for every index of dimension 0.
+pub(crate) fn slice_dim1(b: &[u8], dims: &[i64], start: i64, end: i64) -> Vec<u8> {
+    let outer = dims.first().copied().unwrap_or(1).max(1) as usize;
+    let row = b.len() / outer;
+    let inner = row / dims.get(1).copied().unwrap_or(1).max(1) as usize;
+    let (a, z) = (start as usize * inner, end as usize * inner);
+    b.chunks_exact(row.max(1))
+        .flat_map(|r| &r[a..z])
+        .copied()
+        .collect()
+}
+
 /// Matrices `[K, N_i]` side by side: `[K, ΣN_i]`.
 pub(crate) fn concat_columns(parts: &[(Bytes, Vec<i64>)], elem_bytes: usize) -> Vec<u8> {
     let rows = parts.first().map_or(0, |(_, d)| d[0]) as usize;
