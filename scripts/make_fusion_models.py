@@ -180,6 +180,17 @@ def tile_in_channels_matmul():
     return model(nodes, [("x", [2, 262144])], ["y"], [w("W", 262144, 8)])
 
 
+def tile_in_channels_gemm():
+    # Gemm with B transposed, alpha and beta: C goes to the first tile only.
+    nodes = [helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="fc", transB=1, alpha=0.5, beta=2.0)]
+    return model(nodes, [("x", [4, 131072])], ["y"], [w("W", 8, 131072), w("C", 8)])
+
+
+def tile_space_and_out_channels():
+    # Input 4.2 MB and weights 4.9 MB: neither space nor output channels alone fits, both do.
+    return tile_space([1, 64, 128, 129], [5, 5], co=768, pads=[2, 2, 2, 2])
+
+
 # Tiling edge cases: name -> model. Each is tiled once under the myriad profile's 4 MiB budget.
 TILE_CASES = {
     "tile_space_conv": tile_space([1, 16, 256, 256], [3, 3], pads=[1, 1, 1, 1], act="Relu"),
@@ -194,6 +205,8 @@ TILE_CASES = {
     "tile_space_avgpool_exclude_pad": tile_pool_space("AveragePool", [1, 1, 1030, 1031], kernel_shape=[4, 4], strides=[3, 3], pads=[2, 1, 2, 3]),
     "tile_in_channels_conv": tile_in_channels_conv(),
     "tile_in_channels_matmul": tile_in_channels_matmul(),
+    "tile_in_channels_gemm": tile_in_channels_gemm(),
+    "tile_space_and_out_channels": tile_space_and_out_channels(),
 }
 
 CASES = {

@@ -143,6 +143,51 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
         Some("Relu"),
         "{inch:?}"
     );
+    // Input and weights both too large: row tiles, each cut over output channels.
+    let both = ops("tile_space_and_out_channels");
+    let convs = count(&both, "Conv");
+    assert!(
+        convs > count(&both, "Slice") && count(&both, "Slice") > 1,
+        "{both:?}"
+    );
+    assert!(both
+        .iter()
+        .any(|(o, n)| o == "Conv" && n == &format!("big@soc={convs}/{convs}")));
+}
+
+/// Real models on a device with 256 KiB for a layer (the myriad profile with `tile_bytes`
+/// replaced): every layer over it is tiled, no tile passes it, and onnxruntime computes the
+/// same on both models, every shared tensor compared (scripts/tile_report.py).
+#[test]
+fn real_models_tiled_for_a_256_kib_device_fit_it_and_compute_the_same() {
+    let dddd = cleave_testdata::dir().join("corpus/ddddocr_det.onnx");
+    let nude = format!(
+        "{}:images=1,3,320,320",
+        cleave_testdata::dir()
+            .join("corpus/nudenet_320n.onnx")
+            .display()
+    );
+    let squeeze = light_random("light_squeezenet");
+    let out = python(
+        "tile_report.py",
+        &[
+            os(env!("CARGO_BIN_EXE_cleave")),
+            os("262144"),
+            squeeze.as_os_str(),
+            dddd.as_os_str(),
+            os(&nude),
+            os("--json"),
+        ],
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 3, "{out}");
+    for r in &rows {
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(r["tiled_layers"].as_u64().unwrap() >= 20, "{r}");
+        assert_eq!(r["left_whole"], 0, "{r}");
+        assert!(r["largest_tile_bytes"].as_u64().unwrap() <= 262144, "{r}");
+        eprintln!("{r}");
+    }
 }
 
 #[test]

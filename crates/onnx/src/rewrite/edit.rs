@@ -288,3 +288,12 @@ pub(crate) fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
         ..Default::default()
     }
 }
+
+pub(crate) fn attr_float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
+    }
+}

@@ -8,7 +8,7 @@
 //! - space (Conv of any group, MaxPool, AveragePool): each tile computes a band of output rows
 //!   (and columns when one row is too much) from a Slice of the input with the halo its window
 //!   needs; the layer's padding is applied at the outer edges only; Concats join them;
-//! - input channels (Conv with group 1, MatMul with constant weights along K): each tile reads
+//! - input channels (Conv with group 1, MatMul and Gemm with constant weights along K): each tile reads
 //!   some input channels with their weights, a Sum adds the partial results; the bias is
 //!   added once.
 //!
@@ -19,7 +19,7 @@ use cleave_fuse::Rule;
 use cleave_ir::{NodeId, ValueId, Weight};
 
 use super::device::{name, split_node, weight};
-use super::edit::{attr_int, attr_ints, node, Edits};
+use super::edit::{attr_float, attr_int, attr_ints, node, Edits};
 use super::onnx_view::OnnxView;
 use super::tensor::{bytes_of, i64_tensor, slice_dim0, slice_dim1, tensor};
 use super::PassCx;
@@ -34,12 +34,20 @@ enum Kind {
     Pool,
     GlobalPool,
     MatMul,
+    /// With `transA` 0: reduced along A's columns like a MatMul.
+    Gemm,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scheme {
     OutChannels(i64),
-    Space { rows: i64, cols: i64 },
+    /// `oc` > 1 also cuts each spatial tile over output channels (a Conv whose input and
+    /// weights are both too large for one scheme alone).
+    Space {
+        rows: i64,
+        cols: i64,
+        oc: i64,
+    },
     InChannels(i64),
 }
 
@@ -47,19 +55,22 @@ impl Scheme {
     fn tiles(self) -> u64 {
         let n = match self {
             Scheme::OutChannels(k) | Scheme::InChannels(k) => k,
-            Scheme::Space { rows, cols } => rows.saturating_mul(cols),
+            Scheme::Space { rows, cols, oc } => rows.saturating_mul(cols).saturating_mul(oc),
         };
         n.max(1) as u64
     }
 
     fn describe(self) -> String {
         match self {
-            Scheme::OutChannels(k) => format!("{k} output-channel tiles (Concat)"),
-            Scheme::Space { rows, cols: 1 } => format!("{rows} row tiles (Slice, Concat)"),
-            Scheme::Space { rows, cols } => {
-                format!("{rows}×{cols} row and column tiles (Slice, Concat)")
+            Scheme::OutChannels(_) => "over output channels (Concat)".into(),
+            Scheme::Space { cols: 1, oc: 1, .. } => "over rows (Slice, Concat)".into(),
+            Scheme::Space { rows, cols, oc: 1 } => {
+                format!("over {rows}×{cols} rows × columns (Slice, Concat)")
             }
-            Scheme::InChannels(k) => format!("{k} input-channel tiles (Split, Sum)"),
+            Scheme::Space { rows, cols, oc } => {
+                format!("over {rows}×{cols}×{oc} rows × columns × output channels (Slice, Concat)")
+            }
+            Scheme::InChannels(_) => "over input channels (Split, Sum)".into(),
         }
     }
 }
@@ -209,10 +220,11 @@ impl Layer<'_> {
                 let k = k.max(1) as u64;
                 in_b.div_ceil(k) + out_b + params.div_ceil(k)
             }
-            Scheme::Space { rows, cols } => {
+            Scheme::Space { rows, cols, oc } => {
                 let Some(g) = self.geometry else {
                     return u64::MAX;
                 };
+                let oc = oc.max(1);
                 let (oh, ow) = (
                     ceil_div(g.output[0], rows.max(1)),
                     ceil_div(g.output[1], cols.max(1)),
@@ -221,7 +233,9 @@ impl Layer<'_> {
                 let plane = |c: i64, h: i64, w: i64| {
                     volume(&[self.x_dims[0], c, h, w]).saturating_mul(self.elem)
                 };
-                plane(self.x_dims[1], ih, iw) + plane(self.y_dims[1], oh, ow) + params
+                plane(self.x_dims[1], ih, iw)
+                    + plane(ceil_div(self.y_dims[1], oc), oh, ow)
+                    + params.div_ceil(oc as u64)
             }
         }
     }
@@ -239,25 +253,43 @@ impl Layer<'_> {
             }
         }
         if let (Some(g), Kind::Conv | Kind::Pool) = (self.geometry, self.kind) {
-            let rows_only = (2..=g.output[0]).find(|&rows| fits(Scheme::Space { rows, cols: 1 }));
-            let grid = || {
-                (2..=g.output[1])
-                    .filter_map(|cols| {
-                        let rows =
-                            (1..=g.output[0]).find(|&rows| fits(Scheme::Space { rows, cols }))?;
-                        Some(Scheme::Space { rows, cols })
-                    })
-                    .min_by_key(|s| s.tiles())
+            // Output-channel factors to combine with space: none for pools and grouped Convs,
+            // else 1, 2, 4, … up to the channels (weights too large for a spatial tile).
+            let factors: Vec<i64> = if by_out && self.kind == Kind::Conv {
+                std::iter::successors(Some(1i64), |f| {
+                    (*f < channels).then(|| (f * 2).min(channels))
+                })
+                .collect()
+            } else {
+                vec![1]
             };
-            match rows_only {
-                Some(rows) => out.push(Scheme::Space { rows, cols: 1 }),
-                None => out.extend(grid()),
-            }
+            let best = factors
+                .into_iter()
+                .filter_map(|oc| {
+                    let rows_only = (1..=g.output[0])
+                        .find(|&rows| rows * oc > 1 && fits(Scheme::Space { rows, cols: 1, oc }));
+                    let grid = || {
+                        (2..=g.output[1])
+                            .filter_map(|cols| {
+                                let rows = (1..=g.output[0])
+                                    .find(|&rows| fits(Scheme::Space { rows, cols, oc }))?;
+                                Some(Scheme::Space { rows, cols, oc })
+                            })
+                            .min_by_key(|s| s.tiles())
+                    };
+                    match rows_only {
+                        Some(rows) => Some(Scheme::Space { rows, cols: 1, oc }),
+                        None => grid(),
+                    }
+                })
+                .min_by_key(|s| s.tiles());
+            out.extend(best);
         }
-        let by_in = (self.kind == Kind::Conv && self.group == 1) || self.kind == Kind::MatMul;
+        let by_in = (self.kind == Kind::Conv && self.group == 1)
+            || matches!(self.kind, Kind::MatMul | Kind::Gemm);
         if by_in {
             let reduced = match self.kind {
-                Kind::MatMul => self.x_dims.last().copied().unwrap_or(1),
+                Kind::MatMul | Kind::Gemm => self.x_dims.last().copied().unwrap_or(1),
                 _ => self.x_dims.get(1).copied().unwrap_or(1),
             };
             if let Some(k) = (2..=reduced.max(1)).find(|&k| fits(Scheme::InChannels(k))) {
@@ -286,20 +318,23 @@ fn layer<'a>(cx: &'a PassCx, n: NodeId) -> Option<Layer<'a>> {
         "MaxPool" | "AveragePool" => Kind::Pool,
         "GlobalAveragePool" | "GlobalMaxPool" => Kind::GlobalPool,
         "MatMul" => Kind::MatMul,
+        "Gemm" if view.int_attr(n, "transA").unwrap_or(0) == 0 => Kind::Gemm,
         _ => return None,
     };
     let (x, y) = (view.input(n, 0)?, view.single_output(n)?);
     let (x_dims, y_dims) = (view.dims(x)?, view.dims(y)?);
     let elem = u64::from(g.value(x).ty.elem?.bits()?).div_ceil(8);
     let w = match kind {
-        Kind::Conv | Kind::MatMul => Some(weight(cx, view.input(n, 1))?),
+        Kind::Conv | Kind::MatMul | Kind::Gemm => Some(weight(cx, view.input(n, 1))?),
         _ => None,
     };
     let b = match view.input(n, 2) {
         Some(b) if kind == Kind::Conv => Some(weight(cx, Some(b))?),
+        // Gemm's C may be computed; a constant one counts as weights.
+        Some(b) if kind == Kind::Gemm => weight(cx, Some(b)),
         _ => None,
     };
-    if kind == Kind::MatMul && (w?.dims.len() != 2 || x_dims.len() < 2) {
+    if matches!(kind, Kind::MatMul | Kind::Gemm) && (w?.dims.len() != 2 || x_dims.len() < 2) {
         return None;
     }
     let geometry = match kind {
@@ -347,7 +382,7 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
             continue;
         }
         let Some(scheme) = l.candidates(budget).into_iter().min_by_key(|s| s.tiles()) else {
-            if l.kind != Kind::MatMul {
+            if !matches!(l.kind, Kind::MatMul | Kind::Gemm) {
                 e.notes.push(format!(
                     "tile: {label}: needs {whole} B, and no tiling fits tile_bytes ({budget} B): left whole"
                 ));
@@ -356,19 +391,21 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
         };
         if scheme.tiles() > MAX_TILES {
             e.notes.push(format!(
-                "tile: {label}: {} would be needed to fit tile_bytes ({budget} B), more than {MAX_TILES}: left whole",
+                "tile: {label}: {} tiles {} would be needed to fit tile_bytes ({budget} B), more than {MAX_TILES}: left whole",
+                scheme.tiles(),
                 scheme.describe()
             ));
             continue;
         }
         let done = match scheme {
             Scheme::OutChannels(k) => out_channels(cx, e, &l, &label, k),
-            Scheme::Space { rows, cols } => space(cx, e, &l, &label, rows, cols),
+            Scheme::Space { rows, cols, oc } => space(cx, e, &l, &label, rows, cols, oc),
             Scheme::InChannels(k) => in_channels(cx, e, &l, &label, k),
         };
         if done {
             e.notes.push(format!(
-                "tile: {label}: {}, the largest needing {} of {budget} B",
+                "tile: {label}: {} tiles {}, the largest needing {} of {budget} B",
+                scheme.tiles(),
                 scheme.describe(),
                 l.need(scheme)
             ));
@@ -600,13 +637,31 @@ fn slice_node(
 }
 
 /// Space: a grid of `rows` × `cols` tiles, each from a Slice of the input with its halo, the
-/// layer's pads kept at the outer edges only; Concats over W, then over H.
-fn space(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, rows: i64, cols: i64) -> bool {
+/// layer's pads kept at the outer edges only; with `oc` > 1 each cut further over output
+/// channels (Concat over channels first); Concats over W, then over H.
+#[allow(clippy::too_many_arguments)]
+fn space(
+    cx: &PassCx,
+    e: &mut Edits,
+    l: &Layer,
+    label: &str,
+    rows: i64,
+    cols: i64,
+    oc: i64,
+) -> bool {
     let Some(geo) = l.geometry else { return false };
     let act = fused_activation(cx, l);
-    let k = (rows * cols) as u64;
+    let k = (rows * cols * oc) as u64;
     let Some(names) = claim(e, l, act, label, k) else {
         return false;
+    };
+    let groups = if oc > 1 {
+        match out_channel_weights(cx, e, l, oc) {
+            Some(g) => g,
+            None => return false,
+        }
+    } else {
+        Vec::new()
     };
     let proto = cx.record(l.n);
     let mut new_nodes = Vec::new();
@@ -615,9 +670,9 @@ fn space(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, rows: i64, cols: i6
     for (r, &(r0, r1)) in row_ranges.iter().enumerate() {
         let hs = geo.stretch(0, r0, r1);
         for (c, &(c0, c1)) in col_ranges.iter().enumerate() {
-            let m = r * col_ranges.len() + c;
+            let at = r * col_ranges.len() + c;
             let ws = geo.stretch(1, c0, c1);
-            let part = e.fresh(&format!("{}@soc={}/{k}", name(cx, l.x), m + 1));
+            let part = e.fresh(&format!("{}@soc={}/{}", name(cx, l.x), at + 1, rows * cols));
             new_nodes.push(slice_node(
                 cx,
                 e,
@@ -626,59 +681,109 @@ fn space(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, rows: i64, cols: i6
                 hs,
                 (cols > 1).then_some(ws),
             ));
-            let mut tile = proto.clone();
-            tile.name = Some(names[m].clone());
-            tile.input[0] = part;
-            tile.output = vec![tile_output(cx, e, l, m, k)];
-            tile.attribute
-                .retain(|a| a.name() != "auto_pad" && a.name() != "pads");
-            tile.attribute.push(attr_ints(
-                "pads",
-                &[hs.pad_begin, ws.pad_begin, hs.pad_end, ws.pad_end],
-            ));
-            tiles.push(tile);
+            for j in 0..oc.max(1) as usize {
+                let m = at * oc.max(1) as usize + j;
+                let mut tile = proto.clone();
+                tile.name = Some(names[m].clone());
+                tile.input[0] = part.clone();
+                if let Some(inputs) = groups.get(j) {
+                    tile.input.truncate(1);
+                    tile.input.extend(inputs.iter().cloned());
+                }
+                tile.output = vec![tile_output(cx, e, l, m, k)];
+                tile.attribute
+                    .retain(|a| a.name() != "auto_pad" && a.name() != "pads");
+                tile.attribute.push(attr_ints(
+                    "pads",
+                    &[hs.pad_begin, ws.pad_begin, hs.pad_end, ws.pad_end],
+                ));
+                tiles.push(tile);
+            }
         }
     }
     let (joined, final_out) = emit_tiles(cx, e, l, act, tiles, &mut new_nodes);
     let target = name(cx, final_out);
-    let bands: Vec<String> = if cols > 1 {
+    let spatial = rows * cols;
+    let mut join = |parts: Vec<String>, axis: i64, what: String, last: bool| -> String {
+        let out = if last {
+            target.clone()
+        } else {
+            e.fresh(&format!("{target}@{what}"))
+        };
+        let concat = e.fresh(&format!("{label}@concat_{what}"));
+        new_nodes.push(node(
+            "Concat",
+            &concat,
+            parts,
+            vec![out.clone()],
+            vec![attr_int("axis", axis)],
+        ));
+        e.origin(&concat, &[l.n]);
+        out
+    };
+    // Over channels within each spatial tile, then over W within each band, then over H.
+    let per_tile: Vec<String> = if oc > 1 {
         joined
-            .chunks(cols as usize)
+            .chunks(oc as usize)
             .enumerate()
-            .map(|(r, band)| {
-                let out = if rows == 1 {
-                    target.clone()
-                } else {
-                    e.fresh(&format!("{target}@band={}/{rows}", r + 1))
-                };
-                let concat = e.fresh(&format!("{label}@concat_w{}", r + 1));
-                new_nodes.push(node(
-                    "Concat",
-                    &concat,
-                    band.to_vec(),
-                    vec![out.clone()],
-                    vec![attr_int("axis", 3)],
-                ));
-                e.origin(&concat, &[l.n]);
-                out
-            })
+            .map(|(t, c)| join(c.to_vec(), 1, format!("c{}", t + 1), spatial == 1))
             .collect()
     } else {
         joined
     };
+    let bands: Vec<String> = if cols > 1 {
+        per_tile
+            .chunks(cols as usize)
+            .enumerate()
+            .map(|(r, band)| join(band.to_vec(), 3, format!("w{}", r + 1), rows == 1))
+            .collect()
+    } else {
+        per_tile
+    };
     if rows > 1 {
-        let concat = e.fresh(&format!("{label}@concat"));
-        new_nodes.push(node(
-            "Concat",
-            &concat,
-            bands,
-            vec![target],
-            vec![attr_int("axis", 2)],
-        ));
-        e.origin(&concat, &[l.n]);
+        join(bands, 2, "h".to_string(), true);
     }
     finish(e, l, act, new_nodes);
     true
+}
+
+/// The weights (and bias) of `oc` output-channel groups of a Conv, added as initializers:
+/// each group's inputs after the data.
+fn out_channel_weights(cx: &PassCx, e: &mut Edits, l: &Layer, oc: i64) -> Option<Vec<Vec<String>>> {
+    let (w, w_raw) = l.w.and_then(|w| Some((w, bytes_of(w)?)))?;
+    let b_raw = match l.b {
+        Some(b) => Some((b, bytes_of(b)?)),
+        None => None,
+    };
+    let w_input = cx
+        .view()
+        .input(l.n, 1)
+        .map_or_else(String::new, |v| name(cx, v));
+    let mut out = Vec::new();
+    for (j, (start, end)) in ranges(l.y_dims[1], oc).into_iter().enumerate() {
+        let mut dims = w.dims.clone();
+        dims[0] = end - start;
+        let w_name = e.fresh(&format!("{w_input}@oc={}/{oc}", j + 1));
+        e.initializer(tensor(
+            &w_name,
+            w.elem,
+            &dims,
+            slice_dim0(&w_raw, &w.dims, start, end),
+        ));
+        let mut inputs = vec![w_name];
+        if let Some((b, raw)) = &b_raw {
+            let b_name = e.fresh(&format!("{w_input}_B@oc={}/{oc}", j + 1));
+            e.initializer(tensor(
+                &b_name,
+                b.elem,
+                &[end - start],
+                slice_dim0(raw, &b.dims, start, end),
+            ));
+            inputs.push(b_name);
+        }
+        out.push(inputs);
+    }
+    Some(out)
 }
 
 /// Input channels: a Split of the input over its channels (the last axis for a MatMul), each
@@ -693,9 +798,12 @@ fn in_channels(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, k: i64) -> bo
         return false;
     };
     let (axis, reduced) = match l.kind {
-        Kind::MatMul => (l.x_dims.len() as i64 - 1, l.x_dims[l.x_dims.len() - 1]),
+        Kind::MatMul | Kind::Gemm => (l.x_dims.len() as i64 - 1, l.x_dims[l.x_dims.len() - 1]),
         _ => (1, l.x_dims[1]),
     };
+    // B's rows are A's columns, unless Gemm takes B transposed.
+    let rows_of_b = l.kind == Kind::MatMul
+        || (l.kind == Kind::Gemm && cx.view().int_attr(l.n, "transB").unwrap_or(0) == 0);
     let spans = ranges(reduced, k);
     let sizes: Vec<i64> = spans.iter().map(|(a, b)| b - a).collect();
     let parts: Vec<String> = (1..=k)
@@ -718,7 +826,7 @@ fn in_channels(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, k: i64) -> bo
     let mut partials = Vec::new();
     for (m, ((start, end), part)) in spans.into_iter().zip(parts).enumerate() {
         let mut dims = w.dims.clone();
-        let raw = if l.kind == Kind::MatMul {
+        let raw = if rows_of_b {
             dims[0] = end - start;
             slice_dim0(&w_raw, &w.dims, start, end)
         } else {
@@ -730,8 +838,15 @@ fn in_channels(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, k: i64) -> bo
         let mut tile = proto.clone();
         tile.name = Some(names[m].clone());
         tile.input = vec![part, w_name];
-        if let (0, Some(b)) = (m, &b_input) {
-            tile.input.push(b.clone());
+        match (m, &b_input) {
+            (0, Some(b)) => tile.input.push(b.clone()),
+            // Gemm before opset 11 must have C: the other tiles read it scaled by zero.
+            (_, Some(b)) if l.kind == Kind::Gemm && cx.opset < 11 => {
+                tile.input.push(b.clone());
+                tile.attribute.retain(|a| a.name() != "beta");
+                tile.attribute.push(attr_float("beta", 0.0));
+            }
+            _ => {}
         }
         let out = tile_output(cx, e, l, m, k as u64);
         tile.output = vec![out.clone()];
