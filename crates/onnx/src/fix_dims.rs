@@ -112,6 +112,7 @@ pub fn fix_dims(proto: &mut ModelProto, fixed: &FixedDims) -> Result<(), String>
         }
         bind(symbol, *v, flag)?;
     }
+    let fixing = !fixed.shapes.is_empty() || !fixed.dims.is_empty();
     for vi in graph
         .input
         .iter_mut()
@@ -119,8 +120,24 @@ pub fn fix_dims(proto: &mut ModelProto, fixed: &FixedDims) -> Result<(), String>
         .chain(graph.value_info.iter_mut())
     {
         replace_symbols(vi, &symbols);
+        if fixing {
+            forget_negative_dims(vi);
+        }
     }
     Ok(())
+}
+
+/// A negative dim_value (an exporter's "dynamic") left on an output or intermediate tensor
+/// would contradict the dims the fixed inputs give it: it is left for inference.
+fn forget_negative_dims(vi: &mut ValueInfoProto) {
+    let Some(shape) = tensor_mut(vi).and_then(|t| t.shape.as_mut()) else {
+        return;
+    };
+    for d in &mut shape.dim {
+        if matches!(d.value, Some(Value::DimValue(v)) if v < 0) {
+            d.value = None;
+        }
+    }
 }
 
 fn join(dims: &[i64]) -> String {
@@ -311,6 +328,26 @@ mod tests {
             "{clash}"
         );
         assert!(err(vec![("x", vec![1, 3, -1, 8])], vec![]).contains("-1 is not a dimension"));
+    }
+
+    #[test]
+    fn negative_dims_elsewhere_are_left_to_inference_once_inputs_are_fixed() {
+        let mut m = model();
+        let g = m.graph.as_mut().unwrap();
+        let q = || Value::DimParam("?".into());
+        g.input[0] = vi("x", &[Value::DimValue(-1), Value::DimValue(3), q(), q()]);
+        g.output[0] = vi("y", &[Value::DimValue(-1), Value::DimValue(5)]);
+        let fixed = FixedDims {
+            shapes: vec![("x".into(), vec![1, 3, 8, 8])],
+            dims: vec![],
+        };
+        fix_dims(&mut m, &fixed).unwrap();
+        let g = m.graph.as_ref().unwrap();
+        assert_eq!(dims(&g.output[0]), vec![None, Some(Value::DimValue(5))]);
+        let untouched = model();
+        let mut same = untouched.clone();
+        fix_dims(&mut same, &FixedDims::default()).unwrap();
+        assert_eq!(same, untouched);
     }
 
     #[test]
