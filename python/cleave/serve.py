@@ -149,8 +149,8 @@ class Partition:
             fmt = part_format(p)
             if fmt not in SERVED_FORMATS:
                 raise ValueError(f"{self.path}: part {i + 1} ({p['file']}) is a {fmt} part, and no engine here serves "
-                                 f"{fmt} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): partition the "
-                                 f"model's .tflite form to serve it (`cleave convert MODEL.circle MODEL.tflite` writes one)")
+                                 f"{fmt} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): `cleave serve` "
+                                 f"converts circle parts to TFLite itself, or `cleave convert PART.circle PART.tflite` does")
             self.parts.append({
                 "index": i + 1,
                 "file": os.path.join(self.dir, p["file"]),

@@ -348,5 +348,5 @@ def test_a_circle_part_is_refused_naming_it(tmp_path):
             "parts": [{"file": "m.00001_npu.circle", "inputs": ["x"], "outputs": ["y"], "backend": "npu", "format": "circle"}]}
     path = tmp_path / "m.conn.json"
     path.write_text(json.dumps(conn))
-    with pytest.raises(ValueError, match=r"part 1 \(m.00001_npu.circle\) is a circle part.*LiteRT reads TFLite"):
+    with pytest.raises(ValueError, match=r"part 1 \(m.00001_npu.circle\) is a circle part.*`cleave serve` converts"):
         serve.Partition(str(path))

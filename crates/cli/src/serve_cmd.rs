@@ -54,7 +54,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Fail> {
         }
     }
     args.extend(a.deploy.to_args());
-    finish(cleave::serve::run_ray_app(&conn, &args)?)
+    finish(cleave::serve::run_ray_app(a.conn, &conn, &args)?)
 }
 
 pub struct RayBenchArgs<'a> {
@@ -87,5 +87,5 @@ pub fn bench(a: RayBenchArgs) -> Result<(), Fail> {
     if a.json {
         args.push("--json".into());
     }
-    finish(cleave::serve::run_ray_app(&conn, &args)?)
+    finish(cleave::serve::run_ray_app(a.conn, &conn, &args)?)
 }

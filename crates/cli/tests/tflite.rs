@@ -454,17 +454,31 @@ fn converted_to_circle_a_model_partitions_into_circle_parts_that_reproduce_it() 
     // The circle source against the original TFLite: the check runs the circle files in
     // LiteRT under TFLite's identifier.
     eprintln!("{}", check_tflite_parts(&conn, &circle, &[]));
-    // Ray's engines read no circle: refused up front, naming the part, before any Python.
-    assert_bad_input(
-        &cleave(&[
-            os("serve"),
-            conn.as_os_str(),
-            os("--ray"),
-            os("127.0.0.1:1"),
-        ]),
-        &conn,
-        "part 1 (short.00001_",
+    // Served on Ray, the circle parts go to LiteRT converted to TFLite: the exported
+    // application holds TFLite parts, which reproduce the original TFLite model in LiteRT.
+    let app = tmp.path().join("app");
+    let o = cleave(&[
+        os("serve"),
+        conn.as_os_str(),
+        os("--export"),
+        app.as_os_str(),
+    ]);
+    ok(&o);
+    assert!(
+        stderr(&o).contains("circle parts converted to TFLite"),
+        "{}",
+        stderr(&o)
     );
+    let exported = app.join(conn.file_name().unwrap());
+    let served: Value = serde_json::from_str(&std::fs::read_to_string(&exported).unwrap()).unwrap();
+    let parts = served["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), files.len());
+    for p in parts {
+        assert_eq!(p["format"], "tflite", "{p}");
+        let bytes = std::fs::read(app.join(p["file"].as_str().unwrap())).unwrap();
+        assert_eq!(&bytes[4..8], b"TFL3", "{p}");
+    }
+    eprintln!("{}", check_tflite_parts(&exported, &model, &[]));
     // And back: the same tree as the original, so LiteRT computes the same.
     let back = tmp.path().join("back.tflite");
     ok(&cleave(&[

@@ -40,11 +40,11 @@ pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
     }
     for (k, p) in parsed.parts.iter().enumerate() {
         let format = part_format(p);
-        if !matches!(format.as_str(), "onnx" | "tflite") {
+        if !matches!(format.as_str(), "onnx" | "tflite" | "circle") {
             return Err(Error::argument(
                 conn,
                 format!(
-                    "part {} ({}) is a {format} part, and no engine on Ray serves {format} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): partition the model's .tflite form to serve it (`cleave convert MODEL.circle MODEL.tflite` writes one)",
+                    "part {} ({}) is a {format} part, and no engine on Ray serves {format} (ONNX Runtime and OpenVINO read ONNX, LiteRT TFLite and, converted, circle)",
                     k + 1,
                     p.file
                 ),
@@ -70,7 +70,7 @@ pub fn packages_for(conn: &ConnFile) -> Vec<&'static str> {
     let mut need = vec!["ray", "ray.serve", "numpy"];
     for p in &conn.parts {
         let engine = match part_format(p).as_str() {
-            "tflite" => "ai_edge_litert",
+            "tflite" | "circle" => "ai_edge_litert",
             _ if p
                 .engine
                 .as_deref()
@@ -126,9 +126,74 @@ fn check_python(need: &[&str]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Runs the application's command line with `args` (its first the subcommand) for `conn`
-/// (as `check_served` read it), standard streams passed through; returns its exit code.
-pub fn run_ray_app(conn: &ConnFile, args: &[OsString]) -> Result<i32, Error> {
+/// The most bytes a part may have to travel inside its deployment (the application's
+/// `INLINE_MAX_BYTES`); a larger one is opened by path on the node.
+const INLINE_MAX_BYTES: u64 = 64 << 20;
+
+/// The partition as the application serves it: `conn_path` itself, or where it has circle
+/// parts (which LiteRT reads only as TFLite), a conn.json in `dir` naming them converted to
+/// TFLite there, the others by their own paths. The source is converted too for `verify` and
+/// `bench`, its readers (random inputs, the reference run). A converted part past `INLINE_MAX_BYTES` would be read from `dir` on
+/// the node, which a detached deployment outlives: refused then.
+fn as_served(
+    conn_path: &Path,
+    conn: &ConnFile,
+    dir: &Path,
+    command: &str,
+    detached: bool,
+) -> Result<PathBuf, Error> {
+    if !conn.parts.iter().any(|p| part_format(p) == "circle") {
+        return Ok(conn_path.to_path_buf());
+    }
+    let base = conn_path.parent().unwrap_or(Path::new("."));
+    let to_tflite = |file: &str| -> Result<PathBuf, Error> {
+        let src = base.join(file);
+        let name = Path::new(file).with_extension("tflite");
+        let dst = dir.join(name.file_name().unwrap_or(name.as_os_str()));
+        crate::convert::convert(&src, &dst, None)?;
+        Ok(dst)
+    };
+    let mut served = conn.clone();
+    let mut converted = 0;
+    for p in &mut served.parts {
+        if part_format(p) == "circle" {
+            let dst = to_tflite(&p.file)?;
+            let size = std::fs::metadata(&dst).map_or(0, |m| m.len());
+            if detached && size > INLINE_MAX_BYTES {
+                return Err(Error::argument(
+                    conn_path,
+                    format!(
+                        "{} converts to {size} bytes of TFLite, more than a detached deployment carries ({INLINE_MAX_BYTES}): convert the parts with `cleave convert` and serve that partition",
+                        p.file
+                    ),
+                ));
+            }
+            p.file = dst.display().to_string();
+            p.format = Some("tflite".into());
+            converted += 1;
+        } else {
+            p.file = base.join(&p.file).display().to_string();
+        }
+    }
+    let source_is_circle = part_format(&served.source) == "circle";
+    if matches!(command, "verify" | "bench") && source_is_circle && !served.source.file.is_empty() {
+        served.source.file = to_tflite(&served.source.file)?.display().to_string();
+    } else if !served.source.file.is_empty() {
+        served.source.file = base.join(&served.source.file).display().to_string();
+    }
+    let out = dir.join(conn_path.file_name().unwrap_or(conn_path.as_os_str()));
+    std::fs::write(&out, served.to_json()).map_err(|e| Error::io(&out, "cannot write", e))?;
+    eprintln!(
+        "note: {converted} circle part{} converted to TFLite for LiteRT",
+        if converted == 1 { "" } else { "s" }
+    );
+    Ok(out)
+}
+
+/// Runs the application's command line with `args` (its first the subcommand, its second
+/// the conn.json) for `conn_path` (as `check_served` read it into `conn`), standard streams
+/// passed through; returns its exit code.
+pub fn run_ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<i32, Error> {
     let needs_cluster = args.first().is_some_and(|a| a != "export");
     if needs_cluster {
         check_python(&packages_for(conn))?;
@@ -138,9 +203,16 @@ pub fn run_ray_app(conn: &ConnFile, args: &[OsString]) -> Result<i32, Error> {
     let dir = tempfile::tempdir().map_err(|e| Error::usage(format!("no temporary folder: {e}")))?;
     let script: PathBuf = dir.path().join("ray_app.py");
     std::fs::write(&script, RAY_APP).map_err(|e| Error::io(&script, "cannot write", e))?;
+    let command = args.first().and_then(|a| a.to_str()).unwrap_or_default();
+    let detached = args.iter().any(|a| a == "--detach");
+    let served = as_served(conn_path, conn, dir.path(), command, detached)?;
+    let mut args = args.to_vec();
+    if let Some(a) = args.get_mut(1) {
+        *a = served.into_os_string();
+    }
     let status = Command::new(python())
         .arg(&script)
-        .args(args)
+        .args(&args)
         .status()
         .map_err(|e| Error::usage(format!("cannot run {}: {e}", python().to_string_lossy())))?;
     // A signal (Ctrl-C on `serve`) has no code: report it as an interrupted run.
