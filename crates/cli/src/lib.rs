@@ -333,12 +333,12 @@ enum Command {
     /// for a custom resource of its own name that the cluster's nodes declare, e.g.
     /// `ray start --resources='{"npu": 1}'`; `cpu` asks for nothing). Each part runs on the
     /// engine of its format: ONNX parts on ONNX Runtime (its CUDA provider for a gpu*/cuda*
-    /// backend where onnxruntime-gpu is installed, else the CPU), TFLite parts on LiteRT,
-    /// parts the conn file records for OpenVINO on OpenVINO. Tensors go from part to part,
-    /// parts whose inputs are ready run at once, and requests pipeline through the parts,
-    /// behind an HTTP route (POST an .npz of the inputs; `?boundaries=1` also returns every
-    /// tensor between parts). Needs Python with Ray: pip install 'cleave-nn[ray]' (and
-    /// 'cleave-nn[litert]' for TFLite parts).
+    /// backend where onnxruntime-gpu is installed, else the CPU), TFLite and circle parts
+    /// (converted to TFLite) on LiteRT, parts the conn file records for OpenVINO on OpenVINO.
+    /// Tensors go from part to part, parts whose inputs are ready run at once, and requests
+    /// pipeline through the parts, behind an HTTP route (POST an .npz of the inputs;
+    /// `?boundaries=1` also returns every tensor between parts). Needs Python with Ray:
+    /// pip install 'cleave-nn[ray]' (and 'cleave-nn[litert]' for TFLite and circle parts).
     #[command(after_long_help = examples::SERVE)]
     Serve {
         /// The partition's stem.conn.json (its part files beside it).
