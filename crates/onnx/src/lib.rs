@@ -21,6 +21,7 @@ mod frontend;
 pub mod gen;
 mod infer;
 mod io;
+mod op_table;
 mod ops;
 mod pb;
 mod probe;

@@ -1,16 +1,9 @@
-//! What ONNX's operators mean to the format-neutral stages ([`OnnxSemantics`]).
+//! What ONNX's operators mean to the format-neutral stages ([`OnnxSemantics`]), read from the
+//! op table (`op_table.rs`).
 
 use cleave_ir::{AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, ValueId, Window};
 
-/// Ops whose result differs from run to run: never folded or copied as constants.
-const NONDETERMINISTIC: &[&str] = &[
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-];
+use crate::op_table::op_table;
 
 /// ONNX's default operator set: `""`, or spelled out as `ai.onnx`.
 pub fn is_default_domain(domain: &str) -> bool {
@@ -19,11 +12,14 @@ pub fn is_default_domain(domain: &str) -> bool {
 
 /// Whether the node gives the same outputs for the same inputs every time.
 pub fn is_deterministic(node: &Node) -> bool {
-    !(is_default_domain(&node.domain) && NONDETERMINISTIC.contains(&node.op_type.as_str()))
+    !(is_default_domain(&node.domain)
+        && op_table()
+            .get("", &node.op_type)
+            .is_some_and(|e| e.nondeterministic))
 }
 
-/// ONNX's operator semantics: classes by default-domain op type, NCHW channels, windows
-/// with ONNX's attribute defaults.
+/// ONNX's operator semantics: classes from the op table, NCHW channels, windows with ONNX's
+/// attribute defaults.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OnnxSemantics;
 
@@ -32,31 +28,10 @@ impl OpSemantics for OnnxSemantics {
         if !is_default_domain(&node.domain) {
             return OpClass::Other;
         }
-        match node.op_type.as_str() {
-            "Conv" => OpClass::Conv,
-            "MaxPool" => OpClass::MaxPool,
-            "AveragePool" => OpClass::AveragePool,
-            "GlobalAveragePool" => OpClass::GlobalAveragePool,
-            "GlobalMaxPool" => OpClass::GlobalMaxPool,
-            "Gemm" => OpClass::FullyConnected,
-            "MatMul" => OpClass::MatMul,
-            "Relu" => OpClass::Relu,
-            "LeakyRelu" => OpClass::LeakyRelu,
-            "Elu" => OpClass::Elu,
-            "Sigmoid" => OpClass::Sigmoid,
-            "Tanh" => OpClass::Tanh,
-            "HardSigmoid" => OpClass::HardSigmoid,
-            "Softplus" => OpClass::Softplus,
-            "Clip" => OpClass::Clip,
-            "PRelu" => OpClass::PRelu,
-            "Add" => OpClass::Add,
-            "Mul" => OpClass::Mul,
-            "Max" => OpClass::Max,
-            "Sum" => OpClass::Sum,
-            "QuantizeLinear" => OpClass::Quantize,
-            "DequantizeLinear" => OpClass::Dequantize,
-            _ => OpClass::Other,
-        }
+        op_table()
+            .get("", &node.op_type)
+            .and_then(|e| e.class)
+            .unwrap_or(OpClass::Other)
     }
 
     fn is_deterministic(&self, node: &Node) -> bool {

@@ -5,12 +5,13 @@
 use cleave_ir::{Dim, ElemType, TensorType};
 
 use super::nn::{matmul, windowed};
-use super::{Cx, Registry};
+use super::Cx;
+use crate::op_table::OpTable;
 
 const ML: &str = "ai.onnx.ml";
 const MS: &str = "com.microsoft";
 
-pub(crate) fn register(r: &mut Registry) {
+pub(crate) fn register(r: &mut OpTable) {
     register_ml(r);
     register_ms(r);
 }
@@ -42,7 +43,7 @@ fn classes(cx: &Cx) -> Dim {
     }
 }
 
-fn register_ml(r: &mut Registry) {
+fn register_ml(r: &mut OpTable) {
     r.add_in(
         ML,
         &[
@@ -149,7 +150,7 @@ fn same(cx: &Cx) -> Vec<TensorType> {
     vec![cx.ty(0)]
 }
 
-fn register_ms(r: &mut Registry) {
+fn register_ms(r: &mut OpTable) {
     r.add_in(
         MS,
         &[

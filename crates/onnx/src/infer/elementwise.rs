@@ -1,10 +1,11 @@
 //! Ops whose output has the shape of an input, or the broadcast of their inputs.
 
-use cleave_ir::{Dim, ElemType, TensorType};
+use cleave_ir::{Dim, ElemType, OpClass, TensorType};
 
 use super::dims::broadcast;
-use super::{Cx, Registry};
+use super::Cx;
 use crate::dtype::elem_from_code;
+use crate::op_table::OpTable;
 
 const SAME: &[&str] = &[
     "Abs",
@@ -93,7 +94,26 @@ const PREDICATES: &[&str] = &[
     "Xor",
 ];
 
-pub(crate) fn register(r: &mut Registry) {
+pub(crate) fn register(r: &mut OpTable) {
+    for (op, class) in [
+        ("Relu", OpClass::Relu),
+        ("LeakyRelu", OpClass::LeakyRelu),
+        ("Elu", OpClass::Elu),
+        ("Sigmoid", OpClass::Sigmoid),
+        ("Tanh", OpClass::Tanh),
+        ("HardSigmoid", OpClass::HardSigmoid),
+        ("Softplus", OpClass::Softplus),
+        ("Clip", OpClass::Clip),
+        ("PRelu", OpClass::PRelu),
+        ("Add", OpClass::Add),
+        ("Mul", OpClass::Mul),
+        ("Max", OpClass::Max),
+        ("Sum", OpClass::Sum),
+        ("QuantizeLinear", OpClass::Quantize),
+        ("DequantizeLinear", OpClass::Dequantize),
+    ] {
+        r.class(op, class);
+    }
     r.add(SAME, |cx| vec![cx.ty(0)]);
     r.add(ARITH, |cx| {
         vec![TensorType {

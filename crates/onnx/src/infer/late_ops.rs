@@ -4,8 +4,9 @@
 
 use cleave_ir::{Dim, ElemType, TensorType};
 
-use super::{Cx, Registry};
+use super::Cx;
 use crate::elem_from_code;
+use crate::op_table::OpTable;
 
 fn unknown_dims(n: usize) -> Vec<Dim> {
     vec![Dim::Unknown; n]
@@ -36,7 +37,7 @@ fn attr_elem(cx: &Cx, name: &str) -> Option<ElemType> {
     }
 }
 
-pub(crate) fn register(r: &mut Registry) {
+pub(crate) fn register(r: &mut OpTable) {
     r.add(
         &[
             "RMSNormalization",

@@ -19,75 +19,24 @@ mod shape_ops;
 
 use std::collections::HashMap;
 
-use rustc_hash::FxHashMap;
-
 use cleave_ir::{Dim, Graph, Model, NodeId, TensorType};
+
+use crate::op_table::{op_table, OpTable};
 
 pub(crate) use cx::{Cx, Values};
 
 /// Computes the output types of a node; entries may be partly or wholly unknown.
 pub(crate) type Rule = fn(&Cx) -> Vec<TensorType>;
 
-pub(crate) struct Registry {
-    /// Domain ("" for the default one), then op type. Fx hashing: looked up once per node.
-    rules: FxHashMap<&'static str, FxHashMap<&'static str, Rule>>,
+/// Every op family's entries in the op table.
+pub(crate) fn register_families(t: &mut OpTable) {
+    elementwise::register(t);
+    nn::register(t);
+    reduce::register(t);
+    shape_ops::register(t);
+    domains::register(t);
+    late_ops::register(t);
 }
-
-impl Registry {
-    /// Rules for ops of the default domain.
-    pub(crate) fn add(&mut self, ops: &[&'static str], rule: Rule) {
-        self.add_in("", ops, rule);
-    }
-
-    pub(crate) fn add_in(&mut self, domain: &'static str, ops: &[&'static str], rule: Rule) {
-        let table = self.rules.entry(domain).or_default();
-        for op in ops {
-            table.insert(op, rule);
-        }
-    }
-
-    fn get(&self, domain: &str, op: &str) -> Option<&Rule> {
-        let domain = if domain == "ai.onnx" { "" } else { domain };
-        self.rules.get(domain)?.get(op)
-    }
-
-    fn new() -> Registry {
-        let mut r = Registry {
-            rules: FxHashMap::default(),
-        };
-        elementwise::register(&mut r);
-        nn::register(&mut r);
-        reduce::register(&mut r);
-        shape_ops::register(&mut r);
-        domains::register(&mut r);
-        late_ops::register(&mut r);
-        r
-    }
-}
-
-/// Ops whose first output has the rank of their first input, whatever their attributes or
-/// non-constant inputs do to its dims: when a rule cannot give dims, the rank still stands.
-const RANK_KEEPING: &[&str] = &[
-    "Resize",
-    "Upsample",
-    "Pad",
-    "Slice",
-    "Tile",
-    "Conv",
-    "ConvInteger",
-    "QLinearConv",
-    "ConvTranspose",
-    "MaxPool",
-    "AveragePool",
-    "LpPool",
-    "DepthToSpace",
-    "SpaceToDepth",
-    "TopK",
-    "CenterCropPad",
-    "RoiAlign",
-    "MaxRoiPool",
-    "GridSample",
-];
 
 /// What inference could not settle.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -101,11 +50,11 @@ pub struct InferReport {
 /// Fills in missing element types and shapes of the model's top-level graph, and of the
 /// subgraphs (If branches, Loop and Scan bodies) inside it.
 pub fn infer_types(model: &mut Model) -> InferReport {
-    let registry = Registry::new();
+    let registry = op_table();
     let opset = model.opset("").unwrap_or(21);
     let mut unknown_ops = std::collections::BTreeSet::new();
     infer_nested(
-        &registry,
+        registry,
         &mut model.graph,
         &HashMap::new(),
         opset,
@@ -121,14 +70,14 @@ pub fn infer_types(model: &mut Model) -> InferReport {
 /// What [`infer_types`] reports, read from a model it has typed: the top-level values still
 /// untyped, and the op types without a rule whose outputs (at any depth) are untyped.
 pub fn type_report(model: &Model) -> InferReport {
-    fn ops(registry: &Registry, g: &Graph, found: &mut std::collections::BTreeSet<String>) {
+    fn ops(registry: &OpTable, g: &Graph, found: &mut std::collections::BTreeSet<String>) {
         for node in &g.nodes {
             let untyped = node
                 .outputs
                 .iter()
                 .flatten()
                 .any(|&o| !g.value(o).ty.is_complete());
-            if untyped && registry.get(&node.domain, &node.op_type).is_none() {
+            if untyped && registry.rule(&node.domain, &node.op_type).is_none() {
                 found.insert(op_key(&node.domain, &node.op_type));
             }
             for a in &node.attrs {
@@ -143,7 +92,7 @@ pub fn type_report(model: &Model) -> InferReport {
         }
     }
     let mut found = std::collections::BTreeSet::new();
-    ops(&Registry::new(), &model.graph, &mut found);
+    ops(op_table(), &model.graph, &mut found);
     InferReport {
         untyped: untyped(&model.graph),
         unknown_ops: found.into_iter().collect(),
@@ -154,7 +103,7 @@ pub fn type_report(model: &Model) -> InferReport {
 const MAX_NESTING: usize = 16;
 
 fn infer_nested(
-    registry: &Registry,
+    registry: &OpTable,
     g: &mut Graph,
     outer: &HashMap<String, TensorType>,
     opset: i64,
@@ -182,7 +131,7 @@ fn infer_nested(
             infer_subgraphs(registry, g, n, outer, opset, unknown_ops, depth);
         }
         let node = g.node(n);
-        let rule = registry.get(&node.domain, &node.op_type);
+        let rule = registry.rule(&node.domain, &node.op_type);
         let outputs = || node.outputs.iter().flatten().map(|&o| &g.value(o).ty);
         let untyped = outputs().any(|ty| !ty.is_complete());
         // A declared type may also leave dims open, or symbolic, that a rule can fix.
@@ -218,7 +167,7 @@ fn infer_nested(
 /// Types the subgraphs of node `n` from what is known around them: values they read from
 /// enclosing scopes, and the formal inputs of Loop and Scan bodies.
 fn infer_subgraphs(
-    registry: &Registry,
+    registry: &OpTable,
     g: &mut Graph,
     n: NodeId,
     outer: &HashMap<String, TensorType>,
@@ -327,8 +276,11 @@ fn scan_formals(
 /// Gives an output of a rank-keeping op the rank of its input when its rule could not.
 fn keep_rank(g: &Graph, n: NodeId, inferred: &mut Vec<TensorType>) {
     let node = g.node(n);
-    let domain_default = node.domain.is_empty() || node.domain == "ai.onnx";
-    if !domain_default || !RANK_KEEPING.contains(&node.op_type.as_str()) {
+    let keeps = crate::ops::is_default_domain(&node.domain)
+        && op_table()
+            .get("", &node.op_type)
+            .is_some_and(|e| e.rank_keeping);
+    if !keeps {
         return;
     }
     let Some(rank) = node

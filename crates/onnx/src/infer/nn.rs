@@ -1,14 +1,44 @@
 //! Convolutions, pooling, matrix products, resizing and control flow.
 
-use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
+use cleave_ir::{AttrValue, Dim, ElemType, OpClass, TensorType};
 
 use super::dims::{axis, broadcast, fits, map_fixed};
-use super::{Cx, Registry};
+use super::Cx;
+use crate::op_table::{Flops, OpTable};
 
 /// How DepthToSpace/SpaceToDepth change a spatial dim by the block size.
 type SpatialMap = fn(i64, i64) -> Option<i64>;
 
-pub(crate) fn register(r: &mut Registry) {
+pub(crate) fn register(r: &mut OpTable) {
+    r.class("Conv", OpClass::Conv);
+    r.class("MaxPool", OpClass::MaxPool);
+    r.class("AveragePool", OpClass::AveragePool);
+    r.class("GlobalAveragePool", OpClass::GlobalAveragePool);
+    r.class("GlobalMaxPool", OpClass::GlobalMaxPool);
+    r.class("Gemm", OpClass::FullyConnected);
+    r.class("MatMul", OpClass::MatMul);
+    r.flops(&["Conv", "ConvInteger"], Flops::Conv);
+    r.flops(&["ConvTranspose"], Flops::ConvTranspose);
+    r.flops(&["MatMul", "MatMulInteger"], Flops::MatMul);
+    r.flops(&["Gemm"], Flops::Gemm);
+    // Whatever their attributes or non-constant inputs do to the dims, the rank stands.
+    r.rank_keeping(&[
+        "Conv",
+        "ConvInteger",
+        "QLinearConv",
+        "ConvTranspose",
+        "MaxPool",
+        "AveragePool",
+        "LpPool",
+        "Resize",
+        "Upsample",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "TopK",
+        "RoiAlign",
+        "MaxRoiPool",
+        "GridSample",
+    ]);
     r.add(&["Conv", "ConvInteger", "QLinearConv"], |cx| {
         // QLinearConv: x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias.
         let (w, elem) = match cx.node.op_type.as_str() {

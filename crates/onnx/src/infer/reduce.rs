@@ -3,7 +3,8 @@
 use cleave_ir::{Dim, ElemType, TensorType};
 
 use super::dims::axis;
-use super::{Cx, Registry};
+use super::Cx;
+use crate::op_table::OpTable;
 
 const REDUCE: &[&str] = &[
     "ReduceMean",
@@ -18,7 +19,7 @@ const REDUCE: &[&str] = &[
     "ReduceSumSquare",
 ];
 
-pub(crate) fn register(r: &mut Registry) {
+pub(crate) fn register(r: &mut OpTable) {
     r.add(REDUCE, |cx| {
         // Axes moved from attribute to input in opset 18 (ReduceSum already in 13).
         let since = if cx.node.op_type == "ReduceSum" {

@@ -3,10 +3,20 @@
 use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
 
 use super::dims::{axis, broadcast, fixed, product_dim};
-use super::{Cx, Registry};
+use super::Cx;
 use crate::dtype::elem_from_code;
+use crate::op_table::OpTable;
 
-pub(crate) fn register(r: &mut Registry) {
+pub(crate) fn register(r: &mut OpTable) {
+    r.rank_keeping(&["Pad", "Slice", "Tile", "CenterCropPad"]);
+    r.nondeterministic(&[
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    ]);
     r.add(&["Reshape"], |cx| {
         vec![TensorType {
             elem: cx.elem(0),

@@ -1,0 +1,108 @@
+//! ONNX's op table: for each (domain, op) what cleave knows of it, registered in one place per
+//! op family (`infer/nn.rs`, `infer/elementwise.rs`, …): its inference rule, the class the
+//! format-neutral stages see, how its FLOPs are counted, whether its first output keeps its
+//! input's rank when the rule cannot tell the dims, and whether it is deterministic. Adding an
+//! op is one entry in its family's `register`.
+
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
+
+use cleave_ir::OpClass;
+
+use crate::infer::Rule;
+
+/// How a node's FLOPs are estimated (see [`crate::cost::node_flops`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Flops {
+    /// One per output element.
+    #[default]
+    Output,
+    /// Two per output element and per weight it reads (Cin/group × kernel).
+    Conv,
+    /// Two per input element and per weight it scatters to.
+    ConvTranspose,
+    /// Two per output element and per element of the reduced axis (K).
+    MatMul,
+    /// As MatMul, K read from A's first axis when `transA` is set.
+    Gemm,
+}
+
+/// What the table holds for one op.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct OpEntry {
+    pub rule: Option<Rule>,
+    pub class: Option<OpClass>,
+    pub flops: Flops,
+    pub rank_keeping: bool,
+    pub nondeterministic: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct OpTable {
+    /// Domain ("" for the default one), then op type. Fx hashing: looked up once per node.
+    ops: FxHashMap<&'static str, FxHashMap<&'static str, OpEntry>>,
+}
+
+impl OpTable {
+    fn entry(&mut self, domain: &'static str, op: &'static str) -> &mut OpEntry {
+        self.ops.entry(domain).or_default().entry(op).or_default()
+    }
+
+    /// The inference rule of ops of the default domain.
+    pub(crate) fn add(&mut self, ops: &[&'static str], rule: Rule) {
+        self.add_in("", ops, rule);
+    }
+
+    pub(crate) fn add_in(&mut self, domain: &'static str, ops: &[&'static str], rule: Rule) {
+        for op in ops {
+            self.entry(domain, op).rule = Some(rule);
+        }
+    }
+
+    /// The class a default-domain op has for the format-neutral stages.
+    pub(crate) fn class(&mut self, op: &'static str, class: OpClass) {
+        self.entry("", op).class = Some(class);
+    }
+
+    pub(crate) fn flops(&mut self, ops: &[&'static str], flops: Flops) {
+        for op in ops {
+            self.entry("", op).flops = flops;
+        }
+    }
+
+    /// Default-domain ops whose first output has the rank of their first input, whatever
+    /// their attributes or non-constant inputs do to its dims.
+    pub(crate) fn rank_keeping(&mut self, ops: &[&'static str]) {
+        for op in ops {
+            self.entry("", op).rank_keeping = true;
+        }
+    }
+
+    /// Default-domain ops whose result differs from run to run: never folded or copied as
+    /// constants.
+    pub(crate) fn nondeterministic(&mut self, ops: &[&'static str]) {
+        for op in ops {
+            self.entry("", op).nondeterministic = true;
+        }
+    }
+
+    pub(crate) fn get(&self, domain: &str, op: &str) -> Option<&OpEntry> {
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        self.ops.get(domain)?.get(op)
+    }
+
+    pub(crate) fn rule(&self, domain: &str, op: &str) -> Option<Rule> {
+        self.get(domain, op)?.rule
+    }
+}
+
+/// The table, built once.
+pub(crate) fn op_table() -> &'static OpTable {
+    static TABLE: OnceLock<OpTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = OpTable::default();
+        crate::infer::register_families(&mut t);
+        t
+    })
+}
