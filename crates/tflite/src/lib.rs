@@ -16,6 +16,7 @@ pub mod codes;
 pub mod convert;
 mod frontend;
 pub mod model;
+mod op_table;
 mod ops;
 pub mod pack;
 pub mod schema;

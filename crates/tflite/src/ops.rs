@@ -1,8 +1,11 @@
-//! What the neutral stages need to know of TFLite's operators (circle's are a superset).
+//! What the neutral stages need to know of TFLite's operators (circle's are a superset), read
+//! from the op table (`op_table.rs`).
 
 use cleave_ir::{
     AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, StateGroup, ValueId, Window,
 };
+
+use crate::op_table::{self, Flops};
 
 /// TFLite operator semantics: NHWC tensors, OHWI convolution filters, `[1, H, W, C*M]`
 /// depthwise filters, activations fused into the op's options.
@@ -23,49 +26,14 @@ fn str_attr<'a>(node: &'a Node, name: &str) -> Option<&'a [u8]> {
     }
 }
 
-/// Ops whose result is not a function of their inputs alone: random generators, and the
-/// ones that read or write state shared through resource handles (never copied as
-/// constants into several parts).
-const STATEFUL: &[&str] = &[
-    "RANDOM_STANDARD_NORMAL",
-    "RANDOM_UNIFORM",
-    "MULTINOMIAL",
-    "VAR_HANDLE",
-    "READ_VARIABLE",
-    "ASSIGN_VARIABLE",
-    "CALL_ONCE",
-    "HASHTABLE",
-    "HASHTABLE_FIND",
-    "HASHTABLE_IMPORT",
-    "HASHTABLE_SIZE",
-];
-
 impl OpSemantics for TfliteSemantics {
     fn class(&self, node: &Node) -> OpClass {
         if !node.domain.is_empty() {
             return OpClass::Other;
         }
-        match node.op_type.as_str() {
-            "CONV_2D" | "DEPTHWISE_CONV_2D" => OpClass::Conv,
-            "MAX_POOL_2D" => OpClass::MaxPool,
-            "AVERAGE_POOL_2D" => OpClass::AveragePool,
-            "FULLY_CONNECTED" => OpClass::FullyConnected,
-            "BATCH_MATMUL" => OpClass::MatMul,
-            "RELU" => OpClass::Relu,
-            "RELU6" | "RELU_N1_TO_1" | "RELU_0_TO_1" => OpClass::Clip,
-            "LEAKY_RELU" => OpClass::LeakyRelu,
-            "ELU" => OpClass::Elu,
-            "LOGISTIC" => OpClass::Sigmoid,
-            "TANH" => OpClass::Tanh,
-            "PRELU" => OpClass::PRelu,
-            "ADD" => OpClass::Add,
-            "MUL" => OpClass::Mul,
-            "MAXIMUM" => OpClass::Max,
-            "ADD_N" => OpClass::Sum,
-            "QUANTIZE" => OpClass::Quantize,
-            "DEQUANTIZE" => OpClass::Dequantize,
-            _ => OpClass::Other,
-        }
+        op_table::op(&node.op_type)
+            .and_then(|d| d.class)
+            .unwrap_or(OpClass::Other)
     }
 
     /// Each resource's handles (VAR_HANDLE by container and shared name, HASHTABLE by table
@@ -109,7 +77,7 @@ impl OpSemantics for TfliteSemantics {
     }
 
     fn is_deterministic(&self, node: &Node) -> bool {
-        !(node.domain.is_empty() && STATEFUL.contains(&node.op_type.as_str()))
+        !(node.domain.is_empty() && op_table::op(&node.op_type).is_some_and(|d| d.stateful))
             // A custom op's behaviour is unknown: never fold or copy it as a constant.
             && node.domain.is_empty()
     }
@@ -183,23 +151,28 @@ impl OpSemantics for TfliteSemantics {
                 .flatten()
                 .and_then(|w| g.value(w).ty.static_dims())
         };
-        let per_output = match node.op_type.as_str() {
+        let flops = if node.domain.is_empty() {
+            op_table::op(&node.op_type).map_or(Flops::Output, |d| d.flops)
+        } else {
+            Flops::Output
+        };
+        let per_output = match flops {
             // Each output: a multiply and an add per filter tap.
-            "CONV_2D" => weight_dims().map_or(1, |w| {
+            Flops::Conv => weight_dims().map_or(1, |w| {
                 w.iter()
                     .skip(1)
                     .fold(2u64, |a, &x| a.saturating_mul(x.max(1) as u64))
             }),
-            "DEPTHWISE_CONV_2D" => weight_dims().map_or(1, |w| {
+            Flops::DepthwiseConv => weight_dims().map_or(1, |w| {
                 w.iter()
                     .skip(1)
                     .take(2)
                     .fold(2u64, |a, &x| a.saturating_mul(x.max(1) as u64))
             }),
-            "FULLY_CONNECTED" => weight_dims()
+            Flops::FullyConnected => weight_dims()
                 .and_then(|w| w.last().copied())
                 .map_or(1, |k| 2u64.saturating_mul(k.max(1) as u64)),
-            _ => 1,
+            Flops::Output => 1,
         };
         out_elems.saturating_mul(per_output)
     }

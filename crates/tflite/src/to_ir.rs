@@ -5,12 +5,13 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 use cleave_frontend::FrontendError;
 use cleave_ir::{
-    AttrValue, Attribute, Dim, GraphBuilder, Model, NodeSpec, Opset, Quantization, SourceRef,
-    TensorType, Weight, WeightData,
+    Attribute, Dim, GraphBuilder, Model, NodeSpec, Opset, Quantization, SourceRef, TensorType,
+    Weight, WeightData,
 };
 
 use crate::codes::{builtin_code, elem_type, op_name, CUSTOM};
 use crate::model::{FlatModel, Format};
+use crate::op_table::{self, int};
 use crate::schema::tflite;
 
 /// The domain of custom operators (their op type is the custom code); builtins have "".
@@ -175,127 +176,13 @@ pub fn buffer_bytes(fm: &FlatModel, index: u32) -> Result<Option<Bytes>, String>
         .map(|d| fm.data.slice_ref(d.bytes())))
 }
 
-fn activation(code: tflite::ActivationFunctionType) -> Attribute {
-    let name = code.variant_name().unwrap_or("UNKNOWN");
-    Attribute {
-        name: "fused_activation_function".into(),
-        value: AttrValue::String(Bytes::from_static(name.as_bytes())),
-    }
-}
-
-fn int(name: &str, v: impl Into<i64>) -> Attribute {
-    Attribute {
-        name: name.into(),
-        value: AttrValue::Int(v.into()),
-    }
-}
-
-fn padding(p: tflite::Padding) -> Attribute {
-    let name = p.variant_name().unwrap_or("UNKNOWN");
-    Attribute {
-        name: "padding".into(),
-        value: AttrValue::String(Bytes::from_static(name.as_bytes())),
-    }
-}
-
-/// The options the neutral stages and profiles look at, as attributes; the part writer
-/// copies every option from the file, so nothing is lost by leaving the rest out.
+/// The options the neutral stages and profiles look at, as attributes (the op table says
+/// which); the part writer copies every option from the file, so nothing is lost by leaving
+/// the rest out.
 fn attributes(op_type: &str, op: &tflite::Operator) -> Vec<Attribute> {
     let mut a = Vec::new();
-    match op_type {
-        "CONV_2D" => {
-            if let Some(o) = op.builtin_options_as_conv_2_doptions() {
-                a.extend([
-                    padding(o.padding()),
-                    int("stride_h", o.stride_h()),
-                    int("stride_w", o.stride_w()),
-                    int("dilation_h_factor", o.dilation_h_factor()),
-                    int("dilation_w_factor", o.dilation_w_factor()),
-                    activation(o.fused_activation_function()),
-                ]);
-            }
-        }
-        "DEPTHWISE_CONV_2D" => {
-            if let Some(o) = op.builtin_options_as_depthwise_conv_2_doptions() {
-                a.extend([
-                    padding(o.padding()),
-                    int("stride_h", o.stride_h()),
-                    int("stride_w", o.stride_w()),
-                    int("dilation_h_factor", o.dilation_h_factor()),
-                    int("dilation_w_factor", o.dilation_w_factor()),
-                    int("depth_multiplier", o.depth_multiplier()),
-                    activation(o.fused_activation_function()),
-                ]);
-            }
-        }
-        "MAX_POOL_2D" | "AVERAGE_POOL_2D" | "L2_POOL_2D" => {
-            if let Some(o) = op.builtin_options_as_pool_2_doptions() {
-                a.extend([
-                    padding(o.padding()),
-                    int("stride_h", o.stride_h()),
-                    int("stride_w", o.stride_w()),
-                    int("filter_height", o.filter_height()),
-                    int("filter_width", o.filter_width()),
-                    activation(o.fused_activation_function()),
-                ]);
-            }
-        }
-        "FULLY_CONNECTED" => {
-            if let Some(o) = op.builtin_options_as_fully_connected_options() {
-                a.push(activation(o.fused_activation_function()));
-                a.push(int("keep_num_dims", o.keep_num_dims()));
-            }
-        }
-        "ADD" => a.extend(
-            op.builtin_options_as_add_options()
-                .map(|o| activation(o.fused_activation_function())),
-        ),
-        "SUB" => a.extend(
-            op.builtin_options_as_sub_options()
-                .map(|o| activation(o.fused_activation_function())),
-        ),
-        "MUL" => a.extend(
-            op.builtin_options_as_mul_options()
-                .map(|o| activation(o.fused_activation_function())),
-        ),
-        "DIV" => a.extend(
-            op.builtin_options_as_div_options()
-                .map(|o| activation(o.fused_activation_function())),
-        ),
-        "CONCATENATION" => {
-            if let Some(o) = op.builtin_options_as_concatenation_options() {
-                a.push(int("axis", o.axis()));
-                a.push(activation(o.fused_activation_function()));
-            }
-        }
-        // The resource a handle names: ops that share it share state.
-        "VAR_HANDLE" => {
-            if let Some(o) = op.builtin_options_as_var_handle_options() {
-                for (name, v) in [
-                    ("container", o.container()),
-                    ("shared_name", o.shared_name()),
-                ] {
-                    a.push(Attribute {
-                        name: name.into(),
-                        value: AttrValue::String(v.unwrap_or("").as_bytes().to_vec().into()),
-                    });
-                }
-            }
-        }
-        "HASHTABLE" => {
-            if let Some(o) = op.builtin_options_as_hashtable_options() {
-                a.push(int("table_id", o.table_id()));
-            }
-        }
-        "LEAKY_RELU" => {
-            if let Some(o) = op.builtin_options_as_leaky_relu_options() {
-                a.push(Attribute {
-                    name: "alpha".into(),
-                    value: AttrValue::Float(o.alpha()),
-                });
-            }
-        }
-        _ => {}
+    if let Some(options) = op_table::op(op_type).and_then(|d| d.options) {
+        options(op, &mut a);
     }
     a.extend(
         subgraph_refs(op_type, op)

@@ -1,0 +1,261 @@
+//! TFLite's op table (circle's builtins are TFLite's plus its own: one vocabulary): for each
+//! builtin what cleave knows of it, in one place: the class the format-neutral stages see,
+//! how its FLOPs are counted, whether it holds state or is random, and which of its options
+//! become IR attributes. Adding an op is one line in [`build`].
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use cleave_ir::{AttrValue, Attribute, OpClass};
+
+use crate::schema::tflite;
+
+/// How a node's FLOPs are estimated (see `TfliteSemantics::flops`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Flops {
+    /// One per output element.
+    #[default]
+    Output,
+    /// Two per output element and filter tap (OHWI filters: H × W × I).
+    Conv,
+    /// Two per output element and spatial tap (`[1, H, W, C·M]` filters: H × W).
+    DepthwiseConv,
+    /// Two per output element and input feature.
+    FullyConnected,
+}
+
+/// Reads an operator's options into attributes.
+pub(crate) type Options = fn(&tflite::Operator, &mut Vec<Attribute>);
+
+/// What the table holds for one builtin.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct OpDef {
+    pub class: Option<OpClass>,
+    pub flops: Flops,
+    /// Its result is not a function of its inputs alone (random generators, resources):
+    /// never folded or copied as a constant into several parts.
+    pub stateful: bool,
+    pub options: Option<Options>,
+}
+
+impl OpDef {
+    fn class(&mut self, c: OpClass) -> &mut Self {
+        self.class = Some(c);
+        self
+    }
+
+    fn flops(&mut self, f: Flops) -> &mut Self {
+        self.flops = f;
+        self
+    }
+
+    fn stateful(&mut self) -> &mut Self {
+        self.stateful = true;
+        self
+    }
+
+    fn options(&mut self, o: Options) -> &mut Self {
+        self.options = Some(o);
+        self
+    }
+}
+
+/// The entry of a builtin op type (`CONV_2D`); `None` for ops cleave knows nothing special of.
+pub(crate) fn op(op_type: &str) -> Option<&'static OpDef> {
+    static TABLE: OnceLock<HashMap<&'static str, OpDef>> = OnceLock::new();
+    TABLE.get_or_init(build).get(op_type)
+}
+
+fn build() -> HashMap<&'static str, OpDef> {
+    let mut t = Builder(HashMap::new());
+    t.op("CONV_2D")
+        .class(OpClass::Conv)
+        .flops(Flops::Conv)
+        .options(conv_2d);
+    t.op("DEPTHWISE_CONV_2D")
+        .class(OpClass::Conv)
+        .flops(Flops::DepthwiseConv)
+        .options(depthwise_conv_2d);
+    t.op("MAX_POOL_2D").class(OpClass::MaxPool).options(pool_2d);
+    t.op("AVERAGE_POOL_2D")
+        .class(OpClass::AveragePool)
+        .options(pool_2d);
+    t.op("L2_POOL_2D").options(pool_2d);
+    t.op("FULLY_CONNECTED")
+        .class(OpClass::FullyConnected)
+        .flops(Flops::FullyConnected)
+        .options(fully_connected);
+    t.op("BATCH_MATMUL").class(OpClass::MatMul);
+    t.op("RELU").class(OpClass::Relu);
+    for clipping in ["RELU6", "RELU_N1_TO_1", "RELU_0_TO_1"] {
+        t.op(clipping).class(OpClass::Clip);
+    }
+    t.op("LEAKY_RELU")
+        .class(OpClass::LeakyRelu)
+        .options(leaky_relu);
+    t.op("ELU").class(OpClass::Elu);
+    t.op("LOGISTIC").class(OpClass::Sigmoid);
+    t.op("TANH").class(OpClass::Tanh);
+    t.op("PRELU").class(OpClass::PRelu);
+    t.op("ADD").class(OpClass::Add).options(|o, a| {
+        a.extend(
+            o.builtin_options_as_add_options()
+                .map(|o| activation(o.fused_activation_function())),
+        )
+    });
+    t.op("SUB").options(|o, a| {
+        a.extend(
+            o.builtin_options_as_sub_options()
+                .map(|o| activation(o.fused_activation_function())),
+        )
+    });
+    t.op("MUL").class(OpClass::Mul).options(|o, a| {
+        a.extend(
+            o.builtin_options_as_mul_options()
+                .map(|o| activation(o.fused_activation_function())),
+        )
+    });
+    t.op("DIV").options(|o, a| {
+        a.extend(
+            o.builtin_options_as_div_options()
+                .map(|o| activation(o.fused_activation_function())),
+        )
+    });
+    t.op("MAXIMUM").class(OpClass::Max);
+    t.op("ADD_N").class(OpClass::Sum);
+    t.op("QUANTIZE").class(OpClass::Quantize);
+    t.op("DEQUANTIZE").class(OpClass::Dequantize);
+    t.op("CONCATENATION").options(concatenation);
+    // Ops that share state through a resource, or draw random numbers.
+    for stateful in [
+        "RANDOM_STANDARD_NORMAL",
+        "RANDOM_UNIFORM",
+        "MULTINOMIAL",
+        "READ_VARIABLE",
+        "ASSIGN_VARIABLE",
+        "CALL_ONCE",
+        "HASHTABLE_FIND",
+        "HASHTABLE_IMPORT",
+        "HASHTABLE_SIZE",
+    ] {
+        t.op(stateful).stateful();
+    }
+    // The resource a handle names: ops that share it share state.
+    t.op("VAR_HANDLE").stateful().options(var_handle);
+    t.op("HASHTABLE").stateful().options(|o, a| {
+        a.extend(
+            o.builtin_options_as_hashtable_options()
+                .map(|o| int("table_id", o.table_id())),
+        )
+    });
+    t.0
+}
+
+struct Builder(HashMap<&'static str, OpDef>);
+
+impl Builder {
+    fn op(&mut self, name: &'static str) -> &mut OpDef {
+        self.0.entry(name).or_default()
+    }
+}
+
+fn activation(code: tflite::ActivationFunctionType) -> Attribute {
+    let name = code.variant_name().unwrap_or("UNKNOWN");
+    Attribute {
+        name: "fused_activation_function".into(),
+        value: AttrValue::String(Bytes::from_static(name.as_bytes())),
+    }
+}
+
+pub(crate) fn int(name: &str, v: impl Into<i64>) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value: AttrValue::Int(v.into()),
+    }
+}
+
+fn padding(p: tflite::Padding) -> Attribute {
+    let name = p.variant_name().unwrap_or("UNKNOWN");
+    Attribute {
+        name: "padding".into(),
+        value: AttrValue::String(Bytes::from_static(name.as_bytes())),
+    }
+}
+
+fn conv_2d(op: &tflite::Operator, a: &mut Vec<Attribute>) {
+    if let Some(o) = op.builtin_options_as_conv_2_doptions() {
+        a.extend([
+            padding(o.padding()),
+            int("stride_h", o.stride_h()),
+            int("stride_w", o.stride_w()),
+            int("dilation_h_factor", o.dilation_h_factor()),
+            int("dilation_w_factor", o.dilation_w_factor()),
+            activation(o.fused_activation_function()),
+        ]);
+    }
+}
+
+fn depthwise_conv_2d(op: &tflite::Operator, a: &mut Vec<Attribute>) {
+    if let Some(o) = op.builtin_options_as_depthwise_conv_2_doptions() {
+        a.extend([
+            padding(o.padding()),
+            int("stride_h", o.stride_h()),
+            int("stride_w", o.stride_w()),
+            int("dilation_h_factor", o.dilation_h_factor()),
+            int("dilation_w_factor", o.dilation_w_factor()),
+            int("depth_multiplier", o.depth_multiplier()),
+            activation(o.fused_activation_function()),
+        ]);
+    }
+}
+
+fn pool_2d(op: &tflite::Operator, a: &mut Vec<Attribute>) {
+    if let Some(o) = op.builtin_options_as_pool_2_doptions() {
+        a.extend([
+            padding(o.padding()),
+            int("stride_h", o.stride_h()),
+            int("stride_w", o.stride_w()),
+            int("filter_height", o.filter_height()),
+            int("filter_width", o.filter_width()),
+            activation(o.fused_activation_function()),
+        ]);
+    }
+}
+
+fn fully_connected(op: &tflite::Operator, a: &mut Vec<Attribute>) {
+    if let Some(o) = op.builtin_options_as_fully_connected_options() {
+        a.push(activation(o.fused_activation_function()));
+        a.push(int("keep_num_dims", o.keep_num_dims()));
+    }
+}
+
+fn concatenation(op: &tflite::Operator, a: &mut Vec<Attribute>) {
+    if let Some(o) = op.builtin_options_as_concatenation_options() {
+        a.push(int("axis", o.axis()));
+        a.push(activation(o.fused_activation_function()));
+    }
+}
+
+fn var_handle(op: &tflite::Operator, a: &mut Vec<Attribute>) {
+    if let Some(o) = op.builtin_options_as_var_handle_options() {
+        for (name, v) in [
+            ("container", o.container()),
+            ("shared_name", o.shared_name()),
+        ] {
+            a.push(Attribute {
+                name: name.into(),
+                value: AttrValue::String(v.unwrap_or("").as_bytes().to_vec().into()),
+            });
+        }
+    }
+}
+
+fn leaky_relu(op: &tflite::Operator, a: &mut Vec<Attribute>) {
+    if let Some(o) = op.builtin_options_as_leaky_relu_options() {
+        a.push(Attribute {
+            name: "alpha".into(),
+            value: AttrValue::Float(o.alpha()),
+        });
+    }
+}
