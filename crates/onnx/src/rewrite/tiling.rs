@@ -514,11 +514,6 @@ fn tile_output(cx: &PassCx, e: &mut Edits, l: &Layer, m: usize, k: u64) -> Strin
 /// Output channels: each tile computes some channels (a Conv tile with those filters, a pool
 /// tile from those input channels); a Concat joins them.
 fn out_channels(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, k: i64) -> bool {
-    let weights = l.w.and_then(|w| Some((w, bytes_of(w)?)));
-    let b_raw = l.b.and_then(bytes_of);
-    if l.kind == Kind::Conv && (weights.is_none() || (l.b.is_some() && b_raw.is_none())) {
-        return false;
-    }
     let act = fused_activation(cx, l);
     let Some(names) = claim(e, l, act, label, k as u64) else {
         return false;
@@ -527,52 +522,30 @@ fn out_channels(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, k: i64) -> b
     let sizes: Vec<i64> = ranges(channels, k).iter().map(|(a, b)| b - a).collect();
     let proto = cx.record(l.n);
     let mut new_nodes = Vec::new();
-    let inputs: Vec<Vec<String>> =
-        if let Some((w, w_raw)) = weights.filter(|_| l.kind == Kind::Conv) {
-            let w_input = cx
-                .view()
-                .input(l.n, 1)
-                .map_or_else(String::new, |v| name(cx, v));
-            let mut ins = Vec::new();
-            for (m, (start, end)) in ranges(channels, k).into_iter().enumerate() {
-                let mut dims = w.dims.clone();
-                dims[0] = end - start;
-                let w_name = e.fresh(&format!("{w_input}@soc={}/{k}", m + 1));
-                e.initializer(tensor(
-                    &w_name,
-                    w.elem,
-                    &dims,
-                    slice_dim0(&w_raw, &w.dims, start, end),
-                ));
-                let mut i = vec![name(cx, l.x), w_name];
-                if let (Some(b), Some(raw)) = (l.b, &b_raw) {
-                    let b_name = e.fresh(&format!("{label}_B@soc={}/{k}", m + 1));
-                    e.initializer(tensor(
-                        &b_name,
-                        b.elem,
-                        &[end - start],
-                        slice_dim0(raw, &b.dims, start, end),
-                    ));
-                    i.push(b_name);
-                }
-                ins.push(i);
-            }
-            ins
-        } else {
-            let parts: Vec<String> = (1..=k)
-                .map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, l.x))))
-                .collect();
-            new_nodes.push(split_node(
-                cx,
-                e,
-                &format!("{label}@split"),
-                name(cx, l.x),
-                parts.clone(),
-                1,
-                &sizes,
-            ));
-            parts.into_iter().map(|p| vec![p]).collect()
+    let inputs: Vec<Vec<String>> = if l.kind == Kind::Conv {
+        // Every tile reads the whole input with its slice of the filters.
+        let Some(groups) = out_channel_weights(cx, e, l, k) else {
+            return false;
         };
+        groups
+            .into_iter()
+            .map(|g| std::iter::once(name(cx, l.x)).chain(g).collect())
+            .collect()
+    } else {
+        let parts: Vec<String> = (1..=k)
+            .map(|m| e.fresh(&format!("{}@soc={m}/{k}", name(cx, l.x))))
+            .collect();
+        new_nodes.push(split_node(
+            cx,
+            e,
+            &format!("{label}@split"),
+            name(cx, l.x),
+            parts.clone(),
+            1,
+            &sizes,
+        ));
+        parts.into_iter().map(|p| vec![p]).collect()
+    };
     let tiles: Vec<NodeProto> = names
         .iter()
         .zip(inputs)
