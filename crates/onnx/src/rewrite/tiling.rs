@@ -132,7 +132,14 @@ impl Geometry {
                 _ => return None,
             };
         }
-        (g.strides.iter().all(|&s| s > 0) && g.span.iter().all(|&s| s > 0)).then_some(g)
+        // Extents past 2^31 are not a layer any device tiles; bounding them keeps every
+        // product below in range.
+        let sane = |v: i64| (0..1 << 31).contains(&v);
+        let all = [g.input, g.output, g.span, g.strides, g.begin, g.end];
+        (all.iter().flatten().all(|&v| sane(v))
+            && g.strides.iter().all(|&s| s > 0)
+            && g.span.iter().all(|&s| s > 0))
+        .then_some(g)
     }
 
     /// The input rows (axis 0) or columns (axis 1) that output `[o0, o1)` reads, and the pads
@@ -191,16 +198,18 @@ struct Layer<'a> {
     b: Option<&'a Weight>,
     params: u64,
     group: i64,
+    /// Gemm's `transB`: B is `[N, K]`.
+    trans_b: bool,
     geometry: Option<Geometry>,
 }
 
 impl Layer<'_> {
     fn in_bytes(&self) -> u64 {
-        volume(&self.x_dims) * self.elem
+        volume(&self.x_dims).saturating_mul(self.elem)
     }
 
     fn out_bytes(&self) -> u64 {
-        volume(&self.y_dims) * self.elem
+        volume(&self.y_dims).saturating_mul(self.elem)
     }
 
     /// The bytes each tile of `scheme` needs at most: its input, output and weights.
@@ -210,15 +219,18 @@ impl Layer<'_> {
             Scheme::OutChannels(k) => {
                 let k = k.max(1) as u64;
                 if self.kind == Kind::Conv {
-                    in_b + out_b.div_ceil(k) + params.div_ceil(k)
+                    in_b.saturating_add(out_b.div_ceil(k))
+                        .saturating_add(params.div_ceil(k))
                 } else {
                     // A pool tile reads only its own channels.
-                    (in_b + out_b).div_ceil(k)
+                    in_b.saturating_add(out_b).div_ceil(k)
                 }
             }
             Scheme::InChannels(k) => {
                 let k = k.max(1) as u64;
-                in_b.div_ceil(k) + out_b + params.div_ceil(k)
+                in_b.div_ceil(k)
+                    .saturating_add(out_b)
+                    .saturating_add(params.div_ceil(k))
             }
             Scheme::Space { rows, cols, oc } => {
                 let Some(g) = self.geometry else {
@@ -234,8 +246,8 @@ impl Layer<'_> {
                     volume(&[self.x_dims[0], c, h, w]).saturating_mul(self.elem)
                 };
                 plane(self.x_dims[1], ih, iw)
-                    + plane(ceil_div(self.y_dims[1], oc), oh, ow)
-                    + params.div_ceil(oc as u64)
+                    .saturating_add(plane(ceil_div(self.y_dims[1], oc), oh, ow))
+                    .saturating_add(params.div_ceil(oc as u64))
             }
         }
     }
@@ -243,12 +255,18 @@ impl Layer<'_> {
     /// The schemes this layer allows, each with the fewest tiles that fit `budget`.
     fn candidates(&self, budget: u64) -> Vec<Scheme> {
         let mut out = Vec::new();
-        let fits = |s: Scheme| self.need(s) <= budget;
+        // No scheme past MAX_TILES is used, so no search goes further: a file declaring
+        // absurd dims costs nothing.
+        let cap = MAX_TILES as i64;
+        let fits = |s: Scheme| s.tiles() <= MAX_TILES && self.need(s) <= budget;
         let channels = self.y_dims.get(1).copied().unwrap_or(1);
         let by_out = matches!(self.kind, Kind::Pool | Kind::GlobalPool)
             || (self.kind == Kind::Conv && self.group == 1);
         if by_out {
-            if let Some(k) = (2..=channels.max(1)).find(|&k| fits(Scheme::OutChannels(k))) {
+            let weights_match =
+                self.kind != Kind::Conv || self.w.and_then(|w| w.dims.first()) == Some(&channels);
+            let k = (2..=channels.min(cap)).find(|&k| fits(Scheme::OutChannels(k)));
+            if let (Some(k), true) = (k, weights_match) {
                 out.push(Scheme::OutChannels(k));
             }
         }
@@ -257,8 +275,9 @@ impl Layer<'_> {
             // else 1, 2, 4, … up to the channels (weights too large for a spatial tile).
             let factors: Vec<i64> = if by_out && self.kind == Kind::Conv {
                 std::iter::successors(Some(1i64), |f| {
-                    (*f < channels).then(|| (f * 2).min(channels))
+                    (*f < channels.min(cap)).then(|| (f * 2).min(channels))
                 })
+                .filter(|&f| f == 1 || self.w.and_then(|w| w.dims.first()) == Some(&channels))
                 .collect()
             } else {
                 vec![1]
@@ -266,12 +285,12 @@ impl Layer<'_> {
             let best = factors
                 .into_iter()
                 .filter_map(|oc| {
-                    let rows_only = (1..=g.output[0])
+                    let rows_only = (1..=g.output[0].min(cap))
                         .find(|&rows| rows * oc > 1 && fits(Scheme::Space { rows, cols: 1, oc }));
                     let grid = || {
-                        (2..=g.output[1])
+                        (2..=g.output[1].min(cap))
                             .filter_map(|cols| {
-                                let rows = (1..=g.output[0])
+                                let rows = (1..=g.output[0].min(cap / cols))
                                     .find(|&rows| fits(Scheme::Space { rows, cols, oc }))?;
                                 Some(Scheme::Space { rows, cols, oc })
                             })
@@ -292,7 +311,15 @@ impl Layer<'_> {
                 Kind::MatMul | Kind::Gemm => self.x_dims.last().copied().unwrap_or(1),
                 _ => self.x_dims.get(1).copied().unwrap_or(1),
             };
-            if let Some(k) = (2..=reduced.max(1)).find(|&k| fits(Scheme::InChannels(k))) {
+            // The weights' reduced axis must be the input's, or slicing both alike is wrong.
+            let w_axis = match self.kind {
+                Kind::Gemm if self.trans_b => 1,
+                Kind::MatMul | Kind::Gemm => 0,
+                _ => 1,
+            };
+            let weights_match = self.w.and_then(|w| w.dims.get(w_axis)) == Some(&reduced);
+            let k = (2..=reduced.min(cap)).find(|&k| fits(Scheme::InChannels(k)));
+            if let (Some(k), true) = (k, weights_match) {
                 out.push(Scheme::InChannels(k));
             }
         }
@@ -300,8 +327,9 @@ impl Layer<'_> {
     }
 }
 
+/// ⌈a / b⌉ for a ≥ 0 and b > 0, without an intermediate that could overflow.
 fn ceil_div(a: i64, b: i64) -> i64 {
-    (a + b - 1) / b
+    a / b + i64::from(a % b != 0)
 }
 
 fn volume(dims: &[i64]) -> u64 {
@@ -353,6 +381,7 @@ fn layer<'a>(cx: &'a PassCx, n: NodeId) -> Option<Layer<'a>> {
         b,
         params: w.map_or(0, Weight::byte_len) + b.map_or(0, Weight::byte_len),
         group: view.int_attr(n, "group").unwrap_or(1),
+        trans_b: kind == Kind::Gemm && view.int_attr(n, "transB").unwrap_or(0) != 0,
         geometry,
     })
 }
@@ -377,7 +406,10 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
             continue;
         }
         let Some(l) = layer(cx, n) else { continue };
-        let whole = l.in_bytes() + l.out_bytes() + l.params;
+        let whole = l
+            .in_bytes()
+            .saturating_add(l.out_bytes())
+            .saturating_add(l.params);
         if whole <= budget {
             continue;
         }
@@ -775,8 +807,7 @@ fn in_channels(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, k: i64) -> bo
         _ => (1, l.x_dims[1]),
     };
     // B's rows are A's columns, unless Gemm takes B transposed.
-    let rows_of_b = l.kind == Kind::MatMul
-        || (l.kind == Kind::Gemm && cx.view().int_attr(l.n, "transB").unwrap_or(0) == 0);
+    let rows_of_b = l.kind == Kind::MatMul || (l.kind == Kind::Gemm && !l.trans_b);
     let spans = ranges(reduced, k);
     let sizes: Vec<i64> = spans.iter().map(|(a, b)| b - a).collect();
     let parts: Vec<String> = (1..=k)
