@@ -14,8 +14,9 @@ parts work on different requests at the same time (a pipeline).
 Engines: an ONNX part runs on ONNX Runtime, with the CUDA execution provider when its backend
 is named ``gpu*``/``cuda*`` and the installed onnxruntime has it (else the CPU, and ``describe``
 says so); a TFLite part runs on LiteRT (``ai-edge-litert``); a part whose conn.json entry records
-``"engine" : "openvino:DEVICE"`` runs on OpenVINO's DEVICE. Circle parts are refused: no engine
-here reads them. ``describe`` gives each part's engine as it was opened.
+``"engine" : "openvino:DEVICE"`` runs on OpenVINO's DEVICE. Circle parts are refused here (no
+engine reads them); ``cleave serve`` converts them to TFLite first. ``describe`` gives each
+part's engine as it was opened.
 
 Replicas and threads: ``--replicas`` and ``--threads`` (``build_app(..., replicas=, threads=)``)
 take ``N`` for every part or ``BACKEND=N,...`` (``*=N`` for the backends not named): each
