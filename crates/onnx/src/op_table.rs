@@ -1,5 +1,6 @@
 //! ONNX's op table: for each (domain, op) what cleave knows of it, registered in one place per
-//! op family (`infer/nn.rs`, `infer/elementwise.rs`, …): its inference rule, the class the
+//! op family (`infer/nn.rs`, `infer/elementwise.rs`, …): its inference rule, the check of its
+//! attribute values, the class the
 //! format-neutral stages see, how its FLOPs are counted, whether its first output keeps its
 //! input's rank when the rule cannot tell the dims, and whether it is deterministic. Adding an
 //! op is one entry in its family's `register`.
@@ -8,7 +9,7 @@ use std::sync::OnceLock;
 
 use rustc_hash::FxHashMap;
 
-use cleave_ir::OpClass;
+use cleave_ir::{Node, OpClass};
 
 use crate::infer::Rule;
 
@@ -28,10 +29,15 @@ pub(crate) enum Flops {
     Gemm,
 }
 
+/// Refuses attribute values outside what the op defines (the node, the model's opset),
+/// with the reason.
+pub(crate) type Check = fn(&Node, i64) -> Result<(), String>;
+
 /// What the table holds for one op.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct OpEntry {
     pub rule: Option<Rule>,
+    pub check: Option<Check>,
     pub class: Option<OpClass>,
     pub flops: Flops,
     pub rank_keeping: bool,
@@ -57,6 +63,14 @@ impl OpTable {
     pub(crate) fn add_in(&mut self, domain: &'static str, ops: &[&'static str], rule: Rule) {
         for op in ops {
             self.entry(domain, op).rule = Some(rule);
+        }
+    }
+
+    /// The attribute check of ops of that name (in any domain, as ONNX's checker applies
+    /// the default domain's rules to look-alikes).
+    pub(crate) fn check(&mut self, ops: &[&'static str], check: Check) {
+        for op in ops {
+            self.entry("", op).check = Some(check);
         }
     }
 

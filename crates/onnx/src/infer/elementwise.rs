@@ -95,6 +95,7 @@ const PREDICATES: &[&str] = &[
 ];
 
 pub(crate) fn register(r: &mut OpTable) {
+    r.check(&["LRN"], |n, _| crate::validate::at_least(n, "size", 1));
     for (op, class) in [
         ("Relu", OpClass::Relu),
         ("LeakyRelu", OpClass::LeakyRelu),

@@ -173,6 +173,7 @@ pub(crate) fn register(r: &mut OpTable) {
         optimizer,
     );
     r.add(&["Scan"], scan);
+    r.check(&["Scan"], check_scan);
 }
 
 /// Attention (opset 23): Q, K, V as [batch, heads, seq, head_size] (4-D) or
@@ -324,4 +325,28 @@ fn scan(cx: &Cx) -> Vec<TensorType> {
             }
         })
         .collect()
+}
+
+/// The body sees every input but opset 8's optional sequence_lens, and gives every output;
+/// `num_scan_inputs` is within the inputs.
+fn check_scan(n: &cleave_ir::Node, opset: i64) -> Result<(), String> {
+    let inputs = n.inputs.len().saturating_sub(usize::from(opset < 9));
+    if let Some(m) = crate::validate::int(n, "num_scan_inputs") {
+        if m < 1 || usize::try_from(m).map_or(true, |m| m > inputs) {
+            return Err(format!(
+                "num_scan_inputs {m} is more than its {inputs} inputs or below 1"
+            ));
+        }
+    }
+    if let Some(cleave_ir::AttrValue::Graph(body)) = n.attr("body") {
+        if body.inputs.len() != inputs || body.outputs.len() != n.outputs.len() {
+            return Err(format!(
+                "body has {} inputs and {} outputs; the node has {inputs} and {}",
+                body.inputs.len(),
+                body.outputs.len(),
+                n.outputs.len()
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,15 +1,40 @@
 //! Convolutions, pooling, matrix products, resizing and control flow.
 
-use cleave_ir::{AttrValue, Dim, ElemType, OpClass, TensorType};
+use cleave_ir::{AttrValue, Dim, ElemType, Node, OpClass, TensorType};
 
 use super::dims::{axis, broadcast, fits, map_fixed};
 use super::Cx;
 use crate::op_table::{Flops, OpTable};
+use crate::validate::at_least;
 
 /// How DepthToSpace/SpaceToDepth change a spatial dim by the block size.
 type SpatialMap = fn(i64, i64) -> Option<i64>;
 
 pub(crate) fn register(r: &mut OpTable) {
+    r.check(
+        &[
+            "Conv",
+            "ConvTranspose",
+            "ConvInteger",
+            "QLinearConv",
+            "MaxPool",
+            "AveragePool",
+            "LpPool",
+            "DeformConv",
+        ],
+        |n, _| {
+            at_least(n, "strides", 1)?;
+            at_least(n, "dilations", 1)?;
+            at_least(n, "kernel_shape", 1)?;
+            at_least(n, "group", 1)?;
+            at_least(n, "pads", 0)
+        },
+    );
+    r.check(&["DepthToSpace", "SpaceToDepth"], |n, _| {
+        at_least(n, "blocksize", 1)
+    });
+    r.check(&["If"], check_if);
+    r.check(&["Loop"], check_loop);
     r.class("Conv", OpClass::Conv);
     r.class("MaxPool", OpClass::MaxPool);
     r.class("AveragePool", OpClass::AveragePool);
@@ -500,4 +525,45 @@ fn agree(a: Option<Vec<Dim>>, b: Option<Vec<Dim>>) -> Option<Vec<Dim>> {
             .map(|(x, y)| if x == y { x } else { Dim::Unknown })
             .collect()
     })
+}
+
+/// Both branches give as many outputs as the node has.
+fn check_if(n: &Node, _: i64) -> Result<(), String> {
+    let count = |name: &str| match n.attr(name) {
+        Some(AttrValue::Graph(g)) => Some(g.outputs.len()),
+        _ => None,
+    };
+    if let (Some(t), Some(e)) = (count("then_branch"), count("else_branch")) {
+        let outs = n.outputs.len();
+        if t != e || t != outs {
+            return Err(format!(
+                "then_branch has {t} outputs, else_branch {e}, the node {outs}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The body takes the iteration count, the condition and the loop-carried values, and gives
+/// the condition, the carried values and the scan outputs.
+fn check_loop(n: &Node, _: i64) -> Result<(), String> {
+    if let Some(AttrValue::Graph(body)) = n.attr("body") {
+        let carried = n.inputs.len().saturating_sub(2);
+        let (ins, outs) = (body.inputs.len(), body.outputs.len());
+        if ins != carried + 2 {
+            return Err(format!(
+                "body has {ins} inputs; {carried} loop-carried value{} needs {}",
+                if carried == 1 { "" } else { "s" },
+                carried + 2
+            ));
+        }
+        if n.outputs.len() < carried || outs != 1 + n.outputs.len() {
+            return Err(format!(
+                "body has {outs} outputs; the node's {} outputs with {carried} loop-carried value(s) need {}",
+                n.outputs.len(),
+                1 + n.outputs.len().max(carried)
+            ));
+        }
+    }
+    Ok(())
 }

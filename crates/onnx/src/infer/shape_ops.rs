@@ -9,6 +9,19 @@ use crate::op_table::OpTable;
 
 pub(crate) fn register(r: &mut OpTable) {
     r.rank_keeping(&["Pad", "Slice", "Tile", "CenterCropPad"]);
+    r.check(&["Transpose"], |n, _| {
+        if let Some(p) = crate::validate::ints(n, "perm") {
+            let mut seen = vec![false; p.len()];
+            for &a in p {
+                let slot = usize::try_from(a).ok().and_then(|a| seen.get_mut(a));
+                match slot {
+                    Some(s) if !*s => *s = true,
+                    _ => return Err(format!("perm {p:?} is not a permutation")),
+                }
+            }
+        }
+        Ok(())
+    });
     r.nondeterministic(&[
         "RandomNormal",
         "RandomUniform",

@@ -3,6 +3,7 @@
 
 use cleave_ir::{AttrValue, ElemType, Graph, Model, Node, WeightData};
 
+use crate::op_table::op_table;
 use crate::schema;
 
 mod shapes;
@@ -146,35 +147,38 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn ints<'a>(n: &'a Node, name: &str) -> Option<&'a [i64]> {
+pub(crate) fn ints<'a>(n: &'a Node, name: &str) -> Option<&'a [i64]> {
     match n.attr(name)? {
         AttrValue::Ints(v) => Some(v),
         _ => None,
     }
 }
 
-fn int(n: &Node, name: &str) -> Option<i64> {
+pub(crate) fn int(n: &Node, name: &str) -> Option<i64> {
     match n.attr(name)? {
         AttrValue::Int(v) => Some(*v),
         _ => None,
     }
 }
 
-/// Attribute values outside what the operator defines.
+/// `name` (one value or a list) is at least `min`.
+pub(crate) fn at_least(n: &Node, name: &str, min: i64) -> Result<(), String> {
+    if let Some(v) = ints(n, name) {
+        if let Some(bad) = v.iter().find(|&&x| x < min) {
+            return Err(format!("{name} {v:?}: {bad} is below {min}"));
+        }
+    }
+    if let Some(v) = int(n, name) {
+        if v < min {
+            return Err(format!("{name} {v} is below {min}"));
+        }
+    }
+    Ok(())
+}
+
+/// Attribute values outside what the operator defines: the element types every op may name,
+/// then the op's own check from the op table.
 fn node(n: &Node, opset: i64) -> Result<(), String> {
-    let at_least = |name: &str, min: i64| -> Result<(), String> {
-        if let Some(v) = ints(n, name) {
-            if let Some(bad) = v.iter().find(|&&x| x < min) {
-                return Err(format!("{name} {v:?}: {bad} is below {min}"));
-            }
-        }
-        if let Some(v) = int(n, name) {
-            if v < min {
-                return Err(format!("{name} {v} is below {min}"));
-            }
-        }
-        Ok(())
-    };
     for name in ["to", "dtype", "output_dtype"] {
         // Cast needs a type; the others take 0 for "as the input".
         if let Some(code) = int(n, name).filter(|&c| c != 0 || name == "to") {
@@ -187,85 +191,8 @@ fn node(n: &Node, opset: i64) -> Result<(), String> {
             }
         }
     }
-    match n.op_type.as_str() {
-        "DepthToSpace" | "SpaceToDepth" => at_least("blocksize", 1)?,
-        "LRN" => at_least("size", 1)?,
-        "Conv" | "ConvTranspose" | "ConvInteger" | "QLinearConv" | "MaxPool" | "AveragePool"
-        | "LpPool" | "DeformConv" => {
-            at_least("strides", 1)?;
-            at_least("dilations", 1)?;
-            at_least("kernel_shape", 1)?;
-            at_least("group", 1)?;
-            at_least("pads", 0)?;
-        }
-        "If" => {
-            let count = |name: &str| match n.attr(name) {
-                Some(AttrValue::Graph(g)) => Some(g.outputs.len()),
-                _ => None,
-            };
-            if let (Some(t), Some(e)) = (count("then_branch"), count("else_branch")) {
-                let outs = n.outputs.len();
-                if t != e || t != outs {
-                    return Err(format!(
-                        "then_branch has {t} outputs, else_branch {e}, the node {outs}"
-                    ));
-                }
-            }
-        }
-        "Loop" => {
-            if let Some(AttrValue::Graph(body)) = n.attr("body") {
-                let carried = n.inputs.len().saturating_sub(2);
-                let (ins, outs) = (body.inputs.len(), body.outputs.len());
-                if ins != carried + 2 {
-                    return Err(format!(
-                        "body has {ins} inputs; {carried} loop-carried value{} needs {}",
-                        if carried == 1 { "" } else { "s" },
-                        carried + 2
-                    ));
-                }
-                if n.outputs.len() < carried || outs != 1 + n.outputs.len() {
-                    return Err(format!(
-                        "body has {outs} outputs; the node's {} outputs with {carried} loop-carried value(s) need {}",
-                        n.outputs.len(),
-                        1 + n.outputs.len().max(carried)
-                    ));
-                }
-            }
-        }
-        "Scan" => {
-            // Opset 8's Scan takes an optional sequence_lens first, which its body does not see.
-            let inputs = n.inputs.len().saturating_sub(usize::from(opset < 9));
-            if let Some(m) = int(n, "num_scan_inputs") {
-                if m < 1 || usize::try_from(m).map_or(true, |m| m > inputs) {
-                    return Err(format!(
-                        "num_scan_inputs {m} is more than its {inputs} inputs or below 1"
-                    ));
-                }
-            }
-            if let Some(AttrValue::Graph(body)) = n.attr("body") {
-                if body.inputs.len() != inputs || body.outputs.len() != n.outputs.len() {
-                    return Err(format!(
-                        "body has {} inputs and {} outputs; the node has {inputs} and {}",
-                        body.inputs.len(),
-                        body.outputs.len(),
-                        n.outputs.len()
-                    ));
-                }
-            }
-        }
-        "Transpose" => {
-            if let Some(p) = ints(n, "perm") {
-                let mut seen = vec![false; p.len()];
-                for &a in p {
-                    let slot = usize::try_from(a).ok().and_then(|a| seen.get_mut(a));
-                    match slot {
-                        Some(s) if !*s => *s = true,
-                        _ => return Err(format!("perm {p:?} is not a permutation")),
-                    }
-                }
-            }
-        }
-        _ => {}
+    if let Some(check) = op_table().get("", &n.op_type).and_then(|e| e.check) {
+        check(n, opset)?;
     }
     Ok(())
 }
