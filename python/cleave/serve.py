@@ -149,8 +149,8 @@ class Partition:
             backend = p.get("backend") or "cpu"
             fmt = part_format(p)
             if fmt not in SERVED_FORMATS:
-                raise ValueError(f"{self.path}: part {i + 1} ({p['file']}) is a {fmt} part, and no engine here serves "
-                                 f"{fmt} (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): `cleave serve` "
+                raise ValueError(f"{self.path}: part {i + 1} ({p['file']}) is a {fmt or 'unknown-format'} part, and no engine "
+                                 f"here serves it (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): `cleave serve` "
                                  f"converts circle parts to TFLite itself, or `cleave convert PART.circle PART.tflite` does")
             self.parts.append({
                 "index": i + 1,
@@ -314,17 +314,7 @@ def part_format(record):
     fmt = record.get("format")
     if fmt:
         return str(fmt).lower()
-    ext = os.path.splitext(record["file"])[1].lower().lstrip(".")
-    return ext or "onnx"
-
-
-def _numpy_dtype(value):
-    import numpy as np
-
-    try:
-        return np.dtype(value).name
-    except TypeError:
-        return None
+    return os.path.splitext(record["file"])[1].lower().lstrip(".")
 
 
 class _Cancel:
@@ -349,6 +339,7 @@ class _OrtPart:
         import onnxruntime as ort
 
         so = ort.SessionOptions()
+        so.log_severity_level = 3
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         providers = ["CPUExecutionProvider"]
@@ -379,15 +370,19 @@ class _OrtPart:
 
 class _LiteRtPart:
     """A TFLite part in LiteRT's interpreter. LiteRT's Python interpreter cannot stop a running
-    invoke: a request given up on is dropped while queued, and finishes if it has started."""
+    invoke: a request given up on is dropped while queued, and finishes if it has started.
+    With ``keep_all``, every intermediate tensor stays readable after a run (``tensor``)."""
 
-    def __init__(self, source, threads):
+    def __init__(self, source, threads, keep_all=False):
+        import warnings
+
         from ai_edge_litert.interpreter import Interpreter
 
-        if isinstance(source, bytes):
-            self.interp = Interpreter(model_content=source, num_threads=threads)
-        else:
-            self.interp = Interpreter(model_path=source, num_threads=threads)
+        where = {"model_content": source} if isinstance(source, bytes) else {"model_path": source}
+        with warnings.catch_warnings():
+            # keep_all warns that keeping every tensor costs memory: that is what it is for.
+            warnings.simplefilter("ignore")
+            self.interp = Interpreter(**where, num_threads=threads, experimental_preserve_all_tensors=keep_all)
         self.interp.allocate_tensors()
         self.engine = f"litert:cpu:{threads}-thread"
         self.note = None
@@ -398,17 +393,21 @@ class _LiteRtPart:
         self.outputs = {d["name"]: d for d in self.interp.get_output_details()}
 
     def input_specs(self):
+        import numpy as np
+
         specs = {}
         for name, d in self.inputs.items():
+            # shape_signature keeps -1 where a dim is free; older files lack it.
             dims = d.get("shape_signature")
-            dims = d["shape"] if dims is None or len(dims) == 0 and len(d["shape"]) else dims
-            specs[name] = [_numpy_dtype(d["dtype"]), [int(x) if x >= 0 else None for x in dims]]
+            dims = d["shape"] if dims is None or len(dims) == 0 else dims
+            specs[name] = [np.dtype(d["dtype"]).name, [int(x) if x >= 0 else None for x in dims]]
         return specs
 
     def run_options(self):
         return _Cancel()
 
-    def run(self, outputs, feeds, run_options):
+    def invoke(self, feeds):
+        """One run on `feeds`, the inputs resized first where their shapes changed."""
         import numpy as np
 
         resized = False
@@ -423,8 +422,21 @@ class _LiteRtPart:
         for name, d in self.inputs.items():
             self.interp.set_tensor(d["index"], np.ascontiguousarray(feeds[name], dtype=d["dtype"]))
         self.interp.invoke()
+
+    def run(self, outputs, feeds, run_options):
+        self.invoke(feeds)
         # get_tensor copies: the next invoke overwrites the interpreter's buffers.
         return [self.interp.get_tensor(self.outputs[n]["index"]) for n in outputs]
+
+    def tensors(self, names):
+        """Tensors by name after a run (the first of a repeated name); None when one is
+        missing."""
+        index = {}
+        for d in self.interp.get_tensor_details():
+            index.setdefault(d["name"], d["index"])
+        if any(n not in index for n in names):
+            return None
+        return {n: self.interp.get_tensor(index[n]) for n in names}
 
 
 class _OpenVinoPart:
@@ -1086,28 +1098,14 @@ def print_placement(desc):
 
 
 def model_inputs(model, fmt):
-    """[(name, numpy dtype, dims with None where free)] of a model file's inputs."""
+    """[(name, numpy dtype, dims with None where free)] of a model file's inputs, as the part
+    engines read them."""
     import numpy as np
 
-    if fmt == "tflite":
-        from ai_edge_litert.interpreter import Interpreter
-
-        interp = Interpreter(model_path=model)
-        out = []
-        for d in interp.get_input_details():
-            dims = d.get("shape_signature")
-            dims = d["shape"] if dims is None or len(dims) == 0 else dims
-            out.append((d["name"], np.dtype(d["dtype"]), [int(x) if x >= 0 else None for x in dims]))
-        return out
-    if fmt != "onnx":
-        die(2, f"{model}: a {fmt} model, which nothing here runs")
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    return [(i.name, np.dtype(_ORT_DTYPES.get(i.type) or "float32"), [d if isinstance(d, int) and d >= 0 else None for d in (i.shape or [])])
-            for i in sess.get_inputs()]
+    if fmt not in SERVED_FORMATS:
+        die(2, f"{model}: a {fmt or 'unknown'} model, which nothing here runs")
+    session = _LiteRtPart(model, 1) if fmt == "tflite" else _OrtPart(model, "cpu", 1)
+    return [(name, np.dtype(dtype or "float32"), dims) for name, (dtype, dims) in session.input_specs().items()]
 
 
 def source_format(partition):
@@ -1161,30 +1159,13 @@ def reference_run(source_file, feeds, names):
 def _litert_reference(source_file, feeds, names):
     """The whole TFLite model in LiteRT, its intermediate tensors kept so the boundaries can
     be read after the run."""
-    import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
-
-    import warnings
-
-    with warnings.catch_warnings():
-        # It warns that keeping every tensor costs memory: that is what verify is for.
-        warnings.simplefilter("ignore")
-        interp = Interpreter(model_path=source_file, experimental_preserve_all_tensors=True)
-    inputs = interp.get_input_details()
-    for d in inputs:
-        if tuple(feeds[d["name"]].shape) != tuple(d["shape"]):
-            interp.resize_tensor_input(d["index"], feeds[d["name"]].shape)
-    interp.allocate_tensors()
-    for d in interp.get_input_details():
-        interp.set_tensor(d["index"], np.ascontiguousarray(feeds[d["name"]], dtype=d["dtype"]))
-    interp.invoke()
-    index = {}
-    for d in interp.get_tensor_details():
-        index.setdefault(d["name"], d["index"])
-    missing = [n for n in names if n not in index]
-    if missing:
-        die(2, f"{source_file}: has no tensor named {missing[0]!r}, which the partition names")
-    return {n: interp.get_tensor(index[n]) for n in names}
+    model = _LiteRtPart(source_file, 1, keep_all=True)
+    model.invoke(feeds)
+    got = model.tensors(names)
+    if got is None:
+        missing = next(n for n in names if n not in (model.tensors([n]) or {}))
+        die(2, f"{source_file}: has no tensor named {missing!r}, which the partition names")
+    return got
 
 
 def running_http(args):

@@ -4,6 +4,8 @@
 use std::ffi::OsString;
 use std::path::Path;
 
+use cleave::files::ConnFile;
+
 use crate::setup::RayArgs;
 use crate::Fail;
 
@@ -16,6 +18,19 @@ pub struct ServeArgs<'a> {
     pub name: Option<&'a str>,
     pub detach: bool,
     pub timeout_s: f64,
+}
+
+/// Runs the application, saying which parts it serves converted.
+fn run(path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<(), Fail> {
+    let app = cleave::serve::ray_app(path, conn, args)?;
+    if app.converted > 0 {
+        eprintln!(
+            "note: {} circle part{} converted to TFLite for LiteRT",
+            app.converted,
+            if app.converted == 1 { "" } else { "s" }
+        );
+    }
+    finish(app.run()?)
 }
 
 fn finish(code: i32) -> Result<(), Fail> {
@@ -54,7 +69,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Fail> {
         }
     }
     args.extend(a.deploy.to_args());
-    finish(cleave::serve::run_ray_app(a.conn, &conn, &args)?)
+    run(a.conn, &conn, &args)
 }
 
 pub struct RayBenchArgs<'a> {
@@ -87,5 +102,5 @@ pub fn bench(a: RayBenchArgs) -> Result<(), Fail> {
     if a.json {
         args.push("--json".into());
     }
-    finish(cleave::serve::run_ray_app(a.conn, &conn, &args)?)
+    run(a.conn, &conn, &args)
 }

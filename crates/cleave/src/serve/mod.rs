@@ -41,10 +41,15 @@ pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
     for (k, p) in parsed.parts.iter().enumerate() {
         let format = part_format(p);
         if !matches!(format.as_str(), "onnx" | "tflite" | "circle") {
+            let format = if format.is_empty() {
+                "unknown-format"
+            } else {
+                &format
+            };
             return Err(Error::argument(
                 conn,
                 format!(
-                    "part {} ({}) is a {format} part, and no engine on Ray serves {format} (ONNX Runtime and OpenVINO read ONNX, LiteRT TFLite and, converted, circle)",
+                    "part {} ({}) is a {format} part, and no engine on Ray serves it (ONNX Runtime and OpenVINO read ONNX, LiteRT TFLite and, converted, circle)",
                     k + 1,
                     p.file
                 ),
@@ -56,12 +61,7 @@ pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
 
 /// What the writer recorded as the part's format, else its file's extension (older files).
 fn part_format(p: &ConnModel) -> String {
-    p.format.clone().unwrap_or_else(|| {
-        Path::new(&p.file)
-            .extension()
-            .map(|e| e.to_string_lossy().to_ascii_lowercase())
-            .unwrap_or_else(|| "onnx".into())
-    })
+    cleave_runtime::engine::part_format(Path::new(&p.file), p.format.as_deref())
 }
 
 /// The Python packages the application imports to serve `conn`'s parts: Ray and numpy, plus
@@ -126,6 +126,15 @@ fn check_python(need: &[&str]) -> Result<(), Error> {
     Ok(())
 }
 
+/// How many of the partition's parts are circle files, which the application serves
+/// converted to TFLite.
+pub fn circle_parts(conn: &ConnFile) -> usize {
+    conn.parts
+        .iter()
+        .filter(|p| part_format(p) == "circle")
+        .count()
+}
+
 /// The most bytes a part may have to travel inside its deployment (the application's
 /// `INLINE_MAX_BYTES`); a larger one is opened by path on the node.
 const INLINE_MAX_BYTES: u64 = 64 << 20;
@@ -142,7 +151,7 @@ fn as_served(
     command: &str,
     detached: bool,
 ) -> Result<PathBuf, Error> {
-    if !conn.parts.iter().any(|p| part_format(p) == "circle") {
+    if circle_parts(conn) == 0 {
         return Ok(conn_path.to_path_buf());
     }
     let base = conn_path.parent().unwrap_or(Path::new("."));
@@ -154,7 +163,6 @@ fn as_served(
         Ok(dst)
     };
     let mut served = conn.clone();
-    let mut converted = 0;
     for p in &mut served.parts {
         if part_format(p) == "circle" {
             let dst = to_tflite(&p.file)?;
@@ -170,7 +178,6 @@ fn as_served(
             }
             p.file = dst.display().to_string();
             p.format = Some("tflite".into());
-            converted += 1;
         } else {
             p.file = base.join(&p.file).display().to_string();
         }
@@ -183,17 +190,20 @@ fn as_served(
     }
     let out = dir.join(conn_path.file_name().unwrap_or(conn_path.as_os_str()));
     std::fs::write(&out, served.to_json()).map_err(|e| Error::io(&out, "cannot write", e))?;
-    eprintln!(
-        "note: {converted} circle part{} converted to TFLite for LiteRT",
-        if converted == 1 { "" } else { "s" }
-    );
     Ok(out)
 }
 
-/// Runs the application's command line with `args` (its first the subcommand, its second
-/// the conn.json) for `conn_path` (as `check_served` read it into `conn`), standard streams
-/// passed through; returns its exit code.
-pub fn run_ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<i32, Error> {
+/// The application's command line, ready to run: the interpreter checked, the script
+/// written, circle parts converted (`converted` of them).
+pub struct RayApp {
+    dir: tempfile::TempDir,
+    args: Vec<OsString>,
+    pub converted: usize,
+}
+
+/// Prepares the application's command line `args` (its first the subcommand, its second the
+/// conn.json) for `conn_path`, as `check_served` read it into `conn`.
+pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<RayApp, Error> {
     let needs_cluster = args.first().is_some_and(|a| a != "export");
     if needs_cluster {
         check_python(&packages_for(conn))?;
@@ -210,11 +220,22 @@ pub fn run_ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Resu
     if let Some(a) = args.get_mut(1) {
         *a = served.into_os_string();
     }
-    let status = Command::new(python())
-        .arg(&script)
-        .args(&args)
-        .status()
-        .map_err(|e| Error::usage(format!("cannot run {}: {e}", python().to_string_lossy())))?;
-    // A signal (Ctrl-C on `serve`) has no code: report it as an interrupted run.
-    Ok(status.code().unwrap_or(130))
+    Ok(RayApp {
+        dir,
+        args,
+        converted: circle_parts(conn),
+    })
+}
+
+impl RayApp {
+    /// Runs it, standard streams passed through; returns its exit code.
+    pub fn run(self) -> Result<i32, Error> {
+        let status = Command::new(python())
+            .arg(self.dir.path().join("ray_app.py"))
+            .args(&self.args)
+            .status()
+            .map_err(|e| Error::usage(format!("cannot run {}: {e}", python().to_string_lossy())))?;
+        // A signal (Ctrl-C on `serve`) has no code: report it as an interrupted run.
+        Ok(status.code().unwrap_or(130))
+    }
 }

@@ -285,8 +285,9 @@ impl Layer<'_> {
             let best = factors
                 .into_iter()
                 .filter_map(|oc| {
-                    let rows_only = (1..=g.output[0].min(cap))
-                        .find(|&rows| rows * oc > 1 && fits(Scheme::Space { rows, cols: 1, oc }));
+                    // One row band with oc > 1 is the output-channel scheme, searched above.
+                    let rows_only = (2..=g.output[0].min(cap))
+                        .find(|&rows| fits(Scheme::Space { rows, cols: 1, oc }));
                     let grid = || {
                         (2..=g.output[1].min(cap))
                             .filter_map(|cols| {
@@ -379,7 +380,9 @@ fn layer<'a>(cx: &'a PassCx, n: NodeId) -> Option<Layer<'a>> {
         elem,
         w,
         b,
-        params: w.map_or(0, Weight::byte_len) + b.map_or(0, Weight::byte_len),
+        params: w
+            .map_or(0, Weight::byte_len)
+            .saturating_add(b.map_or(0, Weight::byte_len)),
         group: view.int_attr(n, "group").unwrap_or(1),
         trans_b: kind == Kind::Gemm && view.int_attr(n, "transB").unwrap_or(0) != 0,
         geometry,
@@ -416,19 +419,11 @@ pub(crate) fn tile(cx: &PassCx, e: &mut Edits) {
         let Some(scheme) = l.candidates(budget).into_iter().min_by_key(|s| s.tiles()) else {
             if !matches!(l.kind, Kind::MatMul | Kind::Gemm) {
                 e.notes.push(format!(
-                    "tile: {label}: needs {whole} B, and no tiling fits tile_bytes ({budget} B): left whole"
+                    "tile: {label}: needs {whole} B, and no tiling within {MAX_TILES} tiles fits tile_bytes ({budget} B): left whole"
                 ));
             }
             continue;
         };
-        if scheme.tiles() > MAX_TILES {
-            e.notes.push(format!(
-                "tile: {label}: {} tiles {} would be needed to fit tile_bytes ({budget} B), more than {MAX_TILES}: left whole",
-                scheme.tiles(),
-                scheme.describe()
-            ));
-            continue;
-        }
         let done = match scheme {
             Scheme::OutChannels(k) => out_channels(cx, e, &l, &label, k),
             Scheme::Space { rows, cols, oc } => space(cx, e, &l, &label, rows, cols, oc),
@@ -708,7 +703,6 @@ fn space(
     }
     let (joined, final_out) = emit_tiles(cx, e, l, act, tiles, &mut new_nodes);
     let target = name(cx, final_out);
-    let spatial = rows * cols;
     let mut join = |parts: Vec<String>, axis: i64, what: String, last: bool| -> String {
         let out = if last {
             target.clone()
@@ -731,7 +725,7 @@ fn space(
         joined
             .chunks(oc as usize)
             .enumerate()
-            .map(|(t, c)| join(c.to_vec(), 1, format!("c{}", t + 1), spatial == 1))
+            .map(|(t, c)| join(c.to_vec(), 1, format!("c{}", t + 1), false))
             .collect()
     } else {
         joined
