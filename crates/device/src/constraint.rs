@@ -34,22 +34,34 @@ pub struct Constraint {
 }
 
 impl Constraint {
+    /// Whether no condition is set (a note alone checks nothing).
+    pub fn is_unconditional(&self) -> bool {
+        self.dtypes.is_none()
+            && self.ranks.is_none()
+            && self.max_rank.is_none()
+            && self.attrs.is_empty()
+            && self.require_attrs.is_empty()
+            && self.const_inputs.is_empty()
+            && !self.static_shape
+    }
+
     /// `None` when the node satisfies every condition, else why not.
     pub fn violation(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Option<String> {
-        let computed_inputs = node
-            .inputs
-            .iter()
-            .flatten()
-            .filter(|&&v| !matches!(g.value(v).def, ValueDef::Weight(_)));
-        let tensors: Vec<_> = computed_inputs
-            .chain(node.outputs.iter().flatten())
-            .copied()
-            .collect();
+        // Lazily: most profiles set neither condition that reads these, and every node of a
+        // million-node model is checked against each device.
+        let tensors = || {
+            node.inputs
+                .iter()
+                .flatten()
+                .filter(|&&v| !matches!(g.value(v).def, ValueDef::Weight(_)))
+                .chain(node.outputs.iter().flatten())
+                .copied()
+        };
         if let Some(allowed) = &self.dtypes {
-            for &v in &tensors {
+            for v in tensors() {
                 let value = g.value(v);
                 match value.ty.elem {
-                    Some(e) if allowed.iter().any(|a| *a == e.name()) => {}
+                    Some(e) if allowed.contains(&e.name()) => {}
                     Some(e) => {
                         return Some(format!(
                             "element type {e} of '{}' is not one of {}",
@@ -114,7 +126,7 @@ impl Constraint {
             }
         }
         if self.static_shape {
-            for &v in &tensors {
+            for v in tensors() {
                 let value = g.value(v);
                 if value.ty.static_dims().is_none() {
                     return Some(format!(

@@ -148,16 +148,45 @@ impl OpTable {
     }
 
     fn check(&self, g: &Graph, node: &Node, sem: &dyn OpSemantics) -> Verdict {
-        let key = (normalise_domain(&node.domain), node.op_type.clone());
-        let own = self.ops.get(&key);
+        let own = self.lookup(&node.domain, &node.op_type);
         if own.is_none() && !self.all_ops {
             return Verdict::UnsupportedOp;
         }
-        let merged = merge(&self.defaults, own);
-        match merged.violation(g, node, sem) {
+        // Merging copies both constraints; where one of them sets nothing the other is the
+        // merge (every node of a model is checked against each device).
+        let merged;
+        let effective = match own {
+            None => &self.defaults,
+            Some(own) if self.defaults.is_unconditional() => own,
+            Some(own) if own.is_unconditional() => &self.defaults,
+            Some(own) => {
+                merged = merge(&self.defaults, Some(own));
+                &merged
+            }
+        };
+        match effective.violation(g, node, sem) {
             None => Verdict::Supported,
             Some(reason) => Verdict::Constraint(reason),
         }
+    }
+
+    /// The op's entry, looked up without building an owned key each time (a key buffer is
+    /// kept per thread).
+    fn lookup(&self, domain: &str, op: &str) -> Option<&Constraint> {
+        thread_local! {
+            static KEY: std::cell::RefCell<(String, String)> = const {
+                std::cell::RefCell::new((String::new(), String::new()))
+            };
+        }
+        KEY.with_borrow_mut(|key| {
+            key.0.clear();
+            if domain != DEFAULT_DOMAIN_ALIAS {
+                key.0.push_str(domain);
+            }
+            key.1.clear();
+            key.1.push_str(op);
+            self.ops.get(key)
+        })
     }
 
     fn runs_nothing(&self) -> bool {
@@ -375,8 +404,7 @@ impl Profile {
     /// cannot check.
     pub fn note(&self, node: &Node, sem: &dyn OpSemantics) -> Option<&str> {
         self.table(sem.format())
-            .ops
-            .get(&(normalise_domain(&node.domain), node.op_type.clone()))
+            .lookup(&node.domain, &node.op_type)
             .and_then(|c| c.note.as_deref())
     }
 

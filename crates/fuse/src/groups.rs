@@ -34,7 +34,7 @@ pub fn find_groups(
     rules: &[Rule],
     sem: &dyn OpSemantics,
 ) -> Vec<Group> {
-    let view = View::new(g, constant, sem);
+    let view = View::with_classes(g, constant, sem);
     let on = |r: Rule| rules.contains(&r);
     let mut claimed = vec![false; g.nodes.len()];
     let mut groups = Vec::new();

@@ -11,6 +11,9 @@ pub struct View<'a> {
     pub sem: &'a dyn OpSemantics,
     constant: &'a [bool],
     outputs: HashSet<ValueId>,
+    /// Each node's class, looked up once when the view serves a whole-graph search: rules
+    /// ask it of a node several times, and a lookup hashes the op's name.
+    classes: Option<Vec<OpClass>>,
 }
 
 impl<'a> View<'a> {
@@ -20,6 +23,15 @@ impl<'a> View<'a> {
             sem,
             constant,
             outputs: g.outputs.iter().copied().collect(),
+            classes: None,
+        }
+    }
+
+    /// A view for a search over every node: each node's class is looked up once, here.
+    pub fn with_classes(g: &'a Graph, constant: &'a [bool], sem: &'a dyn OpSemantics) -> Self {
+        View {
+            classes: Some(g.nodes.iter().map(|n| sem.class(n)).collect()),
+            ..View::new(g, constant, sem)
         }
     }
 
@@ -28,7 +40,10 @@ impl<'a> View<'a> {
     }
 
     pub fn class(&self, n: NodeId) -> OpClass {
-        self.sem.class(self.g.node(n))
+        match &self.classes {
+            Some(c) => c[n.index()],
+            None => self.sem.class(self.g.node(n)),
+        }
     }
 
     /// The node's convolution or pooling window, defaults filled in.
@@ -59,9 +74,9 @@ impl<'a> View<'a> {
 
     /// The node's only output (nodes with several outputs never join a chain).
     pub fn single_output(&self, n: NodeId) -> Option<ValueId> {
-        let outs: Vec<ValueId> = self.g.node(n).outputs.iter().flatten().copied().collect();
-        match outs.as_slice() {
-            [v] => Some(*v),
+        let mut outs = self.g.node(n).outputs.iter().flatten().copied();
+        match (outs.next(), outs.next()) {
+            (Some(v), None) => Some(v),
             _ => None,
         }
     }
