@@ -196,11 +196,11 @@ pub fn assign(
                             if reason == Reason::OpName {
                                 label.to_string()
                             } else {
-                                node.op_type.clone()
+                                node.op_type.to_string()
                             }
                         ),
                         node: label.to_string(),
-                        op: node.op_type.clone(),
+                        op: node.op_type.to_string(),
                         device: device.clone(),
                         reason: describe(&v),
                     })
@@ -238,7 +238,7 @@ pub fn assign(
                 return Err(AssignError::Unsupported {
                     device: device.to_uppercase(),
                     node: label.to_string(),
-                    op: node.op_type.clone(),
+                    op: node.op_type.to_string(),
                     detail,
                     hint: fallback_hint(&devices, profiles, g, node, sem),
                 });

@@ -81,7 +81,7 @@ pub fn coverage(
             // formats' builtins by their own name, anything else `domain:op`.
             let op = match (node.domain.is_empty(), sem.format()) {
                 (true, "" | "onnx") => format!("ai.onnx:{}", node.op_type),
-                (true, _) => node.op_type.clone(),
+                (true, _) => node.op_type.to_string(),
                 (false, _) => format!("{}:{}", node.domain, node.op_type),
             };
             let verdict = profile.check(g, node, sem);
@@ -250,7 +250,7 @@ pub fn query(l: &crate::Assigned, allow_disconnected: bool) -> Result<QueryRepor
         }
         rows.push(NodeRow {
             name: g.node_label(n).to_string(),
-            op: g.node(n).op_type.clone(),
+            op: g.node(n).op_type.to_string(),
             device,
             reason: reason(a.placement[n.index()]),
         });

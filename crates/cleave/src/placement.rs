@@ -400,7 +400,7 @@ impl Loaded {
             }
             moved.push(Moved {
                 label: g.node_label(ns[0]).to_string(),
-                op: g.node(ns[0]).op_type.clone(),
+                op: g.node(ns[0]).op_type.to_string(),
                 from: a.devices[from as usize].clone(),
                 to: a.devices[to as usize].clone(),
                 from_s: p.unit_cost(u, from),

@@ -98,7 +98,7 @@ fn summarise(
     let mut ops = BTreeMap::new();
     for n in &g.nodes {
         let key = if n.domain.is_empty() || n.domain == "ai.onnx" {
-            n.op_type.clone()
+            n.op_type.to_string()
         } else {
             format!("{}::{}", n.domain, n.op_type)
         };

@@ -48,7 +48,7 @@ pub fn runtime_layers(
             let label = g.node_label(n);
             layers.push(RuntimeLayer {
                 name: label.to_string(),
-                op_type: g.node(n).op_type.clone(),
+                op_type: g.node(n).op_type.to_string(),
                 rule: None,
                 original: source(label),
             });
@@ -61,7 +61,7 @@ pub fn runtime_layers(
                 .collect();
             layers.push(RuntimeLayer {
                 name: g.node_label(n).to_string(),
-                op_type: g.node(n).op_type.clone(),
+                op_type: g.node(n).op_type.to_string(),
                 rule: Some(grp.rule.name()),
                 original,
             });

@@ -51,6 +51,7 @@ pub struct GraphBuilder {
     outputs: Vec<String>,
     /// Types given for names not defined yet.
     types: rustc_hash::FxHashMap<String, TensorType>,
+    op_types: crate::op_type::OpTypes,
     /// The first integrity error; what is added after it is ignored.
     error: Option<GraphError>,
 }
@@ -253,6 +254,7 @@ impl GraphBuilder {
                 }
             }
         }
+        let op_type = self.op_types.intern(&op_type);
         self.nodes.push(Node {
             name,
             op_type,
@@ -302,6 +304,7 @@ impl GraphBuilder {
             pending,
             outputs,
             types,
+            op_types: _,
             error,
         } = self;
         if let Some(e) = error {
@@ -312,7 +315,7 @@ impl GraphBuilder {
                 let node = &nodes[p.node.index()];
                 return Err(GraphError::UndefinedTensor {
                     node: label(node, &table.values).to_string(),
-                    op: node.op_type.clone(),
+                    op: node.op_type.to_string(),
                     tensor: p.name,
                 });
             };

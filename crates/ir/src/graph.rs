@@ -94,7 +94,7 @@ pub type Slots = smallvec::SmallVec<[Option<ValueId>; 2]>;
 #[derive(Clone, Debug)]
 pub struct Node {
     pub name: String,
-    pub op_type: String,
+    pub op_type: crate::OpType,
     pub domain: String,
     pub inputs: Slots,
     pub outputs: Slots,

@@ -167,13 +167,13 @@ impl NamedOps {
 impl OpSemantics for NamedOps {
     fn class(&self, node: &Node) -> OpClass {
         self.classes
-            .get(&node.op_type)
+            .get(node.op_type.as_str())
             .copied()
             .unwrap_or(OpClass::Other)
     }
 
     fn is_deterministic(&self, node: &Node) -> bool {
-        !self.nondeterministic.contains(&node.op_type)
+        !self.nondeterministic.contains(node.op_type.as_str())
     }
 
     fn window(&self, _: &Graph, _: NodeId) -> Option<Window> {

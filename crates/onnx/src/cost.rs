@@ -26,7 +26,7 @@ pub fn node_flops(g: &Graph, node: &Node) -> u64 {
     let out = elements(g, node.outputs.first().copied().flatten());
     let kind = if crate::ops::is_default_domain(&node.domain) {
         op_table()
-            .get("", &node.op_type)
+            .default_op(&node.op_type)
             .map_or(Flops::Output, |e| e.flops)
     } else {
         Flops::Output

@@ -82,7 +82,7 @@ fn name_scope(g: &Graph, counter: &mut HashMap<String, usize>) -> Vec<Named> {
         out.push(Named {
             record,
             id,
-            op: node.op_type.clone(),
+            op: node.op_type.to_string(),
             is_if: node.op_type == "If" && node.domain.is_empty(),
             bodies,
         });

@@ -7,6 +7,7 @@
 
 use std::sync::OnceLock;
 
+use cleave_ir::OpType;
 use rustc_hash::FxHashMap;
 
 use cleave_ir::{Node, OpClass};
@@ -106,8 +107,50 @@ impl OpTable {
         self.ops.get(domain)?.get(op)
     }
 
-    pub(crate) fn rule(&self, domain: &str, op: &str) -> Option<Rule> {
-        self.get(domain, op)?.rule
+    /// The entry of a default-domain op, as [`OpTable::get`] finds it. Every stage asks this
+    /// of every node, and comparing the op's name against the table's keys showed as the
+    /// largest cost of loading a million-node model; a node's op type is shared by all nodes
+    /// of that type, so a small per-thread cache keyed by that allocation answers instead.
+    pub(crate) fn default_op(&'static self, op: &OpType) -> Option<&'static OpEntry> {
+        thread_local! {
+            static CACHE: OpCache<Option<&'static OpEntry>> = OpCache::new();
+        }
+        CACHE.with(|c| c.get(op, || self.get("", op)))
+    }
+
+    pub(crate) fn rule(&'static self, domain: &str, op: &OpType) -> Option<Rule> {
+        match domain {
+            "" | "ai.onnx" => self.default_op(op)?.rule,
+            _ => self.get(domain, op)?.rule,
+        }
+    }
+}
+
+/// What a lookup by op name found for an op type, answered again without comparing names
+/// while the same interned [`OpType`] is asked (each slot holds a clone of it, so its
+/// allocation cannot be freed and reused for another name while the slot answers for it).
+pub(crate) struct OpCache<T> {
+    slots: std::cell::RefCell<[Option<(OpType, T)>; 32]>,
+}
+
+impl<T: Copy> OpCache<T> {
+    pub(crate) const fn new() -> Self {
+        OpCache {
+            slots: std::cell::RefCell::new([const { None }; 32]),
+        }
+    }
+
+    pub(crate) fn get(&self, op: &OpType, find: impl FnOnce() -> T) -> T {
+        let mut slots = self.slots.borrow_mut();
+        let at = (op.as_str().as_ptr() as usize >> 4) % slots.len();
+        match &slots[at] {
+            Some((o, v)) if o.same_allocation(op) => *v,
+            _ => {
+                let v = find();
+                slots[at] = Some((op.clone(), v));
+                v
+            }
+        }
     }
 }
 

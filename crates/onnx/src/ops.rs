@@ -14,7 +14,7 @@ pub fn is_default_domain(domain: &str) -> bool {
 pub fn is_deterministic(node: &Node) -> bool {
     !(is_default_domain(&node.domain)
         && op_table()
-            .get("", &node.op_type)
+            .default_op(&node.op_type)
             .is_some_and(|e| e.nondeterministic))
 }
 
@@ -29,7 +29,7 @@ impl OpSemantics for OnnxSemantics {
             return OpClass::Other;
         }
         op_table()
-            .get("", &node.op_type)
+            .default_op(&node.op_type)
             .and_then(|e| e.class)
             .unwrap_or(OpClass::Other)
     }

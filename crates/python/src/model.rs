@@ -244,7 +244,7 @@ impl Model {
     fn op_counts(&self) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
         for n in &self.loaded.graph().nodes {
-            *counts.entry(n.op_type.clone()).or_insert(0) += 1;
+            *counts.entry(n.op_type.to_string()).or_insert(0) += 1;
         }
         counts
     }

@@ -241,7 +241,7 @@ impl Source for TfliteSource {
         let mut ids = vec![Vec::new(); records];
         for n in &g.nodes {
             if let Some(s) = n.source {
-                ids[s.index()] = vec![(s.index().to_string(), n.op_type.clone())];
+                ids[s.index()] = vec![(s.index().to_string(), n.op_type.to_string())];
             }
         }
         ids

@@ -27,7 +27,7 @@ fn every_test_model_converts_to_circle_and_back_to_the_same_tree() {
                 .graph
                 .nodes
                 .iter()
-                .map(|n| n.op_type.clone())
+                .map(|n| n.op_type.to_string())
                 .collect()
         };
         assert_eq!(ops(&a), ops(&b), "{}", path.display());

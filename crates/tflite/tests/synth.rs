@@ -177,7 +177,7 @@ fn every_synth_model_reads_into_the_ir_as_litert_sees_it() {
         // Nodes: LiteRT's op counts of subgraph 0 (IF/WHILE bodies are not nodes).
         let mut counts = std::collections::BTreeMap::<String, u64>::new();
         for n in &g.nodes {
-            *counts.entry(n.op_type.clone()).or_default() += 1;
+            *counts.entry(n.op_type.to_string()).or_default() += 1;
         }
         let want: std::collections::BTreeMap<String, u64> = litert["ops"]
             .as_object()

@@ -124,12 +124,12 @@ impl Report {
                 index.insert(n, nodes.len());
                 nodes.push(NodeView {
                     label: g.node_label(n).to_string(),
-                    op: g.node(n).op_type.clone(),
+                    op: g.node(n).op_type.to_string(),
                     part: k,
                     source: g.node(n).source.map(|s| s.index()),
                 });
             } else if let Some(s) = g.node(n).source {
-                unplaced.push((s.index(), g.node(n).op_type.clone()));
+                unplaced.push((s.index(), g.node(n).op_type.to_string()));
             }
         }
         let mut edges: BTreeMap<(usize, usize), Option<u64>> = BTreeMap::new();

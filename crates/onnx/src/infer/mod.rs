@@ -70,7 +70,7 @@ pub fn infer_types(model: &mut Model) -> InferReport {
 /// What [`infer_types`] reports, read from a model it has typed: the top-level values still
 /// untyped, and the op types without a rule whose outputs (at any depth) are untyped.
 pub fn type_report(model: &Model) -> InferReport {
-    fn ops(registry: &OpTable, g: &Graph, found: &mut std::collections::BTreeSet<String>) {
+    fn ops(registry: &'static OpTable, g: &Graph, found: &mut std::collections::BTreeSet<String>) {
         for node in &g.nodes {
             let untyped = node
                 .outputs
@@ -103,7 +103,7 @@ pub fn type_report(model: &Model) -> InferReport {
 const MAX_NESTING: usize = 16;
 
 fn infer_nested(
-    registry: &OpTable,
+    registry: &'static OpTable,
     g: &mut Graph,
     outer: &HashMap<String, TensorType>,
     opset: i64,
@@ -167,7 +167,7 @@ fn infer_nested(
 /// Types the subgraphs of node `n` from what is known around them: values they read from
 /// enclosing scopes, and the formal inputs of Loop and Scan bodies.
 fn infer_subgraphs(
-    registry: &OpTable,
+    registry: &'static OpTable,
     g: &mut Graph,
     n: NodeId,
     outer: &HashMap<String, TensorType>,
@@ -278,7 +278,7 @@ fn keep_rank(g: &Graph, n: NodeId, inferred: &mut Vec<TensorType>) {
     let node = g.node(n);
     let keeps = crate::ops::is_default_domain(&node.domain)
         && op_table()
-            .get("", &node.op_type)
+            .default_op(&node.op_type)
             .is_some_and(|e| e.rank_keeping);
     if !keeps {
         return;

@@ -55,7 +55,7 @@ pub(crate) fn eliminate_common_subexpressions(cx: &PassCx, e: &mut Edits) {
         let record = cx.record(n);
         let key = Key {
             domain: node.domain.clone(),
-            op: node.op_type.clone(),
+            op: node.op_type.to_string(),
             attrs: record
                 .attribute
                 .iter()

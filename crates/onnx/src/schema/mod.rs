@@ -3,6 +3,7 @@
 //! generated from onnx's own operator schemas (`scripts/gen_onnx_schemas.py`), so the counts
 //! and names are onnx's, not a hand copy.
 
+use crate::op_table::OpCache;
 use rustc_hash::FxHashMap;
 use std::sync::OnceLock;
 
@@ -143,7 +144,16 @@ pub fn check(
     opset: i64,
     elem: impl Fn(usize) -> Option<ElemType>,
 ) -> Result<(), String> {
-    let all = versions(domain, &n.op_type).unwrap_or_default();
+    thread_local! {
+        // Every node is checked; see `OpCache`.
+        static DEFAULT: OpCache<Option<&'static [&'static Schema]>> = OpCache::new();
+    }
+    let all = if domain.is_empty() {
+        DEFAULT.with(|c| c.get(&n.op_type, || versions("", &n.op_type)))
+    } else {
+        versions(domain, &n.op_type)
+    }
+    .unwrap_or_default();
     let Some(s) = all.iter().rev().find(|s| s.since <= opset) else {
         if domain.is_empty() && ORT_ONNX_DOMAIN.contains(&n.op_type.as_str()) {
             // onnxruntime runs it under its own definition; cleave takes it as it does.

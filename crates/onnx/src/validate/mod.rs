@@ -123,7 +123,7 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
         };
         checked.map_err(|cause| {
             let label = g.node_label(cleave_ir::NodeId(i as u32));
-            let op = n.op_type.clone();
+            let op = n.op_type.to_string();
             (
                 Subject::Node {
                     label: label.to_string(),
@@ -191,7 +191,7 @@ fn node(n: &Node, opset: i64) -> Result<(), String> {
             }
         }
     }
-    if let Some(check) = op_table().get("", &n.op_type).and_then(|e| e.check) {
+    if let Some(check) = op_table().default_op(&n.op_type).and_then(|e| e.check) {
         check(n, opset)?;
     }
     Ok(())

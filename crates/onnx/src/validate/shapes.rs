@@ -16,7 +16,7 @@ fn typed_graph(g: &Graph) -> Result<(), Refusal> {
         if n.domain.is_empty() || n.domain == "ai.onnx" {
             node(&Operands { g, n }).map_err(|cause| {
                 let label = g.node_label(NodeId(i as u32));
-                let op = n.op_type.clone();
+                let op = n.op_type.to_string();
                 (
                     Subject::Node {
                         label: label.to_string(),
