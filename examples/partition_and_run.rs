@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         let elem = value.ty.elem.ok_or("an input has no element type")?;
         feed.push((
-            value.name.clone(),
+            value.name.to_string(),
             HostTensor::random(elem, &dims, k as u64)?,
         ));
     }

@@ -147,8 +147,9 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
             ))
         })
     };
-    let names =
-        |ids: &[ValueId]| -> Vec<String> { ids.iter().map(|&v| g.value(v).name.clone()).collect() };
+    let names = |ids: &[ValueId]| -> Vec<String> {
+        ids.iter().map(|&v| g.value(v).name.to_string()).collect()
+    };
     let real_inputs = names(&g.inputs);
     let real_outputs = names(&g.outputs);
     if sorted(&conn.source.inputs) != sorted(&real_inputs)
@@ -274,7 +275,7 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
 }
 
 fn names_of(g: &cleave_ir::Graph, ids: &[ValueId]) -> Vec<String> {
-    ids.iter().map(|&v| g.value(v).name.clone()).collect()
+    ids.iter().map(|&v| g.value(v).name.to_string()).collect()
 }
 
 fn sorted(v: &[String]) -> Vec<String> {

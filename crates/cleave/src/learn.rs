@@ -55,7 +55,7 @@ impl Loaded {
                 .collect();
             let x = HostTensor::random(elem, &shape, seed.wrapping_add(k as u64))
                 .map_err(|m| Error::model(&path, m))?;
-            feeds.push((value.name.clone(), x));
+            feeds.push((value.name.to_string(), x));
         }
         let tmp = tempfile::tempdir()
             .map_err(|e| Error::usage(format!("cannot make a temporary folder: {e}")))?;
@@ -76,7 +76,7 @@ impl Loaded {
             .collect();
         let tensors = learned
             .iter()
-            .map(|(v, t)| (g.value(*v).name.clone(), t.clone()))
+            .map(|(v, t)| (g.value(*v).name.to_string(), t.clone()))
             .collect();
         self.source.learn_types(&learned)?;
         let learned = Learned {

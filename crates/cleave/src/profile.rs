@@ -389,8 +389,8 @@ fn feed_of(
             let t = given
                 .get(name.as_str())
                 .copied()
-                .or_else(|| values.get(name));
-            t.map(|t| (name.clone(), t.clone())).ok_or_else(|| {
+                .or_else(|| values.get(name.as_str()));
+            t.map(|t| (name.to_string(), t.clone())).ok_or_else(|| {
                 Error::engine(
                     loaded.path(),
                     format!("no value for '{name}' from the whole model"),

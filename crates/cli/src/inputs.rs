@@ -104,7 +104,7 @@ pub fn gather(
                 value.name, value.name
             )));
         };
-        out.push((value.name.clone(), t));
+        out.push((value.name.to_string(), t));
     }
     Ok(out)
 }

@@ -163,7 +163,7 @@ fn tensor(g: &Graph, v: ValueId) -> TensorJson {
     let value = g.value(v);
     let TensorType { elem, shape } = &value.ty;
     TensorJson {
-        name: value.name.clone(),
+        name: value.name.to_string(),
         dtype: elem.map(|e| e.name()),
         shape: shape.as_ref().map(|dims| {
             dims.iter()

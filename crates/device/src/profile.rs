@@ -261,7 +261,7 @@ impl PluginAnswer {
         let mut kept = 0;
         for v in node.outputs.iter().flatten() {
             let name = &g.value(*v).name;
-            match self.tensors.get(name) {
+            match self.tensors.get(name.as_str()) {
                 Some(None) => kept += 1,
                 Some(Some(lacks)) => {
                     return Verdict::Constraint(format!(

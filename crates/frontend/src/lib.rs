@@ -263,7 +263,7 @@ pub trait Source: Send + Sync {
                 .values
                 .iter()
                 .filter(|v| !v.ty.is_complete())
-                .map(|v| v.name.clone())
+                .map(|v| v.name.to_string())
                 .collect(),
             unknown_ops: Vec::new(),
         }

@@ -148,8 +148,8 @@ pub fn write_partition(
     }
 
     let g = &model.graph;
-    let names = |vs: &[ValueId]| vs.iter().map(|&v| g.value(v).name.clone()).collect();
-    let bytes = |v: &ValueId| (g.value(*v).name.clone(), g.value(*v).ty.byte_size());
+    let names = |vs: &[ValueId]| vs.iter().map(|&v| g.value(v).name.to_string()).collect();
+    let bytes = |v: &ValueId| (g.value(*v).name.to_string(), g.value(*v).ty.byte_size());
     let mut conn = ConnFile {
         source: ConnModel {
             file: relative_path(&work_real, &source_real),

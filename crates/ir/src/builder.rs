@@ -79,7 +79,7 @@ impl Table {
         }
         let id = ValueId(self.values.len() as u32);
         self.values.push(Value {
-            name,
+            name: name.into(),
             ty,
             def,
             quant: None,
@@ -95,7 +95,7 @@ impl Table {
             ValueDef::Node(..) | ValueDef::Outer => "an earlier node",
         };
         GraphError::DuplicateProducer {
-            tensor: self.values[old.index()].name.clone(),
+            tensor: self.values[old.index()].name.to_string(),
             first: first.to_string(),
             second,
         }
@@ -115,7 +115,7 @@ impl Table {
         }
         let id = ValueId(self.values.len() as u32);
         self.values.push(Value {
-            name: name.to_string(),
+            name: name.into(),
             ty: TensorType::default(),
             def: ValueDef::Outer,
             quant: None,
@@ -212,7 +212,7 @@ impl GraphBuilder {
                             |v| self.table.values[v.index()].name.clone(),
                         )
                     } else {
-                        name
+                        name.into()
                     };
                     let who = format!("node '{label}' ({op_type})");
                     self.error = Some(self.table.duplicate(old, who));
@@ -249,14 +249,14 @@ impl GraphBuilder {
                     None => self.pending.push(Pending {
                         node: id,
                         slot: None,
-                        name: n.clone(),
+                        name: n.to_string(),
                     }),
                 }
             }
         }
         let op_type = self.op_types.intern(&op_type);
         self.nodes.push(Node {
-            name,
+            name: name.into(),
             op_type,
             domain,
             inputs: ins,
@@ -462,10 +462,10 @@ fn cycle_error(
 ) -> GraphError {
     let at = stack.iter().position(|e| e.0 == start).unwrap_or(0);
     let mut nodes = vec![g.node_label(NodeId(start as u32)).to_string()];
-    let mut tensors = vec![g.value(closing).name.clone()];
+    let mut tensors = vec![g.value(closing).name.to_string()];
     for e in stack[at + 1..].iter().rev() {
         nodes.push(g.node_label(NodeId(e.0 as u32)).to_string());
-        tensors.push(e.2.map(|v| g.value(v).name.clone()).unwrap_or_default());
+        tensors.push(e.2.map(|v| g.value(v).name.to_string()).unwrap_or_default());
     }
     GraphError::Cycle { nodes, tensors }
 }

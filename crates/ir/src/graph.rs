@@ -59,10 +59,13 @@ pub struct Quantization {
     pub axis: Option<usize>,
 }
 
+/// A node's or tensor's name: held inline when it fits in 24 bytes, as most do.
+pub type Name = compact_str::CompactString;
+
 /// A tensor of the graph.
 #[derive(Clone, Debug)]
 pub struct Value {
-    pub name: String,
+    pub name: Name,
     pub ty: TensorType,
     pub def: ValueDef,
     /// Quantization parameters, for formats that keep them on tensors (boxed, as above).
@@ -93,7 +96,7 @@ pub type Slots = smallvec::SmallVec<[Option<ValueId>; 2]>;
 /// optional slot.
 #[derive(Clone, Debug)]
 pub struct Node {
-    pub name: String,
+    pub name: Name,
     pub op_type: crate::OpType,
     pub domain: String,
     pub inputs: Slots,

@@ -27,7 +27,9 @@ mod weight;
 pub use attr::{AttrValue, Attribute};
 pub use builder::{GraphBuilder, NodeSpec};
 pub use error::GraphError;
-pub use graph::{Graph, Node, NodeId, Quantization, Slots, SourceRef, Value, ValueDef, ValueId};
+pub use graph::{
+    Graph, Name, Node, NodeId, Quantization, Slots, SourceRef, Value, ValueDef, ValueId,
+};
 pub use model::{Function, Model, Opset};
 pub use op_type::OpType;
 pub use rng::XorShift64;

@@ -58,8 +58,8 @@ fn name_scope(g: &Graph, counter: &mut HashMap<String, usize>) -> Vec<Named> {
     let mut out = Vec::with_capacity(order.len());
     for (record, n) in order {
         let node = g.node(n);
-        let id = if !node.name.is_empty() && used.insert(node.name.clone()) {
-            node.name.clone()
+        let id = if !node.name.is_empty() && used.insert(node.name.to_string()) {
+            node.name.to_string()
         } else {
             let preferred = if node.name.is_empty() {
                 "node"

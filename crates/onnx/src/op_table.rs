@@ -113,7 +113,7 @@ impl OpTable {
     /// of that type, so a small per-thread cache keyed by that allocation answers instead.
     pub(crate) fn default_op(&'static self, op: &OpType) -> Option<&'static OpEntry> {
         thread_local! {
-            static CACHE: OpCache<Option<&'static OpEntry>> = OpCache::new();
+            static CACHE: OpCache<Option<&'static OpEntry>> = const { OpCache::new() };
         }
         CACHE.with(|c| c.get(op, || self.get("", op)))
     }

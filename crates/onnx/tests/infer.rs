@@ -73,7 +73,7 @@ fn onnx_oracle(paths: &[std::path::PathBuf], dir: &Path) -> Vec<HashMap<String, 
             ir.graph
                 .values
                 .iter()
-                .map(|v| (v.name.clone(), v.ty.clone()))
+                .map(|v| (v.name.to_string(), v.ty.clone()))
                 .collect()
         })
         .collect()
@@ -112,7 +112,7 @@ fn inferred_types_match_onnx_shape_inference() {
     for (f, oracle) in files.iter().zip(oracles) {
         let (ir, _) = load_inferred(f);
         for v in &ir.graph.values {
-            if let Some(theirs) = oracle.get(&v.name) {
+            if let Some(theirs) = oracle.get(v.name.as_str()) {
                 compared += 1;
                 if !agree(&v.ty, theirs) {
                     mismatches.push(format!(

@@ -74,7 +74,7 @@ pub fn validate(g: &Graph, a: &Assignment, plan: Plan) -> Result<ValidatedPlan, 
 /// earlier part (which also rules out cycles among parts).
 pub fn check_plan(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), ValidationError> {
     let label = |n: NodeId| g.node_label(n).to_string();
-    let name = |v: ValueId| g.value(v).name.clone();
+    let name = |v: ValueId| g.value(v).name.to_string();
     let mut owner: HashMap<NodeId, usize> = HashMap::new();
     for (i, part) in plan.parts.iter().enumerate() {
         for &n in &part.nodes {

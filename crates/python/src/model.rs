@@ -138,7 +138,7 @@ fn describe(py: Python<'_>, g: &Graph, values: &[ValueId]) -> PyResult<Vec<Py<Py
                         .collect::<PyResult<Vec<_>>>()
                 })
                 .transpose()?;
-            Ok((value.name.clone(), dtype, dims)
+            Ok((value.name.to_string(), dtype, dims)
                 .into_pyobject(py)?
                 .into_any()
                 .unbind())
@@ -326,8 +326,11 @@ impl Model {
             Some(e) => cleave::parse_engine("engine=", e),
         }
         .map_err(from_facade)?;
-        let graph_outputs: Vec<String> =
-            g.outputs.iter().map(|&v| g.value(v).name.clone()).collect();
+        let graph_outputs: Vec<String> = g
+            .outputs
+            .iter()
+            .map(|&v| g.value(v).name.to_string())
+            .collect();
         let wanted = outputs.unwrap_or_else(|| graph_outputs.clone());
         let mut extra = Vec::new();
         for name in &wanted {

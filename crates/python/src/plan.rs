@@ -110,7 +110,7 @@ impl Plan {
     /// constant nodes copied into it.
     fn parts_info<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let g = self.assigned.loaded.graph();
-        let name = |v: &cleave::ir::ValueId| g.value(*v).name.clone();
+        let name = |v: &cleave::ir::ValueId| g.value(*v).name.to_string();
         self.plan
             .parts
             .iter()

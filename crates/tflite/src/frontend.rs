@@ -94,7 +94,7 @@ impl TfliteSource {
     fn tensor(&self, v: ValueId) -> Result<usize, FrontendError> {
         let name = &self.converted.model.graph.value(v).name;
         self.index
-            .get(name)
+            .get(name.as_str())
             .copied()
             .ok_or_else(|| self.err(format!("tensor '{name}' is not in the main subgraph")))
     }

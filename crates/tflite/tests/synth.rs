@@ -170,7 +170,7 @@ fn every_synth_model_reads_into_the_ir_as_litert_sees_it() {
                 .collect()
         };
         let ir_names = |ids: &[cleave_ir::ValueId]| -> Vec<String> {
-            ids.iter().map(|&v| g.value(v).name.clone()).collect()
+            ids.iter().map(|&v| g.value(v).name.to_string()).collect()
         };
         assert_eq!(ir_names(&g.inputs), names("inputs"), "{}", path.display());
         assert_eq!(ir_names(&g.outputs), names("outputs"), "{}", path.display());

@@ -107,7 +107,7 @@ impl Report {
     /// `conn` lists the parts in the plan's order (as `emit` writes and `check_conn` reads them).
     pub fn build(g: &Graph, plan: &Plan, conn: &ConnFile, model: &str) -> Report {
         let tensor = |v: ValueId| Tensor {
-            name: g.value(v).name.clone(),
+            name: g.value(v).name.to_string(),
             bytes: g.value(v).ty.byte_size(),
         };
         let mut part_of: HashMap<NodeId, usize> = HashMap::new();

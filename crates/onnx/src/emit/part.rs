@@ -204,7 +204,7 @@ pub(crate) fn part_model_with(
         if !value.ty.is_complete() {
             return Err(EmitError::Untyped {
                 part: k + 1,
-                tensor: value.name.clone(),
+                tensor: value.name.to_string(),
                 ty: value.ty.to_string(),
                 origin: untyped_origin(g, v),
             });
@@ -475,7 +475,7 @@ pub fn with_outputs(
             // What nothing types (an op inference has no rule for) is an output by name: the
             // engine that runs the copy knows its type.
             g.output.push(ValueInfoProto {
-                name: Some(value.name.clone()),
+                name: Some(value.name.to_string()),
                 ..Default::default()
             });
             continue;

@@ -112,7 +112,7 @@ fn infer_nested(
 ) {
     for v in g.values.iter_mut() {
         if matches!(v.def, cleave_ir::ValueDef::Outer) {
-            if let Some(t) = outer.get(&v.name) {
+            if let Some(t) = outer.get(v.name.as_str()) {
                 merge(&mut v.ty, t.clone());
             }
         }
@@ -178,7 +178,7 @@ fn infer_subgraphs(
     let mut scope = outer.clone();
     for v in &g.values {
         if v.ty.elem.is_some() || v.ty.shape.is_some() {
-            scope.insert(v.name.clone(), v.ty.clone());
+            scope.insert(v.name.to_string(), v.ty.clone());
         }
     }
     let node = g.node(n);
@@ -352,6 +352,6 @@ pub fn untyped(g: &Graph) -> Vec<String> {
     g.values
         .iter()
         .filter(|v| !v.ty.is_complete())
-        .map(|v| v.name.clone())
+        .map(|v| v.name.to_string())
         .collect()
 }

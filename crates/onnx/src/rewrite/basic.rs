@@ -180,14 +180,15 @@ pub(crate) fn fold_batchnorm(cx: &PassCx, e: &mut Edits) {
         }
         let (w_dims, w_raw, b_raw) = folded;
         let conv_inputs = &g.node(conv).inputs;
-        let name_of = |v: Option<ValueId>| v.map(|v| g.value(v).name.clone()).unwrap_or_default();
+        let name_of =
+            |v: Option<ValueId>| v.map(|v| g.value(v).name.to_string()).unwrap_or_default();
         let w_name = e.fresh(&format!("{}_bn", name_of(conv_inputs[1])));
         let b_name = e.fresh(&format!("{}_bias_bn", g.node_label(conv)));
         e.initializer(tensor(&w_name, ElemType::F32, &w_dims, w_raw));
         e.initializer(tensor(&b_name, ElemType::F32, &[w_dims[0]], b_raw));
         let mut new = cx.record(conv).clone();
         new.input = vec![name_of(conv_inputs[0]), w_name, b_name];
-        new.output = vec![g.value(y).name.clone()];
+        new.output = vec![g.value(y).name.to_string()];
         e.insert_at(conv, new);
         e.remove(conv);
         e.remove(bn);
@@ -232,7 +233,8 @@ pub(crate) fn fold_conv_mul_add(cx: &PassCx, e: &mut Edits) {
             continue;
         }
         let conv_inputs = &g.node(conv).inputs;
-        let name_of = |v: Option<ValueId>| v.map(|v| g.value(v).name.clone()).unwrap_or_default();
+        let name_of =
+            |v: Option<ValueId>| v.map(|v| g.value(v).name.to_string()).unwrap_or_default();
         let suffix = if is_mul { "mul" } else { "add" };
         let mut new = cx.record(conv).clone();
         let w_name = if is_mul {
@@ -245,7 +247,7 @@ pub(crate) fn fold_conv_mul_add(cx: &PassCx, e: &mut Edits) {
         let b_name = e.fresh(&format!("{}_bias_{suffix}", g.node_label(conv)));
         e.initializer(tensor(&b_name, ElemType::F32, &[w_dims[0]], b_raw));
         new.input = vec![name_of(conv_inputs[0]), w_name, b_name];
-        new.output = vec![g.value(y).name.clone()];
+        new.output = vec![g.value(y).name.to_string()];
         e.insert_at(conv, new);
         e.remove(conv);
         e.remove(op);

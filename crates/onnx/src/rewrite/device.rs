@@ -21,7 +21,7 @@ pub(super) fn weight<'a>(cx: &'a PassCx, v: Option<ValueId>) -> Option<&'a Weigh
 }
 
 pub(super) fn name(cx: &PassCx, v: ValueId) -> String {
-    cx.model.graph.value(v).name.clone()
+    cx.model.graph.value(v).name.to_string()
 }
 
 /// Pow(x, 1), Mul(x, 1), Add(x, 0) whose output has the shape of `x`.

@@ -31,8 +31,8 @@ pub(crate) struct Edits<'g> {
 
 impl<'g> Edits<'g> {
     pub fn new(g: &'g Graph, records: &'g [usize]) -> Self {
-        let mut taken: HashSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
-        taken.extend(g.nodes.iter().map(|n| n.name.clone()));
+        let mut taken: HashSet<String> = g.values.iter().map(|v| v.name.to_string()).collect();
+        taken.extend(g.nodes.iter().map(|n| n.name.to_string()));
         Edits {
             g,
             records,
@@ -56,7 +56,7 @@ impl<'g> Edits<'g> {
             self.g
                 .node(*n)
                 .all_inputs()
-                .any(|v| self.reads.contains_key(&self.g.value(v).name))
+                .any(|v| self.reads.contains_key(self.g.value(v).name.as_str()))
         };
         if nodes.iter().any(|n| self.touched[n.index()] || renamed(n)) {
             return false;
@@ -136,7 +136,7 @@ impl<'g> Edits<'g> {
         }
         if !is_out(y) {
             self.reads
-                .insert(g.value(y).name.clone(), g.value(x).name.clone());
+                .insert(g.value(y).name.to_string(), g.value(x).name.to_string());
         } else {
             let Some(p) = g.value(x).producer() else {
                 return false;
@@ -146,7 +146,7 @@ impl<'g> Edits<'g> {
             }
             self.touched[p.index()] = true;
             self.writes
-                .insert(g.value(x).name.clone(), g.value(y).name.clone());
+                .insert(g.value(x).name.to_string(), g.value(y).name.to_string());
         }
         self.remove(n);
         true

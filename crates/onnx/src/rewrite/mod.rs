@@ -196,7 +196,7 @@ fn node_records(g: &Graph, proto: &GraphProto, m: &OnnxModel) -> Result<Vec<usiz
                 .filter(|&i| i < proto.node.len())
                 .ok_or_else(|| OnnxError::NoRecord {
                     path: m.path.clone(),
-                    node: n.name.clone(),
+                    node: n.name.to_string(),
                 })
         })
         .collect()

@@ -146,7 +146,7 @@ pub fn check(
 ) -> Result<(), String> {
     thread_local! {
         // Every node is checked; see `OpCache`.
-        static DEFAULT: OpCache<Option<&'static [&'static Schema]>> = OpCache::new();
+        static DEFAULT: OpCache<Option<&'static [&'static Schema]>> = const { OpCache::new() };
     }
     let all = if domain.is_empty() {
         DEFAULT.with(|c| c.get(&n.op_type, || versions("", &n.op_type)))

@@ -74,14 +74,14 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
     for v in &g.values {
         if let Some(ElemType::Other(code)) = v.ty.elem {
             return Err((
-                Subject::Tensor(v.name.clone()),
+                Subject::Tensor(v.name.to_string()),
                 format!("element type {code} is not an ONNX type"),
             ));
         }
     }
     for (id, w) in g.weights() {
         let name = &g.value(id).name;
-        let what = || Subject::Tensor(name.clone());
+        let what = || Subject::Tensor(name.to_string());
         if let ElemType::Other(_) = w.elem {
             return Err((what(), "its element type is not an ONNX type".into()));
         }
