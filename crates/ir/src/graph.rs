@@ -240,7 +240,8 @@ impl Graph {
 
     /// Longest path from any input to any node, counted in nodes (0 for an empty graph).
     pub fn depth(&self) -> usize {
-        let mut level = vec![0usize; self.nodes.len()];
+        // u32: node ids are, so no path is longer (and a million-node graph's table halves).
+        let mut level = vec![0u32; self.nodes.len()];
         let mut deepest = 0;
         for &n in &self.topo {
             let node = self.node(n);
@@ -253,6 +254,6 @@ impl Graph {
             level[n.index()] = l;
             deepest = deepest.max(l);
         }
-        deepest
+        deepest as usize
     }
 }

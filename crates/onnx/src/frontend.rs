@@ -28,6 +28,7 @@ impl OnnxSource {
     pub fn load(path: &Path) -> Result<OnnxSource, OnnxError> {
         let onnx = OnnxModel::load(path)?;
         let mut model = phase("IR build and check", || crate::to_checked_ir(&onnx))?;
+        onnx.release_pages();
         phase("type inference", || infer_types(&mut model));
         phase("type check", || crate::check_typed(&onnx.path, &model))?;
         Ok(OnnxSource { onnx, model })
