@@ -55,8 +55,8 @@ pub struct PartFile {
     /// Lower-cased op code → backend.
     pub opcode: BTreeMap<String, String>,
     /// Node name → position in `backends`; a `.part` file may name every node of a large
-    /// model, so each rule is a name and a number.
-    pub opname: rustc_hash::FxHashMap<Box<str>, u16>,
+    /// model, so each rule is a name (inline when short, as node names are) and a number.
+    pub opname: rustc_hash::FxHashMap<cleave_ir::Name, u16>,
 }
 
 impl PartFile {
@@ -145,7 +145,7 @@ impl PartFile {
                 continue; // `check` refused it already
             };
             let at = u16::try_from(at).map_err(|_| invalid("more than 65535 backends".into()))?;
-            opname.insert(Box::from(*k), at);
+            opname.insert(cleave_ir::Name::from(*k), at);
         }
         let default = default
             .map(String::from)
