@@ -48,6 +48,7 @@ impl OnnxModel {
     /// them again (a part's node records, a weight): a million-node file is 38 MB of resident
     /// memory the later stages do not otherwise touch.
     pub fn release_pages(&self) {
+        #[cfg(unix)]
         if let Some(map) = &self.map {
             // SAFETY: the map is shared and read-only, so dropping its pages loses nothing: a
             // later read faults them back in from the file, as on first access.
