@@ -254,8 +254,9 @@ fn partition_bench_cuts_the_unit_graph_partition_cuts() {
 /// (3 devices, seed 1), every part written, as measured when the guard was set
 /// (2026-11-26: 74 MB, 740 bytes per node, debug test build; 847 before op types were
 /// interned, names held inline and the mapped file's pages released after the IR build; 1950
-/// before nodes were kept as undecoded records and names were held once). The guard is a ratio of memory to nodes,
-/// never a time: it fails when a change makes the whole command hold a quarter more per node.
+/// before nodes were kept as undecoded records and names were held once). The guard is a
+/// ratio of memory to nodes, never a time: it fails when a change makes the whole command
+/// hold a quarter more per node.
 const RECORDED_PEAK_BYTES_PER_NODE: f64 = 740.0;
 
 #[test]

@@ -288,8 +288,8 @@ pub fn encoded_len(model: &ModelProto) -> usize {
     model.encoded_len()
 }
 
-/// The file's contents as shared bytes backed by a read-only memory map.
-/// The file's bytes, memory-mapped, and the map itself (none for an empty file).
+/// The file's contents as shared bytes backed by a read-only memory map, and the map itself
+/// (none for an empty file).
 pub(crate) fn map_file(path: &Path) -> Result<(Bytes, Option<Arc<memmap2::Mmap>>), OnnxError> {
     let read_err = |source| OnnxError::Read {
         path: path.to_path_buf(),
