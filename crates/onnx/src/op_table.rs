@@ -7,10 +7,9 @@
 
 use std::sync::OnceLock;
 
-use cleave_ir::OpType;
 use rustc_hash::FxHashMap;
 
-use cleave_ir::{Node, OpClass};
+use cleave_ir::{Node, OpClass, OpType};
 
 use crate::infer::Rule;
 
