@@ -17,7 +17,7 @@ fn check_names(pf: &cleave_assign::PartFile) {
         .chain(std::iter::once(&pf.default))
         .chain(pf.opcode.values());
     for b in named {
-        let file = cleave_files::part_file_name("m", 0, b, "onnx")
+        let file = cleave_workdir::part_file_name("m", 0, b, "onnx")
             .unwrap_or_else(|e| panic!("accepted backend {b:?}: {e}"));
         assert!(!file.contains('/') && !file.contains('\\'), "{file}");
     }

@@ -109,7 +109,7 @@ impl PartFile {
             return Err(invalid("[partition] backends is empty or missing".into()));
         }
         for b in &backends {
-            cleave_files::check_backend_name(b)
+            cleave_workdir::check_backend_name(b)
                 .map_err(|e| invalid(format!("[partition] backends: {e}")))?;
         }
         let mut opcode = BTreeMap::new();

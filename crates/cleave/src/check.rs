@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use cleave_assign::{Assignment, Placement, Reason};
 use cleave_device::Profiles;
-use cleave_files::{backend_of, ConnFile};
-use cleave_frontend::Source;
+use cleave_frontend::FormatModel;
 use cleave_fuse::{find_groups, Group, Rule};
 use cleave_ir::{NodeId, ValueId};
 use cleave_partition::{validate, Part, Plan, ValidatedPlan};
+use cleave_workdir::{backend_of, ConnFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
@@ -60,7 +60,7 @@ pub fn check_conn(conn_path: &Path) -> Result<CheckReport, CheckError> {
 pub struct ReadPartition {
     pub conn: ConnFile,
     /// The source model, as loaded and typed.
-    pub source: Box<dyn Source>,
+    pub source: Box<dyn FormatModel>,
     pub plan: ValidatedPlan,
 }
 

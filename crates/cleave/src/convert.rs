@@ -89,7 +89,7 @@ fn convert_flat(input: &Path, output: &Path) -> Result<Vec<String>, Error> {
             )
         })?;
     drop(back);
-    cleave_files::write_atomic(output, &converted.bytes)
+    cleave_workdir::write_atomic(output, &converted.bytes)
         .map_err(|e| Error::from(FrontendError::from(e)))?;
     Ok(converted.notes)
 }

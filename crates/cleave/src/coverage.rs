@@ -7,7 +7,7 @@ use cleave_assign::Assignment;
 use cleave_device::{Profiles, Verdict};
 use cleave_partition::{partition_default, Options, Plan};
 
-use crate::Loaded;
+use crate::LoadedModel;
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Coverage {
@@ -44,7 +44,7 @@ pub fn accelerators<'a>(
 
 /// Partitions as `partition` would (default algorithm) and summarises each accelerator.
 pub fn coverage(
-    loaded: &Loaded,
+    loaded: &LoadedModel,
     a: &Assignment,
     profiles: &Profiles,
     allow_disconnected: bool,

@@ -122,7 +122,7 @@ fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
                     "--devices ov: names no OpenVINO device (e.g. ov:CPU, ov:GPU.1)",
                 ));
             }
-            devices.push(format!("{}{ov}", cleave_files::OPENVINO_PREFIX));
+            devices.push(format!("{}{ov}", cleave_engines::OPENVINO_PREFIX));
         } else {
             devices.push(d.clone());
         }
@@ -132,7 +132,8 @@ fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
     }
     let mut seen = HashSet::new();
     for d in &devices {
-        cleave_files::check_backend_name(d).map_err(|e| Error::usage(format!("--devices: {e}")))?;
+        cleave_workdir::check_backend_name(d)
+            .map_err(|e| Error::usage(format!("--devices: {e}")))?;
         if !seen.insert(d) {
             return Err(Error::usage(format!(
                 "--devices: '{d}' is empty or listed twice"

@@ -55,7 +55,7 @@ pub fn generate_model(
         &g.backends[0],
         names.zip(g.device.iter().copied()),
     );
-    cleave_files::write_atomic(part, text.as_bytes())
+    cleave_workdir::write_atomic(part, text.as_bytes())
         .map_err(|e| Error::from(FrontendError::from(e)))?;
     Ok(Generated {
         nodes,

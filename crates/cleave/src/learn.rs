@@ -5,7 +5,7 @@
 use cleave_ir::{TensorType, ValueDef, ValueId};
 use cleave_runtime::{EngineKind, HostTensor};
 
-use crate::{Error, Loaded};
+use crate::{Error, LoadedModel};
 
 /// What a run taught: the engine, and each tensor's type as it ran.
 #[derive(Clone, Debug)]
@@ -14,10 +14,10 @@ pub struct Learned {
     pub tensors: Vec<(String, TensorType)>,
 }
 
-impl Loaded {
+impl LoadedModel {
     /// Runs the model once on `engine` (seeded random inputs of the inputs' declared, fixed
     /// shapes) with every tensor whose element type or rank is unknown made an output, and
-    /// gives the model what the run showed of them (also kept in [`Loaded::learned`]).
+    /// gives the model what the run showed of them (also kept in [`LoadedModel::learned`]).
     pub fn learn_types(&mut self, engine: EngineKind, seed: u64) -> Result<Learned, Error> {
         let path = self.source.path().to_path_buf();
         let g = self.graph();

@@ -63,7 +63,6 @@ pub use cleave_assign as assign;
 pub use cleave_cost as cost;
 pub use cleave_device as device;
 pub use cleave_engines as engines;
-pub use cleave_files as files;
 pub use cleave_frontend as frontend;
 pub use cleave_fuse as fuse;
 pub use cleave_ir as ir;
@@ -72,9 +71,12 @@ pub use cleave_partition as partition;
 pub use cleave_runtime as runtime;
 pub use cleave_tflite as tflite;
 pub use cleave_view as view;
+pub use cleave_workdir as workdir;
 
 pub use check::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
-pub use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, Source};
+pub use cleave_frontend::{
+    Emitted, EngineOf, ExternalData, FixedDims, FormatModel, RewriteLevel, NO_ENGINE,
+};
 pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
 pub use convert::convert;
@@ -84,7 +86,7 @@ pub use generate::{generate_model, Generated};
 pub use learn::Learned;
 pub use load::{frontend_for, frontends, load};
 pub use openvino_devices::{query as openvino_query, QUERY_SCRIPT as OPENVINO_QUERY_SCRIPT};
-pub use pipeline::{load_model, Algorithm, Cut, Loaded, RewriteSummary};
+pub use pipeline::{load_model, Algorithm, LoadedModel, RewriteSummary, UnitPartition};
 pub use placement::{
     Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
 };

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use cleave_frontend::{Frontend, Source};
+use cleave_frontend::{FormatModel, Frontend};
 use cleave_onnx::OnnxFrontend;
 use cleave_tflite::TfliteFrontend;
 
@@ -24,6 +24,6 @@ pub fn frontend_for(path: &Path) -> &'static dyn Frontend {
 }
 
 /// Loads, checks and types a model with the front-end that reads it.
-pub fn load(path: &Path) -> Result<Box<dyn Source>, Error> {
+pub fn load(path: &Path) -> Result<Box<dyn FormatModel>, Error> {
     Ok(frontend_for(path).load(path)?)
 }

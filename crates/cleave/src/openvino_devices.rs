@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cleave_device::{PluginAnswer, Profile};
-use cleave_files::openvino_device;
+use cleave_engines::openvino_device;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -102,7 +102,7 @@ pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>
                 if let Some(dir) = c.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
-                let _ = cleave_files::write_atomic(c, &bytes);
+                let _ = cleave_workdir::write_atomic(c, &bytes);
             }
             a
         }

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cleave_assign::{assign, AssignOptions, Assignment, Placement, Reason};
-use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel, RewriteOptions, Source};
+use cleave_frontend::{
+    Emitted, ExternalData, FixedDims, FormatModel, RewriteLevel, RewriteOptions,
+};
 use cleave_ir::phases::phase;
 use cleave_ir::{Graph, Model, OpSemantics};
 use cleave_partition::{
@@ -16,13 +18,13 @@ use cleave_partition::{
 use crate::{Devices, Error};
 
 /// A model loaded by its front-end, with the nodes that compute constants marked.
-pub struct Loaded {
-    pub source: Box<dyn Source>,
+pub struct LoadedModel {
+    pub source: Box<dyn FormatModel>,
     /// `constant[i]`: node `i` computes a constant from constants alone (copied where read).
     pub constant: Vec<bool>,
-    /// Set when [`Loaded::rewrite`] changed the model.
+    /// Set when [`LoadedModel::rewrite`] changed the model.
     pub rewritten: Option<RewriteSummary>,
-    /// Set when [`Loaded::learn_types`] ran the model.
+    /// Set when [`LoadedModel::learn_types`] ran the model.
     pub learned: Option<crate::Learned>,
 }
 
@@ -45,7 +47,7 @@ pub enum Algorithm {
 }
 
 /// A partition of the unit graph, before it is mapped back to nodes.
-pub struct Cut {
+pub struct UnitPartition {
     pub units: UnitGraph,
     pub partition: Partition,
     /// Part counts of the references (none for pipeline stages).
@@ -54,13 +56,21 @@ pub struct Cut {
     pub elapsed: Duration,
 }
 
+/// The engine the connection file records for a backend's parts: the device of a registered
+/// engine the backend's name calls for (`openvino:GPU` for `ov-GPU`).
+pub(crate) fn conn_engine(backend: &str) -> Option<String> {
+    cleave_engines::registry()
+        .device_of_backend(backend)
+        .map(|k| k.label())
+}
+
 /// Loads, checks and types a model with the front-end that reads it.
-pub fn load_model(path: impl AsRef<Path>) -> Result<Loaded, Error> {
+pub fn load_model(path: impl AsRef<Path>) -> Result<LoadedModel, Error> {
     let source = crate::load(path.as_ref())?;
     let constant = phase("constant nodes", || {
         source.semantics().constant_nodes(&source.model().graph)
     });
-    Ok(Loaded {
+    Ok(LoadedModel {
         source,
         constant,
         rewritten: None,
@@ -68,7 +78,7 @@ pub fn load_model(path: impl AsRef<Path>) -> Result<Loaded, Error> {
     })
 }
 
-impl Loaded {
+impl LoadedModel {
     pub fn model(&self) -> &Model {
         self.source.model()
     }
@@ -87,13 +97,13 @@ impl Loaded {
 
     /// The model with `fixed` dims set (`--shape`, `--dim`) and typed again; nothing is done
     /// when `fixed` is empty. Parts cut from it declare the fixed dims.
-    pub fn fix_dims(self, fixed: &FixedDims) -> Result<Loaded, Error> {
+    pub fn fix_dims(self, fixed: &FixedDims) -> Result<LoadedModel, Error> {
         if fixed.is_empty() {
             return Ok(self);
         }
         let source = self.source.fix_dims(fixed)?;
         let constant = source.semantics().constant_nodes(&source.model().graph);
-        Ok(Loaded {
+        Ok(LoadedModel {
             source,
             constant,
             rewritten: self.rewritten,
@@ -109,7 +119,7 @@ impl Loaded {
         level: RewriteLevel,
         devices: &Devices,
         fold_limit: u64,
-    ) -> Result<Loaded, Error> {
+    ) -> Result<LoadedModel, Error> {
         let r = self.source.rewrite(&RewriteOptions {
             level,
             devices: devices.order(),
@@ -118,7 +128,7 @@ impl Loaded {
             fold_limit,
         })?;
         let constant = r.source.semantics().constant_nodes(&r.source.model().graph);
-        Ok(Loaded {
+        Ok(LoadedModel {
             rewritten: Some(RewriteSummary {
                 applied: r.applied,
                 nodes_before: self.graph().nodes.len(),
@@ -167,18 +177,18 @@ impl Loaded {
     }
 
     /// Cuts the assigned graph with `algorithm`.
-    pub fn partition(&self, a: &Assignment, algorithm: Algorithm) -> Result<Cut, Error> {
+    pub fn partition(&self, a: &Assignment, algorithm: Algorithm) -> Result<UnitPartition, Error> {
         self.partition_traced(a, algorithm, &mut Vec::new())
     }
 
-    /// [`Loaded::partition`], with the OpenVINO algorithm's steps in its design page's words
+    /// [`LoadedModel::partition`], with the OpenVINO algorithm's steps in its design page's words
     /// appended to `trace` (also when it gives up).
     pub fn partition_traced(
         &self,
         a: &Assignment,
         algorithm: Algorithm,
         trace: &mut Vec<String>,
-    ) -> Result<Cut, Error> {
+    ) -> Result<UnitPartition, Error> {
         let g = self.graph();
         let units = self.unit_graph(a);
         let start = Instant::now();
@@ -207,7 +217,7 @@ impl Loaded {
         })?;
         let elapsed = start.elapsed();
         let references = Some(phase("reference counts", || reference_counts(&units)));
-        Ok(Cut {
+        Ok(UnitPartition {
             units,
             partition,
             references,
@@ -240,7 +250,7 @@ impl Loaded {
 
     /// Maps a cut back onto the graph's nodes and proves it: the only way to a
     /// [`ValidatedPlan`].
-    pub fn plan(&self, a: &Assignment, cut: &Cut) -> Result<ValidatedPlan, Error> {
+    pub fn plan(&self, a: &Assignment, cut: &UnitPartition) -> Result<ValidatedPlan, Error> {
         let g = self.graph();
         let plan = phase("plan build", || {
             Plan::build(g, a, &cut.units, &cut.partition)
@@ -270,7 +280,8 @@ impl Loaded {
             self.source.save_as(&out)?;
         }
         Ok(phase("emission", || {
-            self.source.write_parts(plan, workdir, external)
+            self.source
+                .write_parts(plan, workdir, external, &conn_engine)
         })?)
     }
 }

@@ -11,7 +11,7 @@ use cleave_device::Verdict;
 use cleave_ir::{NodeId, ValueDef};
 use cleave_partition::{Partition, Plan};
 
-use crate::{Devices, Error, Loaded};
+use crate::{Devices, Error, LoadedModel};
 
 /// Where latency figures come from: a cost file `cleave profile` wrote, and the `[cost]`
 /// figures device profiles declare.
@@ -95,7 +95,7 @@ pub const DEFAULT_MARGIN: f64 = 0.10;
 /// Time the search may take beyond the exact limit.
 pub const SEARCH_BUDGET: Duration = Duration::from_millis(500);
 
-impl Loaded {
+impl LoadedModel {
     /// The latency model's figures for this graph on `devices` (a's device list).
     pub fn cost_table(
         &self,

@@ -13,7 +13,8 @@ use cleave_ir::ElemType;
 use cleave_partition::{validate, Partition, Plan, UnitGraph};
 use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, HostTensor, Session};
 
-use crate::{Devices, Error, Loaded};
+use crate::pipeline::conn_engine;
+use crate::{Devices, Error, LoadedModel};
 
 /// How to measure.
 #[derive(Clone, Debug)]
@@ -82,7 +83,7 @@ fn time_runs(
 
 /// An engine's call and copy figures, from the probe at two sizes.
 fn probe(
-    loaded: &Loaded,
+    loaded: &LoadedModel,
     engine: &dyn Engine,
     dir: &Path,
     single_thread: bool,
@@ -116,7 +117,7 @@ fn probe(
 /// Measures every unit of `loaded` on every device of `devices` that may run it, with the
 /// model inputs `feeds`. `progress(done, total, what)` is called as it goes.
 pub fn profile(
-    loaded: &Loaded,
+    loaded: &LoadedModel,
     devices: &Devices,
     feeds: &[(String, HostTensor)],
     opts: &ProfileOptions,
@@ -136,9 +137,10 @@ pub fn profile(
         .map_err(|e| Error::internal(loaded.path(), e))?;
     let plan = validate(g, &one, plan)
         .map_err(|e| Error::internal(loaded.path(), format!("the unit split is invalid: {e}")))?;
-    let written = loaded
-        .source
-        .write_parts(&plan, dir.path(), ExternalData::Inline)?;
+    let written =
+        loaded
+            .source
+            .write_parts(&plan, dir.path(), ExternalData::Inline, &conn_engine)?;
     let parts = &plan.plan().parts;
 
     // Every tensor a unit reads, computed once by the whole model.
@@ -376,7 +378,7 @@ struct EngineFigures {
 
 /// A unit's inputs: model inputs as given, the rest as the whole model computed them.
 fn feed_of(
-    loaded: &Loaded,
+    loaded: &LoadedModel,
     inputs: &[cleave_ir::ValueId],
     given: &HashMap<&str, &HostTensor>,
     values: &HashMap<String, HostTensor>,

@@ -10,7 +10,7 @@ use cleave_frontend::{FixedDims, RewriteLevel};
 use cleave_ir::phases::phase;
 
 use crate::{
-    load_model, parse_memory, Costs, DeviceRequest, Devices, Error, LatencyChoice, Loaded,
+    load_model, parse_memory, Costs, DeviceRequest, Devices, Error, LatencyChoice, LoadedModel,
     Prediction, StageRequest, Stages,
 };
 
@@ -41,7 +41,7 @@ pub struct AssignRequest {
     /// be predicted to be.
     pub margin: f64,
     /// Type the tensors inference cannot by running the model once on ONNX Runtime
-    /// ([`Loaded::learn_types`]).
+    /// ([`LoadedModel::learn_types`]).
     pub learn_dims: bool,
 }
 
@@ -62,7 +62,7 @@ impl Default for AssignRequest {
 
 /// A model loaded, rewritten if asked, and assigned.
 pub struct Assigned {
-    pub loaded: Loaded,
+    pub loaded: LoadedModel,
     pub devices: Devices,
     pub assignment: Assignment,
     /// Latency figures, when a cost file or the latency objective asked for them.
@@ -87,12 +87,12 @@ impl Assigned {
 }
 
 /// The model at `path` with `fixed` dims applied.
-pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<Loaded, Error> {
+pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<LoadedModel, Error> {
     load_model(path)?.fix_dims(fixed)
 }
 
 /// [`load_fixed`], then, when `req` asks, the types one run shows.
-fn load_for(path: &Path, req: &AssignRequest) -> Result<Loaded, Error> {
+fn load_for(path: &Path, req: &AssignRequest) -> Result<LoadedModel, Error> {
     let mut loaded = load_fixed(path, &req.fixed)?;
     if req.learn_dims {
         let engine = learning_engine(&loaded)?;
@@ -103,7 +103,7 @@ fn load_for(path: &Path, req: &AssignRequest) -> Result<Loaded, Error> {
 
 /// The engine a `--learn-dims` run uses: the first registered to run whole models of the
 /// model's format.
-fn learning_engine(loaded: &Loaded) -> Result<cleave_runtime::EngineKind, Error> {
+fn learning_engine(loaded: &LoadedModel) -> Result<cleave_runtime::EngineKind, Error> {
     let format = loaded.source.extension();
     let candidates = crate::engine_registry().candidates(format);
     candidates
@@ -161,7 +161,7 @@ pub fn load_and_stage(
     req: &AssignRequest,
     stages: usize,
     memory: &[String],
-) -> Result<(Loaded, Stages), Error> {
+) -> Result<(LoadedModel, Stages), Error> {
     if req.objective == Objective::Latency {
         return Err(Error::usage(
             "stages and the latency objective both decide the devices: choose one",

@@ -56,7 +56,7 @@ pub fn load_parts(
 }
 
 /// The source model a connection file names, loaded and typed.
-pub fn conn_source(conn: &Path) -> Result<Box<dyn cleave_frontend::Source>, Error> {
+pub fn conn_source(conn: &Path) -> Result<Box<dyn cleave_frontend::FormatModel>, Error> {
     let c = runner::read_conn(conn)?;
     let dir = conn.parent().unwrap_or(Path::new("."));
     crate::load(&dir.join(&c.source.file))

@@ -12,7 +12,7 @@ use cleave_partition::{Partition, UnitGraph};
 use cleave_view::human_bytes;
 
 use crate::placement::Costs;
-use crate::{Cut, Devices, Error, Loaded};
+use crate::{Devices, Error, LoadedModel, UnitPartition};
 
 /// What `--stages` is asked.
 pub struct StageRequest<'a> {
@@ -39,7 +39,7 @@ pub enum StageTime {
 /// The stages chosen, with their figures.
 pub struct Stages {
     pub assignment: Assignment,
-    pub cut: Cut,
+    pub cut: UnitPartition,
     pub plan: StagePlan,
     /// Device of each stage.
     pub devices: Vec<String>,
@@ -48,7 +48,7 @@ pub struct Stages {
     pub time: StageTime,
 }
 
-impl Loaded {
+impl LoadedModel {
     /// Cuts the graph into `r.stages` consecutive stages minimising the slowest one, each
     /// within its device's memory budget.
     pub fn stages(&self, r: &StageRequest) -> Result<Stages, Error> {
@@ -233,7 +233,7 @@ impl Loaded {
         let elapsed = start.elapsed();
         Ok(Stages {
             assignment,
-            cut: Cut {
+            cut: UnitPartition {
                 units,
                 partition: Partition::from_labels(&part_of),
                 references: None,

@@ -11,7 +11,7 @@ use std::process::Command;
 /// The crates between loading and writing: they must work on any format.
 const NEUTRAL: [&str; 10] = [
     "cleave-ir",
-    "cleave-files",
+    "cleave-workdir",
     "cleave-device",
     "cleave-fuse",
     "cleave-assign",
@@ -182,6 +182,21 @@ fn the_runtime_core_names_no_engine_or_format() {
     assert!(
         hits.is_empty(),
         "crates/runtime names an engine or a format (register it in cleave-engines):\n{}",
+        hits.join("\n")
+    );
+}
+
+#[test]
+fn the_workdir_crate_names_no_engine() {
+    let words: Vec<&str> = ENGINE_WORDS
+        .iter()
+        .chain(&["tract", "ort"])
+        .copied()
+        .collect();
+    let hits = naming("workdir", &words);
+    assert!(
+        hits.is_empty(),
+        "crates/workdir names an engine (the engine registry answers for backends):\n{}",
         hits.join("\n")
     );
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cleave::onnx::emit::emit_limited;
 use cleave::onnx::OnnxSource;
-use cleave::{load_model, Algorithm, Devices, ExternalData};
+use cleave::{load_model, Algorithm, Devices, ExternalData, NO_ENGINE};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tiny_cnn");
 
@@ -22,7 +22,7 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// The plan `partition` makes by default of `loaded` on `devices`.
-fn default_plan(loaded: &cleave::Loaded, devices: &Devices) -> cleave::ValidatedPlan {
+fn default_plan(loaded: &cleave::LoadedModel, devices: &Devices) -> cleave::ValidatedPlan {
     let a = loaded.assign(devices).unwrap();
     let cut = loaded
         .partition(
@@ -55,6 +55,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
         &limited,
         ExternalData::Inline,
         64,
+        NO_ENGINE,
     )
     .unwrap();
     assert!(
@@ -81,6 +82,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
         &inline,
         ExternalData::Inline,
         1 << 30,
+        NO_ENGINE,
     )
     .unwrap();
     assert!(e.notes.is_empty() && e.weights.is_none());
@@ -112,6 +114,7 @@ fn parts_from_node_records_equal_parts_from_decoded_nodes() {
         &records,
         ExternalData::Inline,
         limit,
+        NO_ENGINE,
     )
     .unwrap();
     emit_limited(
@@ -121,6 +124,7 @@ fn parts_from_node_records_equal_parts_from_decoded_nodes() {
         &whole,
         ExternalData::Inline,
         limit,
+        NO_ENGINE,
     )
     .unwrap();
     let (r, d) = (files(&records), files(&whole));

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleave::partition::{References, ValidatedPlan};
-use cleave::{Cut, Devices, Emitted, ExternalData};
+use cleave::{Devices, Emitted, ExternalData, UnitPartition};
 
 use crate::setup::{load_and_assign, Assigned, DeviceArgs};
 use crate::Fail;
@@ -121,7 +121,7 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
             p.weights_bytes = Some(w);
             p.activation_peak_bytes = Some(act);
         }
-        cleave::files::write_atomic(&written.conn_json, conn.to_json().as_bytes())
+        cleave::workdir::write_atomic(&written.conn_json, conn.to_json().as_bytes())
             .map_err(|e| Fail::input(&e.path, format!("cannot write: {}", e.source)))?;
     }
     if !stage_lines.is_empty() {
@@ -208,7 +208,7 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
     finish(a, assigned, &cut)
 }
 
-fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &Cut) -> Result<Built, Fail> {
+fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &UnitPartition) -> Result<Built, Fail> {
     let bar = crate::progress::spinner("building and validating the parts");
     let plan = assigned.loaded.plan(&assigned.assignment, cut)?;
     let written = if a.dry_run {

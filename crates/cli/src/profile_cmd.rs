@@ -72,7 +72,7 @@ pub fn run(a: ProfileArgs) -> Result<(), Fail> {
         bar.set_message(what.to_string());
     })?;
     bar.finish_and_clear();
-    cleave::files::write_atomic(a.output, costs.to_json().as_bytes())
+    cleave::workdir::write_atomic(a.output, costs.to_json().as_bytes())
         .map_err(|e| Fail::input(&e.path, format!("cannot write: {}", e.source)))?;
     if a.json {
         println!("{}", costs.to_json());

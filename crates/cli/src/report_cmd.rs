@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use cleave::files::ConnFile;
 use cleave::fuse::Group;
 use cleave::ir::Graph;
 use cleave::partition::Plan;
 use cleave::read_partition;
 use cleave::view::{write_views, FusedGroup, Report};
+use cleave::workdir::ConnFile;
 
 use crate::Fail;
 

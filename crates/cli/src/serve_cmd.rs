@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use cleave::files::ConnFile;
+use cleave::workdir::ConnFile;
 
 use crate::setup::RayArgs;
 use crate::Fail;

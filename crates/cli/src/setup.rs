@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 pub use cleave::Assigned;
-use cleave::{load_model, AssignRequest, DeviceRequest, FixedDims, Loaded, RewriteLevel};
+use cleave::{load_model, AssignRequest, DeviceRequest, FixedDims, LoadedModel, RewriteLevel};
 
 use crate::Fail;
 
@@ -150,21 +150,24 @@ impl DeviceArgs {
     }
 
     /// `source` with `--shape`/`--dim` applied (itself when there are none).
-    pub fn fix(&self, source: Box<dyn cleave::Source>) -> Result<Box<dyn cleave::Source>, Fail> {
+    pub fn fix(
+        &self,
+        source: Box<dyn cleave::FormatModel>,
+    ) -> Result<Box<dyn cleave::FormatModel>, Fail> {
         fix_source(source, &self.fixed_dims()?)
     }
 
     /// Loads the model with `--shape`/`--dim` applied.
-    pub fn load(&self, model_path: &Path) -> Result<Loaded, Fail> {
+    pub fn load(&self, model_path: &Path) -> Result<LoadedModel, Fail> {
         Ok(load_model(model_path)?.fix_dims(&self.fixed_dims()?)?)
     }
 }
 
 /// `source` with `fixed` dims applied (itself when there are none).
 pub fn fix_source(
-    source: Box<dyn cleave::Source>,
+    source: Box<dyn cleave::FormatModel>,
     fixed: &FixedDims,
-) -> Result<Box<dyn cleave::Source>, Fail> {
+) -> Result<Box<dyn cleave::FormatModel>, Fail> {
     if fixed.is_empty() {
         return Ok(source);
     }
@@ -213,7 +216,7 @@ pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned,
 }
 
 /// What `--learn-dims` took from a run, said as such: these types hold for the inputs' shapes.
-pub fn say_learned(model_path: &Path, loaded: &Loaded) {
+pub fn say_learned(model_path: &Path, loaded: &LoadedModel) {
     let Some(l) = &loaded.learned else {
         return;
     };

@@ -107,7 +107,7 @@ pub fn report(print: bool, json: Option<&Path>, started: Instant) -> Result<(), 
             },
         };
         let text = serde_json::to_string_pretty(&report).map_err(Fail::usage)?;
-        cleave::files::write_atomic(path, text.as_bytes())
+        cleave::workdir::write_atomic(path, text.as_bytes())
             .map_err(|e| Fail::input(&e.path, e.source))?;
     }
     Ok(())

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cleave::files::ConnFile;
+use cleave::workdir::ConnFile;
 use cleave_testdata::{light_random, LIGHT_MODELS};
 use common::*;
 use prost::Message;

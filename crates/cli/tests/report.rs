@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cleave::files::ConnFile;
+use cleave::workdir::ConnFile;
 use cleave_testdata::light;
 use common::{assert_bad_input, cleave, ok, os};
 

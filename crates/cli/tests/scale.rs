@@ -206,7 +206,7 @@ fn gen_refuses_zero_nodes_and_a_missing_folder() {
 }
 
 /// `bench --partition` times the partitioner on the very unit graph `partition` cuts: fused
-/// groups and inseparable pairs contracted, as the library's `Loaded::unit_graph` builds it
+/// groups and inseparable pairs contracted, as the library's `LoadedModel::unit_graph` builds it
 /// (it once left the fused groups out, and timed a bigger graph than users partition).
 #[test]
 fn partition_bench_cuts_the_unit_graph_partition_cuts() {

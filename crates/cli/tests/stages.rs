@@ -278,7 +278,7 @@ fn weights_behind_constant_nodes_count_in_the_stage_that_carries_them() {
         })
         .collect();
     assert_eq!(weights.len(), 2, "{out}");
-    let conn = cleave::files::ConnFile::from_json(
+    let conn = cleave::workdir::ConnFile::from_json(
         &std::fs::read_to_string(work.join("folded.conn.json")).unwrap(),
     )
     .unwrap();

@@ -23,6 +23,16 @@ pub use ort_engine::{ort_library_path, OnnxRuntime};
 pub use python_pkg::python;
 pub use tract_engine::Tract;
 
+/// Backends named `ov-DEVICE` (`--devices ov:CPU`) are OpenVINO's devices.
+pub const OPENVINO_PREFIX: &str = "ov-";
+
+/// The OpenVINO device of a backend named `ov-DEVICE`.
+pub fn openvino_device(backend: &str) -> Option<&str> {
+    backend
+        .strip_prefix(OPENVINO_PREFIX)
+        .filter(|d| !d.is_empty())
+}
+
 /// Every engine this crate links, in the order they are tried to run a whole model of a
 /// format: ONNX Runtime, then tract, for ONNX; LiteRT for TFLite. A part runs on tract
 /// (ONNX) or LiteRT (TFLite) unless its backend or `--engine` says otherwise; OpenVINO runs
@@ -57,7 +67,7 @@ pub fn registry() -> &'static Registry {
             whole_model: false,
             devices: Some(Devices {
                 default: "CPU",
-                backend_prefix: cleave_files::OPENVINO_PREFIX,
+                backend_prefix: OPENVINO_PREFIX,
             }),
             ..plain("openvino", &["ov"], &["onnx", "tflite"], &[], |device| {
                 guarded(OpenVino::new(device.unwrap_or("CPU")))

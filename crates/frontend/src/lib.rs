@@ -1,6 +1,6 @@
 //! What a model format implements to plug into cleave.
 //!
-//! A [`Frontend`] recognises its files and loads one into a [`Source`]: the typed
+//! A [`Frontend`] recognises its files and loads one into a [`FormatModel`]: the typed
 //! [`cleave_ir::Model`] with a [`cleave_ir::SourceRef`] on every node back to its record in the
 //! file, the operator semantics the neutral stages ask ([`cleave_ir::OpSemantics`]), the
 //! format's own rewrites, and writing the parts of a [`ValidatedPlan`] in the same format.
@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use cleave_device::Profiles;
-use cleave_files::ConnFile;
 use cleave_ir::{ElemType, Model, OpSemantics, TensorType, ValueId};
 use cleave_partition::ValidatedPlan;
+use cleave_workdir::ConnFile;
 
 mod write;
 
@@ -108,7 +108,7 @@ pub trait Frontend: Sync {
     fn accepts(&self, path: &Path) -> bool;
 
     /// Loads, checks and types a model.
-    fn load(&self, path: &Path) -> Result<Box<dyn Source>, FrontendError>;
+    fn load(&self, path: &Path) -> Result<Box<dyn FormatModel>, FrontendError>;
 }
 
 /// How hard to rewrite a model before partitioning.
@@ -159,7 +159,7 @@ pub struct Computed {
 
 /// A model rewritten by its front-end.
 pub struct Rewritten {
-    pub source: Box<dyn Source>,
+    pub source: Box<dyn FormatModel>,
     /// How many times each rewrite applied, by name.
     pub applied: BTreeMap<&'static str, usize>,
     /// For each node label of the new model that differs from the source, the source node
@@ -196,6 +196,15 @@ pub enum ExternalData {
     /// Every part references one file, `WORKDIR/stem.weights`, by offset and length.
     Shared,
 }
+
+/// The engine the connection file records for a backend's parts (`openvino:GPU` for
+/// `ov-GPU`), where the backend's name calls for one. Engines are not a front-end's to know:
+/// the caller answers, the facade from the engine registry.
+pub type EngineOf<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Records no engine: each part's engine is then chosen from its backend and format when it
+/// runs.
+pub const NO_ENGINE: EngineOf<'static> = &|_| None;
 
 /// One written part, for the summary.
 #[derive(Clone, Debug)]
@@ -241,7 +250,7 @@ pub struct TypeReport {
 }
 
 /// A loaded model in its format.
-pub trait Source: Send + Sync {
+pub trait FormatModel: Send + Sync {
     /// The file it was loaded from (or last saved to).
     fn path(&self) -> &Path;
 
@@ -274,17 +283,19 @@ pub trait Source: Send + Sync {
 
     /// The model with `fixed` dims set in its inputs (and wherever their symbols are
     /// declared), typed again; the source itself is not changed.
-    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn Source>, FrontendError>;
+    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn FormatModel>, FrontendError>;
 
     /// Writes the model to `path` and makes that its path from then on.
     fn save_as(&mut self, path: &Path) -> Result<(), FrontendError>;
 
-    /// Writes every part of `plan` and the connection files into `workdir`.
+    /// Writes every part of `plan` and the connection files into `workdir`; `engine_of`
+    /// names the engines the connection file records.
     fn write_parts(
         &self,
         plan: &ValidatedPlan,
         workdir: &Path,
         external: ExternalData,
+        engine_of: EngineOf<'_>,
     ) -> Result<Emitted, FrontendError>;
 
     /// Writes a copy of the model to `path` whose outputs also include `extra` (to compare

@@ -6,12 +6,12 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use cleave_files::{part_file_name, relative_path, ConnFile, ConnModel, Staged, WriteError};
 use cleave_ir::phases::{counted, phase};
 use cleave_ir::{Model, ValueId};
 use cleave_partition::ValidatedPlan;
+use cleave_workdir::{part_file_name, relative_path, ConnFile, ConnModel, Staged, WriteError};
 
-use crate::{Emitted, EmittedPart, ExternalData, FrontendError, SharedWeights};
+use crate::{Emitted, EmittedPart, EngineOf, ExternalData, FrontendError, SharedWeights};
 
 /// One part encoded in its format.
 pub enum Encoded {
@@ -73,7 +73,8 @@ pub trait PartEncoder: Sync {
 /// Writes every part of `plan` and the connection files into `workdir` (created if
 /// missing), all or nothing (see [`Staged`]). The parts of an earlier partition of the same
 /// stem that this one does not produce are removed; nothing else in `workdir`, and never the
-/// source model at `source`, is touched.
+/// source model at `source`, is touched. `engine_of` names the engine each backend's parts
+/// are for in the connection file, where it names one.
 pub fn write_partition(
     encoder: &mut dyn PartEncoder,
     source: &Path,
@@ -81,6 +82,7 @@ pub fn write_partition(
     plan: &ValidatedPlan,
     workdir: &Path,
     external: ExternalData,
+    engine_of: EngineOf<'_>,
 ) -> Result<Emitted, FrontendError> {
     let mut staged = Staged::new(workdir).map_err(FrontendError::from)?;
     let work_real = workdir
@@ -166,7 +168,7 @@ pub fn write_partition(
             file: file.clone(),
             inputs: names(&part.inputs),
             outputs: names(&part.outputs),
-            engine: cleave_files::engine_of_backend(&backend),
+            engine: engine_of(&backend),
             format: Some(encoder.format().to_string()),
             backend: Some(backend.clone()),
             ..Default::default()

@@ -228,7 +228,7 @@ pub(crate) fn carry_external_files(
         }
         // A copy (copy_file_range: extents shared where the file system can), not a hard link:
         // onnx refuses data files with more than one link as a possible hard-link attack.
-        cleave_files::copy_atomic(&src_real, &dst).map_err(|e| write_err(&dst, e.source))?;
+        cleave_workdir::copy_atomic(&src_real, &dst).map_err(|e| write_err(&dst, e.source))?;
     }
     Ok(())
 }

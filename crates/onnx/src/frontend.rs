@@ -3,13 +3,14 @@
 use std::path::Path;
 
 use cleave_frontend::{
-    Emitted, ExternalData, FixedDims, Frontend, FrontendError, RewriteOptions, Rewritten, Source,
+    Emitted, EngineOf, ExternalData, FixedDims, FormatModel, Frontend, FrontendError,
+    RewriteOptions, Rewritten,
 };
 use cleave_ir::phases::phase;
 use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
 
-use crate::emit::{emit_with, from_emit, with_outputs};
+use crate::emit::{emit_limited, from_emit, with_outputs, PROTOBUF_LIMIT};
 use crate::rewrite::{optimize, OptimizeError};
 use crate::{infer_types, to_ir, OnnxError, OnnxModel, OnnxSemantics};
 
@@ -45,12 +46,12 @@ impl Frontend for OnnxFrontend {
             .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
     }
 
-    fn load(&self, path: &Path) -> Result<Box<dyn Source>, FrontendError> {
+    fn load(&self, path: &Path) -> Result<Box<dyn FormatModel>, FrontendError> {
         Ok(Box::new(OnnxSource::load(path).map_err(from_onnx)?))
     }
 }
 
-impl Source for OnnxSource {
+impl FormatModel for OnnxSource {
     fn path(&self) -> &Path {
         &self.onnx.path
     }
@@ -95,7 +96,7 @@ impl Source for OnnxSource {
         })
     }
 
-    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn Source>, FrontendError> {
+    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn FormatModel>, FrontendError> {
         let mut proto = self.onnx.proto().map_err(from_onnx)?.into_owned();
         crate::fix_dims::fix_dims(&mut proto, fixed)
             .map_err(|m| FrontendError::new(&self.onnx.path, m))?;
@@ -140,8 +141,17 @@ impl Source for OnnxSource {
         plan: &ValidatedPlan,
         workdir: &Path,
         external: ExternalData,
+        engine_of: EngineOf<'_>,
     ) -> Result<Emitted, FrontendError> {
-        emit_with(&self.onnx, &self.model, plan, workdir, external)
+        emit_limited(
+            &self.onnx,
+            &self.model,
+            plan,
+            workdir,
+            external,
+            PROTOBUF_LIMIT,
+            engine_of,
+        )
     }
 
     fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError> {

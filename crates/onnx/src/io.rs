@@ -320,9 +320,9 @@ impl AsRef<[u8]> for SharedMap {
     }
 }
 
-/// [`cleave_files::write_atomic`], with this crate's error.
+/// [`cleave_workdir::write_atomic`], with this crate's error.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), OnnxError> {
-    cleave_files::write_atomic(path, data).map_err(|e| OnnxError::Write {
+    cleave_workdir::write_atomic(path, data).map_err(|e| OnnxError::Write {
         path: e.path,
         source: e.source,
     })

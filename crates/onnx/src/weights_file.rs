@@ -227,7 +227,7 @@ pub fn write_weights_file_to(
             if out_real.as_ref() == Some(&only_real) {
                 return Ok(Some(done(WeightsSource::Existing)));
             }
-            if cleave_files::copy_atomic(&only_real, write_to).is_ok() {
+            if cleave_workdir::copy_atomic(&only_real, write_to).is_ok() {
                 return Ok(Some(done(WeightsSource::WholeFile)));
             }
         }
@@ -259,7 +259,7 @@ fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u
     let mut sources: HashMap<&Path, File> = HashMap::new();
     // A source file that cannot be read is the source's error, not the output's.
     let mut read_error = None;
-    let written = cleave_files::write_with(out, |dst| {
+    let written = cleave_workdir::write_with(out, |dst| {
         let mut pos = 0u64;
         for (name, from) in plan {
             pos = pos.div_ceil(ALIGN) * ALIGN;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cleave::frontend::FixedDims;
 use cleave::ir::{Dim, Graph, ValueId};
 use cleave::runtime::HostTensor;
-use cleave::{AssignRequest, DeviceRequest, Loaded, Objective, RewriteLevel};
+use cleave::{AssignRequest, DeviceRequest, LoadedModel, Objective, RewriteLevel};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
@@ -20,7 +20,7 @@ use crate::tensors::{to_host, to_numpy};
 pub struct Model {
     pub(crate) path: PathBuf,
     pub(crate) fixed: FixedDims,
-    pub(crate) loaded: Loaded,
+    pub(crate) loaded: LoadedModel,
     /// The folder a model given as bytes was written into; it lives as long as anything
     /// made from the model needs it.
     pub(crate) tmp: Option<Arc<TempDir>>,

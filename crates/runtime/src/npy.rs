@@ -162,7 +162,7 @@ pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), RuntimeError> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&t.data);
-    cleave_files::write_atomic(path, &out).map_err(|e| RuntimeError::Write {
+    cleave_workdir::write_atomic(path, &out).map_err(|e| RuntimeError::Write {
         path: e.path,
         source: e.source,
     })

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cleave_files::ConnFile;
+use cleave_workdir::ConnFile;
 
 use crate::engine::{part_format, EngineKind, EngineMap, Session};
 use crate::error::RuntimeError;
@@ -53,7 +53,7 @@ pub fn load_parts(
     let mut sessions = Vec::new();
     let mut made: HashMap<EngineKind, Box<dyn crate::Engine>> = HashMap::new();
     for p in &conn.parts {
-        let backend = cleave_files::backend_of(&p.file, p.backend.as_deref());
+        let backend = cleave_workdir::backend_of(&p.file, p.backend.as_deref());
         let path = dir.join(&p.file);
         let format = part_format(&path, p.format.as_deref());
         let kind = engines

@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use cleave_files::write_atomic;
 use cleave_frontend::{
-    write_partition, Emitted, Encoded, ExternalData, FixedDims, Frontend, FrontendError,
-    PartEncoder, RewriteOptions, Rewritten, Source,
+    write_partition, Emitted, Encoded, EngineOf, ExternalData, FixedDims, FormatModel, Frontend,
+    FrontendError, PartEncoder, RewriteOptions, Rewritten,
 };
 use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
 use cleave_partition::ValidatedPlan;
+use cleave_workdir::write_atomic;
 
 use crate::build::{self, Selection};
 use crate::model::{FlatModel, Format};
@@ -34,7 +34,7 @@ impl Frontend for TfliteFrontend {
         by_extension || sniff(path).is_some()
     }
 
-    fn load(&self, path: &Path) -> Result<Box<dyn Source>, FrontendError> {
+    fn load(&self, path: &Path) -> Result<Box<dyn FormatModel>, FrontendError> {
         Ok(Box::new(TfliteSource::load(path)?))
     }
 }
@@ -208,7 +208,7 @@ fn encode_circle(
     ))
 }
 
-impl Source for TfliteSource {
+impl FormatModel for TfliteSource {
     fn path(&self) -> &Path {
         &self.file.path
     }
@@ -257,7 +257,7 @@ impl Source for TfliteSource {
         })
     }
 
-    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn Source>, FrontendError> {
+    fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn FormatModel>, FrontendError> {
         if fixed.is_empty() {
             return Ok(Box::new(self.clone()));
         }
@@ -282,6 +282,7 @@ impl Source for TfliteSource {
         plan: &ValidatedPlan,
         workdir: &Path,
         _external: ExternalData,
+        engine_of: EngineOf<'_>,
     ) -> Result<Emitted, FrontendError> {
         let model = &self.converted.model;
         write_partition(
@@ -291,6 +292,7 @@ impl Source for TfliteSource {
             plan,
             workdir,
             ExternalData::Inline,
+            engine_of,
         )
     }
 

@@ -1,8 +1,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use cleave_files::ConnFile;
 use cleave_ir::{Graph, NodeId, ValueDef, ValueId};
 use cleave_partition::Plan;
+use cleave_workdir::ConnFile;
 
 /// A tensor as the views show it: its name and its bytes per inference, when its shape is static.
 #[derive(Clone, Debug, PartialEq, Eq)]

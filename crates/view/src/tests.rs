@@ -1,9 +1,9 @@
 //! The views of a small hand-built partition: x → a(Relu, npu) → b(Neg, cpu) → c(Add, npu) → y,
 //! `c` also reading `k`, computed by a constant node from the weight `shape`.
 
-use cleave_files::{ConnFile, ConnModel};
 use cleave_ir::{ElemType, Graph, GraphBuilder, NodeId, NodeSpec, TensorType, Weight, WeightData};
 use cleave_partition::{Part, Plan};
+use cleave_workdir::{ConnFile, ConnModel};
 
 use crate::*;
 

@@ -54,7 +54,7 @@ pub fn write_views(
         files.push((path, text));
     }
     for (path, text) in files {
-        cleave_files::write_atomic(path, text.as_bytes()).map_err(|e| {
+        cleave_workdir::write_atomic(path, text.as_bytes()).map_err(|e| {
             let message = e.source.to_string();
             ViewError::Write {
                 path: path.clone(),

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cleave_files::{ConnFile, ConnModel};
+use cleave_workdir::{ConnFile, ConnModel};
 
 use crate::Error;
 

@@ -7,5 +7,5 @@ mod part;
 mod write;
 
 pub use part::{part_model, value_info, with_outputs};
-pub(crate) use write::from_emit;
 pub use write::{emit, emit_limited, emit_with, EmitError};
+pub(crate) use write::{from_emit, PROTOBUF_LIMIT};

@@ -1,13 +1,13 @@
 use std::path::{Path, PathBuf};
 
-use cleave_files::Staged;
 use cleave_frontend::{
-    write_partition, Emitted, Encoded, ExternalData, FrontendError, PartEncoder, SharedWeights,
-    SideFiles,
+    write_partition, Emitted, Encoded, EngineOf, ExternalData, FrontendError, PartEncoder,
+    SharedWeights, SideFiles, NO_ENGINE,
 };
 use cleave_ir::phases::phase;
 use cleave_ir::Model;
 use cleave_partition::{Plan, ValidatedPlan};
+use cleave_workdir::Staged;
 
 use super::part::{part_model_with, SourceIndex};
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// Protobuf refuses to encode a message of 2 GiB or more.
-const PROTOBUF_LIMIT: usize = i32::MAX as usize;
+pub(crate) const PROTOBUF_LIMIT: usize = i32::MAX as usize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
@@ -74,11 +74,20 @@ pub fn emit_with(
     workdir: &Path,
     external: ExternalData,
 ) -> Result<Emitted, FrontendError> {
-    emit_limited(source, model, plan, workdir, external, PROTOBUF_LIMIT)
+    emit_limited(
+        source,
+        model,
+        plan,
+        workdir,
+        external,
+        PROTOBUF_LIMIT,
+        NO_ENGINE,
+    )
 }
 
 /// [`emit_with`] where an inline part may be at most `limit` bytes (protobuf's limit in
-/// use; smaller in tests, which cannot afford 2 GB parts).
+/// use; smaller in tests, which cannot afford 2 GB parts), recording the engines `engine_of`
+/// names.
 #[doc(hidden)]
 pub fn emit_limited(
     source: &OnnxModel,
@@ -87,6 +96,7 @@ pub fn emit_limited(
     workdir: &Path,
     external: ExternalData,
     limit: usize,
+    engine_of: EngineOf<'_>,
 ) -> Result<Emitted, FrontendError> {
     let index = phase("source index", || SourceIndex::new(source))
         .map_err(|e| from_emit(e, &source.path))?;
@@ -97,7 +107,15 @@ pub fn emit_limited(
         weights: None,
         limit: Some(limit),
     };
-    write_partition(&mut encoder, &source.path, model, plan, workdir, external)
+    write_partition(
+        &mut encoder,
+        &source.path,
+        model,
+        plan,
+        workdir,
+        external,
+        engine_of,
+    )
 }
 
 /// Encodes ONNX parts: each a standalone model built from the source's own records.

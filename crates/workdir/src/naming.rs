@@ -25,22 +25,6 @@ pub fn check_backend_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Backends named `ov-DEVICE` (`--devices ov:CPU`) are OpenVINO's devices.
-pub const OPENVINO_PREFIX: &str = "ov-";
-
-/// The OpenVINO device of a backend named `ov-DEVICE`.
-pub fn openvino_device(backend: &str) -> Option<&str> {
-    backend
-        .strip_prefix(OPENVINO_PREFIX)
-        .filter(|d| !d.is_empty())
-}
-
-/// The engine a backend's parts are for when the backend itself says so (`openvino:CPU` for
-/// `ov-CPU`), recorded in the connection file.
-pub fn engine_of_backend(backend: &str) -> Option<String> {
-    openvino_device(backend).map(|d| format!("openvino:{d}"))
-}
-
 /// The file of part `k` (0-based): `stem.00001_<backend>.<ext>`; refused unless the backend
 /// follows [`check_backend_name`] and the result is one plain file name.
 pub fn part_file_name(stem: &str, k: usize, backend: &str, ext: &str) -> Result<String, String> {
