@@ -134,6 +134,8 @@ CASES = {
     # Attribute lists whose length does not match the rank.
     "conv_pads_length": ("attribute length", one("Conv", **CONV, pads=[0, 0, 0]), "node 'n0' (Conv): pads [0, 0, 0] has 3 entries; 2 spatial axes need 4"),
     "maxpool_strides_length": ("attribute length", one("MaxPool", kernel_shape=[1, 1], strides=[1, 1, 1]), "node 'n0' (MaxPool): strides [1, 1, 1] has 3 entries; 2 spatial axes need 2"),
+    "resize_scales_length": ("attribute length", one("Resize", inputs=("x", "", "sc"), inits=[f32("sc", [1, 1, 2])]), "node 'n0' (Resize): scales has 3 entries; the input has rank 4"),
+    "split_sizes_count": ("attribute length", model([helper.make_node("Split", ["x", "s"], ["y", "z"], axis=1, name="n0")], [i64("s", [2, 1, 1])], outputs=("y", "z")), "node 'n0' (Split): split [2, 1, 1] has 3 sizes for 2 outputs"),
     "pad_pads_length": ("attribute length", one("Pad", inputs=("x", "p"), inits=[i64("p", [0, 0, 1])]), "node 'n0' (Pad): pads [0, 0, 1] has 3 entries; 4 padded axes need 8"),
     # Axes out of range for the inferred rank.
     "concat_axis": ("axis", one("Concat", inputs=("x", "x"), axis=4), "node 'n0' (Concat): axis 4 is out of range for rank 4"),
@@ -160,6 +162,10 @@ CASES = {
     "concat_ranks": ("operands", one("Concat", inputs=("x", "w"), inits=[w("w", [2, 2])], axis=0), "node 'n0' (Concat): input 1 has rank 2, input 0 rank 4"),
     "conv_weight_channels": ("operands", one("Conv", inputs=("x", "w"), inits=[w("w", [4, 3, 1, 1])]), "node 'n0' (Conv): weights [4, 3, 1, 1] take 3 input channels per group × group 1; the input has 4"),
     "conv_group_channels": ("operands", one("Conv", **CONV, group=3), "node 'n0' (Conv): weights [4, 4, 1, 1] take 4 input channels per group × group 3; the input has 4"),
+    "conv_weight_rank": ("operands", one("Conv", inputs=("x", "w"), inits=[w("w", [4, 4, 1])]), "node 'n0' (Conv): weights [4, 4, 1] have rank 3; the input has rank 4"),
+    "conv_input_rank_2": ("operands", model([helper.make_node("Conv", ["x", "w"], ["y"], name="n0")], [w("w", [4, 4])], inputs=(("x", [2, 4]),)), "node 'n0' (Conv): the input has rank 2; Conv needs batch, channels and at least one spatial axis"),
+    "conv_group_outputs": ("operands", one("Conv", inputs=("x", "w"), inits=[w("w", [3, 2, 1, 1])], group=2), "node 'n0' (Conv): 3 output channels do not divide into group 2"),
+    "conv_transpose_channels": ("operands", one("ConvTranspose", inputs=("x", "w"), inits=[w("w", [3, 4, 1, 1])]), "node 'n0' (ConvTranspose): weights [3, 4, 1, 1] take 3 input channels; the input has 4"),
     "add_mixed_types": ("operands", one("Add", inputs=("x", "i"), inits=[i64("i", [1])]), "node 'n0' (Add): input 1 is int64 and input 0 float32; Add takes both as T"),
     "gather_float_indices": ("operands", one("Gather", inputs=("x", "i"), inits=[f32("i", [0])]), "node 'n0' (Gather): input 1 is float32; Gather takes Tind in {int32, int64}"),
     # Reshape targets no tensor can take.
@@ -171,6 +177,8 @@ CASES = {
     # Shape and size arguments given as constant inputs.
     "tile_negative": ("shape argument", one("Tile", inputs=("x", "r"), inits=[i64("r", [1, -1, 1, 1])]), "node 'n0' (Tile): repeats [1, -1, 1, 1]: -1 is negative"),
     "tile_length": ("shape argument", one("Tile", inputs=("x", "r"), inits=[i64("r", [1, 2])]), "node 'n0' (Tile): repeats [1, 2] has 2 entries; the input has rank 4"),
+    "reshape_copies_missing_dim": ("reshape", one("Reshape", inputs=("x", "s"), inits=[i64("s", [0, 0, 0, 0, 0])]), "node 'n0' (Reshape): shape [0, 0, 0, 0, 0] copies dim 4 (a 0), which the input's [1, 4, 2, 2] lacks"),
+    "topk_k_negative": ("shape argument", model([helper.make_node("TopK", ["x", "k"], ["y", "z"], name="n0")], [i64("k", [-1])], outputs=("y", "z")), "node 'n0' (TopK): k -1 is negative"),
     "expand_negative": ("shape argument", one("Expand", inputs=("x", "s"), inits=[i64("s", [1, 4, -2, 2])]), "node 'n0' (Expand): shape [1, 4, -2, 2]: -2 is negative"),
     "expand_not_broadcasting": ("shape argument", one("Expand", inputs=("x", "s"), inits=[i64("s", [1, 3, 2, 2])]), "node 'n0' (Expand): shape [1, 3, 2, 2] does not broadcast with the input's [1, 4, 2, 2]"),
     "constant_of_shape_negative": ("shape argument", one("ConstantOfShape", inputs=("s",), inits=[i64("s", [2, -1])]), "node 'n0' (ConstantOfShape): shape [2, -1]: -1 is negative"),

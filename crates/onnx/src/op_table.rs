@@ -1,6 +1,6 @@
 //! ONNX's op table: for each (domain, op) what cleave knows of it, registered in one place per
 //! op family (`infer/nn.rs`, `infer/elementwise.rs`, …): its inference rule, the check of its
-//! attribute values, the class the
+//! attribute values, the check of its operands' shapes once types are inferred, the class the
 //! format-neutral stages see, how its FLOPs are counted, whether its first output keeps its
 //! input's rank when the rule cannot tell the dims, and whether it is deterministic. Adding an
 //! op is one entry in its family's `register`.
@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use cleave_ir::{Node, OpClass, OpType};
 
 use crate::infer::Rule;
+use crate::validate::Operands;
 
 /// How a node's FLOPs are estimated (see [`crate::cost::node_flops`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,11 +34,17 @@ pub(crate) enum Flops {
 /// with the reason.
 pub(crate) type Check = fn(&Node, i64) -> Result<(), String>;
 
+/// Refuses operands that do not fit the op, once their types are inferred: axes out of
+/// range, lists not as long as the rank, shapes that do not fit each other, with the reason.
+/// Speaks only where what it needs is known.
+pub(crate) type ShapeCheck = fn(&Operands) -> Result<(), String>;
+
 /// What the table holds for one op.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct OpEntry {
     pub rule: Option<Rule>,
     pub check: Option<Check>,
+    pub shapes: Option<ShapeCheck>,
     pub class: Option<OpClass>,
     pub flops: Flops,
     pub rank_keeping: bool,
@@ -71,6 +78,13 @@ impl OpTable {
     pub(crate) fn check(&mut self, ops: &[&'static str], check: Check) {
         for op in ops {
             self.entry("", op).check = Some(check);
+        }
+    }
+
+    /// The shape check of default-domain ops.
+    pub(crate) fn shapes(&mut self, ops: &[&'static str], check: ShapeCheck) {
+        for op in ops {
+            self.entry("", op).shapes = Some(check);
         }
     }
 

@@ -95,6 +95,16 @@ const PREDICATES: &[&str] = &[
 ];
 
 pub(crate) fn register(r: &mut OpTable) {
+    r.shapes(
+        &[
+            "Softmax",
+            "LogSoftmax",
+            "Hardmax",
+            "ScatterElements",
+            "LayerNormalization",
+        ],
+        crate::validate::axis_only,
+    );
     r.check(&["LRN"], |n, _| crate::validate::at_least(n, "size", 1));
     for (op, class) in [
         ("Relu", OpClass::Relu),

@@ -23,7 +23,7 @@ pub(crate) fn evaluate(cx: &Cx) -> Option<Vec<Dim>> {
         }),
         "Shape" => {
             let s = cx.shape(0)?;
-            let (start, end) = super::shape_ops::shape_range(cx, s.len());
+            let (start, end) = super::slicing::shape_range(cx, s.len());
             s.get(start..end)?.to_vec()
         }
         "Size" => vec![super::dims::product(cx.shape(0)?).map_or(Dim::Unknown, Dim::Fixed)],

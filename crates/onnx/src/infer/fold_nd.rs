@@ -3,7 +3,7 @@
 
 use cleave_ir::Dim;
 
-use super::shape_ops::slice_len;
+use super::slicing::slice_len;
 
 fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];

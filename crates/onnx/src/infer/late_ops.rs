@@ -38,6 +38,13 @@ fn attr_elem(cx: &Cx, name: &str) -> Option<ElemType> {
 }
 
 pub(crate) fn register(r: &mut OpTable) {
+    r.shapes(&["Compress"], crate::validate::axis_only);
+    r.shapes(&["OneHot"], |o| {
+        match o.constant(1).as_deref().and_then(<[f64]>::first) {
+            Some(&d) if d < 0.0 => Err(format!("depth {d} is negative")),
+            _ => Ok(()),
+        }
+    });
     r.add(
         &[
             "RMSNormalization",

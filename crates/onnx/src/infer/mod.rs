@@ -16,6 +16,7 @@ mod late_ops;
 mod nn;
 mod reduce;
 mod shape_ops;
+mod slicing;
 
 use std::collections::HashMap;
 
@@ -34,6 +35,7 @@ pub(crate) fn register_families(t: &mut OpTable) {
     nn::register(t);
     reduce::register(t);
     shape_ops::register(t);
+    slicing::register(t);
     domains::register(t);
     late_ops::register(t);
 }

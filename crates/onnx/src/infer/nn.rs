@@ -5,7 +5,7 @@ use cleave_ir::{AttrValue, Dim, ElemType, Node, OpClass, TensorType};
 use super::dims::{axis, broadcast, fits, map_fixed};
 use super::Cx;
 use crate::op_table::{Flops, OpTable};
-use crate::validate::at_least;
+use crate::validate::{at_least, int, ints, show, Operands};
 
 /// How DepthToSpace/SpaceToDepth change a spatial dim by the block size.
 type SpatialMap = fn(i64, i64) -> Option<i64>;
@@ -32,6 +32,35 @@ pub(crate) fn register(r: &mut OpTable) {
     );
     r.check(&["DepthToSpace", "SpaceToDepth"], |n, _| {
         at_least(n, "blocksize", 1)
+    });
+    r.shapes(&["Gemm"], |o| {
+        for i in 0..2 {
+            if let Some(r) = o.rank(i).filter(|&r| r != 2) {
+                return Err(format!(
+                    "input {i} has rank {r}; Gemm multiplies matrices (rank 2)"
+                ));
+            }
+        }
+        Ok(())
+    });
+    r.shapes(&["MatMul"], matmul_shapes);
+    r.shapes(
+        &[
+            "Conv",
+            "ConvTranspose",
+            "ConvInteger",
+            "MaxPool",
+            "AveragePool",
+            "LpPool",
+        ],
+        window_shapes,
+    );
+    r.shapes(&["Resize"], resize_shapes);
+    r.shapes(&["TopK"], |o| {
+        match o.int_constant(1).as_deref().and_then(<[i64]>::first) {
+            Some(&k) if k < 0 => Err(format!("k {k} is negative")),
+            _ => Ok(()),
+        }
     });
     r.check(&["If"], check_if);
     r.check(&["Loop"], check_loop);
@@ -562,6 +591,121 @@ fn check_loop(n: &Node, _: i64) -> Result<(), String> {
                 "body has {outs} outputs; the node's {} outputs with {carried} loop-carried value(s) need {}",
                 n.outputs.len(),
                 1 + n.outputs.len().max(carried)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The inner dimensions of a matrix product agree.
+fn matmul_shapes(o: &Operands) -> Result<(), String> {
+    let (Some(a), Some(b)) = (o.dims(0), o.dims(1)) else {
+        return Ok(());
+    };
+    let inner_b = if b.len() >= 2 { b.len() - 2 } else { 0 };
+    if let (Some(Some(k)), Some(Some(kb))) = (a.last(), b.get(inner_b)) {
+        if k != kb {
+            return Err(format!(
+                "inner dimensions differ: {k} (input 0's last) and {kb} (input 1's {})",
+                if b.len() >= 2 {
+                    "second-to-last"
+                } else {
+                    "only"
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Scales above 0, one per axis resized.
+fn resize_shapes(o: &Operands) -> Result<(), String> {
+    let Some(scales) = o.constant(2).filter(|s| !s.is_empty()) else {
+        return Ok(());
+    };
+    if let Some(bad) = scales.iter().find(|&&x| x.is_nan() || x <= 0.0) {
+        return Err(format!("scales {scales:?}: {bad} is not above 0"));
+    }
+    let axes = ints(o.n, "axes").map(<[i64]>::len);
+    let want = axes.map(|a| a as i64).or(o.rank(0));
+    if let Some(want) = want.filter(|&w| w != scales.len() as i64) {
+        return Err(format!(
+            "scales has {} entries; the input has rank {want}",
+            scales.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Convolutions and pools: one stride, dilation and kernel entry per spatial axis, two pads,
+/// weights of the input's rank whose channels match the input's.
+fn window_shapes(o: &Operands) -> Result<(), String> {
+    let n = o.n;
+    let Some(rank) = o.rank(0) else {
+        return Ok(());
+    };
+    let spatial = rank - 2;
+    if spatial < 1 {
+        return Err(format!(
+            "the input has rank {rank}; {} needs batch, channels and at least one spatial axis",
+            n.op_type
+        ));
+    }
+    for (name, per_axis) in [
+        ("strides", 1),
+        ("dilations", 1),
+        ("kernel_shape", 1),
+        ("pads", 2),
+        ("output_padding", 1),
+    ] {
+        if let Some(v) = ints(n, name) {
+            let want = per_axis * spatial;
+            if v.len() as i64 != want {
+                return Err(format!(
+                    "{name} {v:?} has {} entries; {spatial} spatial axes need {want}",
+                    v.len()
+                ));
+            }
+        }
+    }
+    if !matches!(n.op_type.as_str(), "Conv" | "ConvInteger" | "ConvTranspose") {
+        return Ok(());
+    }
+    let Some(w) = o.dims(1) else {
+        return Ok(());
+    };
+    if w.len() as i64 != rank {
+        return Err(format!(
+            "weights {} have rank {}; the input has rank {rank}",
+            show(&w),
+            w.len()
+        ));
+    }
+    let group = int(n, "group").unwrap_or(1);
+    let x = o.dims(0).unwrap_or_default();
+    if n.op_type == "ConvTranspose" {
+        if let (Some(Some(c)), Some(m)) = (x.get(1), w[0]) {
+            if *c != m {
+                return Err(format!(
+                    "weights {} take {m} input channels; the input has {c}",
+                    show(&w)
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if let (Some(Some(c)), Some(per_group)) = (x.get(1), w[1]) {
+        if per_group.checked_mul(group) != Some(*c) {
+            return Err(format!(
+                "weights {} take {per_group} input channels per group × group {group}; the input has {c}",
+                show(&w)
+            ));
+        }
+    }
+    if let Some(m) = w[0] {
+        if group > 0 && m % group != 0 {
+            return Err(format!(
+                "{m} output channels do not divide into group {group}"
             ));
         }
     }

@@ -20,6 +20,15 @@ const REDUCE: &[&str] = &[
 ];
 
 pub(crate) fn register(r: &mut OpTable) {
+    r.shapes(&["ArgMax", "ArgMin"], crate::validate::axis_only);
+    r.shapes(REDUCE, |o| {
+        if let (Some(rank), Some(v)) = (o.rank(0), o.list("axes", 1)) {
+            if v.iter().any(|&a| !(-rank..rank).contains(&a)) {
+                return Err(format!("axes {v:?} out of range for rank {rank}"));
+            }
+        }
+        Ok(())
+    });
     r.add(REDUCE, |cx| {
         // Axes moved from attribute to input in opset 18 (ReduceSum already in 13).
         let since = if cx.node.op_type == "ReduceSum" {

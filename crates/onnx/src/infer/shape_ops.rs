@@ -1,14 +1,15 @@
-//! Ops that move, cut or make tensors: their output shapes often need constant inputs.
+//! Ops that give a tensor another shape and keep its elements: reshapes, flattening,
+//! transposes, unit axes added or removed, broadcasting and tiling.
 
-use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
+use cleave_ir::{Dim, TensorType};
 
 use super::dims::{axis, broadcast, fixed, product_dim};
 use super::Cx;
-use crate::dtype::elem_from_code;
 use crate::op_table::OpTable;
+use crate::validate::{axis_in_range, int, ints, show, Operands};
 
 pub(crate) fn register(r: &mut OpTable) {
-    r.rank_keeping(&["Pad", "Slice", "Tile", "CenterCropPad"]);
+    r.rank_keeping(&["Tile"]);
     r.check(&["Transpose"], |n, _| {
         if let Some(p) = crate::validate::ints(n, "perm") {
             let mut seen = vec![false; p.len()];
@@ -22,14 +23,36 @@ pub(crate) fn register(r: &mut OpTable) {
         }
         Ok(())
     });
-    r.nondeterministic(&[
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-    ]);
+    r.shapes(&["Flatten"], |o| axis_in_range(o, true));
+    r.shapes(&["Transpose"], |o| {
+        if let (Some(rank), Some(p)) = (o.rank(0), ints(o.n, "perm")) {
+            if i64::try_from(p.len()).ok() != Some(rank) {
+                return Err(format!(
+                    "perm {p:?} has {} entries; its input has rank {rank}",
+                    p.len()
+                ));
+            }
+        }
+        Ok(())
+    });
+    r.shapes(&["Squeeze", "Unsqueeze"], squeeze_shapes);
+    r.shapes(&["Reshape"], reshape_shapes);
+    r.shapes(&["Tile"], |o| {
+        let Some(reps) = o.int_constant(1) else {
+            return Ok(());
+        };
+        if let Some(bad) = reps.iter().find(|&&x| x < 0) {
+            return Err(format!("repeats {reps:?}: {bad} is negative"));
+        }
+        if let Some(r) = o.rank(0).filter(|&r| r != reps.len() as i64) {
+            return Err(format!(
+                "repeats {reps:?} has {} entries; the input has rank {r}",
+                reps.len()
+            ));
+        }
+        Ok(())
+    });
+    r.shapes(&["Expand"], expand_shapes);
     r.add(&["Reshape"], |cx| {
         vec![TensorType {
             elem: cx.elem(0),
@@ -63,53 +86,6 @@ pub(crate) fn register(r: &mut OpTable) {
         vec![TensorType {
             elem: cx.elem(0),
             shape,
-        }]
-    });
-    r.add(&["Concat"], |cx| {
-        let shapes: Option<Vec<&[Dim]>> = (0..cx.n_inputs())
-            .filter(|&i| cx.has_input(i))
-            .map(|i| cx.shape(i))
-            .collect();
-        let shape = shapes.and_then(|shapes| {
-            let first = shapes.first()?;
-            let a = axis(cx.attr_i("axis")?, first.len())?;
-            let mut out = first.to_vec();
-            out[a] = shapes
-                .iter()
-                .map(|s| s.get(a).and_then(Dim::fixed))
-                .sum::<Option<i64>>()
-                .map_or(Dim::Unknown, Dim::Fixed);
-            Some(out)
-        });
-        let elem = (0..cx.n_inputs()).find_map(|i| cx.elem(i));
-        vec![TensorType { elem, shape }]
-    });
-    r.add(&["Split"], split);
-    r.add(&["Slice"], |cx| {
-        vec![TensorType {
-            elem: cx.elem(0),
-            shape: slice(cx),
-        }]
-    });
-    r.add(&["Gather"], |cx| {
-        let shape = match (cx.shape(0), cx.shape(1)) {
-            (Some(d), Some(i)) => axis(cx.attr_i("axis").unwrap_or(0), d.len()).map(|a| {
-                let mut out = d[..a].to_vec();
-                out.extend_from_slice(i);
-                out.extend_from_slice(&d[a + 1..]);
-                out
-            }),
-            _ => None,
-        };
-        vec![TensorType {
-            elem: cx.elem(0),
-            shape,
-        }]
-    });
-    r.add(&["GatherElements"], |cx| {
-        vec![TensorType {
-            elem: cx.elem(0),
-            shape: cx.ty(1).shape,
         }]
     });
     r.add(&["Unsqueeze"], |cx| {
@@ -173,48 +149,6 @@ pub(crate) fn register(r: &mut OpTable) {
             shape,
         }]
     });
-    r.add(&["Shape"], |cx| {
-        let len = cx.rank(0).map(|r| {
-            let (start, end) = shape_range(cx, r);
-            Dim::Fixed(end.saturating_sub(start) as i64)
-        });
-        vec![TensorType {
-            elem: Some(ElemType::I64),
-            shape: Some(vec![len.unwrap_or(Dim::Unknown)]),
-        }]
-    });
-    r.add(&["Size"], |_| vec![TensorType::fixed(ElemType::I64, &[])]);
-    r.add(&["ConstantOfShape"], |cx| {
-        let elem = match cx.attr("value") {
-            Some(AttrValue::Tensor(t)) => Some(t.elem),
-            _ => Some(ElemType::F32),
-        };
-        let shape = cx
-            .dims_value(0)
-            .map(<[Dim]>::to_vec)
-            .or_else(|| Some(vec![Dim::Unknown; cx.len_1d(0)?]));
-        vec![TensorType { elem, shape }]
-    });
-    r.add(&["Constant"], |cx| {
-        let attr = cx.node.attrs.first();
-        let ty = match attr.map(|a| (a.name.as_str(), &a.value)) {
-            Some((_, AttrValue::Tensor(t))) => t.ty(),
-            Some(("value_float", _)) => TensorType::fixed(ElemType::F32, &[]),
-            Some(("value_int", _)) => TensorType::fixed(ElemType::I64, &[]),
-            Some(("value_string", _)) => TensorType::fixed(ElemType::Str, &[]),
-            Some(("value_floats", AttrValue::Floats(v))) => {
-                TensorType::fixed(ElemType::F32, &[v.len() as i64])
-            }
-            Some(("value_ints", AttrValue::Ints(v))) => {
-                TensorType::fixed(ElemType::I64, &[v.len() as i64])
-            }
-            Some(("value_strings", AttrValue::Strings(v))) => {
-                TensorType::fixed(ElemType::Str, &[v.len() as i64])
-            }
-            _ => TensorType::default(),
-        };
-        vec![ty]
-    });
     r.add(&["Expand"], |cx| {
         let target = cx
             .dims_value(1)
@@ -244,69 +178,6 @@ pub(crate) fn register(r: &mut OpTable) {
             shape,
         }]
     });
-    r.add(&["Pad"], |cx| {
-        vec![TensorType {
-            elem: cx.elem(0),
-            shape: pad(cx),
-        }]
-    });
-    r.add(&["Range"], |cx| {
-        let n = match (cx.ints(0), cx.ints(1), cx.ints(2)) {
-            (Some([s]), Some([l]), Some([d])) if *d != 0 => {
-                Dim::Fixed(((l - s) as f64 / *d as f64).ceil().max(0.0) as i64)
-            }
-            _ => Dim::Unknown,
-        };
-        vec![TensorType {
-            elem: cx.elem(0),
-            shape: Some(vec![n]),
-        }]
-    });
-    r.add(&["NonZero"], |cx| {
-        let r = cx.rank(0).map_or(Dim::Unknown, |r| Dim::Fixed(r as i64));
-        vec![TensorType {
-            elem: Some(ElemType::I64),
-            shape: Some(vec![r, Dim::Unknown]),
-        }]
-    });
-    r.add(&["EyeLike"], |cx| {
-        let elem = cx
-            .attr_i("dtype")
-            .and_then(|c| elem_from_code(c as i32))
-            .or(cx.elem(0));
-        cx.like_input(elem)
-    });
-    r.add(&["RandomNormal", "RandomUniform"], |cx| {
-        let elem = cx
-            .attr_i("dtype")
-            .and_then(|c| elem_from_code(c as i32))
-            .or(Some(ElemType::F32));
-        vec![TensorType {
-            elem,
-            shape: cx.attr_ints("shape").map(fixed),
-        }]
-    });
-    r.add(
-        &["RandomNormalLike", "RandomUniformLike", "Bernoulli"],
-        |cx| {
-            let elem = cx
-                .attr_i("dtype")
-                .and_then(|c| elem_from_code(c as i32))
-                .or(cx.elem(0));
-            cx.like_input(elem)
-        },
-    );
-}
-
-/// `start..end` of the dims that `Shape` returns (opset 15 added the attributes).
-pub(crate) fn shape_range(cx: &Cx, rank: usize) -> (usize, usize) {
-    let clamp = |v: i64| -> usize {
-        let v = if v < 0 { v + rank as i64 } else { v };
-        v.clamp(0, rank as i64) as usize
-    };
-    let start = clamp(cx.attr_i("start").unwrap_or(0));
-    let end = clamp(cx.attr_i("end").unwrap_or(rank as i64));
-    (start, end.max(start))
 }
 
 fn reshape(cx: &Cx) -> Option<Vec<Dim>> {
@@ -376,138 +247,115 @@ fn quotient(num: &[Dim], den: &[Dim]) -> Dim {
     }
 }
 
-fn split(cx: &Cx) -> Vec<TensorType> {
-    let n = cx.n_outputs();
-    let elem = cx.elem(0);
-    let Some(s) = cx.shape(0) else {
-        return vec![TensorType { elem, shape: None }; n];
+/// Axes in range, none twice; Squeeze's of size 1.
+fn squeeze_shapes(o: &Operands) -> Result<(), String> {
+    let (Some(rank), Some(v)) = (o.rank(0), o.list("axes", 1)) else {
+        return Ok(());
     };
-    let Some(a) = axis(cx.attr_i("axis").unwrap_or(0), s.len()) else {
-        return Vec::new();
-    };
-    let sizes: Option<Vec<i64>> = if cx.opset >= 13 && cx.has_input(1) {
-        cx.ints(1).map(<[i64]>::to_vec)
-    } else if let Some(v) = cx.attr_ints("split") {
-        Some(v.to_vec())
-    } else {
-        s[a].fixed().filter(|&len| len >= 0).map(|len| {
-            let parts = cx.attr_i("num_outputs").unwrap_or(n as i64).max(1);
-            let chunk = len / parts + i64::from(len % parts != 0);
-            // Only the node's outputs get a size, however many parts the attribute claims.
-            (0..n as i64)
-                .map(|i| len.saturating_sub(i.saturating_mul(chunk)).clamp(0, chunk))
-                .collect()
-        })
-    };
-    (0..n)
-        .map(|i| {
-            let mut d = s.to_vec();
-            d[a] = sizes
-                .as_ref()
-                .and_then(|v| v.get(i))
-                .map_or(Dim::Unknown, |&x| Dim::Fixed(x));
-            TensorType {
-                elem,
-                shape: Some(d),
-            }
-        })
-        .collect()
-}
-
-/// Slice's starts, ends, axes and steps, from inputs (opset 10+) or attributes.
-type SliceArgs = (Vec<i64>, Vec<i64>, Option<Vec<i64>>, Option<Vec<i64>>);
-
-fn slice(cx: &Cx) -> Option<Vec<Dim>> {
-    let s = cx.shape(0)?;
-    let (starts, ends, axes, steps): SliceArgs = if cx.opset >= 10 {
-        let opt = |i: usize| {
-            if cx.has_input(i) {
-                cx.ints(i).map(<[i64]>::to_vec).map(Some)
-            } else {
-                Some(None)
-            }
-        };
-        (cx.ints(1)?.to_vec(), cx.ints(2)?.to_vec(), opt(3)?, opt(4)?)
-    } else {
-        (
-            cx.attr_ints("starts")?.to_vec(),
-            cx.attr_ints("ends")?.to_vec(),
-            cx.attr_ints("axes").map(<[i64]>::to_vec),
-            None,
-        )
-    };
-    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
-    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
-    let mut out = s.to_vec();
-    for (k, &a) in axes.iter().enumerate() {
-        let a = axis(a, s.len())?;
-        let (st, en, step) = (*starts.get(k)?, *ends.get(k)?, *steps.get(k)?);
-        out[a] = match s[a].fixed() {
-            Some(len) if step != 0 => Dim::Fixed(slice_len(len, st, en, step)),
-            _ => Dim::Unknown,
-        };
-    }
-    Some(out)
-}
-
-/// Elements that `start:end:step` selects from `len`, with ONNX's clamping rules.
-pub(crate) fn slice_len(len: i64, start: i64, end: i64, step: i64) -> i64 {
-    let norm = |v: i64| if v < 0 { v.saturating_add(len) } else { v };
-    let (start, end) = (norm(start), norm(end));
-    if step > 0 {
-        let (s, e) = (start.clamp(0, len), end.clamp(0, len));
-        if e > s {
-            (e - s + step - 1) / step
-        } else {
-            0
+    let squeeze = o.n.op_type == "Squeeze";
+    // Unsqueeze's axes index its output, which has one more dim per axis.
+    let out = if squeeze { rank } else { rank + v.len() as i64 };
+    let mut seen = Vec::with_capacity(v.len());
+    for &a in &v {
+        if !(-out..out).contains(&a) {
+            return Err(format!("axes {v:?}: {a} is out of range for rank {out}"));
         }
-    } else {
-        let (s, e) = (start.clamp(-1, len - 1), end.clamp(-1, len - 1));
-        if s > e {
-            (s - e + (-step) - 1) / (-step)
-        } else {
-            0
+        let a = if a < 0 { a + out } else { a };
+        if seen.contains(&a) {
+            return Err(format!("axes {v:?} name axis {a} twice"));
+        }
+        seen.push(a);
+    }
+    if squeeze {
+        let dims = o.dims(0).unwrap_or_default();
+        for &a in &seen {
+            if let Some(Some(d)) = usize::try_from(a).ok().and_then(|a| dims.get(a)) {
+                if *d != 1 {
+                    return Err(format!("axes {v:?}: axis {a} has size {d}, not 1"));
+                }
+            }
         }
     }
+    Ok(())
 }
 
-fn pad(cx: &Cx) -> Option<Vec<Dim>> {
-    let s = cx.shape(0)?;
-    let pads: Vec<i64> = if cx.opset >= 11 {
-        cx.ints(1)?.to_vec()
-    } else {
-        cx.attr_ints("pads").or(cx.attr_ints("paddings"))?.to_vec()
+/// A target shape with non-negative dims that broadcasts with the input's.
+fn expand_shapes(o: &Operands) -> Result<(), String> {
+    let Some(shape) = o.int_constant(1) else {
+        return Ok(());
     };
-    let axes: Vec<usize> = if cx.opset >= 18 && cx.has_input(3) {
-        cx.ints(3)?
-            .iter()
-            .map(|&a| axis(a, s.len()))
-            .collect::<Option<_>>()?
-    } else {
-        (0..s.len()).collect()
-    };
-    if pads.len() != 2 * axes.len() {
-        return None;
+    if let Some(bad) = shape.iter().find(|&&x| x < 0) {
+        return Err(format!("shape {shape:?}: {bad} is negative"));
     }
-    let mut out = s.to_vec();
-    for (k, &a) in axes.iter().enumerate() {
-        out[a] = super::dims::map_fixed(&s[a], |n| {
-            n.checked_add(pads[k])?.checked_add(pads[k + axes.len()])
-        });
+    if let Some(dims) = o.dims(0) {
+        for (d, s) in dims.iter().rev().zip(shape.iter().rev()) {
+            if let Some(d) = *d {
+                if d != *s && d != 1 && *s != 1 {
+                    return Err(format!(
+                        "shape {shape:?} does not broadcast with the input's {}",
+                        show(&dims)
+                    ));
+                }
+            }
+        }
     }
-    Some(out)
+    Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::slice_len;
-
-    #[test]
-    fn slice_lengths_follow_onnx_clamping() {
-        assert_eq!(slice_len(10, 0, 3, 1), 3);
-        assert_eq!(slice_len(10, 1, i64::MAX, 2), 5);
-        assert_eq!(slice_len(10, -1, i64::MIN, -1), 10);
-        assert_eq!(slice_len(10, 5, 2, 1), 0);
-        assert_eq!(slice_len(4, -100, 100, 1), 4);
+/// A target shape with at most one -1 that holds the input's elements.
+fn reshape_shapes(o: &Operands) -> Result<(), String> {
+    let Some(shape) = o.int_constant(1) else {
+        return Ok(());
+    };
+    if shape.iter().filter(|&&d| d == -1).count() > 1 {
+        return Err(format!("shape {shape:?} has more than one -1"));
     }
+    if let Some(bad) = shape.iter().find(|&&d| d < -1) {
+        return Err(format!("shape {shape:?}: {bad} is below -1"));
+    }
+    let allow_zero = int(o.n, "allowzero").unwrap_or(0) != 0;
+    let input = o.dims(0);
+    // The target's dims as numbers: a 0 copies the input's dim unless allowzero.
+    let mut known: Option<i64> = Some(1);
+    for (i, &d) in shape.iter().enumerate() {
+        let d = match d {
+            -1 => continue,
+            0 if !allow_zero => match input.as_ref().map(|x| x.get(i).copied()) {
+                Some(Some(Some(x))) => x,
+                Some(None) => {
+                    return Err(format!(
+                        "shape {shape:?} copies dim {i} (a 0), which the input's {} lacks",
+                        show(input.as_deref().unwrap_or_default())
+                    ))
+                }
+                _ => {
+                    known = None;
+                    continue;
+                }
+            },
+            d => d,
+        };
+        known = match known.map(|k| k.checked_mul(d)) {
+            Some(None) => return Err(format!("shape {shape:?} has more than 2^63 elements")),
+            Some(Some(k)) => Some(k),
+            None => None,
+        };
+    }
+    let total = input
+        .as_ref()
+        .and_then(|x| x.iter().try_fold(1i64, |t, d| t.checked_mul((*d)?)));
+    if let (Some(total), Some(known)) = (total, known) {
+        let fits = if shape.contains(&-1) {
+            known != 0 && total % known == 0 || known == 0 && total == 0
+        } else {
+            known == total
+        };
+        if !fits {
+            return Err(format!(
+                "shape {shape:?} cannot hold the input's {total} elements ({})",
+                show(input.as_deref().unwrap_or_default())
+            ));
+        }
+    }
+    Ok(())
 }

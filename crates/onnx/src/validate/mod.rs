@@ -8,6 +8,7 @@ use crate::schema;
 
 mod shapes;
 pub use shapes::typed;
+pub(crate) use shapes::{axis_in_range, axis_only, show, Operands};
 
 /// The newest default-domain opset whose operators cleave knows (onnx 1.22).
 pub const MAX_OPSET: i64 = 27;

@@ -1,0 +1,398 @@
+//! Ops that cut, join or make tensors (slices, splits, gathers, pads, shapes, constants,
+//! ranges): their output shapes often need constant inputs.
+
+use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
+
+use super::dims::{axis, fixed};
+use super::Cx;
+use crate::dtype::elem_from_code;
+use crate::op_table::OpTable;
+use crate::validate::{axis_in_range, axis_only, int, Operands};
+
+pub(crate) fn register(r: &mut OpTable) {
+    r.rank_keeping(&["Pad", "Slice", "CenterCropPad"]);
+    r.nondeterministic(&[
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    ]);
+    r.shapes(&["Gather", "GatherElements"], axis_only);
+    r.shapes(&["Concat"], |o| {
+        axis_in_range(o, false)?;
+        let ranks: Vec<(usize, i64)> = (0..o.n.inputs.len())
+            .filter_map(|i| o.rank(i).map(|r| (i, r)))
+            .collect();
+        if let Some(&(i0, r0)) = ranks.first() {
+            if let Some((i, r)) = ranks.iter().find(|(_, r)| *r != r0) {
+                return Err(format!("input {i} has rank {r}, input {i0} rank {r0}"));
+            }
+        }
+        Ok(())
+    });
+    r.shapes(&["Split"], |o| {
+        axis_in_range(o, false)?;
+        split_shapes(o)
+    });
+    r.shapes(&["Pad"], |o| {
+        if let (Some(r), Some(p)) = (o.rank(0), o.list("pads", 1)) {
+            // Opset 18 pads only the axes it is given.
+            let axes = o.int_constant(3).map_or(r, |a| a.len() as i64);
+            if p.len() as i64 != 2 * axes {
+                return Err(format!(
+                    "pads {p:?} has {} entries; {axes} padded axes need {}",
+                    p.len(),
+                    2 * axes
+                ));
+            }
+        }
+        Ok(())
+    });
+    r.shapes(&["ConstantOfShape"], |o| {
+        let Some(shape) = o.int_constant(0) else {
+            return Ok(());
+        };
+        match shape.iter().find(|&&x| x < 0) {
+            Some(bad) => Err(format!("shape {shape:?}: {bad} is negative")),
+            None => Ok(()),
+        }
+    });
+    r.shapes(&["Slice"], |o| match o.int_constant(4) {
+        Some(steps) if steps.contains(&0) => {
+            Err(format!("steps {steps:?}: a step of 0 never advances"))
+        }
+        _ => Ok(()),
+    });
+    r.shapes(&["Range"], |o| {
+        let delta = o.constant(2).as_deref().and_then(<[f64]>::first).copied();
+        if delta == Some(0.0) {
+            return Err("delta 0 never reaches the limit".into());
+        }
+        Ok(())
+    });
+    r.add(&["Concat"], |cx| {
+        let shapes: Option<Vec<&[Dim]>> = (0..cx.n_inputs())
+            .filter(|&i| cx.has_input(i))
+            .map(|i| cx.shape(i))
+            .collect();
+        let shape = shapes.and_then(|shapes| {
+            let first = shapes.first()?;
+            let a = axis(cx.attr_i("axis")?, first.len())?;
+            let mut out = first.to_vec();
+            out[a] = shapes
+                .iter()
+                .map(|s| s.get(a).and_then(Dim::fixed))
+                .sum::<Option<i64>>()
+                .map_or(Dim::Unknown, Dim::Fixed);
+            Some(out)
+        });
+        let elem = (0..cx.n_inputs()).find_map(|i| cx.elem(i));
+        vec![TensorType { elem, shape }]
+    });
+    r.add(&["Split"], split);
+    r.add(&["Slice"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: slice(cx),
+        }]
+    });
+    r.add(&["Gather"], |cx| {
+        let shape = match (cx.shape(0), cx.shape(1)) {
+            (Some(d), Some(i)) => axis(cx.attr_i("axis").unwrap_or(0), d.len()).map(|a| {
+                let mut out = d[..a].to_vec();
+                out.extend_from_slice(i);
+                out.extend_from_slice(&d[a + 1..]);
+                out
+            }),
+            _ => None,
+        };
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape,
+        }]
+    });
+    r.add(&["GatherElements"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: cx.ty(1).shape,
+        }]
+    });
+    r.add(&["Shape"], |cx| {
+        let len = cx.rank(0).map(|r| {
+            let (start, end) = shape_range(cx, r);
+            Dim::Fixed(end.saturating_sub(start) as i64)
+        });
+        vec![TensorType {
+            elem: Some(ElemType::I64),
+            shape: Some(vec![len.unwrap_or(Dim::Unknown)]),
+        }]
+    });
+    r.add(&["Size"], |_| vec![TensorType::fixed(ElemType::I64, &[])]);
+    r.add(&["ConstantOfShape"], |cx| {
+        let elem = match cx.attr("value") {
+            Some(AttrValue::Tensor(t)) => Some(t.elem),
+            _ => Some(ElemType::F32),
+        };
+        let shape = cx
+            .dims_value(0)
+            .map(<[Dim]>::to_vec)
+            .or_else(|| Some(vec![Dim::Unknown; cx.len_1d(0)?]));
+        vec![TensorType { elem, shape }]
+    });
+    r.add(&["Constant"], |cx| {
+        let attr = cx.node.attrs.first();
+        let ty = match attr.map(|a| (a.name.as_str(), &a.value)) {
+            Some((_, AttrValue::Tensor(t))) => t.ty(),
+            Some(("value_float", _)) => TensorType::fixed(ElemType::F32, &[]),
+            Some(("value_int", _)) => TensorType::fixed(ElemType::I64, &[]),
+            Some(("value_string", _)) => TensorType::fixed(ElemType::Str, &[]),
+            Some(("value_floats", AttrValue::Floats(v))) => {
+                TensorType::fixed(ElemType::F32, &[v.len() as i64])
+            }
+            Some(("value_ints", AttrValue::Ints(v))) => {
+                TensorType::fixed(ElemType::I64, &[v.len() as i64])
+            }
+            Some(("value_strings", AttrValue::Strings(v))) => {
+                TensorType::fixed(ElemType::Str, &[v.len() as i64])
+            }
+            _ => TensorType::default(),
+        };
+        vec![ty]
+    });
+    r.add(&["Pad"], |cx| {
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: pad(cx),
+        }]
+    });
+    r.add(&["Range"], |cx| {
+        let n = match (cx.ints(0), cx.ints(1), cx.ints(2)) {
+            (Some([s]), Some([l]), Some([d])) if *d != 0 => {
+                Dim::Fixed(((l - s) as f64 / *d as f64).ceil().max(0.0) as i64)
+            }
+            _ => Dim::Unknown,
+        };
+        vec![TensorType {
+            elem: cx.elem(0),
+            shape: Some(vec![n]),
+        }]
+    });
+    r.add(&["NonZero"], |cx| {
+        let r = cx.rank(0).map_or(Dim::Unknown, |r| Dim::Fixed(r as i64));
+        vec![TensorType {
+            elem: Some(ElemType::I64),
+            shape: Some(vec![r, Dim::Unknown]),
+        }]
+    });
+    r.add(&["EyeLike"], |cx| {
+        let elem = cx
+            .attr_i("dtype")
+            .and_then(|c| elem_from_code(c as i32))
+            .or(cx.elem(0));
+        cx.like_input(elem)
+    });
+    r.add(&["RandomNormal", "RandomUniform"], |cx| {
+        let elem = cx
+            .attr_i("dtype")
+            .and_then(|c| elem_from_code(c as i32))
+            .or(Some(ElemType::F32));
+        vec![TensorType {
+            elem,
+            shape: cx.attr_ints("shape").map(fixed),
+        }]
+    });
+    r.add(
+        &["RandomNormalLike", "RandomUniformLike", "Bernoulli"],
+        |cx| {
+            let elem = cx
+                .attr_i("dtype")
+                .and_then(|c| elem_from_code(c as i32))
+                .or(cx.elem(0));
+            cx.like_input(elem)
+        },
+    );
+}
+
+/// `start..end` of the dims that `Shape` returns (opset 15 added the attributes).
+pub(crate) fn shape_range(cx: &Cx, rank: usize) -> (usize, usize) {
+    let clamp = |v: i64| -> usize {
+        let v = if v < 0 { v + rank as i64 } else { v };
+        v.clamp(0, rank as i64) as usize
+    };
+    let start = clamp(cx.attr_i("start").unwrap_or(0));
+    let end = clamp(cx.attr_i("end").unwrap_or(rank as i64));
+    (start, end.max(start))
+}
+
+fn split(cx: &Cx) -> Vec<TensorType> {
+    let n = cx.n_outputs();
+    let elem = cx.elem(0);
+    let Some(s) = cx.shape(0) else {
+        return vec![TensorType { elem, shape: None }; n];
+    };
+    let Some(a) = axis(cx.attr_i("axis").unwrap_or(0), s.len()) else {
+        return Vec::new();
+    };
+    let sizes: Option<Vec<i64>> = if cx.opset >= 13 && cx.has_input(1) {
+        cx.ints(1).map(<[i64]>::to_vec)
+    } else if let Some(v) = cx.attr_ints("split") {
+        Some(v.to_vec())
+    } else {
+        s[a].fixed().filter(|&len| len >= 0).map(|len| {
+            let parts = cx.attr_i("num_outputs").unwrap_or(n as i64).max(1);
+            let chunk = len / parts + i64::from(len % parts != 0);
+            // Only the node's outputs get a size, however many parts the attribute claims.
+            (0..n as i64)
+                .map(|i| len.saturating_sub(i.saturating_mul(chunk)).clamp(0, chunk))
+                .collect()
+        })
+    };
+    (0..n)
+        .map(|i| {
+            let mut d = s.to_vec();
+            d[a] = sizes
+                .as_ref()
+                .and_then(|v| v.get(i))
+                .map_or(Dim::Unknown, |&x| Dim::Fixed(x));
+            TensorType {
+                elem,
+                shape: Some(d),
+            }
+        })
+        .collect()
+}
+
+/// Slice's starts, ends, axes and steps, from inputs (opset 10+) or attributes.
+type SliceArgs = (Vec<i64>, Vec<i64>, Option<Vec<i64>>, Option<Vec<i64>>);
+
+fn slice(cx: &Cx) -> Option<Vec<Dim>> {
+    let s = cx.shape(0)?;
+    let (starts, ends, axes, steps): SliceArgs = if cx.opset >= 10 {
+        let opt = |i: usize| {
+            if cx.has_input(i) {
+                cx.ints(i).map(<[i64]>::to_vec).map(Some)
+            } else {
+                Some(None)
+            }
+        };
+        (cx.ints(1)?.to_vec(), cx.ints(2)?.to_vec(), opt(3)?, opt(4)?)
+    } else {
+        (
+            cx.attr_ints("starts")?.to_vec(),
+            cx.attr_ints("ends")?.to_vec(),
+            cx.attr_ints("axes").map(<[i64]>::to_vec),
+            None,
+        )
+    };
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    let mut out = s.to_vec();
+    for (k, &a) in axes.iter().enumerate() {
+        let a = axis(a, s.len())?;
+        let (st, en, step) = (*starts.get(k)?, *ends.get(k)?, *steps.get(k)?);
+        out[a] = match s[a].fixed() {
+            Some(len) if step != 0 => Dim::Fixed(slice_len(len, st, en, step)),
+            _ => Dim::Unknown,
+        };
+    }
+    Some(out)
+}
+
+/// Elements that `start:end:step` selects from `len`, with ONNX's clamping rules.
+pub(crate) fn slice_len(len: i64, start: i64, end: i64, step: i64) -> i64 {
+    let norm = |v: i64| if v < 0 { v.saturating_add(len) } else { v };
+    let (start, end) = (norm(start), norm(end));
+    if step > 0 {
+        let (s, e) = (start.clamp(0, len), end.clamp(0, len));
+        if e > s {
+            (e - s + step - 1) / step
+        } else {
+            0
+        }
+    } else {
+        let (s, e) = (start.clamp(-1, len - 1), end.clamp(-1, len - 1));
+        if s > e {
+            (s - e + (-step) - 1) / (-step)
+        } else {
+            0
+        }
+    }
+}
+
+fn pad(cx: &Cx) -> Option<Vec<Dim>> {
+    let s = cx.shape(0)?;
+    let pads: Vec<i64> = if cx.opset >= 11 {
+        cx.ints(1)?.to_vec()
+    } else {
+        cx.attr_ints("pads").or(cx.attr_ints("paddings"))?.to_vec()
+    };
+    let axes: Vec<usize> = if cx.opset >= 18 && cx.has_input(3) {
+        cx.ints(3)?
+            .iter()
+            .map(|&a| axis(a, s.len()))
+            .collect::<Option<_>>()?
+    } else {
+        (0..s.len()).collect()
+    };
+    if pads.len() != 2 * axes.len() {
+        return None;
+    }
+    let mut out = s.to_vec();
+    for (k, &a) in axes.iter().enumerate() {
+        out[a] = super::dims::map_fixed(&s[a], |n| {
+            n.checked_add(pads[k])?.checked_add(pads[k + axes.len()])
+        });
+    }
+    Some(out)
+}
+
+/// Split sizes, one per output, that sum to the axis.
+fn split_shapes(o: &Operands) -> Result<(), String> {
+    let Some(sizes) = o.list("split", 1) else {
+        return Ok(());
+    };
+    if let Some(bad) = sizes.iter().find(|&&s| s < 0) {
+        return Err(format!("split {sizes:?}: {bad} is negative"));
+    }
+    if sizes.len() != o.n.outputs.len() {
+        return Err(format!(
+            "split {sizes:?} has {} sizes for {} outputs",
+            sizes.len(),
+            o.n.outputs.len()
+        ));
+    }
+    let (Some(rank), Some(dims)) = (o.rank(0), o.dims(0)) else {
+        return Ok(());
+    };
+    let axis = int(o.n, "axis").unwrap_or(0);
+    let axis = if axis < 0 { axis + rank } else { axis };
+    let dim = usize::try_from(axis)
+        .ok()
+        .and_then(|a| dims.get(a).copied().flatten());
+    let sum = sizes.iter().try_fold(0i64, |t, &s| t.checked_add(s));
+    if let Some(d) = dim {
+        if sum != Some(d) {
+            return Err(format!(
+                "split {sizes:?} sums to {}, but axis {axis} has {d}",
+                sum.map_or("more than 2^63".into(), |s| s.to_string())
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slice_len;
+
+    #[test]
+    fn slice_lengths_follow_onnx_clamping() {
+        assert_eq!(slice_len(10, 0, 3, 1), 3);
+        assert_eq!(slice_len(10, 1, i64::MAX, 2), 5);
+        assert_eq!(slice_len(10, -1, i64::MIN, -1), 10);
+        assert_eq!(slice_len(10, 5, 2, 1), 0);
+        assert_eq!(slice_len(4, -100, 100, 1), 4);
+    }
+}
