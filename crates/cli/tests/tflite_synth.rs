@@ -1,4 +1,4 @@
-//! The synthesized TFLite and circle models (`cleave::tflite::synth`) through the binary:
+//! The synthesized TFLite and circle models (`cleave_testdata::synth`) through the binary:
 //! seeded 2- and 3-backend splits by opcode and by opname, each checked without cleave by
 //! `scripts/check_tflite_parts.py`; IF and WHILE cut apart and kept together, each part
 //! carrying its bodies; ONE's circle-partitioner example (`Net_InstanceNorm_003` with
@@ -12,7 +12,7 @@ use std::process::Command;
 
 use cleave::tflite::pack::Layout;
 use cleave::tflite::schema::tflite;
-use cleave::tflite::synth;
+use cleave_testdata::synth;
 use common::{check_tflite_parts, cleave, ok, os, query_nodes, repo, write_part_file, Rng};
 use serde_json::Value;
 

@@ -1,8 +1,11 @@
 //! Where the test models are. They are fetched from the onnx wheels on PyPI by
 //! `scripts/fetch-test-data.sh` into `$CLEAVE_TEST_DATA` (default `~/.cache/cleave/test-data`);
 //! nothing large is committed. A test that needs them fails, loudly, when they are missing.
+//! The cases no downloaded model has are built here instead ([`synth`]).
 
 use std::path::{Path, PathBuf};
+
+pub mod synth;
 
 /// The folders of ONNX's backend test data that cleave's tests use.
 pub const SUITES: [&str; 5] = [

@@ -20,7 +20,6 @@ mod op_table;
 mod ops;
 pub mod pack;
 pub mod schema;
-pub mod synth;
 pub mod to_ir;
 
 pub use frontend::{TfliteFrontend, TfliteSource};

@@ -1,4 +1,4 @@
-//! The synthesized models (`cleave_tflite::synth`): each runs in LiteRT, reads into the IR
+//! The synthesized models (`cleave_testdata::synth`): each runs in LiteRT, reads into the IR
 //! as LiteRT sees it (names, dtypes, shapes and signatures, quantization, constants, from
 //! `scripts/tflite_oracle.py tensors`), carries what it was made to carry (renamed tensors, a
 //! shared buffer, per-channel quantization, control-flow references, dynamic dims, buffers
@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cleave_ir::{AttrValue, Dim, ElemType, Graph, Quantization, ValueDef, WeightData};
+use cleave_testdata::synth;
 use cleave_tflite::schema::{circle, tflite};
-use cleave_tflite::{synth, FlatModel, Format, TfliteSource};
+use cleave_tflite::{FlatModel, Format, TfliteSource};
 use serde_json::Value;
 
 fn scripts() -> PathBuf {

@@ -6,19 +6,31 @@
 //! Weights are seeded pseudo-random, so every call returns the same bytes. Operator versions
 //! are the ones TFLite's converter gives these operators and types (LiteRT 2.3.0 runs them).
 
-use crate::pack::Layout;
-use crate::schema::circle as C;
-use crate::schema::tflite as T;
+use cleave_ir::XorShift64;
+use cleave_tflite::pack::Layout;
+use cleave_tflite::schema::circle as C;
+use cleave_tflite::schema::tflite as T;
 
-/// A tiny seeded generator (xorshift64), so the weights are the same on every call.
-struct Rng(u64);
+/// A value of a generated object-API type: its defaults with these fields set. flatc marks
+/// those types `#[non_exhaustive]`, so no struct expression builds one outside `cleave-tflite`.
+macro_rules! obj {
+    ($ty:path { $($field:ident : $value:expr),* $(,)? }) => {{
+        let mut o = <$ty>::default();
+        $(o.$field = $value;)*
+        o
+    }};
+}
+
+/// Weights drawn from a seeded generator, so they are the same on every call.
+struct Rng(XorShift64);
 
 impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(XorShift64::raw(seed))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next_u64()
     }
 
     /// Uniform in [-1, 1).
@@ -52,9 +64,9 @@ macro_rules! net_builder {
         // Each schema's models use a different part of the builder.
         #[allow(dead_code)]
         pub(super) mod $schema {
-            use crate::codes::encode_builtin_code;
-            use crate::pack::Layout;
-            use crate::schema::$schema as s;
+            use cleave_tflite::codes::encode_builtin_code;
+            use cleave_tflite::pack::Layout;
+            use cleave_tflite::schema::$schema as s;
 
             pub use s::{
                 ActivationFunctionType as Act, BuiltinOperator as Op, BuiltinOptionsT as Opt,
@@ -82,12 +94,11 @@ macro_rules! net_builder {
                 zero_point: &[i64],
                 dim: i32,
             ) -> Option<Box<s::QuantizationParametersT>> {
-                Some(Box::new(s::QuantizationParametersT {
+                Some(Box::new(obj!(s::QuantizationParametersT {
                     scale: Some(scale.to_vec()),
                     zero_point: Some(zero_point.to_vec()),
                     quantized_dimension: dim,
-                    ..Default::default()
-                }))
+                })))
             }
 
             impl Net {
@@ -107,12 +118,12 @@ macro_rules! net_builder {
                         .position(|c| c.builtin_code == op && c.version == version);
                     let at = found.unwrap_or_else(|| {
                         let (small, big) = encode_builtin_code($format, op.0);
-                        self.codes.push(s::OperatorCodeT {
+                        self.codes.push(obj!(s::OperatorCodeT {
                             deprecated_builtin_code: small,
                             builtin_code: Op(big),
-                            version,
+                            version: version,
                             custom_code: None,
-                        });
+                        }));
                         self.codes.len() - 1
                     });
                     at as u32
@@ -132,14 +143,13 @@ macro_rules! net_builder {
                     inputs: &[i32],
                     outputs: &[i32],
                 ) -> i32 {
-                    self.subgraphs.push(s::SubGraphT {
+                    self.subgraphs.push(obj!(s::SubGraphT {
                         tensors: Some(sub.tensors),
                         inputs: Some(inputs.to_vec()),
                         outputs: Some(outputs.to_vec()),
                         operators: Some(sub.operators),
                         name: Some(name.to_string()),
-                        ..Default::default()
-                    });
+                    }));
                     (self.subgraphs.len() - 1) as i32
                 }
 
@@ -150,27 +160,25 @@ macro_rules! net_builder {
                     layout: Layout,
                     identifier: &str,
                 ) -> Vec<u8> {
-                    let model = s::ModelT {
+                    let model = obj!(s::ModelT {
                         version: 3,
                         operator_codes: Some(self.codes),
                         subgraphs: Some(self.subgraphs),
                         description: Some(description.to_string()),
-                        ..Default::default()
-                    };
+                    });
                     let slices: Vec<&[u8]> = self.buffers.iter().map(Vec::as_slice).collect();
-                    crate::pack::$schema::pack(&model, &slices, layout, identifier)
+                    cleave_tflite::pack::$schema::pack(&model, &slices, layout, identifier)
                 }
             }
 
             impl Sub {
                 /// A tensor; returns its index.
                 pub fn tensor(&mut self, name: &str, ty: Ty, shape: &[i32]) -> i32 {
-                    self.push(s::TensorT {
+                    self.push(obj!(s::TensorT {
                         name: Some(name.to_string()),
                         type_: ty,
                         shape: Some(shape.to_vec()),
-                        ..Default::default()
-                    })
+                    }))
                 }
 
                 /// A constant tensor reading buffer `buffer`.
@@ -198,21 +206,20 @@ macro_rules! net_builder {
 
                 /// An operator (`-1` among the inputs: an omitted optional input).
                 pub fn op(&mut self, code: u32, inputs: &[i32], outputs: &[i32], options: Opt) {
-                    self.operators.push(s::OperatorT {
+                    self.operators.push(obj!(s::OperatorT {
                         opcode_index: code,
                         inputs: Some(inputs.to_vec()),
                         outputs: Some(outputs.to_vec()),
                         builtin_options: options,
-                        ..Default::default()
-                    });
+                    }));
                 }
             }
         }
     };
 }
 
-net_builder!(tflite, crate::model::Format::Tflite);
-net_builder!(circle, crate::model::Format::Circle);
+net_builder!(tflite, cleave_tflite::Format::Tflite);
+net_builder!(circle, cleave_tflite::Format::Circle);
 
 /// File names the tests give the models, and the models.
 pub fn all() -> Vec<(&'static str, Vec<u8>)> {
@@ -250,7 +257,7 @@ pub fn names_offsets() -> Vec<u8> {
 
 fn names_model(layout: Layout) -> Vec<u8> {
     use tflite::{Act, Net, Op, Opt, Sub, Ty};
-    let mut rng = Rng(0x5eed_0001);
+    let mut rng = Rng::new(0x5eed_0001);
     let mut net = Net::new();
     let fc = net.code(Op::FULLY_CONNECTED, 1);
     let add = net.code(Op::ADD, 1);
@@ -291,10 +298,10 @@ fn names_model(layout: Layout) -> Vec<u8> {
         concat,
         &[dup2, fc_a],
         &[out],
-        Opt::ConcatenationOptions(Box::new(T::ConcatenationOptionsT {
+        Opt::ConcatenationOptions(Box::new(obj!(T::ConcatenationOptionsT {
             axis: 1,
             fused_activation_function: Act::NONE,
-        })),
+        }))),
     );
     net.subgraph("main", g, &[x], &[out]);
     net.finish("cleave synth: names and a shared buffer", layout, "TFL3")
@@ -314,7 +321,7 @@ fn names_model(layout: Layout) -> Vec<u8> {
 /// `input scale × weight scale[c]`; weight and bias zero points 0.
 pub fn int8_per_channel() -> Vec<u8> {
     use tflite::{quant, Net, Op, Opt, Sub, Ty};
-    let mut rng = Rng(0x5eed_0002);
+    let mut rng = Rng::new(0x5eed_0002);
     let mut net = Net::new();
     let quantize = net.code(Op::QUANTIZE, 2);
     let conv = net.code(Op::CONV_2D, 3);
@@ -379,28 +386,26 @@ pub fn int8_per_channel() -> Vec<u8> {
         conv,
         &[q_in, w1, b1],
         &[conv_out],
-        Opt::Conv2DOptions(Box::new(T::Conv2DOptionsT {
+        Opt::Conv2DOptions(Box::new(obj!(T::Conv2DOptionsT {
             padding: T::Padding::SAME,
             stride_w: 1,
             stride_h: 1,
             dilation_w_factor: 1,
             dilation_h_factor: 1,
-            ..Default::default()
-        })),
+        }))),
     );
     g.op(
         dwconv,
         &[conv_out, w2, b2],
         &[dw_out],
-        Opt::DepthwiseConv2DOptions(Box::new(T::DepthwiseConv2DOptionsT {
+        Opt::DepthwiseConv2DOptions(Box::new(obj!(T::DepthwiseConv2DOptionsT {
             padding: T::Padding::SAME,
             stride_w: 1,
             stride_h: 1,
             depth_multiplier: 1,
             dilation_w_factor: 1,
             dilation_h_factor: 1,
-            ..Default::default()
-        })),
+        }))),
     );
     g.op(
         add,
@@ -432,7 +437,7 @@ pub const WHILE_ITERATIONS: i32 = 3;
 /// ```
 pub fn control_flow() -> Vec<u8> {
     use tflite::{Net, Op, Opt, Sub, Ty};
-    let mut rng = Rng(0x5eed_0003);
+    let mut rng = Rng::new(0x5eed_0003);
     let mut net = Net::new();
     let add = net.code(Op::ADD, 1);
     let mul = net.code(Op::MUL, 1);
@@ -471,20 +476,20 @@ pub fn control_flow() -> Vec<u8> {
         if_,
         &[flag, pre],
         &[if_out],
-        Opt::IfOptions(Box::new(T::IfOptionsT {
+        Opt::IfOptions(Box::new(obj!(T::IfOptionsT {
             then_subgraph_index: 1,
             else_subgraph_index: 2,
-        })),
+        }))),
     );
     g.op(mul, &[if_out, scale_t], &[mid], mul_opts());
     g.op(
         while_,
         &[i0, mid],
         &[i_out, w_out],
-        Opt::WhileOptions(Box::new(T::WhileOptionsT {
+        Opt::WhileOptions(Box::new(obj!(T::WhileOptionsT {
             cond_subgraph_index: 3,
             body_subgraph_index: 4,
-        })),
+        }))),
     );
     g.op(logistic, &[w_out], &[y], Opt::NONE);
     net.subgraph("main", g, &[x, flag], &[y]);
@@ -549,7 +554,7 @@ pub fn control_flow() -> Vec<u8> {
 /// ```
 pub fn dynamic_batch() -> Vec<u8> {
     use tflite::{Net, Op, Opt, Sub, Ty};
-    let mut rng = Rng(0x5eed_0004);
+    let mut rng = Rng::new(0x5eed_0004);
     let mut net = Net::new();
     let fc = net.code(Op::FULLY_CONNECTED, 5);
     let add = net.code(Op::ADD, 1);
@@ -574,10 +579,9 @@ pub fn dynamic_batch() -> Vec<u8> {
         fc,
         &[x, w_t, b_t],
         &[fc_out],
-        Opt::FullyConnectedOptions(Box::new(T::FullyConnectedOptionsT {
+        Opt::FullyConnectedOptions(Box::new(obj!(T::FullyConnectedOptionsT {
             keep_num_dims: true,
-            ..Default::default()
-        })),
+        }))),
     );
     g.op(
         add,
@@ -649,7 +653,7 @@ pub fn instance_norm_circle() -> Vec<u8> {
     let axes_t = g.constant("Reduction_indices", Ty::INT32, &[2], axes);
     let var_out = g.tensor("Mean_as_variance", Ty::FLOAT32, &reduced);
     let var_eps = g.tensor("Add_as_variance", Ty::FLOAT32, &reduced);
-    let keep = || Opt::ReducerOptions(Box::new(C::ReducerOptionsT { keep_dims: true }));
+    let keep = || Opt::ReducerOptions(Box::new(obj!(C::ReducerOptionsT { keep_dims: true })));
     g.op(mean, &[input, axes_t], &[mean_out], keep());
     g.op(
         sqdiff,
@@ -692,10 +696,9 @@ pub fn instance_norm_circle() -> Vec<u8> {
         add,
         &[mul_out, beta_t],
         &[output],
-        Opt::AddOptions(Box::new(C::AddOptionsT {
+        Opt::AddOptions(Box::new(obj!(C::AddOptionsT {
             fused_activation_function: Act::RELU,
-            ..Default::default()
-        })),
+        }))),
     );
     net.subgraph("main", g, &[input], &[output]);
     net.finish(
