@@ -1,6 +1,7 @@
 //! ONNX's op table: for each (domain, op) what cleave knows of it, registered in one place per
 //! op family (`infer/nn.rs`, `infer/elementwise.rs`, …): its inference rule, the check of its
-//! attribute values, the check of its operands' shapes once types are inferred, the class the
+//! attribute values, the check of its operands' shapes once types are inferred, how it folds
+//! small integer tensors (shapes, axes), the class the
 //! format-neutral stages see, how its FLOPs are counted, whether its first output keeps its
 //! input's rank when the rule cannot tell the dims, and whether it is deterministic. Adding an
 //! op is one entry in its family's `register`.
@@ -11,7 +12,7 @@ use rustc_hash::FxHashMap;
 
 use cleave_ir::{Node, OpClass, OpType};
 
-use crate::infer::Rule;
+use crate::infer::{Fold, Rule};
 use crate::validate::Operands;
 
 /// How a node's FLOPs are estimated (see [`crate::cost::node_flops`]).
@@ -45,6 +46,7 @@ pub(crate) struct OpEntry {
     pub rule: Option<Rule>,
     pub check: Option<Check>,
     pub shapes: Option<ShapeCheck>,
+    pub fold: Option<Fold>,
     pub class: Option<OpClass>,
     pub flops: Flops,
     pub rank_keeping: bool,
@@ -85,6 +87,14 @@ impl OpTable {
     pub(crate) fn shapes(&mut self, ops: &[&'static str], check: ShapeCheck) {
         for op in ops {
             self.entry("", op).shapes = Some(check);
+        }
+    }
+
+    /// How default-domain ops' elements follow from their inputs' when those are small
+    /// integer tensors (shapes, axes, sizes).
+    pub(crate) fn fold(&mut self, ops: &[&'static str], fold: Fold) {
+        for op in ops {
+            self.entry("", op).fold = Some(fold);
         }
     }
 

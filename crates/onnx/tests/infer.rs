@@ -138,3 +138,69 @@ fn inferred_types_match_onnx_shape_inference() {
         mismatches.join("\n")
     );
 }
+
+/// A shape computed as PyTorch exports it (`Shape → Gather → Mul → Unsqueeze → Concat →
+/// Reshape`) gives the Reshape a static shape, with the batch symbol kept: each op's fold
+/// follows the small integer tensors. A node of another domain with a default op's name
+/// folds nothing.
+#[test]
+fn computed_shapes_fold_through_each_ops_registered_fold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("computed.onnx");
+    let script = r#"
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+c = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)
+nodes = [
+    helper.make_node("Shape", ["x"], ["s"]),
+    helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+    helper.make_node("Gather", ["s", "i1"], ["d1"], axis=0),
+    helper.make_node("Gather", ["s", "i2"], ["d2"], axis=0),
+    helper.make_node("Gather", ["s", "i3"], ["d3"], axis=0),
+    helper.make_node("Mul", ["d1", "d2"], ["d12"]),
+    helper.make_node("Mul", ["d12", "d3"], ["d123"]),
+    helper.make_node("Unsqueeze", ["b", "ax"], ["bu"]),
+    helper.make_node("Unsqueeze", ["d123", "ax"], ["du"]),
+    helper.make_node("Concat", ["bu", "du"], ["shape"], axis=0),
+    helper.make_node("Cast", ["shape"], ["shape64"], to=T.INT64),
+    helper.make_node("Reshape", ["x", "shape64"], ["y"]),
+    helper.make_node("Shape", ["x"], ["t"], domain="example.custom"),
+    helper.make_node("Reshape", ["x", "t"], ["z"]),
+]
+g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 4, 5])],
+    [helper.make_tensor_value_info("y", T.FLOAT, None), helper.make_tensor_value_info("z", T.FLOAT, None)],
+    [c("i0", 0), c("i1", 1), c("i2", 2), c("i3", 3), c("ax", [0])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)])
+onnx.save(m, sys.argv[1])
+"#;
+    let made = Command::new("python3")
+        .args(["-c", script])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (ir, _) = load_inferred(&path);
+    let g = &ir.graph;
+    let ty = |name: &str| {
+        g.values
+            .iter()
+            .find(|v| v.name.as_str() == name)
+            .map(|v| v.ty.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        ty("y").shape,
+        Some(vec![Dim::Param("batch".into()), Dim::Fixed(60)]),
+        "{}",
+        ty("y")
+    );
+    // Folded as ONNX's Shape, the custom op would give `z` the input's shape.
+    let static_z = ty("z")
+        .shape
+        .is_some_and(|s| s.iter().skip(1).all(|d| d.fixed().is_some()));
+    assert!(!static_z, "z: {}", ty("z"));
+}

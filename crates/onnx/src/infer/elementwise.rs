@@ -3,6 +3,7 @@
 use cleave_ir::{Dim, ElemType, OpClass, TensorType};
 
 use super::dims::broadcast;
+use super::fold::{self, is_int, same_elements};
 use super::Cx;
 use crate::dtype::elem_from_code;
 use crate::op_table::OpTable;
@@ -95,6 +96,7 @@ const PREDICATES: &[&str] = &[
 ];
 
 pub(crate) fn register(r: &mut OpTable) {
+    register_folds(r);
     r.shapes(
         &[
             "Softmax",
@@ -230,4 +232,48 @@ fn broadcast_inputs(cx: &Cx, slots: std::ops::Range<usize>) -> Option<Vec<Dim>> 
         .map(|i| cx.shape(i))
         .collect();
     shapes.map(|s| broadcast(&s))
+}
+
+/// The elements these ops give when their inputs' are tracked (shapes, axes, sizes).
+fn register_folds(r: &mut OpTable) {
+    r.fold(&["Identity"], same_elements);
+    r.fold(&["Cast"], |cx| match cx.attr_i("to") {
+        Some(6 | 7) if is_int(cx, 0) => same_elements(cx),
+        // To bool: a dim tested for zero, as exporters write `if x.shape[0]:`.
+        Some(9) if is_int(cx, 0) => Some(
+            cx.dims_value(0)?
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(v) => Dim::Fixed(i64::from(*v != 0)),
+                    _ => Dim::Unknown,
+                })
+                .collect(),
+        ),
+        _ => None,
+    });
+    r.fold(&["Add", "Sub", "Mul", "Div"], |cx| {
+        (is_int(cx, 0) && is_int(cx, 1))
+            .then(|| fold::elementwise(cx, fold::arith))
+            .flatten()
+    });
+    // Comparisons of dims decide If branches: 1 for true, 0 for false.
+    r.fold(
+        &["Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"],
+        |cx| {
+            (is_int(cx, 0) && is_int(cx, 1))
+                .then(|| fold::elementwise(cx, fold::compare))
+                .flatten()
+        },
+    );
+    r.fold(&["Not"], |cx| {
+        Some(
+            cx.dims_value(0)?
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(v) => Dim::Fixed(i64::from(*v == 0)),
+                    _ => Dim::Unknown,
+                })
+                .collect(),
+        )
+    });
 }

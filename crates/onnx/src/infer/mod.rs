@@ -25,6 +25,7 @@ use cleave_ir::{Dim, Graph, Model, NodeId, TensorType};
 use crate::op_table::{op_table, OpTable};
 
 pub(crate) use cx::{Cx, Values};
+pub(crate) use fold::Fold;
 
 /// Computes the output types of a node; entries may be partly or wholly unknown.
 pub(crate) type Rule = fn(&Cx) -> Vec<TensorType>;

@@ -4,11 +4,28 @@
 use cleave_ir::{Dim, TensorType};
 
 use super::dims::{axis, broadcast, fixed, product_dim};
+use super::fold::{same_elements, static_shape};
 use super::Cx;
 use crate::op_table::OpTable;
 use crate::validate::{axis_in_range, int, ints, show, Operands};
 
 pub(crate) fn register(r: &mut OpTable) {
+    // What these give of tracked elements: the same elements in another shape.
+    r.fold(
+        &["Reshape", "Flatten", "Squeeze", "Unsqueeze"],
+        same_elements,
+    );
+    r.fold(&["Transpose"], |cx| {
+        let shape = static_shape(cx, 0)?;
+        let perm = match cx.attr_ints("perm") {
+            Some(p) => p
+                .iter()
+                .map(|&a| usize::try_from(a).ok())
+                .collect::<Option<Vec<_>>>()?,
+            None => (0..shape.len()).rev().collect(),
+        };
+        super::fold_nd::transpose(cx.dims_value(0)?, &shape, &perm)
+    });
     r.rank_keeping(&["Tile"]);
     r.check(&["Transpose"], |n, _| {
         if let Some(p) = crate::validate::ints(n, "perm") {

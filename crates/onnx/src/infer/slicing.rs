@@ -4,12 +4,14 @@
 use cleave_ir::{AttrValue, Dim, ElemType, TensorType};
 
 use super::dims::{axis, fixed};
+use super::fold::{static_shape, MAX_ELEMENTS};
 use super::Cx;
 use crate::dtype::elem_from_code;
 use crate::op_table::OpTable;
 use crate::validate::{axis_in_range, axis_only, int, Operands};
 
 pub(crate) fn register(r: &mut OpTable) {
+    register_folds(r);
     r.rank_keeping(&["Pad", "Slice", "CenterCropPad"]);
     r.nondeterministic(&[
         "RandomNormal",
@@ -381,6 +383,103 @@ fn split_shapes(o: &Operands) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The elements these ops give when their inputs' are tracked (shapes, axes, sizes).
+fn register_folds(r: &mut OpTable) {
+    r.fold(&["Constant"], |cx| {
+        Some(fixed(&match cx.node.attrs.first().map(|a| &a.value)? {
+            AttrValue::Tensor(t) if t.element_count() <= MAX_ELEMENTS => t.to_i64s()?,
+            AttrValue::Int(i) => vec![*i],
+            AttrValue::Ints(v) => v.clone(),
+            _ => return None,
+        }))
+    });
+    r.fold(&["Shape"], |cx| {
+        let s = cx.shape(0)?;
+        let (start, end) = shape_range(cx, s.len());
+        Some(s.get(start..end)?.to_vec())
+    });
+    r.fold(&["Size"], |cx| {
+        Some(vec![
+            super::dims::product(cx.shape(0)?).map_or(Dim::Unknown, Dim::Fixed)
+        ])
+    });
+    r.fold(&["Gather"], |cx| {
+        let data = cx.dims_value(0)?;
+        if cx.rank(0)? != 1 {
+            return None;
+        }
+        cx.ints(1)?
+            .iter()
+            .map(|&i| data.get(axis(i, data.len())?).cloned())
+            .collect()
+    });
+    r.fold(&["Concat"], |cx| {
+        let rank = cx.rank(0)?;
+        let ax = axis(cx.attr_i("axis").unwrap_or(0), rank.max(1))?;
+        if rank <= 1 || ax == 0 {
+            // Along the outermost axis the flat elements simply follow one another.
+            let mut out = Vec::new();
+            for i in 0..cx.n_inputs() {
+                out.extend_from_slice(cx.dims_value(i)?);
+            }
+            Some(out)
+        } else {
+            let mut parts = Vec::new();
+            for i in 0..cx.n_inputs() {
+                parts.push((cx.dims_value(i)?, static_shape(cx, i)?));
+            }
+            super::fold_nd::concat(&parts, ax)
+        }
+    });
+    r.fold(&["Slice"], fold_slice);
+    r.fold(&["ConstantOfShape"], |cx| {
+        let count = cx
+            .ints(0)?
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))?;
+        if count > MAX_ELEMENTS {
+            return None;
+        }
+        // A float fill (the default is float 0) is data, not a shape.
+        let fill = match cx.attr("value") {
+            Some(AttrValue::Tensor(t)) if !t.elem.is_float() => *t.to_i64s()?.first()?,
+            _ => return None,
+        };
+        Some(vec![Dim::Fixed(fill); usize::try_from(count).ok()?])
+    });
+}
+
+/// The elements a Slice of tracked elements keeps.
+fn fold_slice(cx: &Cx) -> Option<Vec<Dim>> {
+    let data = cx.dims_value(0)?;
+    let shape = static_shape(cx, 0)?;
+    let (starts, ends, axes, steps) = if cx.opset >= 10 {
+        let starts = cx.ints(1)?.to_vec();
+        let axes = match cx.has_input(3) {
+            true => cx.ints(3)?.to_vec(),
+            false => (0..starts.len() as i64).collect(),
+        };
+        let steps = match cx.has_input(4) {
+            true => cx.ints(4)?.to_vec(),
+            false => vec![1; starts.len()],
+        };
+        (starts, cx.ints(2)?.to_vec(), axes, steps)
+    } else {
+        let starts = cx.attr_ints("starts")?.to_vec();
+        let axes = match cx.attr_ints("axes") {
+            Some(a) => a.to_vec(),
+            None => (0..starts.len() as i64).collect(),
+        };
+        let n = starts.len();
+        (starts, cx.attr_ints("ends")?.to_vec(), axes, vec![1; n])
+    };
+    let axes = axes
+        .iter()
+        .map(|&a| axis(a, shape.len()))
+        .collect::<Option<Vec<_>>>()?;
+    super::fold_nd::slice(data, &shape, &starts, &ends, &axes, &steps)
 }
 
 #[cfg(test)]
