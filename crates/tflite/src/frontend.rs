@@ -161,8 +161,12 @@ impl TfliteSource {
     }
 }
 
-fn is_variable_op(op: &str) -> bool {
-    matches!(op, "VAR_HANDLE" | "READ_VARIABLE" | "ASSIGN_VARIABLE")
+/// What the op table says of a builtin node (none for a custom op).
+fn builtin(node: &cleave_ir::Node) -> Option<&'static crate::op_table::OpDef> {
+    node.domain
+        .is_empty()
+        .then(|| crate::op_table::op(&node.op_type))
+        .flatten()
 }
 
 /// The layout for buffers of these sizes, and a note when it is not inline.
@@ -357,10 +361,10 @@ impl PartEncoder for FlatParts<'_> {
         if part
             .nodes
             .iter()
-            .any(|&n| is_variable_op(&g.node(n).op_type))
+            .any(|&n| builtin(g.node(n)).is_some_and(|d| d.variable))
         {
             for (i, node) in g.nodes.iter().enumerate() {
-                if node.op_type == "CALL_ONCE" {
+                if builtin(node).is_some_and(|d| d.initialiser) {
                     ops.push(src.op_index(cleave_ir::NodeId(i as u32))?);
                 }
             }

@@ -1,13 +1,14 @@
 //! TFLite's op table (circle's builtins are TFLite's plus its own: one vocabulary): for each
 //! builtin what cleave knows of it, in one place: the class the format-neutral stages see,
-//! how its FLOPs are counted, whether it holds state or is random, and which of its options
-//! become IR attributes. Adding an op is one line in [`build`].
+//! how its FLOPs are counted, its window (convolutions and pools), whether it holds state or
+//! is random, the resource a handle op names, and which of its options become IR
+//! attributes. Adding an op is one line in [`build`].
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use cleave_ir::{AttrValue, Attribute, OpClass};
+use cleave_ir::{AttrValue, Attribute, Graph, Node, NodeId, OpClass, Window};
 
 use crate::schema::tflite;
 
@@ -28,6 +29,12 @@ pub(crate) enum Flops {
 /// Reads an operator's options into attributes.
 pub(crate) type Options = fn(&tflite::Operator, &mut Vec<Attribute>);
 
+/// Reads a convolution's or pool's window from its attributes and operands.
+pub(crate) type WindowOf = fn(&Graph, NodeId) -> Option<Window>;
+
+/// The resource a handle op names (ops that read the handle share its state).
+pub(crate) type ResourceOf = fn(&Node) -> String;
+
 /// What the table holds for one builtin.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct OpDef {
@@ -37,6 +44,13 @@ pub(crate) struct OpDef {
     /// never folded or copied as a constant into several parts.
     pub stateful: bool,
     pub options: Option<Options>,
+    pub window: Option<WindowOf>,
+    pub resource: Option<ResourceOf>,
+    /// Runs once to set up the model's variables: copied into every part that holds one,
+    /// never a part of its own.
+    pub initialiser: bool,
+    /// Makes, reads or writes a variable: a part with one needs the initialiser.
+    pub variable: bool,
 }
 
 impl OpDef {
@@ -59,6 +73,16 @@ impl OpDef {
         self.options = Some(o);
         self
     }
+
+    fn window(&mut self, w: WindowOf) -> &mut Self {
+        self.window = Some(w);
+        self
+    }
+
+    fn resource(&mut self, r: ResourceOf) -> &mut Self {
+        self.resource = Some(r);
+        self
+    }
 }
 
 /// The entry of a builtin op type (`CONV_2D`); `None` for ops cleave knows nothing special of.
@@ -72,16 +96,22 @@ fn build() -> HashMap<&'static str, OpDef> {
     t.op("CONV_2D")
         .class(OpClass::Conv)
         .flops(Flops::Conv)
+        .window(conv_window)
         .options(conv_2d);
     t.op("DEPTHWISE_CONV_2D")
         .class(OpClass::Conv)
         .flops(Flops::DepthwiseConv)
+        .window(conv_window)
         .options(depthwise_conv_2d);
-    t.op("MAX_POOL_2D").class(OpClass::MaxPool).options(pool_2d);
+    t.op("MAX_POOL_2D")
+        .class(OpClass::MaxPool)
+        .window(pool_window)
+        .options(pool_2d);
     t.op("AVERAGE_POOL_2D")
         .class(OpClass::AveragePool)
+        .window(pool_window)
         .options(pool_2d);
-    t.op("L2_POOL_2D").options(pool_2d);
+    t.op("L2_POOL_2D").window(pool_window).options(pool_2d);
     t.op("FULLY_CONNECTED")
         .class(OpClass::FullyConnected)
         .flops(Flops::FullyConnected)
@@ -142,14 +172,90 @@ fn build() -> HashMap<&'static str, OpDef> {
         t.op(stateful).stateful();
     }
     // The resource a handle names: ops that share it share state.
-    t.op("VAR_HANDLE").stateful().options(var_handle);
-    t.op("HASHTABLE").stateful().options(|o, a| {
-        a.extend(
-            o.builtin_options_as_hashtable_options()
-                .map(|o| int("table_id", o.table_id())),
-        )
-    });
+    t.op("CALL_ONCE").initialiser = true;
+    for variable in ["VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"] {
+        t.op(variable).variable = true;
+    }
+    t.op("VAR_HANDLE")
+        .stateful()
+        .resource(|node| {
+            // By container and shared name.
+            let container = str_attr(node, "container").unwrap_or_default();
+            let shared = str_attr(node, "shared_name").unwrap_or_default();
+            let name = String::from_utf8_lossy(shared).into_owned();
+            match container.is_empty() {
+                true => name,
+                false => format!("{}/{name}", String::from_utf8_lossy(container)),
+            }
+        })
+        .options(var_handle);
+    t.op("HASHTABLE")
+        .stateful()
+        .resource(|node| format!("table {}", int_attr(node, "table_id").unwrap_or(0)))
+        .options(|o, a| {
+            a.extend(
+                o.builtin_options_as_hashtable_options()
+                    .map(|o| int("table_id", o.table_id())),
+            )
+        });
     t.0
+}
+
+fn int_attr(node: &Node, name: &str) -> Option<i64> {
+    match node.attr(name)? {
+        AttrValue::Int(v) => Some(*v),
+        _ => None,
+    }
+}
+
+fn str_attr<'a>(node: &'a Node, name: &str) -> Option<&'a [u8]> {
+    match node.attr(name)? {
+        AttrValue::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// A convolution's window: OHWI filters (`[1, H, W, C·M]` for depthwise, one group per input
+/// channel), strides and dilations from the options.
+fn conv_window(g: &Graph, n: NodeId) -> Option<Window> {
+    let node = g.node(n);
+    let w = g.value((*node.inputs.get(1)?)?).ty.static_dims()?;
+    let [_, h, wd, i] = w[..] else { return None };
+    let group = if node.op_type == "DEPTHWISE_CONV_2D" {
+        let input = g.value((*node.inputs.first()?)?).ty.static_dims()?;
+        *input.last()?
+    } else {
+        let input = g.value((*node.inputs.first()?)?).ty.static_dims();
+        input
+            .and_then(|d| d.last().copied())
+            .filter(|&c| i > 0 && c % i == 0)
+            .map_or(1, |c| c / i)
+    };
+    strided_window(node, vec![h, wd], group)
+}
+
+/// A pool's window: its filter size and strides from the options.
+fn pool_window(g: &Graph, n: NodeId) -> Option<Window> {
+    let node = g.node(n);
+    let kernel = vec![
+        int_attr(node, "filter_height")?,
+        int_attr(node, "filter_width")?,
+    ];
+    strided_window(node, kernel, 1)
+}
+
+fn strided_window(node: &Node, kernel: Vec<i64>, group: i64) -> Option<Window> {
+    let same = str_attr(node, "padding")? == b"SAME";
+    let dil = |k| int_attr(node, k).unwrap_or(1);
+    Some(Window {
+        kernel,
+        strides: vec![int_attr(node, "stride_h")?, int_attr(node, "stride_w")?],
+        dilations: vec![dil("dilation_h_factor"), dil("dilation_w_factor")],
+        pads: vec![0; 4],
+        explicit_pads: !same,
+        ceil_mode: false,
+        group,
+    })
 }
 
 struct Builder(HashMap<&'static str, OpDef>);

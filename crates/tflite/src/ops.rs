@@ -1,9 +1,7 @@
 //! What the neutral stages need to know of TFLite's operators (circle's are a superset), read
 //! from the op table (`op_table.rs`).
 
-use cleave_ir::{
-    AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, StateGroup, ValueId, Window,
-};
+use cleave_ir::{Graph, Node, NodeId, OpClass, OpSemantics, StateGroup, ValueId, Window};
 
 use crate::op_table::{self, Flops};
 
@@ -11,20 +9,6 @@ use crate::op_table::{self, Flops};
 /// depthwise filters, activations fused into the op's options.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TfliteSemantics;
-
-fn int_attr(node: &Node, name: &str) -> Option<i64> {
-    match node.attr(name)? {
-        AttrValue::Int(v) => Some(*v),
-        _ => None,
-    }
-}
-
-fn str_attr<'a>(node: &'a Node, name: &str) -> Option<&'a [u8]> {
-    match node.attr(name)? {
-        AttrValue::String(s) => Some(s),
-        _ => None,
-    }
-}
 
 impl OpSemantics for TfliteSemantics {
     fn class(&self, node: &Node) -> OpClass {
@@ -41,19 +25,15 @@ impl OpSemantics for TfliteSemantics {
     fn shared_state(&self, g: &Graph) -> Vec<StateGroup> {
         let mut groups: Vec<StateGroup> = Vec::new();
         for (i, node) in g.nodes.iter().enumerate() {
-            let name = match node.op_type.as_str() {
-                "VAR_HANDLE" => {
-                    let container = str_attr(node, "container").unwrap_or_default();
-                    let shared = str_attr(node, "shared_name").unwrap_or_default();
-                    let mut name = String::from_utf8_lossy(shared).into_owned();
-                    if !container.is_empty() {
-                        name = format!("{}/{name}", String::from_utf8_lossy(container));
-                    }
-                    name
-                }
-                "HASHTABLE" => format!("table {}", int_attr(node, "table_id").unwrap_or(0)),
-                _ => continue,
+            let resource = node
+                .domain
+                .is_empty()
+                .then(|| op_table::op(&node.op_type).and_then(|d| d.resource))
+                .flatten();
+            let Some(resource) = resource else {
+                continue;
             };
+            let name = resource(node);
             let mut nodes = vec![NodeId(i as u32)];
             for v in node.outputs.iter().flatten() {
                 nodes.extend(g.consumers(*v).iter().copied());
@@ -71,7 +51,8 @@ impl OpSemantics for TfliteSemantics {
     fn constant_nodes(&self, g: &Graph) -> Vec<bool> {
         let mut constant = g.constant_nodes(|n| self.is_deterministic(n));
         for (c, node) in constant.iter_mut().zip(&g.nodes) {
-            *c |= node.domain.is_empty() && node.op_type == "CALL_ONCE";
+            *c |= node.domain.is_empty()
+                && op_table::op(&node.op_type).is_some_and(|d| d.initialiser);
         }
         constant
     }
@@ -84,43 +65,10 @@ impl OpSemantics for TfliteSemantics {
 
     fn window(&self, g: &Graph, n: NodeId) -> Option<Window> {
         let node = g.node(n);
-        let (kernel, group) = match node.op_type.as_str() {
-            "CONV_2D" | "DEPTHWISE_CONV_2D" => {
-                let w = g.value((*node.inputs.get(1)?)?).ty.static_dims()?;
-                let [_, h, wd, i] = w[..] else { return None };
-                let group = if node.op_type == "DEPTHWISE_CONV_2D" {
-                    // Depthwise: one group per input channel.
-                    let input = g.value((*node.inputs.first()?)?).ty.static_dims()?;
-                    *input.last()?
-                } else {
-                    let input = g.value((*node.inputs.first()?)?).ty.static_dims();
-                    input
-                        .and_then(|d| d.last().copied())
-                        .filter(|&c| i > 0 && c % i == 0)
-                        .map_or(1, |c| c / i)
-                };
-                (vec![h, wd], group)
-            }
-            "MAX_POOL_2D" | "AVERAGE_POOL_2D" | "L2_POOL_2D" => (
-                vec![
-                    int_attr(node, "filter_height")?,
-                    int_attr(node, "filter_width")?,
-                ],
-                1,
-            ),
-            _ => return None,
-        };
-        let same = str_attr(node, "padding")? == b"SAME";
-        let dil = |k| int_attr(node, k).unwrap_or(1);
-        Some(Window {
-            kernel,
-            strides: vec![int_attr(node, "stride_h")?, int_attr(node, "stride_w")?],
-            dilations: vec![dil("dilation_h_factor"), dil("dilation_w_factor")],
-            pads: vec![0; 4],
-            explicit_pads: !same,
-            ceil_mode: false,
-            group,
-        })
+        if !node.domain.is_empty() {
+            return None;
+        }
+        (op_table::op(&node.op_type)?.window?)(g, n)
     }
 
     fn format(&self) -> &str {
