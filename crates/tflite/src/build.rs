@@ -27,18 +27,6 @@ pub struct Built<M> {
     pub buffers: Vec<u32>,
 }
 
-/// Operator names whose options refer to subgraphs this crate does not copy.
-pub const UNCOPIED_SUBGRAPH_OPS: &[&str] = &[
-    "STABLEHLO_REDUCE",
-    "STABLEHLO_SORT",
-    "STABLEHLO_WHILE",
-    "STABLEHLO_SCATTER",
-    "STABLEHLO_REDUCE_WINDOW",
-    "STABLEHLO_CUSTOM_CALL",
-    "STABLEHLO_COMPOSITE",
-    "STABLEHLO_CASE",
-];
-
 fn index(i: usize) -> Result<i32, String> {
     i32::try_from(i).map_err(|_| format!("index {i} does not fit the schema's 32 bits"))
 }
@@ -65,7 +53,7 @@ macro_rules! builder {
         pub mod $schema {
             use std::collections::{BTreeSet, HashMap};
 
-            use super::{index, Built, Renumber, Selection, UNCOPIED_SUBGRAPH_OPS};
+            use super::{index, Built, Renumber, Selection};
             use crate::codes::builtin_code;
             use crate::model::FlatModel;
             use crate::schema::$schema as s;
@@ -115,7 +103,7 @@ macro_rules! builder {
                 subgraphs: &mut Renumber,
             ) -> Result<(), String> {
                 let name = op_name(fm, codes, op);
-                if UNCOPIED_SUBGRAPH_OPS.contains(&name.as_str()) {
+                if crate::op_table::op(&name).is_some_and(|d| d.uncopied_subgraphs) {
                     return Err(format!(
                         "operator {name} runs subgraphs named in StableHLO options, which cleave does not copy into parts yet"
                     ));

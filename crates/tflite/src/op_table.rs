@@ -35,6 +35,9 @@ pub(crate) type WindowOf = fn(&Graph, NodeId) -> Option<Window>;
 /// The resource a handle op names (ops that read the handle share its state).
 pub(crate) type ResourceOf = fn(&Node) -> String;
 
+/// The subgraphs an operator runs, by option name.
+pub(crate) type SubgraphRefs = fn(&tflite::Operator) -> Vec<(&'static str, i64)>;
+
 /// What the table holds for one builtin.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct OpDef {
@@ -51,6 +54,9 @@ pub(crate) struct OpDef {
     pub initialiser: bool,
     /// Makes, reads or writes a variable: a part with one needs the initialiser.
     pub variable: bool,
+    pub subgraphs: Option<SubgraphRefs>,
+    /// Its options name subgraphs the part writer does not copy (StableHLO's): refused.
+    pub uncopied_subgraphs: bool,
 }
 
 impl OpDef {
@@ -76,6 +82,11 @@ impl OpDef {
 
     fn window(&mut self, w: WindowOf) -> &mut Self {
         self.window = Some(w);
+        self
+    }
+
+    fn subgraphs(&mut self, s: SubgraphRefs) -> &mut Self {
+        self.subgraphs = Some(s);
         self
     }
 
@@ -172,6 +183,47 @@ fn build() -> HashMap<&'static str, OpDef> {
         t.op(stateful).stateful();
     }
     // The resource a handle names: ops that share it share state.
+    // Control flow: the subgraphs each runs.
+    t.op("IF").subgraphs(|op| {
+        op.builtin_options_as_if_options()
+            .map_or_else(Vec::new, |o| {
+                vec![
+                    ("then_subgraph_index", i64::from(o.then_subgraph_index())),
+                    ("else_subgraph_index", i64::from(o.else_subgraph_index())),
+                ]
+            })
+    });
+    t.op("WHILE").subgraphs(|op| {
+        op.builtin_options_as_while_options()
+            .map_or_else(Vec::new, |o| {
+                vec![
+                    ("cond_subgraph_index", i64::from(o.cond_subgraph_index())),
+                    ("body_subgraph_index", i64::from(o.body_subgraph_index())),
+                ]
+            })
+    });
+    t.op("CALL").subgraphs(|op| {
+        op.builtin_options_as_call_options()
+            .map_or_else(Vec::new, |o| vec![("subgraph", i64::from(o.subgraph()))])
+    });
+    t.op("CALL_ONCE").subgraphs(|op| {
+        op.builtin_options_as_call_once_options()
+            .map_or_else(Vec::new, |o| {
+                vec![("init_subgraph_index", i64::from(o.init_subgraph_index()))]
+            })
+    });
+    for stablehlo in [
+        "STABLEHLO_REDUCE",
+        "STABLEHLO_SORT",
+        "STABLEHLO_WHILE",
+        "STABLEHLO_SCATTER",
+        "STABLEHLO_REDUCE_WINDOW",
+        "STABLEHLO_CUSTOM_CALL",
+        "STABLEHLO_COMPOSITE",
+        "STABLEHLO_CASE",
+    ] {
+        t.op(stablehlo).uncopied_subgraphs = true;
+    }
     t.op("CALL_ONCE").initialiser = true;
     for variable in ["VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"] {
         t.op(variable).variable = true;

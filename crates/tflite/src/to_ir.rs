@@ -282,36 +282,12 @@ fn check_subgraph_cycles(fm: &FlatModel) -> Result<(), String> {
     Ok(())
 }
 
-/// The subgraphs an operator runs, by option name: IF's branches, WHILE's condition and
-/// body, CALL_ONCE's initialiser, CALL's callee.
+/// The subgraphs an operator runs, by option name (IF's branches, WHILE's condition and body,
+/// CALL_ONCE's initialiser, CALL's callee), as the op table reads them.
 pub fn subgraph_refs(op_type: &str, op: &tflite::Operator) -> Vec<(&'static str, i64)> {
-    match op_type {
-        "IF" => op
-            .builtin_options_as_if_options()
-            .map_or_else(Vec::new, |o| {
-                vec![
-                    ("then_subgraph_index", i64::from(o.then_subgraph_index())),
-                    ("else_subgraph_index", i64::from(o.else_subgraph_index())),
-                ]
-            }),
-        "WHILE" => op
-            .builtin_options_as_while_options()
-            .map_or_else(Vec::new, |o| {
-                vec![
-                    ("cond_subgraph_index", i64::from(o.cond_subgraph_index())),
-                    ("body_subgraph_index", i64::from(o.body_subgraph_index())),
-                ]
-            }),
-        "CALL_ONCE" => op
-            .builtin_options_as_call_once_options()
-            .map_or_else(Vec::new, |o| {
-                vec![("init_subgraph_index", i64::from(o.init_subgraph_index()))]
-            }),
-        "CALL" => op
-            .builtin_options_as_call_options()
-            .map_or_else(Vec::new, |o| vec![("subgraph", i64::from(o.subgraph()))]),
-        _ => Vec::new(),
-    }
+    op_table::op(op_type)
+        .and_then(|d| d.subgraphs)
+        .map_or_else(Vec::new, |refs| refs(op))
 }
 
 /// Converts the main subgraph (the first) to the IR.
