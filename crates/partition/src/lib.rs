@@ -52,7 +52,7 @@ pub struct References {
 /// changes none of their results), so the whole costs a few passes over the edges.
 ///
 /// The portfolio is device levels forwards and backwards and the epoch greedy (skipped where
-/// it is the forward levels, see [`constructions`]). ONE's rule needs no run: its groups never
+/// it is the forward levels, see `constructions.rs`). ONE's rule needs no run: its groups never
 /// straddle two forward-level parts (a unit joins a group only when all its producers are in
 /// it, on its device, hence on its level), so the forward levels never have more parts, and
 /// merging only removes parts. So the result never has more parts than either reference.
