@@ -16,7 +16,7 @@
 //! channels and space), and stays after the Sum otherwise.
 
 use cleave_fuse::Rule;
-use cleave_ir::{NodeId, ValueId, Weight};
+use cleave_ir::{NodeId, OpClass, ValueId, Weight};
 
 use super::device::{name, split_node, weight};
 use super::edit::{attr_float, attr_int, attr_ints, node, Edits};
@@ -342,12 +342,13 @@ fn volume(dims: &[i64]) -> u64 {
 fn layer<'a>(cx: &'a PassCx, n: NodeId) -> Option<Layer<'a>> {
     let g = &cx.model.graph;
     let view = cx.view();
-    let kind = match view.op(n) {
-        "Conv" => Kind::Conv,
-        "MaxPool" | "AveragePool" => Kind::Pool,
-        "GlobalAveragePool" | "GlobalMaxPool" => Kind::GlobalPool,
-        "MatMul" => Kind::MatMul,
-        "Gemm" if view.int_attr(n, "transA").unwrap_or(0) == 0 => Kind::Gemm,
+    // By the class the op table gives: Gemm is the fully connected layer.
+    let kind = match view.class(n) {
+        OpClass::Conv => Kind::Conv,
+        OpClass::MaxPool | OpClass::AveragePool => Kind::Pool,
+        OpClass::GlobalAveragePool | OpClass::GlobalMaxPool => Kind::GlobalPool,
+        OpClass::MatMul => Kind::MatMul,
+        OpClass::FullyConnected if view.int_attr(n, "transA").unwrap_or(0) == 0 => Kind::Gemm,
         _ => return None,
     };
     let (x, y) = (view.input(n, 0)?, view.single_output(n)?);
