@@ -16,7 +16,7 @@ fn like(cx: &Cx, i: usize) -> TensorType {
     cx.ty(i)
 }
 
-fn with_rank(elem: Option<ElemType>, rank: Option<usize>) -> TensorType {
+pub(crate) fn with_rank(elem: Option<ElemType>, rank: Option<usize>) -> TensorType {
     TensorType {
         elem,
         shape: rank.map(unknown_dims),
@@ -179,8 +179,6 @@ pub(crate) fn register(r: &mut OpTable) {
         &["Adagrad", "Adam", "Momentum"],
         optimizer,
     );
-    r.add(&["Scan"], scan);
-    r.check(&["Scan"], check_scan);
 }
 
 /// Attention (opset 23): Q, K, V as [batch, heads, seq, head_size] (4-D) or
@@ -270,90 +268,4 @@ fn optimizer(cx: &Cx) -> Vec<TensorType> {
             like(cx, 2 + input_group * n + i)
         })
         .collect()
-}
-
-/// Scan (opset 9+): the final states, then each scan output stacked along its axis.
-fn scan(cx: &Cx) -> Vec<TensorType> {
-    let Some(cleave_ir::AttrValue::Graph(body)) = cx.attr("body") else {
-        return Vec::new();
-    };
-    let n_scan_in = usize::try_from(cx.attr_i("num_scan_inputs").unwrap_or(0)).unwrap_or(0);
-    // Opset 8 adds a first input (sequence lengths) and a batch axis to every scan output.
-    let (lens, stacked) = if cx.opset < 9 { (1, 2) } else { (0, 1) };
-    let n_state = cx.n_inputs().saturating_sub(n_scan_in + lens);
-    // The number of iterations: the first scan input's length along its scan axis.
-    let steps = (lens == 0)
-        .then(|| {
-            let first = lens + n_state;
-            let shape = cx.shape(first)?;
-            let axis = cx
-                .attr_ints("scan_input_axes")
-                .and_then(|a| a.first().copied())
-                .unwrap_or(0);
-            let axis = if axis < 0 {
-                axis + shape.len() as i64
-            } else {
-                axis
-            };
-            shape.get(usize::try_from(axis).ok()?).cloned()
-        })
-        .flatten()
-        .unwrap_or(Dim::Unknown);
-    body.outputs
-        .iter()
-        .enumerate()
-        .map(|(k, &o)| {
-            let t = body.value(o).ty.clone();
-            if k < n_state {
-                // Opset 8's states carry the batch axis too.
-                match lens {
-                    0 => t,
-                    _ => with_rank(t.elem, t.rank().map(|r| r + 1)),
-                }
-            } else if let (0, Some(shape)) = (lens, t.shape.as_ref()) {
-                // Stacked along its output axis (0 unless scan_output_axes says).
-                let axis = cx
-                    .attr_ints("scan_output_axes")
-                    .and_then(|a| a.get(k - n_state).copied())
-                    .unwrap_or(0);
-                let rank = shape.len() as i64 + 1;
-                let axis = if axis < 0 { axis + rank } else { axis };
-                let mut shape = shape.clone();
-                match usize::try_from(axis).ok().filter(|&a| a <= shape.len()) {
-                    Some(a) => shape.insert(a, steps.clone()),
-                    None => return with_rank(t.elem, Some(shape.len() + 1)),
-                }
-                TensorType {
-                    elem: t.elem,
-                    shape: Some(shape),
-                }
-            } else {
-                with_rank(t.elem, t.rank().map(|r| r + stacked))
-            }
-        })
-        .collect()
-}
-
-/// The body sees every input but opset 8's optional sequence_lens, and gives every output;
-/// `num_scan_inputs` is within the inputs.
-fn check_scan(n: &cleave_ir::Node, opset: i64) -> Result<(), String> {
-    let inputs = n.inputs.len().saturating_sub(usize::from(opset < 9));
-    if let Some(m) = crate::validate::int(n, "num_scan_inputs") {
-        if m < 1 || usize::try_from(m).map_or(true, |m| m > inputs) {
-            return Err(format!(
-                "num_scan_inputs {m} is more than its {inputs} inputs or below 1"
-            ));
-        }
-    }
-    if let Some(cleave_ir::AttrValue::Graph(body)) = n.attr("body") {
-        if body.inputs.len() != inputs || body.outputs.len() != n.outputs.len() {
-            return Err(format!(
-                "body has {} inputs and {} outputs; the node has {inputs} and {}",
-                body.inputs.len(),
-                body.outputs.len(),
-                n.outputs.len()
-            ));
-        }
-    }
-    Ok(())
 }

@@ -6,6 +6,7 @@
 //! module per op family). Small integer tensors (shapes, axes) are evaluated along the way, so
 //! `Reshape`, `ConstantOfShape` or `Slice` get static shapes where the model allows it.
 
+mod control_flow;
 mod cx;
 mod dims;
 mod domains;
@@ -32,6 +33,7 @@ pub(crate) type Rule = fn(&Cx) -> Vec<TensorType>;
 
 /// Every op family's entries in the op table.
 pub(crate) fn register_families(t: &mut OpTable) {
+    control_flow::register(t);
     elementwise::register(t);
     nn::register(t);
     reduce::register(t);

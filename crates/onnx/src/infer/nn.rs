@@ -1,6 +1,6 @@
-//! Convolutions, pooling, matrix products, resizing and control flow.
+//! Convolutions, pooling, matrix products, resizing, recurrent layers and TopK.
 
-use cleave_ir::{AttrValue, Dim, ElemType, Node, OpClass, TensorType};
+use cleave_ir::{AttrValue, Dim, ElemType, OpClass, TensorType};
 
 use super::dims::{axis, broadcast, fits, map_fixed};
 use super::Cx;
@@ -62,8 +62,6 @@ pub(crate) fn register(r: &mut OpTable) {
             _ => Ok(()),
         }
     });
-    r.check(&["If"], check_if);
-    r.check(&["Loop"], check_loop);
     r.class("Conv", OpClass::Conv);
     r.class("MaxPool", OpClass::MaxPool);
     r.class("AveragePool", OpClass::AveragePool);
@@ -268,68 +266,6 @@ pub(crate) fn register(r: &mut OpTable) {
             state.clone(),
             state,
         ]
-    });
-    r.add(&["If"], |cx| {
-        // Both branches must agree on element types; take shapes only where they agree too.
-        let branch = |name: &str| match cx.attr(name) {
-            Some(AttrValue::Graph(g)) => Some(
-                g.outputs
-                    .iter()
-                    .map(|&o| g.value(o).ty.clone())
-                    .collect::<Vec<_>>(),
-            ),
-            _ => None,
-        };
-        // A condition that shapes decide (fixed with --shape, say) picks its branch.
-        match cx.ints(0) {
-            Some([c]) if *c != 0 => return branch("then_branch").unwrap_or_default(),
-            Some([_]) => return branch("else_branch").unwrap_or_default(),
-            _ => {}
-        }
-        match (branch("then_branch"), branch("else_branch")) {
-            (Some(t), Some(e)) => t
-                .into_iter()
-                .zip(e)
-                .map(|(a, b)| TensorType {
-                    elem: a.elem.or(b.elem),
-                    shape: agree(a.shape, b.shape),
-                })
-                .collect(),
-            (Some(t), None) => t,
-            _ => Vec::new(),
-        }
-    });
-    r.add(&["Loop"], |cx| {
-        // Outputs: the final carried values, then each scan output stacked over iterations.
-        let Some(AttrValue::Graph(body)) = cx.attr("body") else {
-            return Vec::new();
-        };
-        let carried = cx.n_inputs().saturating_sub(2);
-        let body_out: Vec<TensorType> = body
-            .outputs
-            .iter()
-            .map(|&o| body.value(o).ty.clone())
-            .collect();
-        (0..cx.n_outputs())
-            .map(|k| {
-                let inner = body_out.get(k + 1).cloned().unwrap_or_default();
-                if k < carried {
-                    TensorType {
-                        elem: inner.elem.or(cx.elem(k + 2)),
-                        shape: agree(inner.shape, cx.ty(k + 2).shape),
-                    }
-                } else {
-                    TensorType {
-                        elem: inner.elem,
-                        shape: inner.shape.map(|s| {
-                            let mut out = vec![Dim::Unknown];
-                            out.extend(s);
-                            out
-                        }),
-                    }
-                }
-            })
-            .collect()
     });
 }
 
@@ -542,59 +478,6 @@ fn float_const(cx: &Cx, slot: usize) -> Option<Vec<f64>> {
         AttrValue::Tensor(t) => t.to_f64s(),
         _ => None,
     }
-}
-
-/// What two shapes that a value may take have in common: the rank where they agree, each dim
-/// where it agrees too.
-fn agree(a: Option<Vec<Dim>>, b: Option<Vec<Dim>>) -> Option<Vec<Dim>> {
-    let (a, b) = (a?, b?);
-    (a.len() == b.len()).then(|| {
-        a.into_iter()
-            .zip(b)
-            .map(|(x, y)| if x == y { x } else { Dim::Unknown })
-            .collect()
-    })
-}
-
-/// Both branches give as many outputs as the node has.
-fn check_if(n: &Node, _: i64) -> Result<(), String> {
-    let count = |name: &str| match n.attr(name) {
-        Some(AttrValue::Graph(g)) => Some(g.outputs.len()),
-        _ => None,
-    };
-    if let (Some(t), Some(e)) = (count("then_branch"), count("else_branch")) {
-        let outs = n.outputs.len();
-        if t != e || t != outs {
-            return Err(format!(
-                "then_branch has {t} outputs, else_branch {e}, the node {outs}"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The body takes the iteration count, the condition and the loop-carried values, and gives
-/// the condition, the carried values and the scan outputs.
-fn check_loop(n: &Node, _: i64) -> Result<(), String> {
-    if let Some(AttrValue::Graph(body)) = n.attr("body") {
-        let carried = n.inputs.len().saturating_sub(2);
-        let (ins, outs) = (body.inputs.len(), body.outputs.len());
-        if ins != carried + 2 {
-            return Err(format!(
-                "body has {ins} inputs; {carried} loop-carried value{} needs {}",
-                if carried == 1 { "" } else { "s" },
-                carried + 2
-            ));
-        }
-        if n.outputs.len() < carried || outs != 1 + n.outputs.len() {
-            return Err(format!(
-                "body has {outs} outputs; the node's {} outputs with {carried} loop-carried value(s) need {}",
-                n.outputs.len(),
-                1 + n.outputs.len().max(carried)
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The inner dimensions of a matrix product agree.
