@@ -60,7 +60,7 @@ pub struct UnitPartition {
 /// engine the backend's name calls for (`openvino:GPU` for `ov-GPU`).
 pub(crate) fn conn_engine(backend: &str) -> Option<String> {
     cleave_engines::registry()
-        .device_of_backend(backend)
+        .by_device_prefix(backend)
         .map(|k| k.label())
 }
 

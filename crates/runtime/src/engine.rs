@@ -170,7 +170,7 @@ impl Registry {
     /// The engine a backend's name itself calls for: a device of an engine with devices
     /// (`ov-GPU`), or an engine of that name that runs `format` (a backend called `ort`).
     fn named_by_backend(&self, backend: &str, format: &str) -> Option<EngineKind> {
-        self.device_of_backend(backend).or_else(|| {
+        self.by_device_prefix(backend).or_else(|| {
             self.entries
                 .iter()
                 .find(|e| e.devices.is_none() && e.name == backend && e.formats.contains(&format))
@@ -178,9 +178,9 @@ impl Registry {
         })
     }
 
-    /// The engine device a backend names with a registered prefix (`ov-GPU`), whatever the
-    /// format: what the connection file records as the part's engine.
-    pub fn device_of_backend(&self, backend: &str) -> Option<EngineKind> {
+    /// The engine, on a device, that a backend names by a registered prefix (`ov-GPU`: OpenVINO
+    /// on GPU), whatever the format: what the connection file records as the part's engine.
+    pub fn by_device_prefix(&self, backend: &str) -> Option<EngineKind> {
         for e in &self.entries {
             if let Some(d) = e.devices {
                 if let Some(device) = backend.strip_prefix(d.backend_prefix) {

@@ -182,7 +182,6 @@ fn build() -> HashMap<&'static str, OpDef> {
     ] {
         t.op(stateful).stateful();
     }
-    // The resource a handle names: ops that share it share state.
     // Control flow: the subgraphs each runs.
     t.op("IF").subgraphs(|op| {
         op.builtin_options_as_if_options()
@@ -228,6 +227,7 @@ fn build() -> HashMap<&'static str, OpDef> {
     for variable in ["VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"] {
         t.op(variable).variable = true;
     }
+    // The resource a handle names: ops that share it share state.
     t.op("VAR_HANDLE")
         .stateful()
         .resource(|node| {

@@ -56,7 +56,9 @@ impl From<OnnxError> for EmitError {
 }
 
 /// Writes every part and the connection files into `workdir` (see
-/// [`cleave_frontend::write_partition`]), weights inline.
+/// [`cleave_frontend::write_partition`]), weights inline. The connection file records no
+/// engine per part (each runs on what its backend and format choose); the facade's
+/// `LoadedModel::write` records the engine registry's answer, as `openvino:GPU` for `ov-GPU`.
 pub fn emit(
     source: &OnnxModel,
     model: &Model,

@@ -115,7 +115,7 @@ pub(crate) fn show(dims: &[Option<i64>]) -> String {
     format!("[{}]", d.join(", "))
 }
 
-/// The `axis` attribute names an axis of the first input (of one past its last, `past_end`,
+/// The `axis` attribute names an axis of the first input (or one past its last, `past_end`,
 /// where the op may split after it).
 pub(crate) fn axis_in_range(o: &Operands, past_end: bool) -> Result<(), String> {
     let (Some(rank), Some(a)) = (o.rank(0), int(o.n, "axis")) else {
