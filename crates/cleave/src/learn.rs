@@ -57,7 +57,7 @@ impl LoadedModel {
                 .map_err(|m| Error::model(&path, m))?;
             feeds.push((value.name.to_string(), x));
         }
-        let tmp = tempfile::tempdir()
+        let tmp = cleave_workdir::private_tempdir("cleave-")
             .map_err(|e| Error::usage(format!("cannot make a temporary folder: {e}")))?;
         let probe = tmp
             .path()

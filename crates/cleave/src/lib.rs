@@ -18,7 +18,7 @@
 //! let plan = model.plan(&assignment, &cut)?; // only validation makes a ValidatedPlan
 //! assert_eq!(plan.parts.len(), 4); // npu, cpu (the residual Add), npu, cpu (Softmax)
 //!
-//! let workdir = tempfile::tempdir().map_err(cleave::Error::usage)?;
+//! let workdir = cleave::workdir::private_tempdir("parts-").map_err(cleave::Error::usage)?;
 //! let written = model.write(&plan, workdir.path(), ExternalData::Inline)?;
 //! assert!(written.parts[0].file.starts_with("tiny_cnn.00001_"));
 //!

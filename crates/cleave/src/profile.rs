@@ -127,7 +127,7 @@ pub fn profile(
     let g = loaded.graph();
     let sem = loaded.semantics();
     let names = devices.order();
-    let dir = tempfile::tempdir()
+    let dir = cleave_workdir::private_tempdir("cleave-")
         .map_err(|e| Error::usage(format!("cannot make a temporary folder: {e}")))?;
 
     // Units: every placed node, a quantize and its dequantize together; each written alone.

@@ -76,7 +76,7 @@ fn median(v: Vec<Duration>) -> Duration {
 }
 
 pub fn run(a: BenchArgs) -> Result<(), Fail> {
-    let tmp = tempfile::tempdir()
+    let tmp = cleave::workdir::private_tempdir("cleave-")
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let conn: PathBuf = if a.target.extension().is_some_and(|e| e == "json") {
         a.target.to_path_buf()

@@ -118,7 +118,7 @@ pub fn run(
     }
     let placements = distinct;
     let feeds = inputs::gather(l.loaded.graph(), &[], 0, true)?;
-    let tmp = tempfile::tempdir()
+    let tmp = cleave::workdir::private_tempdir("cleave-")
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let mut cands = Vec::new();
     let mut refused: Vec<(String, f64, String)> = Vec::new();

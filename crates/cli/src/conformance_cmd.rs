@@ -46,7 +46,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
             "no test cases (folders with model.onnx) here; run scripts/fetch-test-data.sh",
         ));
     }
-    let tmp = tempfile::tempdir()
+    let tmp = cleave::workdir::private_tempdir("cleave-")
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let devices = DeviceArgs {
         devices: vec!["cpu".into()],

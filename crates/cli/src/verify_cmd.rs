@@ -26,7 +26,7 @@ pub struct VerifyArgs<'a> {
 
 /// Returns whether every compared tensor is within tolerance.
 pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
-    let tmp = tempfile::tempdir()
+    let tmp = cleave::workdir::private_tempdir("cleave-")
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let conn_path: PathBuf = match a.conn {
         Some(c) => c.to_path_buf(),

@@ -48,11 +48,17 @@ pub fn write_with(
             "not a file name",
         ))
     })?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.", name.to_string_lossy()))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(write_err)?;
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // The mode a plain file creation gives (0666 less the umask), not tempfile's 0600: the
+    // result is an output like any other.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(dir).map_err(write_err)?;
     fill(tmp.as_file_mut()).map_err(write_err)?;
     tmp.as_file().sync_all().map_err(write_err)?;
     tmp.persist(path).map_err(|e| write_err(e.error))?;
@@ -80,5 +86,18 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["x.bin"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_file_gets_the_mode_a_plain_creation_gives() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain.bin");
+        std::fs::write(&plain, b"x").unwrap();
+        let atomic = dir.path().join("atomic.bin");
+        write_atomic(&atomic, b"x").unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&atomic), mode(&plain));
     }
 }

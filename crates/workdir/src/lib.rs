@@ -9,6 +9,7 @@
 mod atomic;
 mod conn;
 mod naming;
+mod private;
 mod staged;
 
 pub use atomic::{copy_atomic, write_atomic, write_with, WriteError};
@@ -16,4 +17,5 @@ pub use conn::{ConnFile, ConnModel};
 pub use naming::{
     backend_of, check_backend_name, is_part_file, part_file_name, relative_path, stale_parts,
 };
+pub use private::{private_tempdir, private_tempdir_in, seal, write_private};
 pub use staged::{ConnFiles, Staged};

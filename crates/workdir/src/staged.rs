@@ -73,10 +73,9 @@ impl Staged {
         } else {
             &self.workdir
         };
-        let dir = tempfile::Builder::new()
-            .prefix(".cleave-staging-")
-            .tempdir_in(beside)
-            .map_err(|source| WriteError {
+        // Private until committed: nobody reads a half-written partition.
+        let dir =
+            crate::private_tempdir_in(".cleave-staging-", beside).map_err(|source| WriteError {
                 path: self.workdir.clone(),
                 source,
             })?;
@@ -186,7 +185,7 @@ impl Staged {
     }
 
     /// Renames the staging folder onto the empty `workdir` this run created, with that
-    /// folder's permissions (a temporary folder is private). False, with nothing changed,
+    /// folder's permissions (the staging folder is private, 0700). False, with nothing changed,
     /// where that cannot be done (something was put in `workdir` meanwhile): then each file
     /// moves on its own.
     fn swap_in(&mut self) -> bool {

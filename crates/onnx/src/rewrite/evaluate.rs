@@ -38,7 +38,7 @@ pub(crate) fn fold_by_engine(cx: &PassCx, e: &mut Edits) {
             return;
         }
     };
-    let computed = tempfile::tempdir()
+    let computed = cleave_workdir::private_tempdir("cleave-")
         .map_err(|err| format!("no temporary folder: {err}"))
         .and_then(|dir| {
             let path = dir.path().join("constants.onnx");
