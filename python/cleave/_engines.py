@@ -6,7 +6,7 @@ without importing any (cheap at import time). An explicit ``ORT_DYLIB_PATH`` /
 from __future__ import annotations
 
 import glob
-import importlib.util
+import importlib.machinery
 import os
 import sys
 from typing import Optional
@@ -31,8 +31,12 @@ _LIBRARY_VARIABLE = {
 
 
 def _package_dir(name: str) -> Optional[str]:
+    # Installed packages only: a folder named like the package in the working folder (on
+    # sys.path as '' or a relative entry) must not hand cleave a library to load.
+    here = os.path.realpath(os.getcwd())
+    installed = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != here]
     try:
-        spec = importlib.util.find_spec(name)
+        spec = importlib.machinery.PathFinder.find_spec(name, installed)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:

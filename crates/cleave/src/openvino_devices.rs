@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use cleave_device::{PluginAnswer, Profile};
 use cleave_engines::openvino_device;
@@ -86,7 +85,8 @@ pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>
     let cached = cache
         .as_ref()
         .and_then(|c| std::fs::read(c).ok())
-        .and_then(|bytes| serde_json::from_slice::<Answer>(&bytes).ok());
+        .and_then(|bytes| serde_json::from_slice::<Answer>(&bytes).ok())
+        .filter(|a| a.device == device && a.openvino == version);
     let answer = match cached {
         Some(a) => a,
         None => {
@@ -97,8 +97,11 @@ pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>
                     format!("OpenVINO's answer for {device} is not JSON: {e}"),
                 )
             })?;
+            // Only an answer from the OpenVINO cleave runs on, for the device asked, is kept:
+            // a run that answered for something else must not place later runs' nodes.
+            let trusted = a.device == device && a.openvino == version;
             // The cache only saves time: a folder that cannot be written is no error.
-            if let Some(c) = &cache {
+            if let Some(c) = cache.as_ref().filter(|_| trusted) {
                 if let Some(dir) = c.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
@@ -127,9 +130,7 @@ pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>
 /// Runs the query script on the user's Python.
 fn ask(model: &Path, device: &str) -> Result<Vec<u8>, Error> {
     let python = cleave_engines::python();
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(QUERY_SCRIPT)
+    let out = cleave_engines::python_code(&python, QUERY_SCRIPT)
         .arg(model)
         .arg(device)
         .output()

@@ -200,3 +200,57 @@ fn the_workdir_crate_names_no_engine() {
         hits.join("\n")
     );
 }
+
+/// Every `.rs` file under `crates/*/src`, with the text before its first `#[cfg(test)]`.
+fn library_code() -> Vec<(std::path::PathBuf, String)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = Vec::new();
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&crates)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .filter(|p| p.is_dir() && !p.starts_with(crates.join("testdata")))
+        .collect();
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+                out.push((p, code));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn pythons_start_isolated_and_temporary_folders_are_private() {
+    let code = library_code();
+    assert!(code.len() > 100, "found only {} source files", code.len());
+    let mut hits = Vec::new();
+    for (path, text) in &code {
+        let name = path.display().to_string();
+        // A Python run from the working folder imports what is planted there: only
+        // cleave-engines' python_pkg starts one (isolated).
+        let python = [
+            "Command::new(python",
+            "Command::new(&python",
+            "Command::new(\"python",
+        ];
+        if !name.ends_with("engines/src/python_pkg.rs") && python.iter().any(|p| text.contains(p)) {
+            hits.push(format!(
+                "{name}: starts a Python (use cleave_engines::python_code)"
+            ));
+        }
+        // tempfile's folders follow the umask (0755): private_tempdir makes them 0700.
+        let tempdir = ["tempfile::tempdir(", ".tempdir()", ".tempdir_in("];
+        if !name.ends_with("workdir/src/private.rs") && tempdir.iter().any(|p| text.contains(p)) {
+            hits.push(format!(
+                "{name}: makes a temporary folder (use workdir::private_tempdir)"
+            ));
+        }
+    }
+    assert!(hits.is_empty(), "{}", hits.join("\n"));
+}

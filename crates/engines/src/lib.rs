@@ -20,7 +20,7 @@ use cleave_runtime::{Devices, Engine, EngineEntry, EngineKind, Registry, Runtime
 pub use litert_engine::{litert_library_path, Litert};
 pub use openvino_engine::{openvino_library_path, openvino_version, OpenVino, OPENVINO_WHEEL};
 pub use ort_engine::{ort_library_path, OnnxRuntime};
-pub use python_pkg::python;
+pub use python_pkg::{isolated as isolated_python, python, run_code as python_code};
 pub use tract_engine::Tract;
 
 /// Backends named `ov-DEVICE` (`--devices ov:CPU`) are OpenVINO's devices.

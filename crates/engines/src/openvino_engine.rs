@@ -47,12 +47,96 @@ pub fn openvino_library_path() -> Result<PathBuf, String> {
     }
 }
 
+/// Every function of the C library that the `openvino` crate calls (its preprocessing API
+/// aside, which cleave does not use), from `grep -ohE 'ov_[a-z0-9_]+\(' -r src` over the
+/// crate at the version pinned in Cargo.toml.
+const OPENVINO_SYMBOLS: &[&str] = &[
+    "ov_available_devices_free",
+    "ov_compiled_model_create_infer_request",
+    "ov_compiled_model_get_property",
+    "ov_compiled_model_get_runtime_model",
+    "ov_compiled_model_input",
+    "ov_compiled_model_input_by_index",
+    "ov_compiled_model_input_by_name",
+    "ov_compiled_model_inputs_size",
+    "ov_compiled_model_output",
+    "ov_compiled_model_output_by_index",
+    "ov_compiled_model_output_by_name",
+    "ov_compiled_model_outputs_size",
+    "ov_compiled_model_set_property",
+    "ov_const_port_get_shape",
+    "ov_core_compile_model",
+    "ov_core_create",
+    "ov_core_create_with_config",
+    "ov_core_get_available_devices",
+    "ov_core_get_property",
+    "ov_core_get_versions_by_device_name",
+    "ov_core_read_model",
+    "ov_core_read_model_from_memory_buffer",
+    "ov_core_set_property",
+    "ov_core_versions_free",
+    "ov_dimension_is_dynamic",
+    "ov_get_last_err_msg",
+    "ov_get_openvino_version",
+    "ov_infer_request_cancel",
+    "ov_infer_request_get_input_tensor",
+    "ov_infer_request_get_input_tensor_by_index",
+    "ov_infer_request_get_output_tensor",
+    "ov_infer_request_get_output_tensor_by_index",
+    "ov_infer_request_get_tensor",
+    "ov_infer_request_infer",
+    "ov_infer_request_set_input_tensor",
+    "ov_infer_request_set_input_tensor_by_index",
+    "ov_infer_request_set_output_tensor",
+    "ov_infer_request_set_output_tensor_by_index",
+    "ov_infer_request_set_tensor",
+    "ov_infer_request_start_async",
+    "ov_infer_request_wait_for",
+    "ov_layout_create",
+    "ov_model_const_input_by_index",
+    "ov_model_const_output_by_index",
+    "ov_model_inputs_size",
+    "ov_model_is_dynamic",
+    "ov_model_outputs_size",
+    "ov_model_reshape",
+    "ov_model_reshape_by_port_indexes",
+    "ov_model_reshape_by_ports",
+    "ov_model_reshape_input_by_name",
+    "ov_model_reshape_single_input",
+    "ov_partial_shape_create",
+    "ov_partial_shape_create_dynamic",
+    "ov_partial_shape_create_static",
+    "ov_partial_shape_free",
+    "ov_partial_shape_is_dynamic",
+    "ov_port_get_any_name",
+    "ov_port_get_element_type",
+    "ov_port_get_partial_shape",
+    "ov_rank_is_dynamic",
+    "ov_shape_create",
+    "ov_shape_free",
+    "ov_tensor_create",
+    "ov_tensor_data",
+    "ov_tensor_get_byte_size",
+    "ov_tensor_get_element_type",
+    "ov_tensor_get_shape",
+    "ov_tensor_get_size",
+    "ov_tensor_set_shape",
+    "ov_version_free",
+];
+
 static LOADED: OnceLock<Result<String, String>> = OnceLock::new();
 
 /// Loads the library once per process; its version, or why it is unavailable.
 pub fn openvino_version() -> Result<String, RuntimeError> {
     let loaded = LOADED.get_or_init(|| {
         let path = openvino_library_path()?;
+        // The binding panics when a function it calls is missing: check them all first.
+        if let Some(s) = crate::python_pkg::missing_symbol(&path, OPENVINO_SYMBOLS)? {
+            return Err(format!(
+                "{} does not export {s}: not OpenVINO's C library, or one older than 2025.1; set OPENVINO_LIB to libopenvino_c.so, or `pip install {OPENVINO_WHEEL}`",
+                path.display()
+            ));
+        }
         openvino_sys::library::load_from(path.clone())
             .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(openvino::version().build_number)

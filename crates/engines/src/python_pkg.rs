@@ -1,29 +1,96 @@
 //! Engines that ship in Python wheels (ONNX Runtime in `onnxruntime`, LiteRT in
 //! `ai_edge_litert`): the folder of such a package, as the user's Python sees it.
+//!
+//! Every Python cleave starts is isolated from the working folder: users run cleave inside
+//! folders of downloaded models, and `python -c` puts the working folder first on `sys.path`,
+//! so a planted `json.py` or `onnxruntime/` would run (or hand cleave a library to load).
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The Python cleave asks: `$CLEAVE_PYTHON` (the Python package sets it to its own
-/// interpreter), else `python3`.
+/// interpreter), else the first `python3` on `PATH`, read from absolute `PATH` entries only
+/// (a relative entry would name the working folder).
 pub fn python() -> String {
-    std::env::var("CLEAVE_PYTHON").unwrap_or_else(|_| "python3".into())
+    if let Some(p) = std::env::var_os("CLEAVE_PYTHON") {
+        return p.to_string_lossy().into_owned();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join("python3"))
+        .find(|p| p.is_file())
+        .map_or_else(|| "python3".into(), |p| p.display().to_string())
+}
+
+/// The first lines of every `-c` program cleave runs: `sys.path` keeps absolute entries only
+/// (the working folder is `''`; `os` and `sys` are loaded before any path is searched).
+pub const ISOLATE: &str =
+    "import os, sys\nsys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]\n";
+
+/// `python` set up to import nothing from the working folder: `PYTHONSAFEPATH` (3.11+) keeps
+/// the working folder or the script's folder off `sys.path`, and `PYTHONPATH` keeps only its
+/// absolute entries. A `-c` program must also start with [`ISOLATE`] (older Pythons).
+pub fn isolated(python: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new(python);
+    c.env("PYTHONSAFEPATH", "1");
+    if let Some(pp) = std::env::var_os("PYTHONPATH") {
+        match absolute_entries(&pp) {
+            Some(v) => c.env("PYTHONPATH", v),
+            None => c.env_remove("PYTHONPATH"),
+        };
+    }
+    c
+}
+
+/// The absolute entries of a `PATH`-like list (Python makes a relative one absolute against
+/// the working folder), or None when none is left.
+fn absolute_entries(list: &OsStr) -> Option<OsString> {
+    let kept: Vec<PathBuf> = std::env::split_paths(list)
+        .filter(|d| d.is_absolute())
+        .collect();
+    std::env::join_paths(kept).ok().filter(|v| !v.is_empty())
+}
+
+/// `python -c program`, isolated ([`isolated`]; [`ISOLATE`] runs first, after the program's
+/// `from __future__` imports, which Python takes only at the top).
+pub fn run_code(python: impl AsRef<OsStr>, program: &str) -> Command {
+    let mut c = isolated(python);
+    let (future, rest): (Vec<&str>, Vec<&str>) = program
+        .lines()
+        .partition(|l| l.starts_with("from __future__ import"));
+    let mut code = String::new();
+    for l in future {
+        code.push_str(l);
+        code.push('\n');
+    }
+    code.push_str(ISOLATE);
+    code.push_str(&rest.join("\n"));
+    c.arg("-c").arg(code);
+    c
 }
 
 /// The folder of `package` as `python` would import it, found without importing it (an
-/// engine package's `__init__` pulls in numpy and more).
+/// engine package's `__init__` pulls in numpy and more) and never in the working folder.
 pub fn package_dir(python: &str, package: &str) -> Result<String, String> {
     let probe = format!(
         "import importlib.util as u; s = u.find_spec('{package}'); \
          print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')"
     );
-    let out = Command::new(python)
-        .args(["-c", &probe])
+    let out = run_code(python, &probe)
         .output()
         .map_err(|e| format!("cannot run {python} to find {package} ({e})"))?;
     let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || dir.is_empty() {
         return Err(format!("{python} has no {package} package"));
+    }
+    // Anything but one absolute folder is not an answer to trust (a relative one would be
+    // read against the working folder).
+    if dir.lines().count() != 1 || !Path::new(&dir).is_absolute() {
+        return Err(format!(
+            "{python} answered '{dir}' for the {package} package's folder, not an absolute path"
+        ));
     }
     Ok(dir)
 }
@@ -41,4 +108,79 @@ pub fn first_with_prefix(dir: &Path, prefix: &str) -> Option<PathBuf> {
         .collect();
     found.sort();
     found.into_iter().next()
+}
+
+/// The first of `symbols` that the library at `path` does not export, if any: checked before
+/// a binding that panics on a missing function is given the library.
+pub fn missing_symbol(path: &Path, symbols: &[&str]) -> Result<Option<String>, String> {
+    // SAFETY: the library is one the user named or whose package they installed; opening it
+    // runs its initialisers, as the engine's own load would.
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| format!("{}: cannot be loaded ({e})", path.display()))?;
+    for s in symbols {
+        // SAFETY: only the symbol's presence is read; it is never called through this type.
+        let found = unsafe { lib.get::<*const ()>(s.as_bytes()) };
+        if found.is_err() {
+            return Ok(Some((*s).to_string()));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_code_sees_nothing_of_the_working_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("planted_here.py"), "x = 1\n").unwrap();
+        let program = "from __future__ import annotations\n\
+                       import importlib.util as u\n\
+                       print(u.find_spec('planted_here') is None)";
+        let out = run_code(python(), program)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "True");
+        // The same program without isolation finds it: the check above can fail.
+        let open = Command::new(python())
+            .arg("-c")
+            .arg(program)
+            .current_dir(dir.path())
+            .env_remove("PYTHONSAFEPATH")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&open.stdout).trim(), "False");
+    }
+
+    #[test]
+    fn relative_pythonpath_entries_are_dropped() {
+        let list = std::env::join_paths(["rel", "/abs/site", ".", "/other"]).unwrap();
+        assert_eq!(
+            absolute_entries(&list),
+            Some(std::env::join_paths(["/abs/site", "/other"]).unwrap())
+        );
+        assert_eq!(absolute_entries(OsStr::new("rel:.")), None);
+    }
+
+    #[test]
+    fn a_library_without_the_symbols_is_named() {
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/libc.so.6"]
+            .iter()
+            .map(Path::new)
+            .find(|p| p.is_file());
+        let Some(libc) = libc else {
+            eprintln!("skipped: no libc.so.6 at the usual paths");
+            return;
+        };
+        assert_eq!(
+            missing_symbol(libc, &["malloc", "ov_core_create"]).unwrap(),
+            Some("ov_core_create".into())
+        );
+        assert_eq!(missing_symbol(libc, &["malloc"]).unwrap(), None);
+        let e = missing_symbol(Path::new("/nonexistent/lib.so"), &["x"]).unwrap_err();
+        assert!(e.contains("/nonexistent/lib.so: cannot be loaded"), "{e}");
+    }
 }

@@ -5,7 +5,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use cleave_workdir::{ConnFile, ConnModel};
 
@@ -94,8 +93,7 @@ fn check_python(need: &[&str]) -> Result<(), Error> {
     let probe = format!(
         "import importlib, sys\nmissing = []\nfor m in {need:?}:\n    try:\n        importlib.import_module(m)\n    except Exception:\n        missing.append(m)\nprint(' '.join(missing))\nsys.exit(1 if missing else 0)"
     );
-    let out = Command::new(python())
-        .args(["-c", &probe])
+    let out = cleave_engines::python_code(python(), &probe)
         .output()
         .map_err(|e| {
             Error::usage(format!(
@@ -189,7 +187,9 @@ fn as_served(
         served.source.file = base.join(&served.source.file).display().to_string();
     }
     let out = dir.join(conn_path.file_name().unwrap_or(conn_path.as_os_str()));
-    std::fs::write(&out, served.to_json()).map_err(|e| Error::io(&out, "cannot write", e))?;
+    cleave_workdir::write_private(&out, served.to_json().as_bytes())
+        .map_err(|e| Error::io(&out, "cannot write", e))?;
+    cleave_workdir::seal(dir).map_err(|e| Error::io(dir, "cannot make private", e))?;
     Ok(out)
 }
 
@@ -210,9 +210,11 @@ pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<R
     } else {
         check_python(&["numpy"])?;
     }
-    let dir = tempfile::tempdir().map_err(|e| Error::usage(format!("no temporary folder: {e}")))?;
+    let dir = cleave_workdir::private_tempdir("cleave-serve-")
+        .map_err(|e| Error::usage(format!("no temporary folder: {e}")))?;
     let script: PathBuf = dir.path().join("ray_app.py");
-    std::fs::write(&script, RAY_APP).map_err(|e| Error::io(&script, "cannot write", e))?;
+    cleave_workdir::write_private(&script, RAY_APP.as_bytes())
+        .map_err(|e| Error::io(&script, "cannot write", e))?;
     let command = args.first().and_then(|a| a.to_str()).unwrap_or_default();
     let detached = args.iter().any(|a| a == "--detach");
     let served = as_served(conn_path, conn, dir.path(), command, detached)?;
@@ -230,7 +232,7 @@ pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<R
 impl RayApp {
     /// Runs it, standard streams passed through; returns its exit code.
     pub fn run(self) -> Result<i32, Error> {
-        let status = Command::new(python())
+        let status = cleave_engines::isolated_python(python())
             .arg(self.dir.path().join("ray_app.py"))
             .args(&self.args)
             .status()
