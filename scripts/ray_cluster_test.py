@@ -183,6 +183,9 @@ def test_partition(ray, serve, mod, a, idx, conn):
         bad, worst = compare(mod, got, want)
         check(f"{label}: HTTP POST .npz ?boundaries=1 equals the whole model", not bad and len(parts) == len(partition.parts),
               f"{len(want)} tensors, max abs diff {worst:.2e}" + (f", mismatched {bad}" if bad else ""))
+        # Any client reads the header: part names, backends and timings, no Ray node ids.
+        told = sorted({k for p in parts for k in p})
+        check(f"{label}: x-cleave-parts tells a client no node ids", told == ["backend", "compute_s", "deployment"], ", ".join(told))
     except (urllib.error.URLError, OSError, ValueError) as e:
         check(f"{label}: HTTP POST .npz ?boundaries=1 equals the whole model", False, str(e))
     # A tensor of the wrong dtype is the client's error: 400 naming the input, never reaching a part.
@@ -266,6 +269,11 @@ def test_export(serve, a, mod, conn, tmp):
     ok = rc == 0 and {"app.py", "serve_config.yaml", "ray_app.py"} <= set(files)
     if not check("export writes app.py, serve_config.yaml, ray_app.py, parts", ok, ", ".join(files) if ok else f"rc {rc}: {tail(err)}"):
         return
+    # The app names its files from its own folder: no path of the machine that exported it
+    # (serve_config.yaml's working_dir aside, which tells Ray where the folder is on the head).
+    exported = [os.path.join(out_dir, f) for f in (os.path.basename(conn), "app.py")]
+    absolute = [f for f in exported if os.path.dirname(os.path.abspath(conn)) in open(f).read() or out_dir in open(f).read()]
+    check("export: conn.json and app.py name files relative to the exported folder", not absolute, ", ".join(absolute))
     partition = mod.Partition(os.path.join(out_dir, os.path.basename(conn)))
     feeds = mod.random_feeds(partition.source_file, partition, 3)
     want = mod.reference_run(partition.source_file, feeds, partition.outputs)

@@ -55,8 +55,8 @@ HTTP
 ----
 ``POST http://HOST:PORT/NAME`` with an .npz body holding the graph inputs by name answers an
 .npz of the graph outputs; ``?boundaries=1`` adds every part's outputs (the tensors crossing
-between parts). The header ``x-cleave-parts`` carries, as JSON, each part's node and compute
-time. Bad input answers 400 with the reason (not an .npz, a missing input, a dtype or shape the
+between parts). The header ``x-cleave-parts`` carries, as JSON, each part's deployment, backend
+and compute time (never which node ran it: that is ``describe``, on the handle). Bad input answers 400 with the reason (not an .npz, a missing input, a dtype or shape the
 model does not take, a body many times larger than the inputs declare or, where a dim is
 dynamic, than CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or does not answer in
 time answers 503. A request that runs out of time is stopped at its part (queued, it never
@@ -702,7 +702,13 @@ class Ingress:
             return JSONResponse({"error": short_error(e)}, status_code=503)
         tensors = dict(r.get("boundaries") or {})
         tensors.update(r["outputs"])
-        return Response(write_npz(tensors), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(r["parts"])})
+        return Response(write_npz(tensors), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(public_parts(r["parts"]))})
+
+
+def public_parts(parts):
+    """What any HTTP client may see of each part: its name, backend and compute time (which
+    Ray node ran it is for ``describe``, on the handle only)."""
+    return [{k: p[k] for k in ("deployment", "backend", "compute_s") if k in p} for p in parts]
 
 
 def body_limit(specs, inputs):
@@ -1275,8 +1281,9 @@ def cmd_export(args):
     for p in conn["parts"]:
         p["file"] = os.path.basename(p["file"])
     if conn.get("source", {}).get("file") and partition.source_file:
-        # Only `verify` reads the source; it stays where it is rather than doubling the folder.
-        conn["source"]["file"] = partition.source_file
+        # Only `verify` reads the source; it stays where it is rather than doubling the folder,
+        # named from the exported folder (no absolute path of this machine in the app).
+        conn["source"]["file"] = os.path.relpath(partition.source_file, out)
     conn_name = os.path.basename(partition.path)
     with open(os.path.join(out, conn_name), "w", encoding="utf-8") as f:
         json.dump(conn, f, indent=2)
