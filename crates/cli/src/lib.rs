@@ -40,8 +40,26 @@ use cleave::runtime::verify::Tolerance;
 pub use fail::Fail;
 pub use process::set_whole_process;
 
+/// Every environment variable cleave reads (docs/commands.md lists the same; a test compares
+/// both with the variables the code reads).
+pub const ENVIRONMENT: &str = "\
+Environment:
+  CLEAVE_PYTHON               the Python asked for engine packages, OpenVINO's query_model and
+                              serving (default: the first python3 in PATH's absolute folders);
+                              it runs isolated: nothing is imported from the working folder
+  ORT_DYLIB_PATH              ONNX Runtime's library (default: ~/.cache/cleave/ort, else the
+                              onnxruntime package of that Python)
+  CLEAVE_LITERT_LIB           LiteRT's library (default: the ai_edge_litert package's)
+  OPENVINO_LIB                OpenVINO's C library (default: the openvino package's)
+  CLEAVE_OPENVINO_PROPERTIES  KEY=VALUE,... compile properties for OpenVINO
+  CLEAVE_CACHE                where OpenVINO's answers are cached (default: ~/.cache/cleave)
+  CLEAVE_RESOURCES            serving: backend -> Ray actor options, for an exported app
+  CLEAVE_MAX_BODY_BYTES       serving: the largest HTTP body read where a dim is dynamic
+  TMPDIR                      where private temporary folders (mode 0700) are made
+  PYTHONPATH                  passed on to that Python with its relative entries removed";
+
 #[derive(Parser)]
-#[command(name = "cleave", version, about = "Split a neural-network model across heterogeneous devices and run the pieces", long_about = None)]
+#[command(name = "cleave", version, about = "Split a neural-network model across heterogeneous devices and run the pieces", long_about = None, after_help = ENVIRONMENT)]
 struct Cli {
     /// No progress bars (they are shown only when stderr is a terminal anyway).
     #[arg(long, short, global = true)]

@@ -340,3 +340,85 @@ fn the_manuals_command_blocks_run() {
     }
     assert!(ran >= 8, "{ran} commands ran");
 }
+
+/// The environment variables the code reads (`CLEAVE_*`, `ORT_DYLIB_PATH`, `OPENVINO_LIB` in
+/// the library crates and the Python package, test-only ones aside).
+fn variables_read() -> std::collections::BTreeSet<String> {
+    let root = repo();
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("python/cleave")];
+    for e in std::fs::read_dir(root.join("crates")).unwrap() {
+        let p = e.unwrap().path();
+        if !p.ends_with("testdata") {
+            dirs.push(p.join("src"));
+        }
+    }
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "py") {
+                files.push(p);
+            }
+        }
+    }
+    let mut found = std::collections::BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for prefix in ["CLEAVE_", "ORT_DYLIB_PATH", "OPENVINO_LIB"] {
+            let mut rest = text.as_str();
+            while let Some(i) = rest.find(prefix) {
+                // A whole name: not the tail of another identifier.
+                let before = rest[..i].chars().last();
+                rest = &rest[i..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()))
+                    .unwrap_or(rest.len());
+                let name = &rest[..end];
+                rest = &rest[end..];
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    continue;
+                }
+                if name.len() > prefix.len() || !prefix.ends_with('_') {
+                    found.insert(name.to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_environment_variable_read_is_in_the_docs_and_help() {
+    let read = variables_read();
+    // The scan finds what it must: it cannot pass by finding nothing.
+    for known in [
+        "CLEAVE_PYTHON",
+        "ORT_DYLIB_PATH",
+        "OPENVINO_LIB",
+        "CLEAVE_MAX_BODY_BYTES",
+    ] {
+        assert!(read.contains(known), "{known} not found in {read:?}");
+    }
+    let docs = std::fs::read_to_string(repo().join("docs/commands.md")).unwrap();
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_cleave"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let table = &docs[docs.find("## Environment variables").expect("no section")..];
+    for v in &read {
+        assert!(
+            table.contains(&format!("`{v}`")),
+            "{v} is read but not in docs/commands.md's environment variables"
+        );
+        assert!(
+            help.contains(v.as_str()),
+            "{v} is read but `cleave --help` does not name it"
+        );
+    }
+}
