@@ -160,11 +160,14 @@ def load(
     Raises :class:`InvalidModelError` for a model cleave cannot read, naming the cause.
     """
     dims = {str(k): int(v) for k, v in dim.items()} if dim is not None else None
+    # A model given as bytes is named by what it was in messages, never by the private
+    # temporary file cleave writes it to.
     if isinstance(model, (bytes, bytearray, memoryview)):
-        inner = _cleave.load_bytes(bytes(model), "model", _dims(shape), dims)
+        inner = _cleave.load_bytes(bytes(model), "<bytes>", _dims(shape), dims)
     elif hasattr(model, "SerializeToString"):
         # An onnx.ModelProto (or any protobuf message of a model): its bytes, no file to manage.
-        name = getattr(getattr(model, "graph", None), "name", "") or "model"
+        graph = str(getattr(getattr(model, "graph", None), "name", "") or "")
+        name = f"<ModelProto {graph[:60]!r}>" if graph else "<ModelProto>"
         inner = _cleave.load_bytes(model.SerializeToString(), name, _dims(shape), dims)
     elif isinstance(model, (str, os.PathLike)):
         inner = _cleave.load_path(os.fspath(model), _dims(shape), dims)
@@ -412,8 +415,20 @@ class Model:
 def _feeds(feeds: Feeds) -> Dict[str, np.ndarray]:
     if not isinstance(feeds, Mapping):
         raise ArgumentError(f"feeds must be a dict of name -> numpy array, not {type(feeds).__name__}")
-    # Arrays that already are C-contiguous pass as they are (no copy here).
-    return {str(k): np.ascontiguousarray(v) for k, v in feeds.items()}
+    out: Dict[str, np.ndarray] = {}
+    for k, v in feeds.items():
+        if not isinstance(k, str):
+            raise ArgumentError(f"feeds: an input's name is a str, not {type(k).__name__} ({k!r})")
+        try:
+            # Arrays that already are C-contiguous pass as they are (no copy here).
+            a = np.ascontiguousarray(v)
+        except (TypeError, ValueError) as e:
+            raise ArgumentError(f"input '{k}': not an array numpy can make ({e})") from None
+        if a.dtype.kind in "biufc" and not a.dtype.isnative:
+            # The same numbers in this machine's byte order (engines read native order only).
+            a = a.astype(a.dtype.newbyteorder("="))
+        out[k] = a
+    return out
 
 
 class Plan:
@@ -468,16 +483,9 @@ class Plan:
         """Writes the HTML view of the partition (and its markdown, DOT and Model Explorer
         overlay beside it);
         returns the HTML file, copied to `path` when given."""
-        html = str(self._p.report())
-        if path is None:
-            return html
-        import shutil
-
-        dest = os.fspath(path)
-        tmp = dest + ".tmp"
-        shutil.copyfile(html, tmp)
-        os.replace(tmp, dest)
-        return dest
+        # The copy is the CLI's atomic writer: a random temporary name created exclusively
+        # beside `path`, renamed over it (a link planted at `path` is replaced, not followed).
+        return str(self._p.report(os.fspath(path) if path is not None else None))
 
     def runner(self, engines: Optional[Mapping[str, str]] = None) -> "Runner":
         """Loads every part into an engine: ``engines`` maps a backend to ``"tract"``,

@@ -227,7 +227,8 @@ def test_a_stateful_model_verifies_invoke_after_invoke_with_its_state_carried():
 def test_garbage_model_raises_invalid_model_error():
     with pytest.raises(cleave.InvalidModelError) as e:
         cleave.load(b"\x08\x07garbage" * 3)
-    assert e.value.path is not None and e.value.path.endswith(".onnx")
+    # Named as the user gave it, never by the private file cleave wrote it to.
+    assert e.value.path == "<bytes>" and str(e.value).startswith("<bytes>: ")
     assert e.value.cause and "\n" not in str(e.value)
     assert isinstance(e.value, cleave.Error)
 
@@ -362,10 +363,8 @@ def test_bad_feeds_raise_without_crashing(tiny_cnn, tiny_part):
         runner.run({"input": np.zeros((1, 3, 16, 16), np.int64)})
     with pytest.raises(cleave.EngineError, match="conv1"):
         runner.run({"input": [1.0, 2.0]})  # a list becomes an array, of the wrong rank
-    with pytest.raises(ValueError, match="dtype 'object'"):
+    with pytest.raises(cleave.ArgumentError, match="dtype 'object'"):
         runner.run({"input": object()})
-    with pytest.raises(ValueError, match="dtype"):
-        runner.run({"input": np.zeros((1, 3, 16, 16), np.dtype(">f4"))})
 
 
 # --- the command line and the Ray app from the package -----------------------------------

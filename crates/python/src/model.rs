@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
 
-use crate::errors::{from_engine, from_facade, raise, Kind};
+use crate::errors::{from_engine_in, from_facade_in, raise, Kind, Names};
 use crate::plan::Plan;
 use crate::tensors::{to_host, to_numpy};
 
@@ -24,6 +24,8 @@ pub struct Model {
     /// The folder a model given as bytes was written into; it lives as long as anything
     /// made from the model needs it.
     pub(crate) tmp: Option<Arc<TempDir>>,
+    /// What messages call that folder and its file.
+    pub(crate) names: Names,
 }
 
 fn fixed_dims(
@@ -54,13 +56,19 @@ fn fixed_dims(
     Ok(fixed)
 }
 
-fn open(path: PathBuf, fixed: FixedDims, tmp: Option<Arc<TempDir>>) -> PyResult<Model> {
-    let loaded = cleave::load_fixed(&path, &fixed).map_err(from_facade)?;
+fn open(
+    path: PathBuf,
+    fixed: FixedDims,
+    tmp: Option<Arc<TempDir>>,
+    names: Names,
+) -> PyResult<Model> {
+    let loaded = cleave::load_fixed(&path, &fixed).map_err(|e| from_facade_in(e, &names))?;
     Ok(Model {
         path,
         fixed,
         loaded,
         tmp,
+        names,
     })
 }
 
@@ -74,13 +82,14 @@ pub fn load_path(
     dim: Option<HashMap<String, i64>>,
 ) -> PyResult<Model> {
     let fixed = fixed_dims(shape, dim)?;
-    py.detach(|| open(path, fixed, None))
+    py.detach(|| open(path, fixed, None, Names::default()))
 }
 
 /// Loads a model from its bytes; the format is read from them (TFLite and circle carry a file
-/// identifier, anything else is read as ONNX). `name` names the file in messages.
+/// identifier, anything else is read as ONNX). `name` is what messages call it (`<bytes>`,
+/// `<ModelProto 'graph'>`): the private file it is written to is never shown.
 #[pyfunction]
-#[pyo3(signature = (data, name="model", shape=None, dim=None))]
+#[pyo3(signature = (data, name="<bytes>", shape=None, dim=None))]
 pub fn load_bytes(
     py: Python<'_>,
     data: &[u8],
@@ -94,24 +103,21 @@ pub fn load_bytes(
         Some(b"CIR0") => "circle",
         _ => "onnx",
     };
-    let tmp = tempfile::Builder::new()
-        .prefix("cleave-model-")
-        .tempdir()
-        .map_err(|e| raise(Kind::Argument, None, &format!("no temporary folder: {e}")))?;
-    let stem: String = name
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let path = tmp.path().join(format!("{stem}.{ext}"));
-    std::fs::write(&path, data)
-        .map_err(|e| raise(Kind::File, Some(&path), &format!("cannot write: {e}")))?;
-    py.detach(|| open(path, fixed, Some(Arc::new(tmp))))
+    py.detach(|| {
+        let tmp = cleave::workdir::private_tempdir("cleave-model-")
+            .map_err(|e| raise(Kind::File, None, &format!("no temporary folder: {e}")))?;
+        // A fixed name: the graph's name may be long, or anything at all.
+        let path = tmp.path().join(format!("model.{ext}"));
+        let names = Names::default().with(tmp.path(), name).with(&path, name);
+        cleave::workdir::write_private(&path, data).map_err(|e| {
+            raise(
+                Kind::File,
+                None,
+                &format!("{name}: cannot write a private copy in the temporary folder: {e}"),
+            )
+        })?;
+        open(path, fixed, Some(Arc::new(tmp)), names)
+    })
 }
 
 /// `(name, dtype, dims)` of each value: dtype in numpy's spelling where it has one, a dim an
@@ -260,7 +266,7 @@ impl Model {
             let report = cleave::coverage::query(&assigned, allow_disconnected)?;
             serde_json::to_string(&report).map_err(cleave::Error::usage)
         })
-        .map_err(from_facade)
+        .map_err(|e| from_facade_in(e, &self.names))
     }
 
     /// Assigns, partitions and validates; see the Python wrapper for the arguments.
@@ -293,8 +299,8 @@ impl Model {
         };
         let path = self.path.clone();
         let tmp = self.tmp.clone();
-        py.detach(|| Plan::make(&path, &req, stages, &memory, algorithm, tmp))
-            .map_err(from_facade)
+        let names = self.names.clone();
+        py.detach(|| Plan::make(&path, &req, stages, &memory, algorithm, tmp, names))
     }
 
     /// Runs the whole model once on `engine` (its format's default when None) and returns
@@ -325,7 +331,7 @@ impl Model {
             None => cleave::default_engine(source.path()),
             Some(e) => cleave::parse_engine("engine=", e),
         }
-        .map_err(from_facade)?;
+        .map_err(|e| from_facade_in(e, &self.names))?;
         let graph_outputs: Vec<String> = g
             .outputs
             .iter()
@@ -338,43 +344,51 @@ impl Model {
                 Some(v) if !graph_outputs.contains(name) => extra.push(v),
                 Some(_) => {}
                 None => {
-                    return Err(raise(
+                    return Err(crate::errors::raise_shown(
                         Kind::Argument,
-                        Some(source.path()),
+                        &self.names,
+                        source.path(),
                         &format!("the model has no tensor '{name}'"),
                     ))
                 }
             }
         }
+        let names = &self.names;
         py.detach(|| {
-            let engine = cleave::engine(kind).map_err(from_engine)?;
+            let engine = cleave::engine(kind).map_err(|e| from_engine_in(e, names))?;
             if extra.is_empty() {
                 let session = engine
                     .load(source.path(), false)
-                    .map_err(|e| from_engine(e.into()))?;
-                return Ok(WholeModel::new(session, wanted, None));
+                    .map_err(|e| from_engine_in(e.into(), names))?;
+                return Ok(WholeModel::new(session, wanted, None, names.clone()));
             }
             // A copy whose outputs include the tensors asked for, alive as long as the session.
-            let tmp = tempfile::tempdir()
+            let tmp = cleave::workdir::private_tempdir("cleave-whole-")
                 .map_err(|e| raise(Kind::File, None, &format!("no temporary folder: {e}")))?;
             let copy = tmp.path().join(format!("whole.{}", source.extension()));
+            let shown = format!(
+                "<the model with the outputs asked for>.{}",
+                source.extension()
+            );
+            let names = names.clone().with(&copy, &shown);
             source
                 .write_with_outputs(&extra, &copy)
-                .map_err(|e| from_facade(e.into()))?;
+                .map_err(|e| from_facade_in(e.into(), &names))?;
             let session = engine
                 .load(&copy, false)
-                .map_err(|e| from_engine(e.into()))?;
-            Ok(WholeModel::new(session, wanted, Some(tmp)))
+                .map_err(|e| from_engine_in(e.into(), &names))?;
+            Ok(WholeModel::new(session, wanted, Some(tmp), names))
         })
     }
 }
 
 /// The whole model loaded in an engine, run as often as asked.
-#[pyclass(module = "cleave._cleave")]
+#[pyclass(module = "cleave._cleave", frozen)]
 pub struct WholeModel {
     session: std::sync::Mutex<Box<dyn cleave::runtime::Session>>,
     wanted: Vec<String>,
     _tmp: Option<TempDir>,
+    names: Names,
 }
 
 impl WholeModel {
@@ -382,11 +396,13 @@ impl WholeModel {
         session: Box<dyn cleave::runtime::Session>,
         wanted: Vec<String>,
         tmp: Option<TempDir>,
+        names: Names,
     ) -> WholeModel {
         WholeModel {
             session: std::sync::Mutex::new(session),
             wanted,
             _tmp: tmp,
+            names,
         }
     }
 }
@@ -405,7 +421,9 @@ impl WholeModel {
             let mut session = session
                 .lock()
                 .map_err(|_| raise(Kind::Engine, None, "an earlier run of this model panicked"))?;
-            session.run(&feeds).map_err(|e| from_engine(e.into()))
+            session
+                .run(&feeds)
+                .map_err(|e| from_engine_in(e.into(), &self.names))
         })?;
         let out = PyDict::new(py);
         for (name, t) in got {
@@ -423,7 +441,18 @@ pub(crate) fn feeds_of(feeds: &Bound<'_, PyDict>) -> PyResult<Vec<(String, HostT
     feeds
         .iter()
         .map(|(k, v)| {
-            let name: String = k.extract()?;
+            let name: String = k.extract().map_err(|_| {
+                raise(
+                    Kind::Argument,
+                    None,
+                    &format!(
+                        "feeds: an input's name is a str, not {}",
+                        k.get_type()
+                            .name()
+                            .map_or_else(|_| "?".into(), |n| n.to_string())
+                    ),
+                )
+            })?;
             let t = to_host(&name, &v)?;
             Ok((name, t))
         })

@@ -11,19 +11,77 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
 
-use crate::errors::{from_engine, from_facade, raise, Kind};
+use crate::errors::{from_engine_in, from_facade_in, raise, Kind, Names};
 use crate::model::feeds_of;
 use crate::tensors::to_numpy;
 
-#[pyclass(module = "cleave._cleave")]
+/// Frozen, so threads share it: what it reads is computed once, and what writes files (the
+/// model, whose rewritten form a write saves, and the scratch folder) is behind locks taken
+/// with the GIL released, inside which nothing calls into Python.
+#[pyclass(module = "cleave._cleave", frozen)]
 pub struct Plan {
-    assigned: Assigned,
+    assigned: Mutex<Assigned>,
     plan: ValidatedPlan,
+    parts: Vec<PartInfo>,
+    warnings: Vec<String>,
     /// Lines `cleave partition` prints about the stages, when stages made the plan.
     stage_lines: Vec<String>,
     /// Where the parts are written for `runner`, `part_bytes` and `report`.
-    scratch: Option<(TempDir, Emitted)>,
+    scratch: Mutex<Option<(TempDir, Emitted)>>,
     _model_tmp: Option<Arc<TempDir>>,
+    /// What messages call the model's private copy.
+    names: Names,
+}
+
+/// What `parts_info` tells of a part.
+struct PartInfo {
+    backend: String,
+    nodes: Vec<String>,
+    constant_nodes: Vec<String>,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    weight_bytes: u64,
+}
+
+impl PartInfo {
+    fn of(g: &cleave::ir::Graph, plan: &ValidatedPlan) -> Vec<PartInfo> {
+        let name = |v: &cleave::ir::ValueId| g.value(*v).name.to_string();
+        let label = |n: &cleave::ir::NodeId| g.node_label(*n).to_string();
+        plan.parts
+            .iter()
+            .map(|p| {
+                // Stored weights, and what the constant nodes copied into the part compute
+                // (exporters that write weights as Constant nodes have no initializers).
+                let stored = p.weights.iter().map(|&v| match &g.value(v).def {
+                    cleave::ir::ValueDef::Weight(w) => w.byte_len(),
+                    _ => 0,
+                });
+                let computed = p.constant_nodes.iter().flat_map(|&n| {
+                    g.node(n)
+                        .outputs
+                        .iter()
+                        .flatten()
+                        .map(|&v| g.value(v).ty.byte_size().unwrap_or(0))
+                });
+                PartInfo {
+                    backend: plan.device_name(p).to_string(),
+                    nodes: p.nodes.iter().map(label).collect(),
+                    constant_nodes: p.constant_nodes.iter().map(label).collect(),
+                    inputs: p.inputs.iter().map(name).collect(),
+                    outputs: p.outputs.iter().map(name).collect(),
+                    weight_bytes: stored.chain(computed).fold(0u64, u64::saturating_add),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The parts as written into a plan's scratch folder.
+struct Scratch {
+    conn_json: PathBuf,
+    files: Vec<String>,
+    /// The plan's names, and the scratch folder as `<parts of the plan>`.
+    names: Names,
 }
 
 impl Plan {
@@ -34,7 +92,29 @@ impl Plan {
         memory: &[String],
         algorithm: cleave::Algorithm,
         model_tmp: Option<Arc<TempDir>>,
-    ) -> Result<Plan, Error> {
+        names: Names,
+    ) -> PyResult<Plan> {
+        Self::plan(path, req, stages, memory, algorithm)
+            .map(|(assigned, plan, stage_lines)| Plan {
+                parts: PartInfo::of(assigned.loaded.graph(), &plan),
+                warnings: assigned.assignment.warnings.clone(),
+                assigned: Mutex::new(assigned),
+                plan,
+                stage_lines,
+                scratch: Mutex::new(None),
+                _model_tmp: model_tmp,
+                names: names.clone(),
+            })
+            .map_err(|e| from_facade_in(e, &names))
+    }
+
+    fn plan(
+        path: &Path,
+        req: &cleave::AssignRequest,
+        stages: Option<usize>,
+        memory: &[String],
+        algorithm: cleave::Algorithm,
+    ) -> Result<(Assigned, ValidatedPlan, Vec<String>), Error> {
         let (assigned, cut, stage_lines) = match stages {
             Some(n) => {
                 let (loaded, stages) = cleave::load_and_stage(path, req, n, memory)?;
@@ -58,33 +138,53 @@ impl Plan {
             }
         };
         let plan = assigned.loaded.plan(&assigned.assignment, &cut)?;
-        Ok(Plan {
-            assigned,
-            plan,
-            stage_lines,
-            scratch: None,
-            _model_tmp: model_tmp,
-        })
+        Ok((assigned, plan, stage_lines))
     }
 
-    /// The parts written once into a folder of the plan's own.
-    fn scratch(&mut self) -> PyResult<&Emitted> {
-        if self.scratch.is_none() {
-            let dir = tempfile::Builder::new()
-                .prefix("cleave-parts-")
-                .tempdir()
-                .map_err(|e| raise(Kind::Argument, None, &format!("no temporary folder: {e}")))?;
-            let written = self
-                .assigned
-                .loaded
-                .write(&self.plan, dir.path(), ExternalData::Inline)
-                .map_err(from_facade)?;
-            self.scratch = Some((dir, written));
-        }
-        match &self.scratch {
-            Some((_, w)) => Ok(w),
-            None => Err(raise(Kind::Argument, None, "the parts were not written")),
-        }
+    /// The parts written once into a private folder of the plan's own (the GIL released while
+    /// they are written; a second thread waits for the first's write).
+    fn scratch(&self, py: Python<'_>) -> PyResult<Scratch> {
+        // Only Rust inside the locks: a failure becomes an exception once they are released.
+        let done = py.detach(|| -> Result<Scratch, Box<(cleave::Error, Names)>> {
+            let plain = |e: String| Box::new((cleave::Error::usage(e), self.names.clone()));
+            let mut slot = self
+                .scratch
+                .lock()
+                .map_err(|_| plain("an earlier write of the plan's parts failed midway".into()))?;
+            if slot.is_none() {
+                let dir = cleave::workdir::private_tempdir("cleave-parts-")
+                    .map_err(|e| plain(format!("no temporary folder: {e}")))?;
+                let names = self.scratch_names(dir.path());
+                let mut assigned = self.assigned.lock().map_err(|_| {
+                    plain("an earlier write of the plan's parts failed midway".into())
+                })?;
+                let written = assigned
+                    .loaded
+                    .write(&self.plan, dir.path(), ExternalData::Inline)
+                    .map_err(|e| Box::new((e, names.clone())))?;
+                drop(assigned);
+                cleave::workdir::seal(dir.path()).map_err(|e| {
+                    (
+                        cleave::Error::io(dir.path(), "cannot make private", e),
+                        names,
+                    )
+                })?;
+                *slot = Some((dir, written));
+            }
+            match slot.as_ref() {
+                Some((dir, w)) => Ok(Scratch {
+                    conn_json: w.conn_json.clone(),
+                    files: w.parts.iter().map(|p| p.file.clone()).collect(),
+                    names: self.scratch_names(dir.path()),
+                }),
+                None => Err(plain("the parts were not written".into())),
+            }
+        });
+        done.map_err(|b| from_facade_in(b.0, &b.1))
+    }
+
+    fn scratch_names(&self, dir: &Path) -> Names {
+        self.names.clone().with(dir, "<parts of the plan>")
     }
 }
 
@@ -109,38 +209,18 @@ impl Plan {
     /// bytes of the constants it carries (stored weights and constant nodes' values), and the
     /// constant nodes copied into it.
     fn parts_info<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let g = self.assigned.loaded.graph();
-        let name = |v: &cleave::ir::ValueId| g.value(*v).name.to_string();
-        self.plan
-            .parts
+        self.parts
             .iter()
             .enumerate()
             .map(|(k, p)| {
                 let d = PyDict::new(py);
                 d.set_item("index", k + 1)?;
-                d.set_item("backend", self.plan.device_name(p))?;
-                let nodes: Vec<&str> = p.nodes.iter().map(|&n| g.node_label(n)).collect();
-                d.set_item("nodes", nodes)?;
-                let constants: Vec<&str> =
-                    p.constant_nodes.iter().map(|&n| g.node_label(n)).collect();
-                d.set_item("constant_nodes", constants)?;
-                d.set_item("inputs", p.inputs.iter().map(name).collect::<Vec<_>>())?;
-                d.set_item("outputs", p.outputs.iter().map(name).collect::<Vec<_>>())?;
-                // Stored weights, and what the constant nodes copied into the part compute
-                // (exporters that write weights as Constant nodes have no initializers).
-                let stored = p.weights.iter().map(|&v| match &g.value(v).def {
-                    cleave::ir::ValueDef::Weight(w) => w.byte_len(),
-                    _ => 0,
-                });
-                let computed = p.constant_nodes.iter().flat_map(|&n| {
-                    g.node(n)
-                        .outputs
-                        .iter()
-                        .flatten()
-                        .map(|&v| g.value(v).ty.byte_size().unwrap_or(0))
-                });
-                let weights = stored.chain(computed).fold(0u64, u64::saturating_add);
-                d.set_item("weight_bytes", weights)?;
+                d.set_item("backend", &p.backend)?;
+                d.set_item("nodes", &p.nodes)?;
+                d.set_item("constant_nodes", &p.constant_nodes)?;
+                d.set_item("inputs", &p.inputs)?;
+                d.set_item("outputs", &p.outputs)?;
+                d.set_item("weight_bytes", p.weight_bytes)?;
                 Ok(d)
             })
             .collect()
@@ -155,13 +235,13 @@ impl Plan {
     /// Warnings of the assignment (fused groups dissolved).
     #[getter]
     fn warnings(&self) -> Vec<String> {
-        self.assigned.assignment.warnings.clone()
+        self.warnings.clone()
     }
 
     /// Writes the parts and ONE's connection files into `folder` (created if missing), as
     /// `cleave partition -o folder` does; returns the `.conn.json` path.
     #[pyo3(signature = (folder, external_data="inline"))]
-    fn save(&mut self, py: Python<'_>, folder: PathBuf, external_data: &str) -> PyResult<String> {
+    fn save(&self, py: Python<'_>, folder: PathBuf, external_data: &str) -> PyResult<String> {
         let external = match external_data {
             "inline" => ExternalData::Inline,
             "shared" => ExternalData::Shared,
@@ -173,76 +253,105 @@ impl Plan {
                 ))
             }
         };
-        std::fs::create_dir_all(&folder)
-            .map_err(|e| raise(Kind::File, Some(&folder), &format!("cannot create: {e}")))?;
-        let Plan { assigned, plan, .. } = self;
         let written = py
-            .detach(|| assigned.loaded.write(plan, &folder, external))
-            .map_err(from_facade)?;
+            .detach(|| {
+                std::fs::create_dir_all(&folder)
+                    .map_err(|e| cleave::Error::io(&folder, "cannot create", e))?;
+                let mut assigned = self.assigned.lock().map_err(|_| {
+                    cleave::Error::usage("an earlier write of the plan failed midway")
+                })?;
+                assigned.loaded.write(&self.plan, &folder, external)
+            })
+            .map_err(|e| from_facade_in(e, &self.names))?;
         Ok(written.conn_json.display().to_string())
     }
 
     /// Each part's file name and bytes, in order (weights inline).
-    fn part_files(&mut self) -> PyResult<Vec<(String, Vec<u8>)>> {
-        let written = self.scratch()?;
+    fn part_files(&self, py: Python<'_>) -> PyResult<Vec<(String, Vec<u8>)>> {
+        let written = self.scratch(py)?;
         let dir = written
             .conn_json
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        written
-            .parts
-            .iter()
-            .map(|p| {
-                let f = dir.join(&p.file);
-                std::fs::read(&f)
-                    .map(|b| (p.file.clone(), b))
-                    .map_err(|e| raise(Kind::File, Some(&f), &format!("cannot read: {e}")))
-            })
-            .collect()
+        py.detach(|| {
+            written
+                .files
+                .iter()
+                .map(|file| {
+                    let f = dir.join(file);
+                    std::fs::read(&f).map(|b| (file.clone(), b)).map_err(|e| {
+                        crate::errors::raise_shown(
+                            Kind::File,
+                            &written.names,
+                            &f,
+                            &format!("cannot read: {e}"),
+                        )
+                    })
+                })
+                .collect()
+        })
     }
 
     /// Writes the partition's views (markdown, DOT and the HTML report) beside a written copy
-    /// of the parts; returns the HTML file's path.
-    fn report(&mut self) -> PyResult<String> {
-        let conn = self.scratch()?.conn_json.clone();
-        let html =
-            cleave_cli::write_report(&conn).map_err(|e| raise(Kind::Argument, Some(&conn), &e))?;
-        Ok(html.display().to_string())
+    /// of the parts; returns the HTML file's path, or `dest` where the HTML was copied to
+    /// (atomically, never through a link planted there or beside it).
+    #[pyo3(signature = (dest=None))]
+    fn report(&self, py: Python<'_>, dest: Option<PathBuf>) -> PyResult<String> {
+        let written = self.scratch(py)?;
+        let conn = written.conn_json;
+        let names = written.names;
+        py.detach(|| {
+            let html = cleave_cli::write_report(&conn)
+                .map_err(|e| crate::errors::raise_shown(Kind::Argument, &names, &conn, &e))?;
+            if let Some(dir) = conn.parent() {
+                cleave::workdir::seal(dir)
+                    .map_err(|e| raise(Kind::File, None, &format!("the plan's views: {e}")))?;
+            }
+            let Some(dest) = dest else {
+                return Ok(html.display().to_string());
+            };
+            cleave::workdir::copy_atomic(&html, &dest).map_err(|e| {
+                raise(
+                    Kind::File,
+                    Some(&dest),
+                    &format!("cannot write: {}", e.source),
+                )
+            })?;
+            Ok(dest.display().to_string())
+        })
     }
 
     /// Loads every part into its engine: `engines` maps a backend to `tract`, `onnxruntime`
     /// or `litert` (by default `.tflite` parts run on LiteRT, ONNX parts on tract).
     #[pyo3(signature = (engines=None))]
-    fn runner(
-        &mut self,
-        py: Python<'_>,
-        engines: Option<Vec<(String, String)>>,
-    ) -> PyResult<Runner> {
+    fn runner(&self, py: Python<'_>, engines: Option<Vec<(String, String)>>) -> PyResult<Runner> {
         let pairs: Vec<String> = engines
             .unwrap_or_default()
             .into_iter()
             .map(|(b, e)| format!("{b}={e}"))
             .collect();
-        let map = cleave::engine_map(&pairs).map_err(from_facade)?;
-        let conn = self.scratch()?.conn_json.clone();
+        let map = cleave::engine_map(&pairs).map_err(|e| from_facade_in(e, &self.names))?;
+        let written = self.scratch(py)?;
+        let names = written.names;
         let parts = py
-            .detach(|| cleave::load_parts(&conn, &map, false))
-            .map_err(from_engine)?;
-        Ok(Runner::new(parts))
+            .detach(|| cleave::load_parts(&written.conn_json, &map, false))
+            .map_err(|e| from_engine_in(e, &names))?;
+        Ok(Runner::new(parts, names))
     }
 }
 
 /// The parts of a partition loaded into their engines, run on numpy arrays.
-#[pyclass(module = "cleave._cleave")]
+#[pyclass(module = "cleave._cleave", frozen)]
 pub struct Runner {
     parts: Mutex<LoadedParts>,
     outputs: Vec<String>,
     /// Every tensor a part hands to another, in part order.
     boundaries: Vec<String>,
+    names: Names,
 }
 
 impl Runner {
-    fn new(parts: LoadedParts) -> Runner {
+    fn new(parts: LoadedParts, names: Names) -> Runner {
         let inputs: HashSet<&String> = parts.conn.source.inputs.iter().collect();
         let outputs = parts.conn.source.outputs.clone();
         let mut seen = HashSet::new();
@@ -258,6 +367,7 @@ impl Runner {
             parts: Mutex::new(parts),
             outputs,
             boundaries,
+            names,
         }
     }
 }
@@ -295,7 +405,7 @@ impl Runner {
                 let mut stats = Vec::new();
                 parts.run(feeds, &mut stats).map_err(Error::from)
             })
-            .map_err(from_engine)?;
+            .map_err(|e| from_engine_in(e, &self.names))?;
         let out = PyDict::new(py);
         let wanted = self
             .outputs

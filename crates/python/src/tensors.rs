@@ -5,8 +5,9 @@
 use cleave::ir::ElemType;
 use cleave::runtime::HostTensor;
 use numpy::{PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+
+use crate::errors::{raise, Kind};
 
 /// The element type of a numpy dtype (kind character and item size), native byte order.
 fn elem_of(kind: u8, size: usize) -> Option<ElemType> {
@@ -50,10 +51,14 @@ fn dtype_name(elem: ElemType) -> Option<&'static str> {
     })
 }
 
+fn arg(message: String) -> PyErr {
+    raise(Kind::Argument, None, &message)
+}
+
 /// A C-contiguous numpy array of a numeric dtype in native byte order, as a host tensor.
 pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
     let arr = obj.cast::<PyUntypedArray>().map_err(|_| {
-        PyTypeError::new_err(format!(
+        arg(format!(
             "input '{name}': expected a numpy array, got {}",
             obj.get_type()
                 .name()
@@ -65,12 +70,12 @@ pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
     let elem = elem_of(kind, size)
         .filter(|_| matches!(dtype.byteorder(), b'=' | b'|' | b'<'))
         .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "input '{name}': numpy dtype '{dtype}' has no tensor type cleave runs"
+            arg(format!(
+                "input '{name}': numpy dtype '{dtype}' has no tensor type cleave runs (numbers and bools in native byte order: float16/32/64, int8 to int64, uint8 to uint64, bool, complex64/128)"
             ))
         })?;
     if !arr.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!(
+        return Err(arg(format!(
             "input '{name}': the array is not C-contiguous (use numpy.ascontiguousarray)"
         )));
     }
@@ -79,7 +84,7 @@ pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .and_then(|n| n.checked_mul(size))
-        .ok_or_else(|| PyValueError::new_err(format!("input '{name}': too large")))?;
+        .ok_or_else(|| arg(format!("input '{name}': too large")))?;
     let data = if count == 0 {
         Vec::new()
     } else {
@@ -96,10 +101,14 @@ pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
 /// A host tensor as a numpy array that owns the tensor's bytes.
 pub fn to_numpy<'py>(py: Python<'py>, name: &str, t: HostTensor) -> PyResult<Bound<'py, PyAny>> {
     let dtype = dtype_name(t.elem).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "tensor '{name}' is {}, which numpy has no type for",
-            t.elem.name()
-        ))
+        raise(
+            Kind::Unsupported,
+            None,
+            &format!(
+                "tensor '{name}' is {}, which numpy has no type for",
+                t.elem.name()
+            ),
+        )
     })?;
     let shape = t.shape.clone();
     let bytes = PyArray1::<u8>::from_vec(py, t.data);

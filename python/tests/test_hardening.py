@@ -1,0 +1,164 @@
+"""What the package does with what it is handed: private temporary files, models named as the
+user gave them, links not followed, every failure a cleave.Error, a Plan shared by threads, the
+GIL released while files are written, no library found in the working folder."""
+
+import os
+import stat
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import cleave
+from cleave import _engines
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_model_given_as_bytes_is_written_privately_under_a_fixed_name(tiny_cnn):
+    m = cleave.load(onnx.load(tiny_cnn))
+    assert os.path.basename(m.path) == "model.onnx"
+    assert mode(os.path.dirname(m.path)) == 0o700 and mode(m.path) == 0o600
+
+
+def test_a_long_graph_name_loads_and_errors_name_what_was_given(tiny_cnn):
+    proto = onnx.load(tiny_cnn)
+    proto.graph.name = "A" * 300
+    m = cleave.load(proto)
+    assert m.node_count == cleave.load(tiny_cnn).node_count
+    # An invalid model given as a ModelProto: the message names it so, never a temporary path.
+    proto.graph.node[0].input[0] = "nothing_makes_this"
+    with pytest.raises(cleave.InvalidModelError) as e:
+        cleave.load(proto)
+    assert e.value.path == f"<ModelProto {'A' * 60!r}>", e.value.path
+    assert tempfile.gettempdir() not in str(e.value), str(e.value)
+
+
+def test_parts_written_for_a_plan_are_private(tiny_cnn, tiny_part):
+    plan = cleave.load(tiny_cnn).partition(rules=tiny_part)
+    html = plan.report()
+    folder = os.path.dirname(html)
+    assert mode(folder) == 0o700
+    files = [os.path.join(folder, f) for f in os.listdir(folder)]
+    assert files and all(mode(f) == 0o600 for f in files if os.path.isfile(f)), [(f, oct(mode(f))) for f in files]
+
+
+def test_report_replaces_a_planted_link_instead_of_writing_through_it(tmp_path, tiny_cnn, tiny_part):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    dest = tmp_path / "view.html"
+    # The fixed temporary name the old copy used, and the destination itself, both links.
+    os.symlink(victim, str(dest) + ".tmp")
+    plan = cleave.load(tiny_cnn).partition(rules=tiny_part)
+    assert plan.report(dest) == str(dest)
+    assert victim.read_text() == "keep me"
+    assert not dest.is_symlink() and "<html" in dest.read_text().lower()
+    os.remove(dest)
+    os.symlink(victim, dest)
+    plan.report(dest)
+    assert victim.read_text() == "keep me" and not dest.is_symlink()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.array([object()] * 768, dtype=object).reshape(1, 3, 16, 16),
+        np.full((1, 3, 16, 16), "a", dtype="<U1"),
+        np.zeros((1, 3, 16, 16), dtype="datetime64[s]"),
+        np.zeros((1, 3, 16, 16), dtype=[("a", "f4"), ("b", "i4")]),
+        [[1.0, 2.0], [3.0]],
+    ],
+    ids=["object", "unicode", "datetime64", "structured", "ragged"],
+)
+def test_inputs_cleave_cannot_run_raise_argument_error_naming_the_input(tiny_cnn, tiny_part, value):
+    runner = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)}).partition(rules=tiny_part).runner()
+    with pytest.raises(cleave.ArgumentError, match="input 'input'"):
+        runner.run({"input": value})
+
+
+def test_a_non_native_byte_order_runs_as_the_same_numbers(tiny_cnn, tiny_part):
+    model = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)})
+    runner = model.partition(rules=tiny_part).runner()
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    swapped = x.astype(x.dtype.newbyteorder("S"))
+    want, got = runner.run({"input": x}), runner.run({"input": swapped})
+    assert want.keys() == got.keys()
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    with pytest.raises(cleave.ArgumentError, match="str, not int"):
+        runner.run({3: x})
+
+
+def big_model(side=1024, layers=8):
+    """MatMuls over random weights: `layers` * side * side * 4 bytes to write (32 MiB)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for k in range(layers):
+        inits.append(numpy_helper.from_array(rng.standard_normal((side, side)).astype(np.float32), f"w{k}"))
+        op = "MatMul" if k % 2 == 0 else "Gemm"
+        nodes.append(helper.make_node(op, [prev, f"w{k}"], [f"h{k}"], name=f"n{k}"))
+        prev = f"h{k}"
+    g = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, side])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, side])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_plan_is_shared_by_threads_and_its_writes_release_the_gil():
+    model = cleave.load(big_model())
+    plan = model.partition(rules={"backends": ["npu", "cpu"], "default": "cpu", "OPCODE": {"Gemm": "npu"}})
+    # Another thread counts while the first part_bytes writes the parts (32 MiB of weights).
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        time.sleep(0.05)
+        before, t = ticks[0], time.perf_counter()
+        first = plan.part_bytes()
+        during, took = ticks[0] - before, time.perf_counter() - t
+    finally:
+        stop.set()
+        counter.join()
+    assert len(first) == len(plan.parts) == 8
+    # Holding the GIL, the counter would get a switch interval (5 ms) at most.
+    assert took < 0.05 or during > 1000, f"{during} ticks in {took:.3f} s: the GIL was held"
+    # Threads using one plan at once: each gets the parts, none an 'already borrowed' error.
+    results, errors = [], []
+
+    def use():
+        try:
+            results.append([len(b) for b in plan.part_bytes()])
+            plan.runner()
+        except Exception as e:  # noqa: BLE001 - any failure is the finding
+            errors.append(e)
+
+    threads = [threading.Thread(target=use) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert results == [[len(b) for b in first]] * 4
+
+
+def test_a_planted_engine_package_in_the_working_folder_is_not_found(tmp_path, monkeypatch):
+    capi = tmp_path / "onnxruntime" / "capi"
+    capi.mkdir(parents=True)
+    (tmp_path / "onnxruntime" / "__init__.py").write_text("")
+    (capi / "libonnxruntime.so.1.31.1").write_bytes(b"not a library")
+    monkeypatch.chdir(tmp_path)
+    # As `python -c` and the REPL have it: the working folder first on sys.path.
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path)] + sys.path)
+    found = _engines.ort_library()
+    assert found is None or not found.startswith(str(tmp_path)), found
