@@ -5,15 +5,18 @@
 # The wheel is built from the test build's artifacts: pyproject.toml gives maturin the dev profile, and the
 # same target directory (cargo's default, or CARGO_TARGET_DIR), so tract and the engines are
 # not compiled a second time.
-# The venv sees the system's site-packages for the oracles (onnx, onnxruntime, LiteRT, Ray,
-# installed by fetch-test-data.sh); pytest and mypy come into the venv itself.
+# The venv holds its own oracles (onnx, onnxruntime, LiteRT, OpenVINO: scripts/requirements-
+# pytest.txt), installed from pip's cache after the first time: whether the user runs this
+# inside an activated venv or with the system's Python, the tests see the same packages.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 venv="${CLEAVE_VENV:-$HOME/.cache/cleave/venv}"
 rm -rf "$venv"
-python3 -m venv --system-site-packages "$venv"
+python3 -m venv "$venv"
 py="$venv/bin/python"
-"$py" -m pip install --quiet --disable-pip-version-check pytest==8.4.2 mypy==1.18.2
+start=$SECONDS
+"$py" -m pip install --quiet --disable-pip-version-check -r scripts/requirements-pytest.txt
+echo "test venv $venv: oracles installed in $((SECONDS - start)) s"
 start=$SECONDS
 built=$("$py" -m pip install --disable-pip-version-check -v . 2>&1) \
   || { echo "$built" | tail -n 60; exit 1; }

@@ -111,9 +111,9 @@ fn the_readme_example_and_its_next_steps_run_as_shown() {
     let setup = &text[text.find("## Set up").unwrap()..];
     let first = setup
         .lines()
-        .find(|l| l.starts_with("pip install . && cleave "))
+        .find(|l| l.starts_with("pip install -v . && cleave "))
         .unwrap();
-    let args: Vec<String> = first["pip install . && cleave ".len()..]
+    let args: Vec<String> = first["pip install -v . && cleave ".len()..]
         .split_whitespace()
         .map(String::from)
         .collect();
