@@ -19,10 +19,11 @@ Every failure raises a subclass of :class:`cleave.Error`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -136,10 +137,20 @@ def builtin_devices() -> List[str]:
     return list(_cleave.builtin_devices())
 
 
+@contextlib.contextmanager
+def _argument(what: str) -> Iterator[None]:
+    """A wrong type or value met while converting `what` becomes an :class:`ArgumentError`."""
+    try:
+        yield
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ArgumentError(f"{what}: {e}") from None
+
+
 def _dims(shape: Optional[Mapping[str, Sequence[int]]]) -> Optional[Dict[str, List[int]]]:
     if shape is None:
         return None
-    return {str(k): [int(d) for d in v] for k, v in shape.items()}
+    with _argument("shape= takes {input name: (dim, ...)}"):
+        return {str(k): [int(d) for d in v] for k, v in shape.items()}
 
 
 def load(
@@ -159,7 +170,8 @@ def load(
 
     Raises :class:`InvalidModelError` for a model cleave cannot read, naming the cause.
     """
-    dims = {str(k): int(v) for k, v in dim.items()} if dim is not None else None
+    with _argument("dim= takes {dim name: int}"):
+        dims = {str(k): int(v) for k, v in dim.items()} if dim is not None else None
     # A model given as bytes is named by what it was in messages, never by the private
     # temporary file cleave writes it to.
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -198,7 +210,8 @@ def _part_text(rules: Mapping[str, Any]) -> str:
         table = rules.get(section)
         if table:
             lines.append(f"\n[{section}]")
-            lines.extend(f"{k}={v}" for k, v in table.items())
+            with _argument(f"rules[{section!r}] takes {{name: device}}"):
+                lines.extend(f"{k}={v}" for k, v in table.items())
     return "\n".join(lines) + "\n"
 
 
@@ -228,20 +241,21 @@ class _Request:
             path = os.path.join(self._tmp.name, "rules.part")
             with open(path, "w") as f:
                 f.write(_part_text(rules))
-        elif rules is not None:
-            path = os.fspath(rules)
-        self.args: Dict[str, Any] = {
-            "devices": [os.fspath(d) for d in (devices or [])],
-            "rules": path,
-            "default": default,
-            "profiles": _paths(profiles),
-            "optimize": optimize,
-            "objective": objective,
-            "costs": os.fspath(costs) if costs is not None else None,
-            "margin": float(margin),
-            "no_constraints": bool(no_constraints),
-            "allow_disconnected": bool(allow_disconnected),
-        }
+        with _argument("a device, rule, profile or cost argument"):
+            if rules is not None and not isinstance(rules, Mapping):
+                path = os.fspath(rules)
+            self.args: Dict[str, Any] = {
+                "devices": [os.fspath(d) for d in (devices or [])],
+                "rules": path,
+                "default": default,
+                "profiles": _paths(profiles),
+                "optimize": optimize,
+                "objective": objective,
+                "costs": os.fspath(costs) if costs is not None else None,
+                "margin": float(margin),
+                "no_constraints": bool(no_constraints),
+                "allow_disconnected": bool(allow_disconnected),
+            }
 
     def __enter__(self) -> "_Request":
         return self
@@ -363,10 +377,12 @@ class Model:
         >>> [p.backend for p in plan.parts]
         ['npu', 'cpu', 'npu', 'cpu']
         """
-        mem = [f"{k}={v}" for k, v in (memory or {}).items()]
+        with _argument("memory= takes {device: budget}, budget_s= a number"):
+            mem = [f"{k}={v}" for k, v in (memory or {}).items()]
+            budget = float(budget_s)
         with _Request(devices, rules, default, profiles, optimize, objective, costs, margin,
                       no_constraints, allow_disconnected) as r:
-            inner = self._m.partition(r.args, stages, mem, algorithm, float(budget_s))
+            inner = self._m.partition(r.args, stages, mem, algorithm, budget)
         return Plan(inner, self)
 
     def run(
@@ -463,7 +479,9 @@ class Plan:
         """Writes ``stem.00001_<backend>.<ext>`` per part and ONE's ``stem.conn.json`` /
         ``stem.conn.ini`` into `folder`, as ``cleave partition -o folder``; returns the
         ``.conn.json`` path. ``external_data="shared"`` puts large weights in one file."""
-        return str(self._p.save(os.fspath(folder), external_data))
+        with _argument("save() takes a folder path"):
+            folder = os.fspath(folder)
+        return str(self._p.save(folder, external_data))
 
     def part_bytes(self) -> List[bytes]:
         """Each part's file contents, in order (weights inline)."""
@@ -485,13 +503,16 @@ class Plan:
         returns the HTML file, copied to `path` when given."""
         # The copy is the CLI's atomic writer: a random temporary name created exclusively
         # beside `path`, renamed over it (a link planted at `path` is replaced, not followed).
-        return str(self._p.report(os.fspath(path) if path is not None else None))
+        with _argument("report() takes a file path"):
+            dest = os.fspath(path) if path is not None else None
+        return str(self._p.report(dest))
 
     def runner(self, engines: Optional[Mapping[str, str]] = None) -> "Runner":
         """Loads every part into an engine: ``engines`` maps a backend to ``"tract"``,
         ``"onnxruntime"``, ``"litert"`` or ``"openvino[:DEVICE]"`` (default: OpenVINO for an
         ``ov-DEVICE`` backend, LiteRT for TFLite parts, tract for ONNX)."""
-        pairs = [(str(b), str(e)) for b, e in (engines or {}).items()]
+        with _argument("engines= takes {backend: engine}"):
+            pairs = [(str(b), str(e)) for b, e in (engines or {}).items()]
         for _, e in pairs:
             _engines.require(e)
         return Runner(self._p.runner(pairs))

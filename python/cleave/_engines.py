@@ -33,7 +33,10 @@ _LIBRARY_VARIABLE = {
 def _package_dir(name: str) -> Optional[str]:
     # Installed packages only: a folder named like the package in the working folder (on
     # sys.path as '' or a relative entry) must not hand cleave a library to load.
-    here = os.path.realpath(os.getcwd())
+    try:
+        here: Optional[str] = os.path.realpath(os.getcwd())
+    except OSError:  # a working folder deleted meanwhile: nothing can be found in it
+        here = None
     installed = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != here]
     try:
         spec = importlib.machinery.PathFinder.find_spec(name, installed)

@@ -101,6 +101,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -969,11 +970,19 @@ def connect(address, timeout_s):
     box = {}
 
     def attempt():
+        # Ray puts the driver's working folder on every worker's sys.path: a neutral empty one,
+        # so a numpy.py or onnxruntime/ in the folder cleave was run from is never imported there.
+        here = os.getcwd()
+        neutral = tempfile.mkdtemp(prefix="cleave-driver-")
         try:
+            os.chdir(neutral)
             ray.init(**kwargs)
             box["ok"] = True
         except Exception as e:
             box["error"] = e
+        finally:
+            os.chdir(here)
+            os.rmdir(neutral)
 
     t = threading.Thread(target=attempt, daemon=True)
     t.start()

@@ -201,7 +201,7 @@ fn the_workdir_crate_names_no_engine() {
     );
 }
 
-/// Every `.rs` file under `crates/*/src`, with the text before its first `#[cfg(test)]`.
+/// Every `.rs` file under `crates/*/src`, with the text before its test module.
 fn library_code() -> Vec<(std::path::PathBuf, String)> {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut out = Vec::new();
@@ -217,7 +217,12 @@ fn library_code() -> Vec<(std::path::PathBuf, String)> {
                 dirs.push(p);
             } else if p.extension().is_some_and(|x| x == "rs") {
                 let text = std::fs::read_to_string(&p).unwrap();
-                let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+                // A `#[cfg(test)]` import is not the test module: split at the module.
+                let code = text
+                    .split("#[cfg(test)]\nmod ")
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
                 out.push((p, code));
             }
         }
@@ -245,7 +250,13 @@ fn pythons_start_isolated_and_temporary_folders_are_private() {
             ));
         }
         // tempfile's folders follow the umask (0755): private_tempdir makes them 0700.
-        let tempdir = ["tempfile::tempdir(", ".tempdir()", ".tempdir_in("];
+        let tempdir = [
+            "tempfile::tempdir(",
+            "tempfile::tempdir_in(",
+            "TempDir::new(",
+            ".tempdir()",
+            ".tempdir_in(",
+        ];
         if !name.ends_with("workdir/src/private.rs") && tempdir.iter().any(|p| text.contains(p)) {
             hits.push(format!(
                 "{name}: makes a temporary folder (use workdir::private_tempdir)"

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The Python cleave asks: `$CLEAVE_PYTHON` (the Python package sets it to its own
-/// interpreter), else the first `python3` on `PATH`, read from absolute `PATH` entries only
-/// (a relative entry would name the working folder).
+/// interpreter), else the first executable `python3` in an absolute `PATH` folder (a relative
+/// or empty entry would name the working folder), else `/usr/bin/python3`: never a bare name,
+/// which the system would look up through every `PATH` entry.
 pub fn python() -> String {
     if let Some(p) = std::env::var_os("CLEAVE_PYTHON") {
         return p.to_string_lossy().into_owned();
@@ -20,8 +21,18 @@ pub fn python() -> String {
     std::env::split_paths(&path)
         .filter(|d| d.is_absolute())
         .map(|d| d.join("python3"))
-        .find(|p| p.is_file())
-        .map_or_else(|| "python3".into(), |p| p.display().to_string())
+        .find(|p| is_executable(p))
+        .map_or_else(|| "/usr/bin/python3".into(), |p| p.display().to_string())
+}
+
+fn is_executable(p: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    p.is_file()
 }
 
 /// The first lines of every `-c` program cleave runs: `sys.path` keeps absolute entries only
@@ -57,9 +68,11 @@ fn absolute_entries(list: &OsStr) -> Option<OsString> {
 /// `from __future__` imports, which Python takes only at the top).
 pub fn run_code(python: impl AsRef<OsStr>, program: &str) -> Command {
     let mut c = isolated(python);
-    let (future, rest): (Vec<&str>, Vec<&str>) = program
-        .lines()
-        .partition(|l| l.starts_with("from __future__ import"));
+    // One-line future imports only; a parenthesised or continued one stays where it is (and
+    // Python says why it cannot run it).
+    let (future, rest): (Vec<&str>, Vec<&str>) = program.lines().partition(|l| {
+        l.starts_with("from __future__ import ") && !l.contains('(') && !l.ends_with('\\')
+    });
     let mut code = String::new();
     for l in future {
         code.push_str(l);

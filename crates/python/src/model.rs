@@ -417,14 +417,15 @@ impl WholeModel {
     ) -> PyResult<Bound<'py, PyDict>> {
         let feeds = feeds_of(feeds)?;
         let session = &self.session;
-        let got = py.detach(|| {
-            let mut session = session
-                .lock()
-                .map_err(|_| raise(Kind::Engine, None, "an earlier run of this model panicked"))?;
-            session
-                .run(&feeds)
-                .map_err(|e| from_engine_in(e.into(), &self.names))
-        })?;
+        // Only Rust under the lock: a failure becomes an exception once it is released.
+        let got = py
+            .detach(|| -> Result<_, cleave::Error> {
+                let mut session = session
+                    .lock()
+                    .map_err(|_| cleave::Error::usage("an earlier run of this model panicked"))?;
+                Ok(session.run(&feeds)?)
+            })
+            .map_err(|e| from_engine_in(e, &self.names))?;
         let out = PyDict::new(py);
         for (name, t) in got {
             if self.wanted.contains(&name) {

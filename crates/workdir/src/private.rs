@@ -50,14 +50,26 @@ pub fn seal(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
+        // A file another writer renames away meanwhile (its temporary name) is no error.
+        let gone = |r: std::io::Result<()>| match r {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        };
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             let kind = entry.file_type()?;
+            let path = entry.path();
             if kind.is_dir() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))?;
-                seal(&entry.path())?;
+                gone(std::fs::set_permissions(
+                    &path,
+                    std::fs::Permissions::from_mode(0o700),
+                ))?;
+                gone(seal(&path))?;
             } else if kind.is_file() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+                gone(std::fs::set_permissions(
+                    &path,
+                    std::fs::Permissions::from_mode(0o600),
+                ))?;
             }
         }
     }

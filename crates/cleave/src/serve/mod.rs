@@ -13,9 +13,10 @@ use crate::Error;
 /// The Ray Serve application and its command line (`serve`, `export`, `bench`, `verify`).
 pub const RAY_APP: &str = include_str!("../../../../python/cleave/serve.py");
 
-/// The Python interpreter to run it with: `$CLEAVE_PYTHON`, else `python3`.
+/// The Python interpreter to run it with (`$CLEAVE_PYTHON`, else `python3` from an absolute
+/// `PATH` folder).
 fn python() -> OsString {
-    std::env::var_os("CLEAVE_PYTHON").unwrap_or_else(|| "python3".into())
+    cleave_engines::python().into()
 }
 
 /// Reads `conn` and checks that every part file it names exists, so a bad partition fails
