@@ -42,7 +42,7 @@ pub const ISOLATE: &str =
 
 /// `python` set up to import nothing from the working folder: `PYTHONSAFEPATH` (3.11+) keeps
 /// the working folder or the script's folder off `sys.path`, and `PYTHONPATH` keeps only its
-/// absolute entries. A `-c` program must also start with [`ISOLATE`] (older Pythons).
+/// absolute entries. A `-c` program must also start with `ISOLATE` (older Pythons).
 pub fn isolated(python: impl AsRef<OsStr>) -> Command {
     let mut c = Command::new(python);
     c.env("PYTHONSAFEPATH", "1");
@@ -64,7 +64,7 @@ fn absolute_entries(list: &OsStr) -> Option<OsString> {
     std::env::join_paths(kept).ok().filter(|v| !v.is_empty())
 }
 
-/// `python -c program`, isolated ([`isolated`]; [`ISOLATE`] runs first, after the program's
+/// `python -c program`, isolated (`isolated`; `ISOLATE` runs first, after the program's
 /// `from __future__` imports, which Python takes only at the top).
 pub fn run_code(python: impl AsRef<OsStr>, program: &str) -> Command {
     let mut c = isolated(python);
