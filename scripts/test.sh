@@ -15,9 +15,10 @@ bash scripts/install-test-tools.sh
 stage_done "test tools (Chromium, Graphviz, iproute2)"
 bash scripts/fetch-test-data.sh
 stage_done "test data and Python oracles"
-# The OpenVINO tests skip themselves where it is missing; here it was just installed, so a
-# skip would hide a failure.
+# The OpenVINO and onert tests skip themselves where those are missing; here they were just
+# installed, so a skip would hide a failure.
 export CLEAVE_REQUIRE_OPENVINO=1
+export CLEAVE_REQUIRE_ONERT=1
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0

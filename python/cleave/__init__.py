@@ -393,8 +393,9 @@ class Model:
     ) -> Dict[str, np.ndarray]:
         """Runs the whole model once; returns ``outputs`` (the graph's outputs by default; any
         tensor of the graph may be named). ``engine``: ``"tract"``, ``"onnxruntime"``,
-        ``"litert"`` or ``"openvino"`` (``"openvino:GPU"`` for another OpenVINO device)
-        (default: LiteRT for TFLite, tract for ONNX)."""
+        ``"litert"``, ``"openvino"`` (``"openvino:GPU"`` for another OpenVINO device) or
+        ``"onert"`` (``"onert:ruy;cpu"`` for other backends) (default: LiteRT for TFLite,
+        onert for circle, tract for ONNX)."""
         if engine is not None:
             _engines.require(engine)
         return dict(self._m.run(_feeds(feeds), list(outputs) if outputs is not None else None, engine))
@@ -509,8 +510,9 @@ class Plan:
 
     def runner(self, engines: Optional[Mapping[str, str]] = None) -> "Runner":
         """Loads every part into an engine: ``engines`` maps a backend to ``"tract"``,
-        ``"onnxruntime"``, ``"litert"`` or ``"openvino[:DEVICE]"`` (default: OpenVINO for an
-        ``ov-DEVICE`` backend, LiteRT for TFLite parts, tract for ONNX)."""
+        ``"onnxruntime"``, ``"litert"``, ``"openvino[:DEVICE]"`` or ``"onert[:BACKENDS]"``
+        (default: OpenVINO for an ``ov-DEVICE`` backend, LiteRT for TFLite parts, onert for
+        circle parts, tract for ONNX)."""
         with _argument("engines= takes {backend: engine}"):
             pairs = [(str(b), str(e)) for b, e in (engines or {}).items()]
         for _, e in pairs:
@@ -582,7 +584,8 @@ def verify(
     runner = plan.runner(engines)
     names = runner.outputs + (runner.boundaries if boundaries else [])
     whole = model.session(outputs=names, engine=reference)
-    result = Verification(passed=True, reference=reference or ("litert" if model.format == "tflite" else "tract"))
+    default = {"tflite": "litert", "circle": "onert"}.get(model.format, "tract")
+    result = Verification(passed=True, reference=reference or default)
     for k in range(1, invokes + 1):
         # Random inputs seeded seed, seed+1, ... as `cleave verify --invokes` draws them.
         inputs = feeds if feeds is not None else model.random_inputs(seed + k - 1)

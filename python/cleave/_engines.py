@@ -1,7 +1,8 @@
 """Engines from the user's own packages: ONNX Runtime's library from the ``onnxruntime``
-package, LiteRT's from ``ai_edge_litert``, OpenVINO's C library from ``openvino``, found
-without importing any (cheap at import time). An explicit ``ORT_DYLIB_PATH`` /
-``CLEAVE_LITERT_LIB`` / ``OPENVINO_LIB`` always wins."""
+package, LiteRT's from ``ai_edge_litert``, OpenVINO's C library from ``openvino``, onert's
+from ``onert``, found without importing any (cheap at import time). An explicit
+``ORT_DYLIB_PATH`` / ``CLEAVE_LITERT_LIB`` / ``OPENVINO_LIB`` / ``CLEAVE_ONERT_LIB`` always
+wins."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ _PACKAGES = {
     "litert": ("ai_edge_litert", "pip install ai-edge-litert"),
     "tflite": ("ai_edge_litert", "pip install ai-edge-litert"),
     "openvino": ("openvino", "pip install openvino"),
+    "onert": ("onert", "pip install onert"),
+    "nnfw": ("onert", "pip install onert"),
 }
 
 # The variable that names each package's library, and how to find it in the package.
@@ -27,6 +30,7 @@ _LIBRARY_VARIABLE = {
     "onnxruntime": "ORT_DYLIB_PATH",
     "ai_edge_litert": "CLEAVE_LITERT_LIB",
     "openvino": "OPENVINO_LIB",
+    "onert": "CLEAVE_ONERT_LIB",
 }
 
 
@@ -76,10 +80,20 @@ def openvino_library() -> Optional[str]:
     return found[0] if found else None
 
 
+def onert_library() -> Optional[str]:
+    """libonert of the installed ``onert`` package, if any."""
+    d = _package_dir("onert")
+    if d is None:
+        return None
+    lib = os.path.join(d, "native", "libonert.so")
+    return lib if os.path.isfile(lib) else None
+
+
 _FINDERS = {
     "onnxruntime": ort_library,
     "ai_edge_litert": litert_library,
     "openvino": openvino_library,
+    "onert": onert_library,
 }
 
 
@@ -99,6 +113,10 @@ def configure() -> None:
         lib = openvino_library()
         if lib:
             os.environ["OPENVINO_LIB"] = lib
+    if "CLEAVE_ONERT_LIB" not in os.environ:
+        lib = onert_library()
+        if lib:
+            os.environ["CLEAVE_ONERT_LIB"] = lib
 
 
 def require(engine: str) -> None:

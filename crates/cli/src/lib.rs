@@ -50,6 +50,7 @@ Environment:
   ORT_DYLIB_PATH              ONNX Runtime's library (default: ~/.cache/cleave/ort, else the
                               onnxruntime package of that Python)
   CLEAVE_LITERT_LIB           LiteRT's library (default: the ai_edge_litert package's)
+  CLEAVE_ONERT_LIB            onert's libonert.so (default: the onert package's)
   OPENVINO_LIB                OpenVINO's C library (default: the openvino package's)
   CLEAVE_OPENVINO_PROPERTIES  KEY=VALUE,... compile properties for OpenVINO
   CLEAVE_CACHE                where OpenVINO's answers are cached (default: ~/.cache/cleave)
@@ -453,8 +454,9 @@ enum Command {
         input: setup::InputArgs,
         #[command(flatten)]
         engine: setup::EngineArgs,
-        /// Engine that runs the whole model (tract, ort, litert, openvino[:DEVICE]). Default:
-        /// litert for a .tflite model, else tract.
+        /// Engine that runs the whole model (tract, ort, litert, openvino[:DEVICE],
+        /// onert[:BACKENDS]). Default: litert for a .tflite model, onert for a .circle one,
+        /// else tract.
         #[arg(long)]
         reference: Option<String>,
         /// Run N inferences in a row on the same sessions (random inputs seeded SEED, SEED+1,

@@ -248,10 +248,11 @@ pub fn say_learned(model_path: &Path, loaded: &LoadedModel) {
 /// `--engine`, as every command that runs parts or models takes it.
 #[derive(Args, Debug, Clone, Default)]
 pub struct EngineArgs {
-    /// Engine per backend (device), e.g. npu=tract,cpu=ort,gpu=openvino:GPU (engines: tract,
-    /// ort, litert, openvino[:DEVICE]). Default: a backend ov-DEVICE runs on OpenVINO's
-    /// DEVICE, a .tflite part or model on LiteRT, else a backend named `ort` on ONNX Runtime,
-    /// every other on tract.
+    /// Engine per backend (device), e.g. npu=tract,cpu=ort,gpu=openvino:GPU,acl=onert:ruy;cpu
+    /// (engines: tract, ort, litert, openvino[:DEVICE], onert[:BACKENDS]). Default: a backend
+    /// ov-DEVICE runs on OpenVINO's DEVICE, onert-BACKEND on onert's BACKEND, a .tflite part
+    /// or model on LiteRT, a .circle one on onert (cpu), else a backend named `ort` on ONNX
+    /// Runtime, every other on tract.
     #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
     pub engines: Vec<String>,
 }

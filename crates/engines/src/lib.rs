@@ -1,16 +1,21 @@
 //! The engines behind `cleave_runtime::Engine`: [`Tract`] runs ONNX in process,
 //! [`OnnxRuntime`] loads ONNX Runtime's shared library at run time, [`Litert`] loads LiteRT's
 //! (for `.tflite` models), [`OpenVino`] loads OpenVINO's C library (ONNX and TFLite, on
-//! any OpenVINO device), listed in one [`registry`] by name and the formats they run.
+//! any OpenVINO device), [`Onert`] loads Samsung ONE's runtime (circle and TFLite, on its
+//! backends), listed in one [`registry`] by name and the formats they run.
 //!
 //! Architecture invariant: only this crate links an inference engine.
 
+mod dylib;
 mod guard;
 mod litert_engine;
 mod litert_ffi;
+mod onert_engine;
+mod onert_ffi;
 mod openvino_engine;
 mod ort_engine;
 mod python_pkg;
+mod stderr_capture;
 mod tract_engine;
 
 use std::sync::OnceLock;
@@ -18,6 +23,7 @@ use std::sync::OnceLock;
 use cleave_runtime::{Devices, Engine, EngineEntry, EngineKind, Registry, RuntimeError};
 
 pub use litert_engine::{litert_library_path, Litert};
+pub use onert_engine::{onert_library_path, onert_version, Onert, ONERT_DEFAULT_BACKENDS};
 pub use openvino_engine::{openvino_library_path, openvino_version, OpenVino, OPENVINO_WHEEL};
 pub use ort_engine::{ort_library_path, OnnxRuntime};
 pub use python_pkg::{isolated as isolated_python, python, run_code as python_code};
@@ -25,6 +31,9 @@ pub use tract_engine::Tract;
 
 /// Backends named `ov-DEVICE` (`--devices ov:CPU`) are OpenVINO's devices.
 pub const OPENVINO_PREFIX: &str = "ov-";
+
+/// Backends named `onert-BACKEND` run on that backend of onert.
+pub const ONERT_PREFIX: &str = "onert-";
 
 /// The OpenVINO device of a backend named `ov-DEVICE`.
 pub fn openvino_device(backend: &str) -> Option<&str> {
@@ -35,8 +44,9 @@ pub fn openvino_device(backend: &str) -> Option<&str> {
 
 /// Every engine this crate links, in the order they are tried to run a whole model of a
 /// format: ONNX Runtime, then tract, for ONNX; LiteRT for TFLite. A part runs on tract
-/// (ONNX) or LiteRT (TFLite) unless its backend or `--engine` says otherwise; OpenVINO runs
-/// the parts of a backend named `ov-DEVICE` on that device.
+/// (ONNX), LiteRT (TFLite) or onert (circle) unless its backend or `--engine` says otherwise;
+/// OpenVINO runs the parts of a backend named `ov-DEVICE` on that device, onert those of a
+/// backend named `onert-BACKEND`.
 pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
@@ -68,10 +78,28 @@ pub fn registry() -> &'static Registry {
             devices: Some(Devices {
                 default: "CPU",
                 backend_prefix: OPENVINO_PREFIX,
+                what: "DEVICE",
             }),
             ..plain("openvino", &["ov"], &["onnx", "tflite"], &[], |device| {
                 guarded(OpenVino::new(device.unwrap_or("CPU")))
             })
+        });
+        // Not tried for whole models (constant folding): which ops it runs depends on the
+        // backends, and a circle model has no other engine to fall back on.
+        r.register(EngineEntry {
+            whole_model: false,
+            devices: Some(Devices {
+                default: ONERT_DEFAULT_BACKENDS,
+                backend_prefix: ONERT_PREFIX,
+                what: "BACKENDS",
+            }),
+            ..plain(
+                "onert",
+                &["nnfw"],
+                &["circle", "tflite"],
+                &["circle"],
+                |backends| guarded(Onert::new(backends.unwrap_or(ONERT_DEFAULT_BACKENDS))),
+            )
         });
         r
     })
@@ -107,7 +135,12 @@ mod tests {
         assert_eq!(m.for_part("ort", "tflite"), Ok(kind("litert")));
         assert_eq!(m.for_part("ort", "onnx"), Ok(kind("ort")));
         assert_eq!(m.for_part("cpu", "onnx"), Ok(kind("tract")));
-        assert!(m.for_part("cpu", "circle").is_err());
+        assert_eq!(m.for_part("cpu", "circle"), Ok(kind("onert")));
+        assert_eq!(m.for_part("acl_cl", "circle"), Ok(kind("onert:cpu")));
+        assert_eq!(m.for_part("onert-ruy", "tflite"), Ok(kind("onert:ruy")));
+        assert_eq!(kind("onert:ruy;cpu").label(), "onert:ruy;cpu");
+        assert_eq!(r.default_for("circle"), Some(kind("onert:cpu")));
+        assert!(r.candidates("circle").is_empty());
         let m = r
             .parse_map(&["cpu=tract".into(), "npu=tflite".into()])
             .unwrap();

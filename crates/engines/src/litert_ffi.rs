@@ -7,9 +7,6 @@
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::path::Path;
-
-use libloading::Library;
 
 /// `LiteRtStatus`; 0 is success.
 pub type Status = c_int;
@@ -113,37 +110,8 @@ const _: () = assert!(std::mem::size_of::<EnvOption>() == 24);
 /// The host-memory deallocator and opaque-options destructor callbacks.
 pub type Deleter = Option<unsafe extern "C" fn(*mut c_void)>;
 
-macro_rules! api {
-    ($($name:ident: fn($($arg:ty),* $(,)?) $(-> $ret:ty)?;)*) => {
-        /// The resolved functions, with the library they live in (never unloaded).
-        pub struct Api {
-            _lib: Library,
-            $(pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
-        }
-
-        impl Api {
-            /// Loads the library and resolves every function, or says which is missing.
-            ///
-            /// # Safety
-            /// Loading runs the library's initialisers, and the functions are called with
-            /// 2.3.0's signatures: `path` must be that release's `libLiteRt.so`.
-            pub unsafe fn load(path: &Path) -> Result<Api, String> {
-                let lib = unsafe { Library::new(path) }.map_err(|e| e.to_string())?;
-                $(
-                    let $name = *unsafe {
-                        lib.get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(stringify!($name))
-                    }
-                    .map_err(|e| {
-                        format!("{}: {e} (not the LiteRT 2.3.0 runtime?)", stringify!($name))
-                    })?;
-                )*
-                Ok(Api { _lib: lib, $($name,)* })
-            }
-        }
-    };
-}
-
-api! {
+crate::dylib::api! {
+    "the LiteRT 2.3.0 runtime";
     LiteRtCreateEnvironment: fn(c_int, *const EnvOption, *mut Handle) -> Status;
     LiteRtDestroyEnvironment: fn(Handle);
 

@@ -78,6 +78,8 @@ pub struct EngineEntry {
 pub struct Devices {
     pub default: &'static str,
     pub backend_prefix: &'static str,
+    /// What the text after `NAME:` is, in messages: `DEVICE`, or `BACKENDS` for onert.
+    pub what: &'static str,
 }
 
 /// The engines a program links.
@@ -106,7 +108,7 @@ impl Registry {
         self.entries
             .iter()
             .map(|e| match e.devices {
-                Some(_) => format!("{}[:DEVICE]", e.name),
+                Some(d) => format!("{}[:{}]", e.name, d.what),
                 None => e.name.to_string(),
             })
             .collect::<Vec<_>>()
@@ -226,11 +228,11 @@ impl Registry {
     }
 }
 
-/// Device names: `CPU`, `GPU.1`, `HETERO:GPU,CPU` are letters, digits and `.:,_-`.
+/// Device names: `CPU`, `GPU.1`, `HETERO:GPU,CPU`, `ruy;cpu` are letters, digits and `.:,;_-`.
 fn valid_device(d: &str) -> bool {
     !d.is_empty()
         && d.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | ',' | '_' | '-'))
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | ',' | ';' | '_' | '-'))
 }
 
 /// The format of a part file: what the connection file records, else its extension.
@@ -351,6 +353,7 @@ mod tests {
                 devices: Some(Devices {
                     default: "CPU",
                     backend_prefix: "dv-",
+                    what: "DEVICE",
                 }),
                 ..entry("dev", &["fa", "fb"])
             });

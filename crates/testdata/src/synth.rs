@@ -227,6 +227,7 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         ("synth_names.tflite", names_and_shared()),
         ("synth_int8.tflite", int8_per_channel()),
         ("synth_control.tflite", control_flow()),
+        ("synth_computed_if.tflite", computed_if()),
         ("synth_dynamic.tflite", dynamic_batch()),
         ("synth_offsets.tflite", names_offsets()),
         ("Net_InstanceNorm_003.circle", instance_norm_circle()),
@@ -543,6 +544,80 @@ pub fn control_flow() -> Vec<u8> {
     net.subgraph("body", b, &[b_i, b_x], &[b_i_next, b_x_next]);
 
     net.finish("cleave synth: IF and WHILE", Layout::Inline, "TFL3")
+}
+
+/// IF whose condition is computed, the way a streaming detector gates its head on a counter:
+///
+/// ```text
+/// 0 main: gate = GREATER(level [1,1], threshold [1,1])   (bool [1,1])
+///         y = IF(gate, x [1,4]; then 1, else 2)
+/// 1 then: t_out = ADD(t_in, 1)      2 else: e_out = SUB(e_in, 1)
+/// ```
+///
+/// A split between GREATER and IF makes `gate` a part input of rank 2 feeding IF's condition.
+pub fn computed_if() -> Vec<u8> {
+    use tflite::{Net, Op, Opt, Sub, Ty};
+    let mut net = Net::new();
+    let greater = net.code(Op::GREATER, 1);
+    let if_ = net.code(Op::IF, 1);
+    let add = net.code(Op::ADD, 1);
+    let sub = net.code(Op::SUB, 1);
+    let threshold = net.buffer(f32_bytes(&[0.0]));
+    let one = net.buffer(f32_bytes(&[1.0]));
+    let one_e = net.buffer(f32_bytes(&[1.0]));
+
+    let mut g = Sub::default();
+    let level = g.tensor("level", Ty::FLOAT32, &[1, 1]);
+    let x = g.tensor("x", Ty::FLOAT32, &[1, 4]);
+    let threshold_t = g.constant("threshold", Ty::FLOAT32, &[1, 1], threshold);
+    let gate = g.tensor("gate", Ty::BOOL, &[1, 1]);
+    let y = g.tensor("y", Ty::FLOAT32, &[1, 4]);
+    g.op(
+        greater,
+        &[level, threshold_t],
+        &[gate],
+        Opt::GreaterOptions(Box::default()),
+    );
+    g.op(
+        if_,
+        &[gate, x],
+        &[y],
+        Opt::IfOptions(Box::new(obj!(T::IfOptionsT {
+            then_subgraph_index: 1,
+            else_subgraph_index: 2,
+        }))),
+    );
+    net.subgraph("main", g, &[level, x], &[y]);
+
+    let mut t = Sub::default();
+    let t_in = t.tensor("t_in", Ty::FLOAT32, &[1, 4]);
+    let t_one = t.constant("t_one", Ty::FLOAT32, &[1], one);
+    let t_out = t.tensor("t_out", Ty::FLOAT32, &[1, 4]);
+    t.op(
+        add,
+        &[t_in, t_one],
+        &[t_out],
+        Opt::AddOptions(Box::default()),
+    );
+    net.subgraph("then", t, &[t_in], &[t_out]);
+
+    let mut e = Sub::default();
+    let e_in = e.tensor("e_in", Ty::FLOAT32, &[1, 4]);
+    let e_one = e.constant("e_one", Ty::FLOAT32, &[1], one_e);
+    let e_out = e.tensor("e_out", Ty::FLOAT32, &[1, 4]);
+    e.op(
+        sub,
+        &[e_in, e_one],
+        &[e_out],
+        Opt::SubOptions(Box::default()),
+    );
+    net.subgraph("else", e, &[e_in], &[e_out]);
+
+    net.finish(
+        "cleave synth: IF on a computed condition",
+        Layout::Inline,
+        "TFL3",
+    )
 }
 
 /// A dynamic batch: `x` has shape [1, 8] and `shape_signature` [-1, 8], as do the tensors
