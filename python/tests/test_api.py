@@ -190,6 +190,31 @@ def test_tflite_model_splits_and_runs_on_litert():
     assert any(t["kind"] == "boundary" for t in v.tensors)
 
 
+def test_parts_run_on_onert_beside_litert_and_circle_parts_on_onert(tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    pytest.importorskip("onert")
+    from conftest import test_data
+
+    path = test_data() / "tflite" / "face_landmark.tflite"
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run `bash scripts/fetch-test-data.sh`")
+    # onert's cpu backend lacks PRELU: those parts stay on LiteRT, the rest run on onert.
+    rules = {"backends": ["npu", "host"], "default": "npu", "comply": "opcode", "OPCODE": {"PRELU": "host"}}
+    model = cleave.load(path)
+    plan = model.partition(rules=rules)
+    v = cleave.verify(model, plan, engines={"npu": "onert"})
+    assert v.passed and v.reference == "litert", v.tensors
+    assert sum(t["kind"] == "boundary" for t in v.tensors) >= 40
+    # The circle twin runs on onert by default, which refuses PRELU in its own words.
+    circle = tmp_path / "fl.circle"
+    subprocess.run([CLEAVE, "convert", str(path), str(circle)], check=True)
+    model = cleave.load(circle)
+    assert model.format == "circle"
+    plan = model.partition(rules=rules)
+    with pytest.raises(cleave.UnsupportedError, match="NYI for operation 'PReLU'"):
+        cleave.verify(model, plan)
+
+
 def test_a_stateful_model_verifies_invoke_after_invoke_with_its_state_carried():
     pytest.importorskip("ai_edge_litert")
     from conftest import test_data
@@ -312,6 +337,9 @@ def test_missing_engine_package_names_the_pip_install(monkeypatch, tiny_cnn, tin
         plan.runner(engines={"npu": "onnxruntime"})
     with pytest.raises(cleave.EngineError, match="pip install ai-edge-litert"):
         cleave.load(tiny_cnn).run({}, engine="litert")
+    monkeypatch.delenv("CLEAVE_ONERT_LIB", raising=False)
+    with pytest.raises(cleave.EngineError, match="pip install onert"):
+        plan.runner(engines={"npu": "onert:cpu"})
 
 
 def test_openvino_devices_split_by_query_model_and_run_on_openvino(tmp_path, monkeypatch):

@@ -403,13 +403,23 @@ fn feed_of(
 }
 
 /// Runs the whole model once, on the first of its engines that runs it (ONNX Runtime where it
-/// is found, else tract; LiteRT for TFLite).
+/// is found, else tract; LiteRT for TFLite), else on its format's default engine (onert for
+/// circle).
 fn reference_values(
     whole: &Path,
     feeds: &[(String, HostTensor)],
 ) -> Result<HashMap<String, HostTensor>, Error> {
+    let registry = crate::engine_registry();
+    let format = part_format(whole, None);
+    let mut kinds = registry.candidates(&format);
+    if kinds.is_empty() {
+        kinds.extend(registry.default_for(&format));
+    }
     let mut why = Vec::new();
-    for kind in crate::engine_registry().candidates(&part_format(whole, None)) {
+    if kinds.is_empty() {
+        why.push(format!("no engine runs {format} models"));
+    }
+    for kind in kinds {
         let run = crate::engine(kind.clone())
             .and_then(|e| Ok(e.load(whole, false)?))
             .and_then(|mut s| Ok(s.run(feeds)?));

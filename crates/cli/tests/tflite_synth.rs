@@ -324,7 +324,12 @@ fn random_splits_of_every_synth_model_reproduce_it_in_litert() {
                 }
             }
         }
-        assert!(most_parts >= 3, "{stem}: no split gave 3 parts or more");
+        // A model of two nodes (synth_computed_if) splits in two at most.
+        let want = nodes.len().min(3);
+        assert!(
+            most_parts >= want,
+            "{stem}: no split gave {want} parts or more"
+        );
     }
     eprintln!("{checks} checks");
 }

@@ -34,7 +34,8 @@ pub fn onert_library_path() -> Result<PathBuf, String> {
 
 fn find_library(explicit: Option<PathBuf>, python: &str) -> Result<PathBuf, String> {
     let install = format!(
-        "install it with `{python} -m pip install {WHEEL}`, or set CLEAVE_ONERT_LIB to its libonert.so"
+        "install it with `{python} -m pip install {WHEEL}`, \
+         or set CLEAVE_ONERT_LIB to its libonert.so"
     );
     if let Some(p) = explicit {
         return if p.is_file() {
@@ -232,7 +233,10 @@ fn byte_len(dims: &[i32], elem: ElemType) -> Option<usize> {
 }
 
 /// The main subgraph's inputs and outputs as the file names and declares them.
-fn file_ports(m: &FlatModel) -> Result<(Vec<(String, Vec<i32>)>, Vec<(String, Vec<i32>)>), String> {
+/// A tensor's name and declared dims.
+type Declared = (String, Vec<i32>);
+
+fn file_ports(m: &FlatModel) -> Result<(Vec<Declared>, Vec<Declared>), String> {
     let root = m.root();
     let sg = root
         .subgraphs()
@@ -431,7 +435,10 @@ impl OnertSession {
             if name.is_empty() || !seen.insert(name.clone()) {
                 return Err(unsupported(
                     p,
-                    format!("{side} {i} has no name of its own ('{name}'); cleave feeds and reads by name"),
+                    format!(
+                        "{side} {i} has no name of its own ('{name}'); \
+                         cleave feeds and reads by name"
+                    ),
                 ));
             }
             ports.push(Port {

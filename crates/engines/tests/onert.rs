@@ -22,6 +22,9 @@ fn onert() -> Option<Onert> {
     }
 }
 
+/// An input's name, type and shape.
+type Input = (&'static str, ElemType, Vec<usize>);
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, bytes).unwrap();
@@ -50,7 +53,7 @@ fn onert_matches_litert_on_the_synthesized_float_models() {
     let Some(onert) = onert() else { return };
     let litert = Litert::new().expect("LiteRT (scripts/requirements-tflite.txt)");
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, Vec<u8>, Vec<(&str, ElemType, Vec<usize>)>); 2] = [
+    let cases: [(&str, Vec<u8>, Vec<Input>); 2] = [
         (
             "names.tflite",
             synth::names_and_shared(),

@@ -227,10 +227,10 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         ("synth_names.tflite", names_and_shared()),
         ("synth_int8.tflite", int8_per_channel()),
         ("synth_control.tflite", control_flow()),
-        ("synth_computed_if.tflite", computed_if()),
         ("synth_dynamic.tflite", dynamic_batch()),
         ("synth_offsets.tflite", names_offsets()),
         ("Net_InstanceNorm_003.circle", instance_norm_circle()),
+        ("synth_computed_if.tflite", computed_if()),
     ]
 }
 

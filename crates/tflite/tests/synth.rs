@@ -157,7 +157,7 @@ fn elem_name(e: ElemType) -> &'static str {
 fn every_synth_model_reads_into_the_ir_as_litert_sees_it() {
     let tmp = tempfile::tempdir().unwrap();
     let paths = written(tmp.path());
-    assert_eq!(paths.len(), 6);
+    assert_eq!(paths.len(), 7);
     for path in &paths {
         let src = TfliteSource::load(path).unwrap();
         let g = &src.converted.model.graph;
