@@ -7,11 +7,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use cleave_testdata::synth;
-use common::{assert_bad_input, cleave, ok, os, query_nodes, stderr, write_part_file, Rng};
+use common::{
+    assert_bad_input, cleave, ok, os, partition_by_part, query_nodes, stderr, write_part_file, Rng,
+};
 
 fn onert_missing() -> bool {
     match cleave::engines::Onert::new("cpu") {
@@ -22,19 +24,6 @@ fn onert_missing() -> bool {
         }
         Err(e) => panic!("{e}"),
     }
-}
-
-fn partition(model: &Path, part: &Path, work: &Path) -> PathBuf {
-    ok(&cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--part"),
-        part.as_os_str(),
-        os("-o"),
-        work.as_os_str(),
-    ]));
-    let stem = model.file_stem().unwrap().to_str().unwrap();
-    work.join(format!("{stem}.conn.json"))
 }
 
 /// `cleave verify MODEL CONN --boundaries ARGS`; the number of tensors compared.
@@ -96,14 +85,14 @@ fn random_splits_of_circle_models_verify_on_onert_and_their_tflite_twins_against
             write_part_file(&part, &names, "OPCODE", &rules);
             // The circle parts on onert against the circle model on onert, over two invokes.
             let work = tmp.path().join(format!("{stem}.{k}.circle.out"));
-            let conn = partition(&circle, &part, &work);
+            let conn = partition_by_part(&circle, &part, &work);
             compared += verify(&circle, &conn, &["--invokes", "2"]);
             // The TFLite twin's parts all on onert, the whole on LiteRT: two engines' kernels
             // agree on float models; on int8 per-channel convolutions onert 0.1.0 computes
             // otherwise than LiteRT (max abs 4.96 on synth_int8, the same through onert's own
             // Python API), so that one is compared on onert alone.
             let work = tmp.path().join(format!("{stem}.{k}.tflite.out"));
-            let conn = partition(&tfl, &part, &work);
+            let conn = partition_by_part(&tfl, &part, &work);
             let every = names
                 .iter()
                 .map(|b| format!("{b}=onert"))
@@ -141,7 +130,7 @@ fn a_real_model_runs_on_onert_beside_litert_and_refuses_what_onert_lacks() {
     );
     let src = tmp.path().join("fl.tflite");
     std::fs::copy(&model, &src).unwrap();
-    let conn = partition(&src, &part, &tmp.path().join("tflite"));
+    let conn = partition_by_part(&src, &part, &tmp.path().join("tflite"));
     let n = verify(&src, &conn, &["--engine", "npu=onert"]);
     assert!(n >= 40, "{n} tensors");
 
@@ -152,7 +141,7 @@ fn a_real_model_runs_on_onert_beside_litert_and_refuses_what_onert_lacks() {
         src.as_os_str(),
         circle.as_os_str(),
     ]));
-    let conn = partition(&circle, &part, &tmp.path().join("circle"));
+    let conn = partition_by_part(&circle, &part, &tmp.path().join("circle"));
     let out = cleave(&[os("verify"), circle.as_os_str(), conn.as_os_str()]);
     let err = stderr(&out);
     let refused = tmp.path().join("circle/fl.00002_host.circle");

@@ -13,23 +13,14 @@ use std::process::Command;
 use cleave::tflite::pack::Layout;
 use cleave::tflite::schema::tflite;
 use cleave_testdata::synth;
-use common::{check_tflite_parts, cleave, ok, os, query_nodes, repo, write_part_file, Rng};
+use common::{check_tflite_parts, os, partition_by_part, query_nodes, repo, write_part_file, Rng};
 use serde_json::Value;
 
 const BACKENDS: [&str; 3] = ["cpu", "acl_cl", "acl_neon"];
 
 /// `cleave partition MODEL --part PART -o WORK`; the connection file's JSON.
 fn partition(model: &Path, part: &Path, work: &Path) -> Value {
-    ok(&cleave(&[
-        os("partition"),
-        model.as_os_str(),
-        os("--part"),
-        part.as_os_str(),
-        os("-o"),
-        work.as_os_str(),
-    ]));
-    let stem = model.file_stem().unwrap().to_str().unwrap();
-    let conn = work.join(format!("{stem}.conn.json"));
+    let conn = partition_by_part(model, part, work);
     serde_json::from_str(&std::fs::read_to_string(conn).unwrap()).unwrap()
 }
 

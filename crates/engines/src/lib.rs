@@ -23,7 +23,8 @@ use std::sync::OnceLock;
 use cleave_runtime::{Devices, Engine, EngineEntry, EngineKind, Registry, RuntimeError};
 
 pub use litert_engine::{litert_library_path, Litert};
-pub use onert_engine::{onert_library_path, onert_version, Onert, ONERT_DEFAULT_BACKENDS};
+pub use onert_engine::Onert;
+use onert_engine::ONERT_DEFAULT_BACKENDS;
 pub use openvino_engine::{openvino_library_path, openvino_version, OpenVino, OPENVINO_WHEEL};
 pub use ort_engine::{ort_library_path, OnnxRuntime};
 pub use python_pkg::{isolated as isolated_python, python, run_code as python_code};

@@ -11,47 +11,20 @@ use cleave_ir::ElemType;
 use cleave_runtime::{Engine, HostTensor, RuntimeError, Session};
 
 use crate::litert_ffi::{self as ffi, Api, Handle, Layout, RankedTensorType, Status};
+use crate::python_pkg::PackagedLibrary;
 
 const ENGINE: &str = "litert";
-const WHEEL: &str = "ai-edge-litert==2.3.0";
-const LIBRARY: &str = "libLiteRt.so";
+const LIBRARY: PackagedLibrary = PackagedLibrary {
+    variable: "CLEAVE_LITERT_LIB",
+    package: "ai_edge_litert",
+    file: "libLiteRt.so",
+    wheel: "ai-edge-litert==2.3.0",
+};
 
 /// Where cleave finds LiteRT: `CLEAVE_LITERT_LIB` (the path of `libLiteRt.so`), else the
 /// folder of the `ai_edge_litert` package that `python3` (or `$CLEAVE_PYTHON`) imports.
 pub fn litert_library_path() -> Result<PathBuf, String> {
-    let python = crate::python_pkg::python();
-    find_library(
-        std::env::var_os("CLEAVE_LITERT_LIB").map(PathBuf::from),
-        &python,
-    )
-}
-
-fn find_library(explicit: Option<PathBuf>, python: &str) -> Result<PathBuf, String> {
-    let install = format!(
-        "install it with `{python} -m pip install {WHEEL}`, \
-         or set CLEAVE_LITERT_LIB to its {LIBRARY}"
-    );
-    if let Some(p) = explicit {
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!(
-                "CLEAVE_LITERT_LIB names {}, which is not a file; {install}",
-                p.display()
-            ))
-        };
-    }
-    let dir = crate::python_pkg::package_dir(python, "ai_edge_litert")
-        .map_err(|e| format!("{e}; {install}"))?;
-    let lib = Path::new(&dir).join(LIBRARY);
-    if lib.is_file() {
-        Ok(lib)
-    } else {
-        Err(format!(
-            "{} is missing (not the {WHEEL} wheel?); {install}",
-            lib.display()
-        ))
-    }
+    LIBRARY.locate()
 }
 
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
@@ -792,20 +765,22 @@ mod tests {
 
     #[test]
     fn a_missing_library_says_how_to_install_it() {
-        let e = find_library(Some("/nonexistent/libLiteRt.so".into()), "python3").unwrap_err();
+        let e = LIBRARY
+            .find(Some("/nonexistent/libLiteRt.so".into()), "python3")
+            .unwrap_err();
         assert!(
             e.contains("CLEAVE_LITERT_LIB names /nonexistent/libLiteRt.so"),
             "{e}"
         );
         assert!(e.contains("pip install ai-edge-litert==2.3.0"), "{e}");
-        let e = find_library(None, "/nonexistent/python3").unwrap_err();
+        let e = LIBRARY.find(None, "/nonexistent/python3").unwrap_err();
         assert!(e.contains("cannot run /nonexistent/python3"), "{e}");
         assert!(
             e.contains("/nonexistent/python3 -m pip install ai-edge-litert==2.3.0"),
             "{e}"
         );
         // A Python without the package: `false` runs and prints nothing.
-        let e = find_library(None, "false").unwrap_err();
+        let e = LIBRARY.find(None, "false").unwrap_err();
         assert!(e.contains("false has no ai_edge_litert package"), "{e}");
     }
 

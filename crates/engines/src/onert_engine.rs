@@ -13,71 +13,34 @@ use cleave_runtime::{Engine, HostTensor, RuntimeError, Session};
 use cleave_tflite::FlatModel;
 
 use crate::onert_ffi::{self as ffi, nnfw_tensorinfo, Api, Status};
+use crate::python_pkg::PackagedLibrary;
 use crate::stderr_capture;
 
 const ENGINE: &str = "onert";
-const WHEEL: &str = "onert";
-const LIBRARY: &str = "native/libonert.so";
+const LIBRARY: PackagedLibrary = PackagedLibrary {
+    variable: "CLEAVE_ONERT_LIB",
+    package: "onert",
+    file: "native/libonert.so",
+    wheel: "onert",
+};
 
 /// The backends onert runs on unless `onert:BACKENDS` says.
-pub const ONERT_DEFAULT_BACKENDS: &str = "cpu";
+pub(crate) const ONERT_DEFAULT_BACKENDS: &str = "cpu";
 
 /// Where cleave finds onert: `CLEAVE_ONERT_LIB` (the path of `libonert.so`), else the
 /// `native` folder of the `onert` package that `python3` (or `$CLEAVE_PYTHON`) imports.
-pub fn onert_library_path() -> Result<PathBuf, String> {
-    let python = crate::python_pkg::python();
-    find_library(
-        std::env::var_os("CLEAVE_ONERT_LIB").map(PathBuf::from),
-        &python,
-    )
+fn onert_library_path() -> Result<PathBuf, String> {
+    LIBRARY.locate()
 }
 
-fn find_library(explicit: Option<PathBuf>, python: &str) -> Result<PathBuf, String> {
-    let install = format!(
-        "install it with `{python} -m pip install {WHEEL}`, \
-         or set CLEAVE_ONERT_LIB to its libonert.so"
-    );
-    if let Some(p) = explicit {
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!(
-                "CLEAVE_ONERT_LIB names {}, which is not a file; {install}",
-                p.display()
-            ))
-        };
-    }
-    let dir =
-        crate::python_pkg::package_dir(python, "onert").map_err(|e| format!("{e}; {install}"))?;
-    let lib = Path::new(&dir).join(LIBRARY);
-    if lib.is_file() {
-        Ok(lib)
-    } else {
-        Err(format!(
-            "{} is missing (not the {WHEEL} wheel?); {install}",
-            lib.display()
-        ))
-    }
-}
+static API: OnceLock<Result<Api, String>> = OnceLock::new();
 
-static API: OnceLock<Result<(Api, String), String>> = OnceLock::new();
-
-fn api() -> Result<&'static (Api, String), RuntimeError> {
+fn api() -> Result<&'static Api, RuntimeError> {
     let loaded = API.get_or_init(|| {
         let path = onert_library_path()?;
         // SAFETY: the path is the wheel's runtime library (or the one the user named in
         // CLEAVE_ONERT_LIB for this purpose); the functions are declared as in nnfw.h.
-        let api = unsafe { Api::load(&path) }.map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut v = 0u32;
-        // SAFETY: a global query: the session may be null; `v` is a valid out-pointer.
-        let st =
-            unsafe { (api.nnfw_query_info_u32)(std::ptr::null_mut(), ffi::INFO_VERSION, &mut v) };
-        let version = if st == ffi::STATUS_OK {
-            ffi::version_text(v)
-        } else {
-            "unknown".into()
-        };
-        Ok((api, version))
+        unsafe { Api::load(&path) }.map_err(|e| format!("{}: {e}", path.display()))
     });
     loaded
         .as_ref()
@@ -85,11 +48,6 @@ fn api() -> Result<&'static (Api, String), RuntimeError> {
             engine: "onert",
             message: message.clone(),
         })
-}
-
-/// The runtime version of the onert cleave loads (`1.30.0` for the 0.1.0 wheel).
-pub fn onert_version() -> Result<String, RuntimeError> {
-    Ok(api()?.1.clone())
 }
 
 /// Backends as `nnfw_set_available_backends` takes them: names separated by `;`, each a
@@ -123,7 +81,7 @@ impl Onert {
         check_backends(backends).map_err(unavailable)?;
         let backends = CString::new(backends).map_err(|e| unavailable(e.to_string()))?;
         Ok(Onert {
-            api: &api()?.0,
+            api: api()?,
             backends,
         })
     }
@@ -654,13 +612,15 @@ mod tests {
 
     #[test]
     fn a_missing_library_says_how_to_install_it() {
-        let e = find_library(Some("/nonexistent/libonert.so".into()), "python3").unwrap_err();
+        let e = LIBRARY
+            .find(Some("/nonexistent/libonert.so".into()), "python3")
+            .unwrap_err();
         assert!(
             e.contains("CLEAVE_ONERT_LIB names /nonexistent/libonert.so"),
             "{e}"
         );
         assert!(e.contains("pip install onert"), "{e}");
-        let e = find_library(None, "false").unwrap_err();
+        let e = LIBRARY.find(None, "false").unwrap_err();
         assert!(e.contains("false has no onert package"), "{e}");
     }
 
@@ -696,6 +656,5 @@ mod tests {
             byte_len(&[i32::MAX, i32::MAX, i32::MAX], ElemType::F32),
             None
         );
-        assert_eq!(ffi::version_text(0x0100_1e00), "1.30.0");
     }
 }

@@ -1,7 +1,7 @@
 //! The part of onert's nnfw C API (`runtime/onert/api/nnfw/include/nnfw.h` in Samsung ONE)
 //! that the engine calls, resolved at run time from the `libonert.so` of the PyPI wheel
-//! `onert==0.1.0` (runtime 1.30.0). The API has been stable since 1.7; the version is read
-//! and shown, not checked.
+//! `onert==0.1.0` (runtime 1.30.0). The calls used here have kept their signatures since
+//! runtime 1.7, so the version is not checked.
 
 // The functions keep their C names, so they read and grep as in nnfw.h.
 #![allow(non_camel_case_types)]
@@ -16,8 +16,6 @@ pub type Session = *mut c_void;
 pub const STATUS_OK: Status = 0;
 /// `NNFW_STATUS_INSUFFICIENT_OUTPUT_SIZE`: an output's shape was only known once it ran.
 pub const INSUFFICIENT_OUTPUT_SIZE: Status = 5;
-/// `NNFW_INFO_ID_VERSION`: `0xMMmmmmPP`.
-pub const INFO_VERSION: c_int = 0;
 /// `NNFW_MAX_RANK`.
 pub const MAX_RANK: usize = 6;
 /// The longest path `nnfw_load_model_from_file` takes, its terminating NUL included.
@@ -57,7 +55,6 @@ crate::dylib::api! {
     nnfw_set_input: fn(Session, u32, c_int, *const c_void, usize) -> Status;
     nnfw_set_output: fn(Session, u32, c_int, *mut c_void, usize) -> Status;
     nnfw_run: fn(Session) -> Status;
-    nnfw_query_info_u32: fn(Session, c_int, *mut u32) -> Status;
 }
 
 /// What a status means (`NNFW_STATUS`).
@@ -72,9 +69,4 @@ pub fn status_text(s: Status) -> String {
         _ => return format!("status {s}"),
     };
     format!("{text} (status {s})")
-}
-
-/// `0xMMmmmmPP` as `M.m.P`.
-pub fn version_text(v: u32) -> String {
-    format!("{}.{}.{}", v >> 24, (v >> 8) & 0xffff, v & 0xff)
 }

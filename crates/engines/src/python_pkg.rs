@@ -108,6 +108,64 @@ pub fn package_dir(python: &str, package: &str) -> Result<String, String> {
     Ok(dir)
 }
 
+/// A library shipped inside a Python package: named by an environment variable, else found at
+/// `file` under the package's folder.
+pub struct PackagedLibrary {
+    /// The variable that names the library itself (`CLEAVE_LITERT_LIB`).
+    pub variable: &'static str,
+    /// The package to look in (`ai_edge_litert`).
+    pub package: &'static str,
+    /// The library's path inside the package (`libLiteRt.so`).
+    pub file: &'static str,
+    /// What to `pip install` for it.
+    pub wheel: &'static str,
+}
+
+impl PackagedLibrary {
+    /// The library, from the variable (`explicit`) or the package of `python`; missing, a
+    /// message that says how to install it.
+    pub fn find(&self, explicit: Option<PathBuf>, python: &str) -> Result<PathBuf, String> {
+        let PackagedLibrary {
+            variable,
+            package,
+            file,
+            wheel,
+        } = self;
+        let name = file.rsplit('/').next().unwrap_or(file);
+        let install = format!(
+            "install it with `{python} -m pip install {wheel}`, or set {variable} to its {name}"
+        );
+        if let Some(p) = explicit {
+            return if p.is_file() {
+                Ok(p)
+            } else {
+                Err(format!(
+                    "{variable} names {}, which is not a file; {install}",
+                    p.display()
+                ))
+            };
+        }
+        let dir = package_dir(python, package).map_err(|e| format!("{e}; {install}"))?;
+        let lib = Path::new(&dir).join(file);
+        if lib.is_file() {
+            Ok(lib)
+        } else {
+            Err(format!(
+                "{} is missing (not the {wheel} wheel?); {install}",
+                lib.display()
+            ))
+        }
+    }
+
+    /// [`PackagedLibrary::find`] from the environment and the Python cleave asks.
+    pub fn locate(&self) -> Result<PathBuf, String> {
+        self.find(
+            std::env::var_os(self.variable).map(PathBuf::from),
+            &python(),
+        )
+    }
+}
+
 /// The first file, by name, in `dir` whose name starts with `prefix` (a versioned library:
 /// `libonnxruntime.so.1.31.1`, `libopenvino_c.so.2641`).
 pub fn first_with_prefix(dir: &Path, prefix: &str) -> Option<PathBuf> {

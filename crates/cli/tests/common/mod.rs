@@ -176,6 +176,20 @@ pub fn query_nodes(
     Some(nodes.collect())
 }
 
+/// `cleave partition MODEL --part PART -o WORK`; the connection file it wrote.
+pub fn partition_by_part(model: &Path, part: &Path, work: &Path) -> PathBuf {
+    ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--part"),
+        part.as_os_str(),
+        os("-o"),
+        work.as_os_str(),
+    ]));
+    let stem = model.file_stem().unwrap().to_str().unwrap();
+    work.join(format!("{stem}.conn.json"))
+}
+
 /// Writes a ONE `.part` file: `backends` (the first the default) and one section of rules,
 /// complied with by that section.
 pub fn write_part_file(path: &Path, backends: &[&str], section: &str, rules: &[(String, &str)]) {
