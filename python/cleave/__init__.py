@@ -548,6 +548,11 @@ class Session:
     def __init__(self, inner: Any) -> None:
         self._s = inner
 
+    @property
+    def engine(self) -> str:
+        """The engine the model runs on (``"litert"``, ``"onert:cpu"``, ``"openvino:CPU"``)."""
+        return str(self._s.engine)
+
     def run(self, feeds: Feeds) -> Dict[str, np.ndarray]:
         """Runs the model once; returns the tensors the session was opened for."""
         return dict(self._s.run(_feeds(feeds)))
@@ -584,8 +589,7 @@ def verify(
     runner = plan.runner(engines)
     names = runner.outputs + (runner.boundaries if boundaries else [])
     whole = model.session(outputs=names, engine=reference)
-    default = {"tflite": "litert", "circle": "onert"}.get(model.format, "tract")
-    result = Verification(passed=True, reference=reference or default)
+    result = Verification(passed=True, reference=reference or whole.engine)
     for k in range(1, invokes + 1):
         # Random inputs seeded seed, seed+1, ... as `cleave verify --invokes` draws them.
         inputs = feeds if feeds is not None else model.random_inputs(seed + k - 1)

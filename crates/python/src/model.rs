@@ -354,13 +354,14 @@ impl Model {
             }
         }
         let names = &self.names;
+        let label = kind.label();
         py.detach(|| {
             let engine = cleave::engine(kind).map_err(|e| from_engine_in(e, names))?;
             if extra.is_empty() {
                 let session = engine
                     .load(source.path(), false)
                     .map_err(|e| from_engine_in(e.into(), names))?;
-                return Ok(WholeModel::new(session, wanted, None, names.clone()));
+                return Ok(WholeModel::new(session, label, wanted, None, names.clone()));
             }
             // A copy whose outputs include the tensors asked for, alive as long as the session.
             let tmp = cleave::workdir::private_tempdir("cleave-whole-")
@@ -377,7 +378,7 @@ impl Model {
             let session = engine
                 .load(&copy, false)
                 .map_err(|e| from_engine_in(e.into(), &names))?;
-            Ok(WholeModel::new(session, wanted, Some(tmp), names))
+            Ok(WholeModel::new(session, label, wanted, Some(tmp), names))
         })
     }
 }
@@ -386,6 +387,7 @@ impl Model {
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct WholeModel {
     session: std::sync::Mutex<Box<dyn cleave::runtime::Session>>,
+    engine: String,
     wanted: Vec<String>,
     _tmp: Option<TempDir>,
     names: Names,
@@ -394,12 +396,14 @@ pub struct WholeModel {
 impl WholeModel {
     fn new(
         session: Box<dyn cleave::runtime::Session>,
+        engine: String,
         wanted: Vec<String>,
         tmp: Option<TempDir>,
         names: Names,
     ) -> WholeModel {
         WholeModel {
             session: std::sync::Mutex::new(session),
+            engine,
             wanted,
             _tmp: tmp,
             names,
@@ -409,6 +413,13 @@ impl WholeModel {
 
 #[pymethods]
 impl WholeModel {
+    /// The engine the model runs on, as `cleave verify` names its reference (`litert`,
+    /// `onert:cpu`, `openvino:CPU`).
+    #[getter]
+    fn engine(&self) -> &str {
+        &self.engine
+    }
+
     /// Runs the model once on `feeds`; returns the tensors the session was opened for.
     fn run<'py>(
         &self,
