@@ -14,9 +14,10 @@ parts work on different requests at the same time (a pipeline).
 Engines: an ONNX part runs on ONNX Runtime, with the CUDA execution provider when its backend
 is named ``gpu*``/``cuda*`` and the installed onnxruntime has it (else the CPU, and ``describe``
 says so); a TFLite part runs on LiteRT (``ai-edge-litert``); a part whose conn.json entry records
-``"engine" : "openvino:DEVICE"`` runs on OpenVINO's DEVICE. Circle parts are refused here (no
-engine reads them); ``cleave serve`` converts them to TFLite first. ``describe`` gives each
-part's engine as it was opened.
+``"engine" : "openvino:DEVICE"`` runs on OpenVINO's DEVICE; a circle part runs on onert
+(``pip install onert``, ONE's runtime, on its cpu backend; ``cleave serve`` converts circle
+parts to TFLite for LiteRT where the onert package is missing). ``describe`` gives each part's
+engine as it was opened.
 
 Replicas and threads: ``--replicas`` and ``--threads`` (``build_app(..., replicas=, threads=)``)
 take ``N`` for every part or ``BACKEND=N,...`` (``*=N`` for the backends not named): each
@@ -118,8 +119,8 @@ PART_MAX_ONGOING = 16
 # The largest request body, and the most bytes its inputs may unpack to.
 MAX_BODY_BYTES = int(os.environ.get("CLEAVE_MAX_BODY_BYTES", str(1 << 30)))
 INGRESS_MAX_ONGOING = 64
-# The part formats an engine here serves.
-SERVED_FORMATS = ("onnx", "tflite")
+# The part formats an engine here serves (circle on onert, when its package is installed).
+SERVED_FORMATS = ("onnx", "tflite", "circle")
 
 
 # ----------------------------------------------------------------------------------------
@@ -151,8 +152,7 @@ class Partition:
             fmt = part_format(p)
             if fmt not in SERVED_FORMATS:
                 raise ValueError(f"{self.path}: part {i + 1} ({p['file']}) is a {fmt or 'unknown-format'} part, and no engine "
-                                 f"here serves it (LiteRT reads TFLite, ONNX Runtime and OpenVINO read ONNX): `cleave serve` "
-                                 f"converts circle parts to TFLite itself, or `cleave convert PART.circle PART.tflite` does")
+                                 f"here serves it (LiteRT reads TFLite, onert circle, ONNX Runtime and OpenVINO ONNX)")
             self.parts.append({
                 "index": i + 1,
                 "file": os.path.join(self.dir, p["file"]),
@@ -484,9 +484,119 @@ class _OpenVinoPart:
         return [by_name[n] for n in outputs]
 
 
+def circle_io_names(data):
+    """The names of the main subgraph's input and output tensors of a circle or TFLite file
+    (both schemas give Model.subgraphs, SubGraph.tensors/inputs/outputs and Tensor.name the
+    same field ids), read from the flatbuffer directly: onert's Python API knows tensors by
+    position only, and no flatbuffers package need be installed for this."""
+    import struct
+
+    def u32(at):
+        return struct.unpack_from("<I", data, at)[0]
+
+    def field(table, k):
+        """Where field `k` of the table at `table` is, or None when absent."""
+        vtable = table - struct.unpack_from("<i", data, table)[0]
+        if 4 + 2 * k >= struct.unpack_from("<H", data, vtable)[0]:
+            return None
+        off = struct.unpack_from("<H", data, vtable + 4 + 2 * k)[0]
+        return table + off if off else None
+
+    def vector(at):
+        """(first element, length) of the vector referenced at `at`; empty when absent."""
+        if at is None:
+            return 0, 0
+        v = at + u32(at)
+        return v + 4, u32(v)
+
+    first, n = vector(field(u32(0), 2))  # Model.subgraphs
+    if n == 0:
+        raise ValueError("the model has no subgraph")
+    graph = first + u32(first)
+    tensors, n_tensors = vector(field(graph, 0))  # SubGraph.tensors
+
+    def names(k):  # SubGraph.inputs (1) or .outputs (2): tensor indices
+        start, count = vector(field(graph, k))
+        out = []
+        for j in range(count):
+            i = struct.unpack_from("<i", data, start + 4 * j)[0]
+            if not 0 <= i < n_tensors:
+                raise ValueError(f"tensor index {i} is out of range")
+            t = tensors + 4 * i
+            t += u32(t)
+            at = field(t, 3)  # Tensor.name
+            if at is None:
+                out.append("")
+                continue
+            s = at + u32(at)
+            out.append(bytes(data[s + 4 : s + 4 + u32(s)]).decode("utf-8", "replace"))
+        return out
+
+    return names(1), names(2)
+
+
+class _OnertPart:
+    """A circle part on onert (Samsung ONE's runtime), through the onert package's native
+    session, fed and read by position in the file's order of its inputs and outputs. onert
+    cannot stop a started run: a request given up on finishes, unawaited."""
+
+    def __init__(self, source, backends="cpu"):
+        import numpy as np
+        from onert.native.libnnfw_api_pybind import infer, prepare_config
+
+        if isinstance(source, bytes):
+            data = source
+            # onert loads from a file only, and picks its reader by the extension.
+            self._dir = tempfile.TemporaryDirectory(prefix="cleave-onert-")
+            path = os.path.join(self._dir.name, "part.circle")
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(data)
+        else:
+            path = source
+            with open(path, "rb") as f:
+                data = f.read()
+        self.input_names, self.output_names = circle_io_names(data)
+        self.session = infer.nnfw_session(path, backends)
+        n_in, n_out = self.session.input_size(), self.session.output_size()
+        if (n_in, n_out) != (len(self.input_names), len(self.output_names)):
+            raise ValueError(f"onert sees {n_in} inputs and {n_out} outputs, the file's main subgraph has "
+                             f"{len(self.input_names)} and {len(self.output_names)}")
+        self.in_info = [self.session.input_tensorinfo(i) for i in range(n_in)]
+        self.dtypes = [np.dtype(info.dtype) for info in self.in_info]
+        # Outputs in buffers onert allocates (their shapes may change with the inputs').
+        self.session.set_prepare_config(prepare_config.ENABLE_INTERNAL_OUTPUT_ALLOC)
+        self.session.prepare()
+        self.shapes = [tuple(info.dims[: info.rank]) for info in self.in_info]
+        self.engine = f"onert:{backends}"
+        self.note = None
+
+    def input_specs(self):
+        return {name: [dt.name, list(shape)] for name, dt, shape in zip(self.input_names, self.dtypes, self.shapes)}
+
+    def run_options(self):
+        return _Cancel()
+
+    def run(self, outputs, feeds, run_options):
+        import numpy as np
+
+        for i, name in enumerate(self.input_names):
+            a = np.ascontiguousarray(feeds[name], dtype=self.dtypes[i])
+            if a.shape != self.shapes[i]:
+                info = self.in_info[i]
+                info.rank = a.ndim
+                info.dims = list(a.shape)
+                self.session.set_input_tensorinfo(i, info)
+                self.shapes[i] = a.shape
+            self.session.set_input(i, a)
+        self.session.run()
+        index = {n: i for i, n in enumerate(self.output_names)}
+        # Copies: the next run overwrites onert's buffers.
+        return [np.array(self.session.get_output(index[n]), copy=True) for n in outputs]
+
+
 def open_part(spec, source):
     """The engine session of a part: OpenVINO where conn.json records ``openvino:DEVICE``,
-    LiteRT for a TFLite part, ONNX Runtime for an ONNX part."""
+    LiteRT for a TFLite part, onert for a circle part, ONNX Runtime for an ONNX part."""
     threads = int(spec.get("threads") or 1)
     engine = spec.get("engine") or ""
     fmt = spec.get("format") or "onnx"
@@ -494,9 +604,16 @@ def open_part(spec, source):
         return _OpenVinoPart(source, engine.split(":", 1)[1] if ":" in engine else "CPU", threads)
     if fmt == "tflite":
         return _LiteRtPart(source, threads)
+    if fmt == "circle":
+        try:
+            import onert  # noqa: F401
+        except ImportError:
+            raise ValueError(f"{spec['deployment']}: a circle part, and this Python has no onert package to run it: "
+                             "pip install onert (or serve it with `cleave serve`, which converts it to TFLite)") from None
+        return _OnertPart(source, engine.split(":", 1)[1] if engine.startswith("onert:") else "cpu")
     if fmt == "onnx":
         return _OrtPart(source, spec["backend"], threads)
-    raise ValueError(f"{spec['deployment']}: no engine serves {fmt} parts (ONNX Runtime and OpenVINO take ONNX, LiteRT takes TFLite)")
+    raise ValueError(f"{spec['deployment']}: no engine serves {fmt} parts (ONNX Runtime and OpenVINO take ONNX, LiteRT takes TFLite, onert circle)")
 
 
 class PartReplica:
@@ -1119,7 +1236,12 @@ def model_inputs(model, fmt):
 
     if fmt not in SERVED_FORMATS:
         die(2, f"{model}: a {fmt or 'unknown'} model, which nothing here runs")
-    session = _LiteRtPart(model, 1) if fmt == "tflite" else _OrtPart(model, "cpu", 1)
+    if fmt == "tflite":
+        session = _LiteRtPart(model, 1)
+    elif fmt == "circle":
+        session = _OnertPart(model)
+    else:
+        session = _OrtPart(model, "cpu", 1)
     return [(name, np.dtype(dtype or "float32"), dims) for name, (dtype, dims) in session.input_specs().items()]
 
 

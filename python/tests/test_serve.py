@@ -4,6 +4,7 @@ against what the model takes, and a part gives up a request that ran out of time
 import asyncio
 import io
 import json
+import pathlib
 import struct
 import time
 import zipfile
@@ -342,11 +343,47 @@ def test_a_gpu_part_says_which_provider_it_got():
         assert "gpu0" in part.note and "onnxruntime-gpu" in part.note
 
 
-def test_a_circle_part_is_refused_naming_it(tmp_path):
-    (tmp_path / "m.00001_npu.circle").write_bytes(b"")
-    conn = {"source": {"file": "m.circle", "inputs": ["x"], "outputs": ["y"]},
-            "parts": [{"file": "m.00001_npu.circle", "inputs": ["x"], "outputs": ["y"], "backend": "npu", "format": "circle"}]}
-    path = tmp_path / "m.conn.json"
-    path.write_text(json.dumps(conn))
-    with pytest.raises(ValueError, match=r"part 1 \(m.00001_npu.circle\) is a circle part.*`cleave serve` converts"):
-        serve.Partition(str(path))
+def test_circle_parts_are_served_on_onert_as_litert_serves_their_tflite_twins(tmp_path, monkeypatch):
+    pytest.importorskip("onert")
+    pytest.importorskip("ai_edge_litert")
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    model = data_root() / "tflite" / "face_landmark.tflite"
+    if not model.is_file():
+        pytest.fail(f"{model} missing: run `bash scripts/fetch-test-data.sh`")
+    circle = tmp_path / "fl.circle"
+    cli = str(pathlib.Path(sys.executable).parent / "cleave")
+    subprocess.run([cli, "convert", str(model), str(circle)], check=True)
+    # onert lacks PRELU: the npu parts (everything else) are the ones compared.
+    rules = {"backends": ["npu", "host"], "default": "npu", "comply": "opcode", "OPCODE": {"PRELU": "host"}}
+    tfl = serve.Partition(cleave.load(model).partition(rules=rules).save(tmp_path / "tflite"))
+    cir = serve.Partition(cleave.load(circle).partition(rules=rules).save(tmp_path / "circle"))
+    assert [p["format"] for p in cir.parts] == ["circle"] * len(cir.parts)
+    rng = np.random.default_rng(7)
+    compared = 0
+    for a, b in zip(cir.parts, tfl.parts):
+        if a["backend"] != "npu":
+            continue
+        with open(a["file"], "rb") as f:
+            data = f.read()
+        on_onert = serve.open_part(a, data if a["index"] % 2 else a["file"])
+        on_litert = serve.open_part(b, b["file"])
+        assert on_onert.engine == "onert:cpu"
+        # The file's own order of inputs and outputs, as LiteRT reads it from the twin.
+        assert on_onert.input_names == list(on_litert.inputs), a["file"]
+        assert on_onert.output_names == list(on_litert.outputs), a["file"]
+        specs = on_onert.input_specs()
+        assert specs == on_litert.input_specs()
+        feeds = {n: rng.standard_normal(dims).astype(dt) for n, (dt, dims) in specs.items()}
+        outs = list(reversed(a["outputs"]))
+        got = on_onert.run(outs, feeds, on_onert.run_options())
+        want = on_litert.run(outs, feeds, on_litert.run_options())
+        for n, g, w in zip(outs, got, want):
+            assert g.shape == w.shape, n
+            assert np.linalg.norm(g - w) <= 1e-5 * np.linalg.norm(w), (n, np.abs(g - w).max())
+            compared += 1
+    assert compared >= 20, compared
+
+

@@ -20,14 +20,22 @@ pub struct ServeArgs<'a> {
     pub timeout_s: f64,
 }
 
-/// Runs the application, saying which parts it serves converted.
+/// Runs the application, saying which engine serves its circle parts.
 fn run(path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<(), Fail> {
     let app = cleave::serve::ray_app(path, conn, args)?;
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
     if app.converted > 0 {
         eprintln!(
-            "note: {} circle part{} converted to TFLite for LiteRT",
+            "note: {} circle part{} converted to TFLite for LiteRT (pip install onert to serve them as they are)",
             app.converted,
-            if app.converted == 1 { "" } else { "s" }
+            plural(app.converted)
+        );
+    }
+    if app.on_onert > 0 {
+        eprintln!(
+            "note: {} circle part{} served on onert",
+            app.on_onert,
+            plural(app.on_onert)
         );
     }
     finish(app.run()?)

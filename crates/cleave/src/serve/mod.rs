@@ -49,7 +49,7 @@ pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
             return Err(Error::argument(
                 conn,
                 format!(
-                    "part {} ({}) is a {format} part, and no engine on Ray serves it (ONNX Runtime and OpenVINO read ONNX, LiteRT TFLite and, converted, circle)",
+                    "part {} ({}) is a {format} part, and no engine on Ray serves it (ONNX Runtime and OpenVINO read ONNX, LiteRT TFLite, onert circle)",
                     k + 1,
                     p.file
                 ),
@@ -65,11 +65,13 @@ fn part_format(p: &ConnModel) -> String {
 }
 
 /// The Python packages the application imports to serve `conn`'s parts: Ray and numpy, plus
-/// each part format's engine.
-pub fn packages_for(conn: &ConnFile) -> Vec<&'static str> {
+/// each part format's engine (for circle, onert where `on_onert`, else LiteRT on the parts
+/// converted to TFLite).
+pub fn packages_for(conn: &ConnFile, on_onert: bool) -> Vec<&'static str> {
     let mut need = vec!["ray", "ray.serve", "numpy"];
     for p in &conn.parts {
         let engine = match part_format(p).as_str() {
+            "circle" if on_onert => "onert",
             "tflite" | "circle" => "ai_edge_litert",
             _ if p
                 .engine
@@ -105,7 +107,9 @@ fn check_python(need: &[&str]) -> Result<(), Error> {
     if !out.status.success() {
         let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let missing: Vec<&str> = missing.split_whitespace().collect();
-        let fix = if missing.contains(&"ai_edge_litert") {
+        let fix = if missing.contains(&"onert") {
+            "pip install 'cleave-nn[ray,onert]'"
+        } else if missing.contains(&"ai_edge_litert") {
             "pip install 'cleave-nn[ray,litert]'"
         } else if missing.contains(&"openvino") {
             "pip install 'cleave-nn[ray]' openvino"
@@ -125,8 +129,8 @@ fn check_python(need: &[&str]) -> Result<(), Error> {
     Ok(())
 }
 
-/// How many of the partition's parts are circle files, which the application serves
-/// converted to TFLite.
+/// How many of the partition's parts are circle files, which the application serves on onert,
+/// or converted to TFLite where the onert package is missing.
 pub fn circle_parts(conn: &ConnFile) -> usize {
     conn.parts
         .iter()
@@ -139,9 +143,9 @@ pub fn circle_parts(conn: &ConnFile) -> usize {
 const INLINE_MAX_BYTES: u64 = 64 << 20;
 
 /// The partition as the application serves it: `conn_path` itself, or where it has circle
-/// parts (which LiteRT reads only as TFLite), a conn.json in `dir` naming them converted to
-/// TFLite there, the others by their own paths. The source is converted too for `verify` and
-/// `bench`, its readers (random inputs, the reference run). A converted part past `INLINE_MAX_BYTES` would be read from `dir` on
+/// parts, a conn.json in `dir` naming every part by its absolute path, the circle ones
+/// converted to TFLite there unless they run on onert (`on_onert`). A circle source is
+/// converted for `verify` and `bench`, whose reference run is LiteRT's. A converted part past `INLINE_MAX_BYTES` would be read from `dir` on
 /// the node, which a detached deployment outlives: refused then.
 fn as_served(
     conn_path: &Path,
@@ -149,6 +153,7 @@ fn as_served(
     dir: &Path,
     command: &str,
     detached: bool,
+    on_onert: bool,
 ) -> Result<PathBuf, Error> {
     if circle_parts(conn) == 0 {
         return Ok(conn_path.to_path_buf());
@@ -163,7 +168,7 @@ fn as_served(
     };
     let mut served = conn.clone();
     for p in &mut served.parts {
-        if part_format(p) == "circle" {
+        if part_format(p) == "circle" && !on_onert {
             let dst = to_tflite(&p.file)?;
             let size = std::fs::metadata(&dst).map_or(0, |m| m.len());
             if detached && size > INLINE_MAX_BYTES {
@@ -200,14 +205,28 @@ pub struct RayApp {
     dir: tempfile::TempDir,
     args: Vec<OsString>,
     pub converted: usize,
+    /// Circle parts served on onert as they are.
+    pub on_onert: usize,
 }
 
 /// Prepares the application's command line `args` (its first the subcommand, its second the
 /// conn.json) for `conn_path`, as `check_served` read it into `conn`.
 pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<RayApp, Error> {
     let needs_cluster = args.first().is_some_and(|a| a != "export");
+    let command = args.first().and_then(|a| a.to_str()).unwrap_or_default();
+    // Circle parts run on onert where this Python has it (the nodes need it then too); an
+    // exported application, bound for nodes unknown here, holds them converted to TFLite.
+    let on_onert = needs_cluster && circle_parts(conn) > 0 && check_python(&["onert"]).is_ok();
     if needs_cluster {
-        check_python(&packages_for(conn))?;
+        let mut need = packages_for(conn, on_onert);
+        let circle_source = part_format(&conn.source) == "circle";
+        if matches!(command, "verify" | "bench")
+            && circle_source
+            && !need.contains(&"ai_edge_litert")
+        {
+            need.push("ai_edge_litert");
+        }
+        check_python(&need)?;
     } else {
         check_python(&["numpy"])?;
     }
@@ -216,17 +235,18 @@ pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<R
     let script: PathBuf = dir.path().join("ray_app.py");
     cleave_workdir::write_private(&script, RAY_APP.as_bytes())
         .map_err(|e| Error::io(&script, "cannot write", e))?;
-    let command = args.first().and_then(|a| a.to_str()).unwrap_or_default();
     let detached = args.iter().any(|a| a == "--detach");
-    let served = as_served(conn_path, conn, dir.path(), command, detached)?;
+    let served = as_served(conn_path, conn, dir.path(), command, detached, on_onert)?;
     let mut args = args.to_vec();
     if let Some(a) = args.get_mut(1) {
         *a = served.into_os_string();
     }
+    let circle = circle_parts(conn);
     Ok(RayApp {
         dir,
         args,
-        converted: circle_parts(conn),
+        converted: if on_onert { 0 } else { circle },
+        on_onert: if on_onert { circle } else { 0 },
     })
 }
 
