@@ -262,3 +262,55 @@ impl RayApp {
         Ok(status.code().unwrap_or(130))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(dir: &Path, conn_path: &Path, command: &str, on_onert: bool) -> ConnFile {
+        let conn = check_served(conn_path).unwrap();
+        let out = as_served(conn_path, &conn, dir, command, false, on_onert).unwrap();
+        ConnFile::from_json(&std::fs::read_to_string(out).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn circle_parts_stay_circle_on_onert_and_are_converted_for_litert() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("norm.circle"),
+            cleave_testdata::synth::instance_norm_circle(),
+        )
+        .unwrap();
+        let one = |file: &str| ConnModel {
+            file: file.into(),
+            inputs: vec!["Input".into()],
+            outputs: vec!["Output".into()],
+            format: Some("circle".into()),
+            ..ConnModel::default()
+        };
+        let conn = ConnFile {
+            source: one("norm.circle"),
+            parts: vec![one("norm.circle")],
+        };
+        let conn_path = tmp.path().join("norm.conn.json");
+        std::fs::write(&conn_path, conn.to_json()).unwrap();
+        let head = |f: &str| std::fs::read(f).unwrap()[4..8].to_vec();
+
+        let dir = tempfile::tempdir().unwrap();
+        let s = served(dir.path(), &conn_path, "serve", true);
+        assert_eq!(s.parts[0].format.as_deref(), Some("circle"));
+        assert_eq!(head(&s.parts[0].file), b"CIR0");
+        assert!(Path::new(&s.parts[0].file).is_absolute());
+
+        // verify's reference is LiteRT's: the source is converted, the parts are not.
+        let dir = tempfile::tempdir().unwrap();
+        let s = served(dir.path(), &conn_path, "verify", true);
+        assert_eq!(head(&s.parts[0].file), b"CIR0");
+        assert_eq!(head(&s.source.file), b"TFL3");
+
+        let dir = tempfile::tempdir().unwrap();
+        let s = served(dir.path(), &conn_path, "serve", false);
+        assert_eq!(s.parts[0].format.as_deref(), Some("tflite"));
+        assert_eq!(head(&s.parts[0].file), b"TFL3");
+    }
+}
