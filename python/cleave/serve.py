@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
 """Serve a cleave partition (a stem.conn.json and its part files) on a Ray cluster.
 
-One Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...), each holding its part
-on the engine of its format, and an ``ingress``
-deployment that starts a request's parts as a graph: each part's call carries the graph inputs
-it reads and the DeploymentResponses of the parts it reads from, so Ray Serve starts it once
-those have answered and moves their tensors to it worker to worker, never through the ingress;
-parts that do not depend on each other run at once. The ingress awaits only the parts that give
-graph outputs (all of them when the boundaries are asked for). The ingress and the parts are
-asynchronous and accept several requests at once, so with several requests in flight different
-parts work on different requests at the same time (a pipeline).
+An ``ingress`` Ray Serve deployment (the HTTP route and the handle) drives the parts over one
+of two data planes (``--data-plane``, ``build_app(..., data_plane=)``):
+
+* ``compiled`` (default): the parts are Ray actors (``PartWorker``, one per part and lane),
+  joined by a Ray Compiled Graph that the ingress builds from the partition's DAG and
+  executes; tensors go part to part over Ray's shared-memory channels (its transport between
+  nodes), never through the ingress unless asked for, with no Serve request per part. When an
+  actor or its node dies the ingress tears the graph down and builds it again once the
+  actors' resources are back (``describe``'s ``data_plane``).
+* ``handles``: one Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...); each
+  part's call carries the graph inputs it reads and the DeploymentResponses of the parts it
+  reads from, so Ray Serve starts it once those have answered and moves their tensors to it
+  worker to worker. Used where a compiled graph cannot serve the partition (replica counts
+  that differ between parts), with the reason in ``describe``.
+
+On both, parts that do not depend on each other run at once, and with several requests in
+flight different parts work on different requests at the same time (a pipeline).
 
 Engines: an ONNX part runs on ONNX Runtime, with the CUDA execution provider when its backend
 is named ``gpu*``/``cuda*`` and the installed onnxruntime has it (else the CPU, and ``describe``
@@ -190,9 +198,9 @@ class Partition:
         return h.hexdigest()[:16]
 
 
-def settings(resources, replicas, threads):
+def settings(resources, replicas, threads, data_plane="compiled"):
     """What, besides the partition, makes one deployment of it differ from another."""
-    return {"resources": resources or {}, "replicas": replicas or {}, "threads": threads or {}}
+    return {"resources": resources or {}, "replicas": replicas or {}, "threads": threads or {}, "data_plane": data_plane}
 
 
 def _safe(name):
@@ -682,7 +690,12 @@ class PartReplica:
 
 
 class Ingress:
-    def __init__(self, meta, timeout_s, *part_handles):
+    """The HTTP route and the handle's methods. It drives the parts over one of two data
+    planes (``plane["kind"]``): ``compiled``, actors joined by a Ray Compiled Graph that this
+    ingress builds and runs (no part handles), or ``handles``, one Serve deployment per part
+    called through its DeploymentHandle (``part_handles``)."""
+
+    def __init__(self, meta, timeout_s, plane, *part_handles):
         self.meta = meta
         self.timeout_s = float(timeout_s)
         self.handles = list(part_handles)
@@ -690,6 +703,35 @@ class Ingress:
         # How many times each tensor reached this process from a part: with the boundaries
         # not asked for, only graph outputs should (the others go part to part).
         self.received = {}
+        self.plane_info = {k: v for k, v in plane.items() if k != "workers"}
+        self.plane = None
+        self.plane_started = False
+        if plane["kind"] == "compiled":
+            self.plane = CompiledPlane(meta, plane["workers"], plane["lanes"], plane["inflight"])
+            try:
+                asyncio.get_running_loop().create_task(self._start_plane())
+            except RuntimeError:
+                pass  # no loop yet: the first call starts it
+
+    async def _start_plane(self):
+        if not self.plane_started:
+            self.plane_started = True
+            await self.plane.start()
+
+    async def _plane_ready(self, deadline):
+        """Waits, within the request's time, for the plane's first build."""
+        await self._start_plane()
+        if self.plane.unavailable() and self.plane.state == "starting":
+            first = [ln["ready"] for ln in self.plane.lanes if ln["ready"] is not None]
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*first)), max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+            except Exception:
+                pass  # unavailable() says why
+        why = self.plane.unavailable()
+        if why:
+            raise RuntimeError(why)
 
     def _start(self, env, deadline):
         """Calls every part at once, each with the graph inputs it reads and the responses of
@@ -728,6 +770,9 @@ class Ingress:
     async def input_specs(self, deadline):
         """Each graph input's dtype and dims as the part that takes it declares them, asked
         once of the parts and kept."""
+        if self.specs is None and self.plane is not None:
+            await self._plane_ready(deadline)
+            self.specs = self.plane.specs
         if self.specs is None:
             graph_inputs = set(self.meta["inputs"])
             specs = {}
@@ -758,6 +803,16 @@ class Ingress:
         for name in self.meta["inputs"]:
             env[name] = np.asarray(env[name])
             check_input(name, env[name].dtype, env[name].shape, specs.get(name))
+        if self.plane is not None:
+            await self._plane_ready(deadline)
+            results = await self.plane.run({n: env[n] for n in self.meta["inputs"]}, boundaries, deadline, self.timeout_s)
+            reports = {}
+            for r in results:
+                reports[r["report"]["deployment"]] = r["report"]
+                env.update(r["outputs"])
+                for n in r["outputs"]:
+                    self.received[n] = self.received.get(n, 0) + 1
+            return self._answer(env, reports, boundaries)
         responses = self._start(env, deadline)
         # Only the parts that give graph outputs answer to the ingress (every part, when the
         # boundaries are asked for); their results carry the others' reports.
@@ -770,6 +825,9 @@ class Ingress:
             env.update(r["outputs"])
             for n in r["outputs"]:
                 self.received[n] = self.received.get(n, 0) + 1
+        return self._answer(env, reports, boundaries)
+
+    def _answer(self, env, reports, boundaries):
         parts = [reports[spec["deployment"]] for spec in self.meta["parts"] if spec["deployment"] in reports]
         out = {"outputs": {n: env[n] for n in self.meta["outputs"]}, "parts": parts}
         if boundaries:
@@ -778,6 +836,16 @@ class Ingress:
 
     async def describe(self):
         deadline = time.monotonic() + self.timeout_s
+        if self.plane is not None:
+            await self._start_plane()
+            # Actors in a compiled graph take no other calls: their reports are those they
+            # gave when they came up.
+            parts = list(self.plane.part_reports()) or [
+                {"deployment": s["deployment"], "backend": s["backend"], "error": self.plane.unavailable() or "not up"}
+                for s in self.meta["parts"]]
+            return {"name": self.meta["name"], "digest": self.meta["digest"], "inputs": self.meta["inputs"], "outputs": self.meta["outputs"],
+                    "parts": parts, "data_plane": self.plane.describe(),
+                    "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)}}
         parts = []
         for i, spec in enumerate(self.meta["parts"]):
             resp = self.handles[i].describe.remote()
@@ -787,7 +855,8 @@ class Ingress:
                 resp.cancel()
                 parts.append({"deployment": spec["deployment"], "backend": spec["backend"], "error": short_error(e) or type(e).__name__})
         return {"name": self.meta["name"], "digest": self.meta["digest"], "inputs": self.meta["inputs"], "outputs": self.meta["outputs"],
-                "parts": parts, "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)}}
+                "parts": parts, "data_plane": dict(self.plane_info),
+                "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)}}
 
     async def __call__(self, request):
         from starlette.responses import JSONResponse, Response
@@ -821,6 +890,332 @@ class Ingress:
         tensors = dict(r.get("boundaries") or {})
         tensors.update(r["outputs"])
         return Response(write_npz(tensors), media_type="application/octet-stream", headers={"x-cleave-parts": json.dumps(public_parts(r["parts"]))})
+
+
+# ----------------------------------------------------------------------------------------
+# The compiled data plane: the parts as Ray actors joined by a Ray Compiled Graph
+# ----------------------------------------------------------------------------------------
+
+DATA_PLANES = ("compiled", "handles")
+# How long a rebuilt plane waits for its actors between two looks at why they are not up.
+PLANE_WAIT_STEP_S = 5.0
+# Ray errors after which a compiled graph cannot run again: an actor or its node died, or
+# Ray tore the graph down.
+_PLANE_BROKEN = ("RayChannelError", "RayChannelTimeoutError", "ActorDiedError", "RayActorError",
+                 "ActorUnavailableError", "RayCgraphCapacityExceeded", "RaySystemError")
+
+
+def compiled_plane_refusal(partition, replicas):
+    """Why the compiled data plane cannot serve this deployment, or None. One actor belongs to
+    one compiled graph, so a lane of the plane holds one replica of every part: replica
+    counts that differ between parts leave no whole number of lanes."""
+    counts = {per_backend_value(replicas, p["backend"], 1) for p in partition.parts}
+    if len(counts) > 1:
+        return (f"the parts have different replica counts ({', '.join(str(c) for c in sorted(counts))}), and a compiled graph "
+                "holds one replica of every part; give every backend the same --replicas")
+    return None
+
+
+class PartWorker:
+    """One part on its engine, in a Ray actor that a compiled graph calls. It gets the
+    request (graph inputs, deadline, whether the boundaries are wanted) when it reads a graph
+    input, and the results of the parts it reads from; it answers what its consumers read
+    and, separately, what the ingress needs (its time, and the tensors the client gets), so
+    a boundary tensor goes part to part over Ray's channels and reaches the ingress only
+    when asked for."""
+
+    def __init__(self, spec, model_bytes, to_ingress, consumers):
+        self.spec = spec
+        self.session = open_part(spec, model_bytes if model_bytes is not None else spec["file"])
+        self.engine = self.session.engine
+        self.outputs = list(spec["outputs"])
+        self.inputs = list(spec["inputs"])
+        self.to_ingress = [n for n in self.outputs if n in set(to_ingress)]
+        self.consumers = bool(consumers)
+        self.name = f"{spec['deployment']} (backend {spec['backend']})"
+        self.report = _node_report()
+        self.report.update(deployment=spec["deployment"], backend=spec["backend"], engine=self.engine,
+                           threads=int(spec.get("threads") or 1))
+        if self.session.note:
+            self.report["note"] = self.session.note
+
+    def ready(self):
+        return {"inputs": self.session.input_specs(), "report": self.report}
+
+    def _answer(self, down, up):
+        return (down, up) if self.consumers else up
+
+    def step(self, request, *upstream):
+        ctl = request["ctl"] if request is not None else None
+        feeds = {}
+        for r in upstream:
+            if "skipped" in r:
+                return self._answer(r, {"skipped": r["skipped"]})
+            ctl = ctl or r["ctl"]
+            for name in self.inputs:
+                if name in r["outputs"]:
+                    feeds.setdefault(name, r["outputs"][name])
+        if request is not None:
+            for name in self.inputs:
+                if name in request["feeds"]:
+                    feeds.setdefault(name, request["feeds"][name])
+        missing = [n for n in self.inputs if n not in feeds]
+        if missing:
+            raise RuntimeError(f"{self.name} was not given {missing[0]!r}")
+        left = ctl["deadline"] - time.time()
+        if left <= 0:
+            # Out of time before it started: nobody waits for it, so it does not run.
+            skipped = {"skipped": f"{self.spec['deployment']} did not start: the request was out of time"}
+            return self._answer(skipped, skipped)
+        run_options = self.session.run_options()
+        # Stops a run past the request's time where the engine can (ONNX Runtime, OpenVINO).
+        timer = threading.Timer(left, setattr, (run_options, "terminate", True))
+        timer.daemon = True
+        timer.start()
+        t = time.perf_counter()
+        try:
+            values = self.session.run(self.outputs, feeds, run_options)
+        except Exception as e:
+            raise RuntimeError(f"{self.name} failed: {short_error(e)}") from None
+        finally:
+            timer.cancel()
+        compute_s = time.perf_counter() - t
+        outputs = dict(zip(self.outputs, values))
+        keep = self.outputs if ctl["boundaries"] else self.to_ingress
+        up = {"outputs": {n: outputs[n] for n in keep},
+              "report": {"deployment": self.spec["deployment"], "backend": self.spec["backend"],
+                         "node_id": self.report["node_id"], "compute_s": compute_s}}
+        return self._answer({"outputs": outputs, "ctl": ctl}, up)
+
+
+class CompiledPlane:
+    """The parts of one deployment as Ray actors (one per part in each lane, a lane per
+    replica), each lane one compiled graph built from the partition's DAG and driven by the
+    ingress that built it (a compiled graph runs only from the process that compiled it).
+    When an actor or its node dies Ray tears the graph down; the plane then kills the lane's
+    actors, makes new ones (they wait until a node with their resources is up), compiles
+    again and says so in ``describe``."""
+
+    def __init__(self, meta, workers, lanes, inflight):
+        self.meta = meta
+        self.workers = workers  # per part: (spec, model_bytes, actor options)
+        self.inflight = inflight
+        self.lanes = [{"index": i, "actors": [], "graph": None, "busy": 0, "ready": None,
+                       "slots": None, "reports": []} for i in range(lanes)]
+        self.state = "starting"
+        self.rebuilds = 0
+        self.last_failure = None
+        self.waiting = None
+        self.specs = None
+        self.graph_outputs = set(meta["outputs"])
+        producer = {}
+        self.upstream, self.consumers, self.reads_request = [], [False] * len(meta["parts"]), []
+        for p in meta["parts"]:
+            ups = sorted({producer[n] for n in p["inputs"] if n in producer})
+            for j in ups:
+                self.consumers[j] = True
+            self.upstream.append(ups)
+            # A part reads the request when it takes a graph input, or nothing else tells it
+            # the request's deadline.
+            self.reads_request.append(any(n not in producer for n in p["inputs"]) or not ups)
+            for n in p["outputs"]:
+                producer[n] = len(self.upstream) - 1
+
+    async def start(self):
+        for lane in self.lanes:
+            lane["slots"] = asyncio.Semaphore(self.inflight)
+            lane["ready"] = asyncio.get_running_loop().create_task(self._build(lane, first=True))
+
+    async def _build(self, lane, first):
+        import ray
+
+        cls = ray.remote(PartWorker)
+        while True:
+            actors = []
+            try:
+                for i, (spec, model_bytes, opts) in enumerate(self.workers):
+                    actors.append(cls.options(**opts).remote(
+                        spec, model_bytes, self.meta["outputs"], self.consumers[i]))
+                infos = await self._await_ready(actors)
+                graph = self._compile(actors)
+            except Exception as e:
+                for a in actors:
+                    try:
+                        ray.kill(a, no_restart=True)
+                    except Exception:
+                        pass
+                self.last_failure = f"building the compiled graph failed: {short_error(e)}"
+                if first:
+                    self.state = "failed"
+                    raise
+                await asyncio.sleep(PLANE_WAIT_STEP_S)
+                continue
+            lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
+            if self.specs is None:
+                specs = {}
+                for i, x in enumerate(infos):
+                    for name, s in x["inputs"].items():
+                        if name in self.meta["inputs"]:
+                            specs.setdefault(name, s)
+                self.specs = specs
+            self.waiting = None
+            self.state = "ready" if all(ln["graph"] is not None for ln in self.lanes) else self.state
+            return
+
+    async def _await_ready(self, actors):
+        """The actors' reports once all are up: an actor whose resources no live node has
+        stays pending, and ``describe`` says which."""
+        futures = [asyncio.ensure_future(a.ready.remote()) for a in actors]
+        while True:
+            pending = [i for i, f in enumerate(futures) if not f.done()]
+            if not pending:
+                return [f.result() for f in futures]
+            self.waiting = [self.workers[i][0]["deployment"] for i in pending]
+            await asyncio.wait([futures[i] for i in pending], timeout=PLANE_WAIT_STEP_S)
+
+    def _compile(self, actors):
+        from ray.dag import InputNode, MultiOutputNode
+
+        down, up = [], []
+        with InputNode() as request:
+            for i, actor in enumerate(actors):
+                args = [request] if self.reads_request[i] else []
+                args += [down[j] for j in self.upstream[i]]
+                if not self.reads_request[i]:
+                    args = [None] + args
+                if self.consumers[i]:
+                    d, u = actor.step.options(num_returns=2).bind(*args)
+                else:
+                    d, u = None, actor.step.bind(*args)
+                down.append(d)
+                up.append(u)
+            dag = MultiOutputNode(up)
+        return dag.experimental_compile(enable_asyncio=True, _max_inflight_executions=self.inflight)
+
+    def _pick(self):
+        ready = [ln for ln in self.lanes if ln["graph"] is not None]
+        if not ready:
+            return None
+        return min(ready, key=lambda ln: ln["busy"])
+
+    def unavailable(self):
+        """Why no request can run now, or None."""
+        if self._pick() is not None:
+            return None
+        if self.state == "failed":
+            return f"the compiled data plane could not be built: {self.last_failure}"
+        why = f"the compiled data plane is being rebuilt after: {self.last_failure}" if self.rebuilds else "the compiled data plane is starting"
+        if self.waiting:
+            why += f"; waiting for a node with the resources of {', '.join(self.waiting)}"
+        return why
+
+    async def run(self, feeds, boundaries, deadline, timeout_s):
+        lane = self._pick()
+        if lane is None:
+            raise RuntimeError(self.unavailable())
+        request = {"feeds": feeds, "ctl": {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries}}
+        lane["busy"] += 1
+        slots = lane["slots"]
+        try:
+            await asyncio.wait_for(slots.acquire(), max(0.1, deadline - time.monotonic()))
+        except TimeoutError:
+            lane["busy"] -= 1
+            raise TimeoutError(f"no room in the compiled graph within {timeout_s:g}s ({self.inflight} requests in it)") from None
+        graph = lane["graph"]
+        task = None
+        try:
+            if graph is None:
+                raise RuntimeError(self.unavailable())
+            task = asyncio.ensure_future(_gather(await graph.execute_async(request)))
+            results = await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - time.monotonic() + 1.0))
+        except Exception as e:
+            if isinstance(e, TimeoutError) and not _plane_broken(e):
+                names = ", ".join(p["deployment"] for p in self.meta["parts"])
+                raise TimeoutError(f"{names} did not answer within {timeout_s:g}s (an actor or node may be down)") from None
+            if _plane_broken(e):
+                self._broken(lane, graph, e)
+                raise RuntimeError(f"{short_error(e)} (the compiled data plane is being rebuilt)") from None
+            raise RuntimeError(short_error(e)) from None
+        finally:
+            lane["busy"] -= 1
+            if task is not None and not task.done():
+                # Given up: the graph still owes this execution's results; they are read
+                # before the slot is given back, so Ray's count of executions in flight stays
+                # in step with the slots.
+                asyncio.get_running_loop().create_task(self._drain(lane, graph, task, slots))
+            else:
+                slots.release()
+        skipped = [r["skipped"] for r in results if "skipped" in r]
+        if skipped:
+            raise TimeoutError(f"a part gave up: the request ran out of its {timeout_s:g}s ({skipped[0]})")
+        return results
+
+    async def _drain(self, lane, graph, task, slots):
+        try:
+            await asyncio.wait_for(task, 600)
+        except Exception as e:
+            if _plane_broken(e):
+                self._broken(lane, graph, e)
+        finally:
+            slots.release()
+
+    def _broken(self, lane, graph, e):
+        if lane["graph"] is not graph or graph is None:
+            return  # already being rebuilt
+        self.last_failure = short_error(e)
+        self.rebuilds += 1
+        self.state = "rebuilding"
+        old = lane["actors"]
+        lane.update(graph=None, actors=[], slots=asyncio.Semaphore(self.inflight))
+        lane["ready"] = asyncio.get_running_loop().create_task(self._rebuild(lane, graph, old))
+
+    async def _rebuild(self, lane, graph, old):
+        import ray
+
+        for a in old:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception as e:  # already gone with its node
+                self.last_kill_error = short_error(e)
+        # Teardown waits for the actors' loops to end (up to Ray's teardown timeout): off the
+        # event loop, so requests keep being answered (503, naming the failure) meanwhile.
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, graph.teardown, True), 60)
+        except Exception as e:
+            self.last_teardown_error = short_error(e) or type(e).__name__
+        await self._build(lane, first=False)
+
+    def describe(self):
+        return {"kind": "compiled", "state": self.state, "lanes": len(self.lanes), "max_in_flight_per_lane": self.inflight,
+                "rebuilds": self.rebuilds, "last_failure": self.last_failure, "waiting_for": self.waiting}
+
+    def part_reports(self):
+        for lane in self.lanes:
+            if lane["reports"]:
+                return lane["reports"]
+        return []
+
+
+async def _gather(futures):
+    """Every result of one execution, all read even when one is an error (an unread result
+    stays buffered in the graph), the first error raised."""
+    results, first = [], None
+    for f in futures if isinstance(futures, list) else [futures]:
+        try:
+            results.append(await f)
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
+    return results
+
+
+def _plane_broken(e):
+    for x in (e, _innermost(e)):
+        for cls in type(x).__mro__:
+            if cls.__name__ in _PLANE_BROKEN:
+                return True
+    return "torn down" in str(e)
 
 
 def public_parts(parts):
@@ -980,7 +1375,7 @@ def ingress_meta(partition, specs, name, digest):
 
 
 def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S,
-              replicas=None, threads=None):
+              replicas=None, threads=None, data_plane="compiled"):
     """The Ray Serve application for the partition at `conn_path`.
 
     `resources` maps backend names to ray_actor_options fragments (see the module docstring);
@@ -988,7 +1383,12 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
     map backend names (``"*"`` for the rest) to each part's replica count (default 1) and its
     engine's intra-op threads (default: the ``num_cpus`` its options reserve, else 1), as
     ``{"cpu": 2}``, or a string ``"cpu=2,npu=1"`` as the command line takes them.
+    `data_plane` is ``"compiled"`` (the parts as actors joined by a Ray Compiled Graph that
+    the ingress drives; where it cannot serve the partition, the handles, and ``describe``
+    says why) or ``"handles"`` (one Serve deployment per part, called by handle).
     """
+    if data_plane not in DATA_PLANES:
+        raise ValueError(f"data_plane {data_plane!r}: give one of {', '.join(DATA_PLANES)}")
     from ray import cloudpickle, serve
 
     module = sys.modules.get(PartReplica.__module__)
@@ -1003,26 +1403,40 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
     partition = Partition(conn_path)
     opts = actor_options(partition, resources, replicas)
     specs = part_specs(partition, opts, threads)
-    handles = []
-    for p, spec in zip(partition.parts, specs):
-        size = os.path.getsize(p["file"])
+    models = []
+    for p in partition.parts:
         model_bytes = None
-        if size <= INLINE_MAX_BYTES:
+        if os.path.getsize(p["file"]) <= INLINE_MAX_BYTES:
             with open(p["file"], "rb") as f:
                 model_bytes = f.read()
-        dep = serve.deployment(
-            PartReplica,
-            name=p["deployment"],
-            num_replicas=per_backend_value(replicas, p["backend"], 1),
-            ray_actor_options=opts[p["deployment"]],
-            max_ongoing_requests=PART_MAX_ONGOING,
-            # A part that cannot load will not load on a retry either; fail the deploy soon.
-            max_constructor_retry_count=3,
-            health_check_period_s=2,
-            health_check_timeout_s=10,
-        )
-        handles.append(dep.bind(spec, model_bytes, opts[p["deployment"]]))
-    meta = ingress_meta(partition, specs, name or partition.stem, partition.digest(settings(resources, replicas, threads)))
+        models.append(model_bytes)
+    plane = {"kind": data_plane}
+    if data_plane == "compiled":
+        why = compiled_plane_refusal(partition, replicas)
+        if why:
+            plane = {"kind": "handles", "why": f"the compiled data plane cannot serve it: {why}"}
+    else:
+        plane["why"] = "asked for (--data-plane handles)"
+    handles = []
+    if plane["kind"] == "compiled":
+        lanes = per_backend_value(replicas, partition.parts[0]["backend"], 1)
+        plane.update(lanes=lanes, inflight=max(4, 2 * len(partition.parts)),
+                     workers=[(spec, model_bytes, opts[p["deployment"]]) for p, spec, model_bytes in zip(partition.parts, specs, models)])
+    else:
+        for p, spec, model_bytes in zip(partition.parts, specs, models):
+            dep = serve.deployment(
+                PartReplica,
+                name=p["deployment"],
+                num_replicas=per_backend_value(replicas, p["backend"], 1),
+                ray_actor_options=opts[p["deployment"]],
+                max_ongoing_requests=PART_MAX_ONGOING,
+                # A part that cannot load will not load on a retry either; fail the deploy soon.
+                max_constructor_retry_count=3,
+                health_check_period_s=2,
+                health_check_timeout_s=10,
+            )
+            handles.append(dep.bind(spec, model_bytes, opts[p["deployment"]]))
+    meta = ingress_meta(partition, specs, name or partition.stem, partition.digest(settings(resources, replicas, threads, data_plane)))
     ingress = serve.deployment(
         Ingress,
         name="ingress",
@@ -1032,7 +1446,7 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
         health_check_period_s=2,
         health_check_timeout_s=10,
     )
-    return ingress.bind(meta, request_timeout_s, *handles)
+    return ingress.bind(meta, request_timeout_s, plane, *handles)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1155,11 +1569,14 @@ def describe_failure(serve, name):
 
 def deploy(ray, args, partition, name, *, reuse):
     """Deploys (or, with reuse, keeps a running application of the same partition); returns
-    (ingress handle, whether this call deployed it)."""
+    (ingress handle, whether this call deployed it). On the compiled data plane it returns
+    once the plane is built; where the plane cannot be built it deploys the handle chain
+    instead and says why on stderr."""
     from ray import serve
 
     resources = parse_resources_or_die(args.resources)
     replicas, threads = parse_counts_or_die(args)
+    plane = getattr(args, "data_plane", None) or "compiled"
     opts = actor_options(partition, resources, replicas)
     if reuse:
         st = app_status(serve, name)
@@ -1167,14 +1584,25 @@ def deploy(ray, args, partition, name, *, reuse):
             h = serve.get_app_handle(name)
             try:
                 d = h.describe.remote().result(timeout_s=30)
-                if d.get("digest") == partition.digest(settings(resources, replicas, threads)):
+                if d.get("digest") == partition.digest(settings(resources, replicas, threads, plane)):
                     return h, False
             except Exception:
                 pass
     check_resources(ray, partition, opts)
     serve.start(proxy_location="HeadOnly", http_options={"host": args.http_host, "port": args.http_port})
+    t0 = time.monotonic()
+    handle = _run_app(serve, args, partition, name, resources, replicas, threads, plane, args.timeout)
+    why = _plane_failure(handle, max(1.0, args.timeout - (time.monotonic() - t0)))
+    if why:
+        print(f"note: {name}: {why}; serving it on the handle chain instead (--data-plane handles)", file=sys.stderr, flush=True)
+        serve.delete(name)
+        handle = _run_app(serve, args, partition, name, resources, replicas, threads, "handles", args.timeout)
+    return handle, True
+
+
+def _run_app(serve, args, partition, name, resources, replicas, threads, plane, timeout_s):
     app = build_app(partition.path, resources, name=name, request_timeout_s=args.request_timeout,
-                    replicas=replicas, threads=threads)
+                    replicas=replicas, threads=threads, data_plane=plane)
     box = {}
 
     def go():
@@ -1185,7 +1613,7 @@ def deploy(ray, args, partition, name, *, reuse):
 
     t = threading.Thread(target=go, daemon=True)
     t.start()
-    t.join(args.timeout)
+    t.join(timeout_s)
     if t.is_alive() or "error" in box:
         why = describe_failure(serve, name)
         # Leave no half-deployed application retrying on the cluster.
@@ -1194,9 +1622,30 @@ def deploy(ray, args, partition, name, *, reuse):
         except Exception:
             pass
         if t.is_alive():
-            die(1, f"{name} did not come up within {args.timeout:g}s (removed): {why}")
+            die(1, f"{name} did not come up within {timeout_s:g}s (removed): {why}")
         die(1, f"{name} failed to deploy (removed): {why}")
-    return box["handle"], True
+    return box["handle"]
+
+
+def _plane_failure(handle, timeout_s):
+    """Waits for a compiled data plane's first build; why it failed, or None (built, or the
+    handle chain)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            d = handle.describe.remote().result(timeout_s=max(1.0, end - time.monotonic()))
+        except Exception as e:
+            return f"the ingress did not describe itself: {short_error(e)}"
+        plane = d.get("data_plane") or {}
+        if plane.get("kind") != "compiled" or plane.get("state") == "ready":
+            return None
+        if plane.get("state") == "failed":
+            return f"the compiled data plane could not be built ({plane.get('last_failure')})"
+        if time.monotonic() > end:
+            waiting = plane.get("waiting_for")
+            die(1, f"the compiled data plane did not come up within {timeout_s:g}s"
+                   + (f": waiting for a node with the resources of {', '.join(waiting)}" if waiting else ""))
+        time.sleep(0.2)
 
 
 def parse_counts_or_die(args):
@@ -1372,8 +1821,11 @@ RESOURCES = json.loads(os.environ.get("CLEAVE_RESOURCES") or %(resources)r)
 # Backend -> replicas and intra-op threads, as given to `export --replicas/--threads`.
 REPLICAS = %(replicas)r
 THREADS = %(threads)r
+# How tensors move between parts: "compiled" (a Ray Compiled Graph) or "handles".
+DATA_PLANE = %(data_plane)r
 
-app = build_app(os.path.join(HERE, %(conn)r), RESOURCES, name=%(name)r, replicas=REPLICAS, threads=THREADS)
+app = build_app(os.path.join(HERE, %(conn)r), RESOURCES, name=%(name)r, replicas=REPLICAS, threads=THREADS,
+                data_plane=DATA_PLANE)
 '''
 
 CONFIG_YAML = """# Ray Serve config of an exported cleave partition.
@@ -1421,7 +1873,7 @@ def cmd_export(args):
     shutil.copyfile(os.path.abspath(__file__), os.path.join(out, "ray_app.py"))
     with open(os.path.join(out, "app.py"), "w", encoding="utf-8") as f:
         f.write(APP_PY % {"resources": json.dumps(resources), "conn": conn_name, "name": name,
-                          "replicas": replicas, "threads": threads})
+                          "replicas": replicas, "threads": threads, "data_plane": args.data_plane})
     with open(os.path.join(out, "serve_config.yaml"), "w", encoding="utf-8") as f:
         f.write(CONFIG_YAML % {"port": args.http_port, "host": args.http_host, "name": name, "dir": out})
     print(f"wrote {out}: app.py, serve_config.yaml, ray_app.py, {conn_name} and {len(partition.parts)} parts")
@@ -1435,8 +1887,9 @@ def percentile(values, q):
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
 
 
-def run_load(handle, feeds, count, in_flight, timeout_s):
-    """`count` requests with `in_flight` of them outstanding at any time."""
+def run_load(call, count, in_flight):
+    """`count` calls of `call()` (which answers the parts' compute times) with `in_flight` of
+    them outstanding at any time."""
     lock = threading.Lock()
     state = {"next": 0}
     lat, compute, errors = [], [], []
@@ -1449,7 +1902,7 @@ def run_load(handle, feeds, count, in_flight, timeout_s):
                 state["next"] += 1
             t = time.perf_counter()
             try:
-                r = handle.infer.remote(feeds).result(timeout_s=timeout_s)
+                times = call()
             except Exception as e:
                 with lock:
                     errors.append(short_error(e) or type(e).__name__)
@@ -1457,7 +1910,7 @@ def run_load(handle, feeds, count, in_flight, timeout_s):
             dt = time.perf_counter() - t
             with lock:
                 lat.append(dt)
-                compute.append([p["compute_s"] for p in r["parts"]])
+                compute.append(times)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(in_flight)]
     t0 = time.perf_counter()
@@ -1466,6 +1919,39 @@ def run_load(handle, feeds, count, in_flight, timeout_s):
     for th in threads:
         th.join()
     return time.perf_counter() - t0, lat, compute, errors
+
+
+def handle_caller(handle, feeds, timeout_s):
+    def call():
+        r = handle.infer.remote(feeds).result(timeout_s=timeout_s)
+        return [p["compute_s"] for p in r["parts"]]
+    return call
+
+
+def http_caller(host, port, name, feeds, timeout_s):
+    """Requests as any HTTP client sends them: the .npz body made once, one connection per
+    client thread, the reply read whole and its header parsed."""
+    import http.client
+
+    body = write_npz(feeds)
+    local = threading.local()
+
+    def call():
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        try:
+            conn.request("POST", f"/{name}", body=body, headers={"content-type": "application/octet-stream"})
+            r = conn.getresponse()
+            data = r.read()
+        except (OSError, http.client.HTTPException):
+            local.conn = None
+            conn.close()
+            raise
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data[:200].decode(errors='replace')}")
+        return [p["compute_s"] for p in json.loads(r.headers.get("x-cleave-parts") or "[]")]
+    return call
 
 
 def cmd_bench(args):
@@ -1489,13 +1975,18 @@ def cmd_bench(args):
             feeds = _feeds_from_part(partition)
         desc = describe_placement(handle)
         client_timeout = args.request_timeout + 10
-        for _ in range(max(0, args.warmup)):
-            handle.infer.remote(feeds).result(timeout_s=client_timeout)
         hops = len(partition.parts) + 1
+        if args.via == "http":
+            host, port = running_http(args)
+            call = http_caller(host, port, name, feeds, client_timeout)
+        else:
+            call = handle_caller(handle, feeds, client_timeout)
+        for _ in range(max(0, args.warmup)):
+            call()
         rows = []
         per_part = None
         for k in levels:
-            wall, lat, compute, errors = run_load(handle, feeds, args.requests, k, client_timeout)
+            wall, lat, compute, errors = run_load(call, args.requests, k)
             row = {"in_flight": k, "requests": args.requests, "ok": len(lat), "errors": len(errors),
                    "throughput_rps": len(lat) / wall if wall > 0 else 0.0,
                    "latency_p50_ms": percentile(lat, 50) * 1e3, "latency_p90_ms": percentile(lat, 90) * 1e3,
@@ -1510,7 +2001,8 @@ def cmd_bench(args):
                     row["per_hop_overhead_ms"] = (row["latency_mean_ms"] - row["compute_sum_mean_ms"]) / hops
             rows.append(row)
         result = {
-            "name": name, "address": args.address, "parts": len(partition.parts), "hops": hops,
+            "name": name, "address": args.address, "parts": len(partition.parts), "hops": hops, "via": args.via,
+            "data_plane": desc.get("data_plane"),
             "levels": rows,
             "per_hop_overhead_ms": next((r.get("per_hop_overhead_ms") for r in rows if r["in_flight"] == 1), None),
             "placement": [{"deployment": p["deployment"], "backend": p["backend"], "node_id": p.get("node_id"),
@@ -1521,8 +2013,10 @@ def cmd_bench(args):
         if args.json:
             print(json.dumps(result, indent=2))
         else:
-            print(f"{name} on {args.address}: {len(partition.parts)} parts, {hops} hops a request "
-                  f"(client->ingress, then ingress->each part), {args.requests} requests per row")
+            plane = desc.get("data_plane") or {}
+            print(f"{name} on {args.address}: {len(partition.parts)} parts on the {plane.get('kind', '?')} data plane"
+                  + (f" ({plane['why']})" if plane.get("why") else "")
+                  + f", requests through the {args.via}, {args.requests} per row")
             print(f"{'in flight':>9} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'compute ms':>10} {'errors':>6}")
             for r in rows:
                 print(f"{r['in_flight']:>9} {r['throughput_rps']:>8.1f} {r['latency_p50_ms']:>8.2f} {r['latency_p90_ms']:>8.2f} "
@@ -1531,7 +2025,8 @@ def cmd_bench(args):
                 c = f"{p['compute_mean_ms']:.2f} ms" if p["compute_mean_ms"] is not None else "-"
                 print(f"  {p['deployment']:<14} backend {p['backend']:<6} compute {c:>10}  node {str(p['node_id'])[:12]}{' (head)' if p['is_head'] else ''}")
             if result["per_hop_overhead_ms"] is not None:
-                print(f"per-hop overhead (1 in flight): {result['per_hop_overhead_ms']:.2f} ms = (mean latency - summed part compute) / {hops} hops")
+                print(f"overhead (1 in flight): {result['per_hop_overhead_ms']:.2f} ms a hop = (mean latency - summed part compute) / {hops} hops "
+                      "(the client's to the ingress, and one into each part)")
             for r in rows:
                 if r["errors"]:
                     print(f"{r['errors']} requests failed at {r['in_flight']} in flight, first: {r['first_error']}")
@@ -1632,8 +2127,9 @@ def cmd_verify(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m cleave.serve",
-        description="Serve a cleave partition (stem.conn.json) on a Ray cluster with Ray Serve: one deployment per part, "
-                    "placed by its backend's Ray resources, chained by deployment handles behind one HTTP route.",
+        description="Serve a cleave partition (stem.conn.json) on a Ray cluster: its parts, placed by their backends' Ray "
+                    "resources, joined by a Ray Compiled Graph (or by Serve deployment handles, --data-plane handles) behind one "
+                    "HTTP route, a Ray Serve deployment.",
         epilog="Placement rule: cpu -> anywhere; gpu*/cuda* -> num_gpus; any other backend B -> custom resource B that "
                "nodes declare (ray start --resources='{\"B\": 1}'). Exit codes: 0 ok, 1 failed check, 2 usage or unreachable cluster.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1654,6 +2150,11 @@ def main(argv=None):
         p.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, metavar="P", help=f"HTTP port of the route (default {DEFAULT_HTTP_PORT})")
         p.add_argument("--http-host", default="127.0.0.1", metavar="HOST",
                        help="address Serve's HTTP proxy listens on; 0.0.0.0 for other machines (default 127.0.0.1)")
+        p.add_argument("--data-plane", choices=DATA_PLANES, default="compiled",
+                       help="how tensors move between parts: 'compiled', the parts as Ray actors joined by a Ray Compiled Graph "
+                            "that the ingress drives (shared-memory channels on a node, no Serve request per part), or 'handles', "
+                            "one Serve deployment per part called by handle (default compiled; where a compiled graph cannot serve "
+                            "the partition, handles, and the reason is printed)")
 
     p = sub.add_parser("serve", help="deploy on a running cluster and serve until Ctrl-C")
     common(p)
@@ -1676,6 +2177,8 @@ def main(argv=None):
             p.add_argument("--requests", type=int, default=50, metavar="N", help="requests per in-flight level (default 50)")
             p.add_argument("--in-flight", default="1,8", metavar="LIST", help="comma-separated in-flight levels (default 1,8)")
             p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed requests first (default 3)")
+            p.add_argument("--via", choices=("handle", "http"), default="handle",
+                           help="send the requests through the Python handle, or as HTTP POSTs of an .npz to the route (default handle)")
             p.set_defaults(func=cmd_bench)
         else:
             p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")

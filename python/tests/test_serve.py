@@ -227,7 +227,7 @@ def test_parts_that_do_not_depend_on_each_other_run_at_once_and_tensors_skip_the
     handles = [FakeHandle(serve.PartReplica(s, m, {}), log) for s, m in zip(specs, models)]
     meta = {"name": "t", "digest": "-", "inputs": ["x"], "outputs": ["y"],
             "parts": [{k: s[k] for k in ("inputs", "outputs", "backend", "deployment")} for s in specs]}
-    ingress = serve.Ingress(meta, 60, *handles)
+    ingress = serve.Ingress(meta, 60, {"kind": "handles"}, *handles)
     x = rng.standard_normal((n, n)).astype(np.float32)
 
     r = asyncio.run(ingress.infer({"x": x}))
@@ -247,7 +247,7 @@ def test_parts_that_do_not_depend_on_each_other_run_at_once_and_tensors_skip_the
     r = asyncio.run(ingress.infer({"x": x}, boundaries=True))
     assert set(r["boundaries"]) == {"a", "b", "y"}
     # A failing part is named, though the ingress only hears of it through the last part.
-    bad = serve.Ingress(meta, 60, handles[0], handles[1], FakeHandle(serve.PartReplica(specs[2], models[0], {}), log))
+    bad = serve.Ingress(meta, 60, {"kind": "handles"}, handles[0], handles[1], FakeHandle(serve.PartReplica(specs[2], models[0], {}), log))
     with pytest.raises(RuntimeError, match="part3_cpu .backend cpu. "):
         asyncio.run(bad.infer({"x": x}))
 
@@ -259,7 +259,7 @@ def local_app(conn, threads=None):
     specs = serve.part_specs(partition, opts, threads)
     parts = [serve.PartReplica(s, None, opts[s["deployment"]]) for s in specs]
     handles = [FakeHandle(p, []) for p in parts]
-    return partition, serve.Ingress(serve.ingress_meta(partition, specs, "t", "-"), 60, *handles), parts, handles
+    return partition, serve.Ingress(serve.ingress_meta(partition, specs, "t", "-"), 60, {"kind": "handles"}, *handles), parts, handles
 
 
 def test_a_tflite_partition_with_two_branches_is_served_on_litert_and_equals_the_whole_model(tmp_path, monkeypatch):
@@ -387,3 +387,106 @@ def test_circle_parts_are_served_on_onert_as_litert_serves_their_tflite_twins(tm
     assert compared >= 20, compared
 
 
+
+
+class InProcessGraph:
+    """What a Ray Compiled Graph of PartWorkers computes, run in this process in the order
+    the plane bound the parts: each execution's results as futures, one per part."""
+
+    def __init__(self, plane, workers):
+        self.plane, self.workers = plane, workers
+        self.executions = 0
+
+    async def execute_async(self, request):
+        self.executions += 1
+        down, up = [None] * len(self.workers), []
+        for i, w in enumerate(self.workers):
+            args = [request if self.plane.reads_request[i] else None] + [down[j] for j in self.plane.upstream[i]]
+            try:
+                r = w.step(*args)
+            except Exception as e:  # the graph hands an error on to whoever reads it
+                r = (e, e) if self.plane.consumers[i] else e
+            d, u = r if self.plane.consumers[i] else (None, r)
+            if isinstance(d, Exception) and not isinstance(u, Exception):
+                u = d
+            down[i] = d
+            up.append(u)
+        futures = []
+        for u in up:
+            f = asyncio.get_running_loop().create_future()
+            (f.set_exception if isinstance(u, Exception) else f.set_result)(u)
+            futures.append(f)
+        return futures
+
+
+def in_process_plane(monkeypatch, meta, specs, models):
+    """An Ingress on the compiled plane whose graph runs here instead of on Ray actors."""
+    async def build(self, lane, first):
+        workers = [serve.PartWorker(s, m, meta["outputs"], self.consumers[i]) for i, (s, m) in enumerate(zip(specs, models))]
+        infos = [w.ready() for w in workers]
+        lane.update(actors=workers, graph=InProcessGraph(self, workers), reports=[x["report"] for x in infos])
+        self.specs = {n: s for x in infos for n, s in x["inputs"].items() if n in meta["inputs"]}
+        self.state = "ready"
+
+    monkeypatch.setattr(serve.CompiledPlane, "_build", build)
+    plane = {"kind": "compiled", "lanes": 1, "inflight": 4, "workers": [(s, m, {}) for s, m in zip(specs, models)]}
+    return serve.Ingress(meta, 60, plane)
+
+
+def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach_the_ingress(monkeypatch):
+    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    n = 64
+    rng = np.random.default_rng(4)
+    ws = [(np.eye(n) + 0.05 * rng.standard_normal((n, n))).astype(np.float32) for _ in range(3)]
+    # a = x@w0 and b = x@w1 side by side, y = a + b after them: a graph, not a chain.
+    add = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "add",
+                            [helper.make_tensor_value_info(t, TensorProto.FLOAT, [n, n]) for t in "ab"],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])])
+    models = [matmuls("x", "a", n, 1, ws[0]), matmuls("x", "b", n, 1, ws[1]),
+              helper.make_model(add, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()]
+    specs = [{"index": i + 1, "file": f"p{i}.onnx", "inputs": ins, "outputs": outs, "backend": b, "deployment": f"part{i + 1}_{b}",
+              "format": "onnx", "engine": None}
+             for i, (ins, outs, b) in enumerate([(["x"], ["a"], "npu"), (["x"], ["b"], "gpu"), (["a", "b"], ["y"], "cpu")])]
+    meta = {"name": "t", "digest": "-", "inputs": ["x"], "outputs": ["y", "a"],
+            "parts": [{k: s[k] for k in ("inputs", "outputs", "backend", "deployment")} for s in specs]}
+    ingress = in_process_plane(monkeypatch, meta, specs, models)
+    plane = ingress.plane
+    assert plane.upstream == [[], [], [0, 1]] and plane.consumers == [True, True, False]
+    assert plane.reads_request == [True, True, False]
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    a, b = x.astype(np.float64) @ ws[0], x.astype(np.float64) @ ws[1]
+
+    r = asyncio.run(ingress.infer({"x": x}))
+    np.testing.assert_allclose(r["outputs"]["y"], a + b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(r["outputs"]["a"], a, rtol=1e-4, atol=1e-4)
+    # Graph outputs only: b went from part 2 to part 3 and never to the ingress; a, a graph
+    # output that part 3 also reads, reached it once.
+    assert ingress.received == {"y": 1, "a": 1}
+    assert [p["deployment"] for p in r["parts"]] == ["part1_npu", "part2_gpu", "part3_cpu"]
+    assert all(p["compute_s"] > 0 for p in r["parts"])
+    r = asyncio.run(ingress.infer({"x": x}, boundaries=True))
+    np.testing.assert_allclose(r["boundaries"]["b"], b, rtol=1e-4, atol=1e-4)
+    d = asyncio.run(ingress.describe())
+    assert d["data_plane"]["kind"] == "compiled" and d["data_plane"]["state"] == "ready", d
+    assert [p["deployment"] for p in d["parts"]] == ["part1_npu", "part2_gpu", "part3_cpu"]
+    # Out of time before a part starts: it does not run, and the request says so.
+    with pytest.raises(TimeoutError, match="did not start: the request was out of time"):
+        asyncio.run(ingress.plane.run({"x": x}, False, time.monotonic() - 1.0, 60))
+    # A wrong dtype is the client's error, before any part runs.
+    runs = plane.lanes[0]["graph"].executions
+    with pytest.raises(ValueError, match="'x'"):
+        asyncio.run(ingress.infer({"x": x.astype(np.float64)}))
+    assert plane.lanes[0]["graph"].executions == runs
+    # A part that fails is named, though the ingress hears of it through the last part.
+    bad = in_process_plane(monkeypatch, meta, specs[:2] + [dict(specs[2])], models[:2] + [models[0]])
+    with pytest.raises(RuntimeError, match="part3_cpu .backend cpu. "):
+        asyncio.run(bad.infer({"x": x}))
+
+
+def test_compiled_plane_refuses_replica_counts_that_differ_between_parts():
+    class P:
+        parts = [{"backend": "cpu"}, {"backend": "npu"}]
+    assert serve.compiled_plane_refusal(P(), {"cpu": 2, "npu": 2}) is None
+    assert serve.compiled_plane_refusal(P(), {"*": 3}) is None
+    why = serve.compiled_plane_refusal(P(), {"cpu": 2})
+    assert why and "different replica counts (1, 2)" in why

@@ -337,7 +337,7 @@ enum Command {
         #[arg(long)]
         partition: bool,
         /// Time the partition (TARGET a stem.conn.json) served on the Ray cluster at ADDRESS,
-        /// one deployment per part: --runs requests with 1 and with --requests in flight;
+        /// as `serve` deploys it: --runs requests with 1 and with --requests in flight;
         /// throughput, latency percentiles and the overhead per hop between parts.
         #[arg(long, value_name = "ADDRESS", conflicts_with = "partition")]
         ray: Option<String>,
@@ -347,15 +347,16 @@ enum Command {
     },
     /// Serve a written partition on a Ray cluster (Ray Serve).
     ///
-    /// Serve a written partition on a Ray cluster: one Ray Serve deployment per part, placed
-    /// by its backend's Ray resources (a backend named gpu*/cuda* asks for a GPU, any other
+    /// Serve a written partition on a Ray cluster: each part a Ray actor, placed by its
+    /// backend's Ray resources (a backend named gpu*/cuda* asks for a GPU, any other
     /// for a custom resource of its own name that the cluster's nodes declare, e.g.
     /// `ray start --resources='{"npu": 1}'`; `cpu` asks for nothing). Each part runs on the
     /// engine of its format: ONNX parts on ONNX Runtime (its CUDA provider for a gpu*/cuda*
     /// backend where onnxruntime-gpu is installed, else the CPU), TFLite and circle parts
     /// (converted to TFLite) on LiteRT, parts the conn file records for OpenVINO on OpenVINO.
-    /// Tensors go from part to part, parts whose inputs are ready run at once, and requests
-    /// pipeline through the parts, behind an HTTP route (POST an .npz of the inputs;
+    /// Tensors go from part to part over a Ray Compiled Graph (--data-plane handles: one Ray
+    /// Serve deployment per part instead), parts whose inputs are ready run at once, and
+    /// requests pipeline through the parts, behind an HTTP route (POST an .npz of the inputs;
     /// `?boundaries=1` also returns every tensor between parts). Needs Python with Ray:
     /// pip install 'cleave-nn[ray]' (and 'cleave-nn[litert]' for TFLite and circle parts).
     #[command(after_long_help = examples::SERVE)]
@@ -656,7 +657,7 @@ where
             json,
         }),
         Command::Bench { deploy, .. } if deploy.any() => Err(Fail::usage(
-            "--resources, --replicas and --threads say how to deploy on Ray: give them with --ray ADDRESS",
+            "--resources, --replicas, --threads and --data-plane say how to deploy on Ray: give them with --ray ADDRESS",
         )),
         Command::Serve {
             conn,

@@ -272,6 +272,13 @@ pub struct RayArgs {
     /// num_cpus --resources reserves for the part, else 1.
     #[arg(long, value_name = "SPEC")]
     pub threads: Option<String>,
+    /// How tensors move between parts: `compiled` (the parts as Ray actors joined by a Ray
+    /// Compiled Graph that the ingress drives: shared-memory channels on a node, no Serve
+    /// request per part) or `handles` (one Serve deployment per part, called by handle).
+    /// Default compiled; where a compiled graph cannot serve the partition (replica counts
+    /// that differ between parts, a graph that fails to build), handles, and stderr says why.
+    #[arg(long, value_name = "PLANE", value_parser = ["compiled", "handles"])]
+    pub data_plane: Option<String>,
 }
 
 impl RayArgs {
@@ -282,6 +289,7 @@ impl RayArgs {
             ("--resources", &self.resources),
             ("--replicas", &self.replicas),
             ("--threads", &self.threads),
+            ("--data-plane", &self.data_plane),
         ] {
             if let Some(v) = value {
                 out.extend([flag.into(), v.into()]);
@@ -291,7 +299,10 @@ impl RayArgs {
     }
 
     pub fn any(&self) -> bool {
-        self.resources.is_some() || self.replicas.is_some() || self.threads.is_some()
+        self.resources.is_some()
+            || self.replicas.is_some()
+            || self.threads.is_some()
+            || self.data_plane.is_some()
     }
 }
 
