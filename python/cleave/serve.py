@@ -4,17 +4,17 @@
 An ``ingress`` Ray Serve deployment (the HTTP route and the handle) drives the parts over one
 of two data planes (``--data-plane``, ``build_app(..., data_plane=)``):
 
-* ``compiled`` (default): the parts are Ray actors (``PartWorker``, one per part and lane),
+* ``compiled``: the parts are Ray actors (``PartWorker``, one per part and lane),
   joined by a Ray Compiled Graph that the ingress builds from the partition's DAG and
   executes; tensors go part to part over Ray's shared-memory channels (its transport between
   nodes), never through the ingress unless asked for, with no Serve request per part. When an
   actor or its node dies the ingress tears the graph down and builds it again once the
   actors' resources are back (``describe``'s ``data_plane``).
-* ``handles``: one Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...); each
+* ``handles`` (default): one Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...); each
   part's call carries the graph inputs it reads and the DeploymentResponses of the parts it
   reads from, so Ray Serve starts it once those have answered and moves their tensors to it
-  worker to worker. Used where a compiled graph cannot serve the partition (replica counts
-  that differ between parts), with the reason in ``describe``.
+  worker to worker. Also used where a compiled graph cannot serve the partition (replica
+  counts that differ between parts), with the reason in ``describe``.
 
 On both, parts that do not depend on each other run at once, and with several requests in
 flight different parts work on different requests at the same time (a pipeline).
@@ -198,7 +198,7 @@ class Partition:
         return h.hexdigest()[:16]
 
 
-def settings(resources, replicas, threads, data_plane="compiled"):
+def settings(resources, replicas, threads, data_plane="handles"):
     """What, besides the partition, makes one deployment of it differ from another."""
     return {"resources": resources or {}, "replicas": replicas or {}, "threads": threads or {}, "data_plane": data_plane}
 
@@ -721,6 +721,8 @@ class Ingress:
     async def _plane_ready(self, deadline):
         """Waits, within the request's time, for the plane's first build."""
         await self._start_plane()
+        self.plane.last_used = time.monotonic()
+        self.plane.wake()
         if self.plane.unavailable() and self.plane.state == "starting":
             first = [ln["ready"] for ln in self.plane.lanes if ln["ready"] is not None]
             try:
@@ -899,6 +901,13 @@ class Ingress:
 DATA_PLANES = ("compiled", "handles")
 # How long a rebuilt plane waits for its actors between two looks at why they are not up.
 PLANE_WAIT_STEP_S = 5.0
+# A compiled graph's channel readers poll (sched_yield) while they wait, a core's worth and more
+# per idle deployment; after this many seconds without a request the plane may release its
+# actors, the next request building them again (a model load and a compile: seconds). Off (0):
+# with Ray 2.60, tearing down a graph whose channels cross nodes crashed the raylet
+# (experimental_mutable_object_provider.cc:154, "Channel closed"), and a 9-part graph took
+# longer to build than a request's 10 s.
+PLANE_IDLE_S = 0.0
 # Ray errors after which a compiled graph cannot run again: an actor or its node died, or
 # Ray tore the graph down.
 _PLANE_BROKEN = ("RayChannelError", "RayChannelTimeoutError", "ActorDiedError", "RayActorError",
@@ -1004,6 +1013,8 @@ class CompiledPlane:
                        "slots": None, "reports": []} for i in range(lanes)]
         self.state = "starting"
         self.rebuilds = 0
+        self.idle_releases = 0
+        self.last_used = time.monotonic()
         self.last_failure = None
         self.waiting = None
         self.specs = None
@@ -1025,6 +1036,29 @@ class CompiledPlane:
         for lane in self.lanes:
             lane["slots"] = asyncio.Semaphore(self.inflight)
             lane["ready"] = asyncio.get_running_loop().create_task(self._build(lane, first=True))
+        if PLANE_IDLE_S > 0:
+            self.watch = asyncio.get_running_loop().create_task(self._idle_watch())
+
+    async def _idle_watch(self):
+        while True:
+            await asyncio.sleep(max(1.0, PLANE_IDLE_S / 4))
+            if self.state != "ready" or any(ln["busy"] for ln in self.lanes) or time.monotonic() - self.last_used < PLANE_IDLE_S:
+                continue
+            self.state = "idle"
+            self.idle_releases += 1
+            for lane in self.lanes:
+                graph, old = lane["graph"], lane["actors"]
+                lane.update(graph=None, actors=[], ready=None)
+                asyncio.get_running_loop().create_task(self._release(graph, old))
+
+    def wake(self):
+        """Builds the lanes again after an idle release."""
+        if self.state != "idle":
+            return
+        self.state = "starting"
+        for lane in self.lanes:
+            lane["slots"] = asyncio.Semaphore(self.inflight)
+            lane["ready"] = asyncio.get_running_loop().create_task(self._build(lane, first=False))
 
     async def _build(self, lane, first):
         import ray
@@ -1048,6 +1082,7 @@ class CompiledPlane:
                 if first:
                     self.state = "failed"
                     raise
+                self.rebuilds += 1
                 await asyncio.sleep(PLANE_WAIT_STEP_S)
                 continue
             lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
@@ -1114,6 +1149,7 @@ class CompiledPlane:
         if lane is None:
             raise RuntimeError(self.unavailable())
         request = {"feeds": feeds, "ctl": {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries}}
+        self.last_used = time.monotonic()
         lane["busy"] += 1
         slots = lane["slots"]
         try:
@@ -1170,6 +1206,10 @@ class CompiledPlane:
         lane["ready"] = asyncio.get_running_loop().create_task(self._rebuild(lane, graph, old))
 
     async def _rebuild(self, lane, graph, old):
+        await self._release(graph, old)
+        await self._build(lane, first=False)
+
+    async def _release(self, graph, old):
         import ray
 
         for a in old:
@@ -1178,16 +1218,17 @@ class CompiledPlane:
             except Exception as e:  # already gone with its node
                 self.last_kill_error = short_error(e)
         # Teardown waits for the actors' loops to end (up to Ray's teardown timeout): off the
-        # event loop, so requests keep being answered (503, naming the failure) meanwhile.
-        try:
-            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, graph.teardown, True), 60)
-        except Exception as e:
-            self.last_teardown_error = short_error(e) or type(e).__name__
-        await self._build(lane, first=False)
+        # event loop, so requests keep being answered meanwhile.
+        if graph is not None:
+            try:
+                await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, graph.teardown, True), 60)
+            except Exception as e:
+                self.last_teardown_error = short_error(e) or type(e).__name__
 
     def describe(self):
         return {"kind": "compiled", "state": self.state, "lanes": len(self.lanes), "max_in_flight_per_lane": self.inflight,
-                "rebuilds": self.rebuilds, "last_failure": self.last_failure, "waiting_for": self.waiting}
+                "rebuilds": self.rebuilds, "last_failure": self.last_failure, "waiting_for": self.waiting,
+                "idle_releases": self.idle_releases, "idle_release_after_s": PLANE_IDLE_S}
 
     def part_reports(self):
         for lane in self.lanes:
@@ -1375,7 +1416,7 @@ def ingress_meta(partition, specs, name, digest):
 
 
 def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S,
-              replicas=None, threads=None, data_plane="compiled"):
+              replicas=None, threads=None, data_plane="handles"):
     """The Ray Serve application for the partition at `conn_path`.
 
     `resources` maps backend names to ray_actor_options fragments (see the module docstring);
@@ -1383,9 +1424,10 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
     map backend names (``"*"`` for the rest) to each part's replica count (default 1) and its
     engine's intra-op threads (default: the ``num_cpus`` its options reserve, else 1), as
     ``{"cpu": 2}``, or a string ``"cpu=2,npu=1"`` as the command line takes them.
-    `data_plane` is ``"compiled"`` (the parts as actors joined by a Ray Compiled Graph that
-    the ingress drives; where it cannot serve the partition, the handles, and ``describe``
-    says why) or ``"handles"`` (one Serve deployment per part, called by handle).
+    `data_plane` is ``"handles"`` (one Serve deployment per part, called by handle; the
+    default) or ``"compiled"`` (the parts as actors joined by a Ray Compiled Graph that the
+    ingress drives; where it cannot serve the partition, the handles, and ``describe`` says
+    why).
     """
     if data_plane not in DATA_PLANES:
         raise ValueError(f"data_plane {data_plane!r}: give one of {', '.join(DATA_PLANES)}")
@@ -1416,7 +1458,7 @@ def build_app(conn_path, resources=None, *, name=None, request_timeout_s=DEFAULT
         if why:
             plane = {"kind": "handles", "why": f"the compiled data plane cannot serve it: {why}"}
     else:
-        plane["why"] = "asked for (--data-plane handles)"
+        plane["why"] = "the default (--data-plane compiled joins the parts by a Ray Compiled Graph instead)"
     handles = []
     if plane["kind"] == "compiled":
         lanes = per_backend_value(replicas, partition.parts[0]["backend"], 1)
@@ -1576,7 +1618,7 @@ def deploy(ray, args, partition, name, *, reuse):
 
     resources = parse_resources_or_die(args.resources)
     replicas, threads = parse_counts_or_die(args)
-    plane = getattr(args, "data_plane", None) or "compiled"
+    plane = getattr(args, "data_plane", None) or "handles"
     opts = actor_options(partition, resources, replicas)
     if reuse:
         st = app_status(serve, name)
@@ -2150,10 +2192,10 @@ def main(argv=None):
         p.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, metavar="P", help=f"HTTP port of the route (default {DEFAULT_HTTP_PORT})")
         p.add_argument("--http-host", default="127.0.0.1", metavar="HOST",
                        help="address Serve's HTTP proxy listens on; 0.0.0.0 for other machines (default 127.0.0.1)")
-        p.add_argument("--data-plane", choices=DATA_PLANES, default="compiled",
+        p.add_argument("--data-plane", choices=DATA_PLANES, default="handles",
                        help="how tensors move between parts: 'compiled', the parts as Ray actors joined by a Ray Compiled Graph "
                             "that the ingress drives (shared-memory channels on a node, no Serve request per part), or 'handles', "
-                            "one Serve deployment per part called by handle (default compiled; where a compiled graph cannot serve "
+                            "one Serve deployment per part called by handle (default handles; where a compiled graph cannot serve "
                             "the partition, handles, and the reason is printed)")
 
     p = sub.add_parser("serve", help="deploy on a running cluster and serve until Ctrl-C")

@@ -490,3 +490,29 @@ def test_compiled_plane_refuses_replica_counts_that_differ_between_parts():
     assert serve.compiled_plane_refusal(P(), {"*": 3}) is None
     why = serve.compiled_plane_refusal(P(), {"cpu": 2})
     assert why and "different replica counts (1, 2)" in why
+
+
+def test_an_idle_compiled_plane_releases_its_actors_and_the_next_request_builds_them_again(monkeypatch):
+    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve, "PLANE_IDLE_S", 0.2)
+    n = 16
+    w = (np.eye(n) + 0.05 * np.random.default_rng(1).standard_normal((n, n))).astype(np.float32)
+    spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": ["y"], "backend": "npu", "deployment": "part1_npu",
+            "format": "onnx", "engine": None}
+    meta = {"name": "t", "digest": "-", "inputs": ["x"], "outputs": ["y"],
+            "parts": [{k: spec[k] for k in ("inputs", "outputs", "backend", "deployment")}]}
+    ingress = in_process_plane(monkeypatch, meta, [spec], [matmuls("x", "y", n, 1, w)])
+    x = np.ones((n, n), np.float32)
+
+    async def go():
+        first = await ingress.infer({"x": x})
+        await asyncio.sleep(1.5)
+        idle = ingress.plane.describe()
+        second = await ingress.infer({"x": x})
+        return first, idle, second, ingress.plane.describe()
+
+    first, idle, second, after = asyncio.run(go())
+    assert idle["state"] == "idle" and idle["idle_releases"] == 1, idle
+    assert after["state"] == "ready", after
+    np.testing.assert_allclose(second["outputs"]["y"], first["outputs"]["y"])
+    np.testing.assert_allclose(first["outputs"]["y"], x @ w, rtol=1e-5)
