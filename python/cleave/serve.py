@@ -1014,11 +1014,11 @@ class CompiledPlane:
         self.state = "starting"
         self.rebuilds = 0
         self.idle_releases = 0
+        self.release_error = None  # what went wrong releasing old actors, for describe
         self.last_used = time.monotonic()
         self.last_failure = None
         self.waiting = None
         self.specs = None
-        self.graph_outputs = set(meta["outputs"])
         producer = {}
         self.upstream, self.consumers, self.reads_request = [], [False] * len(meta["parts"]), []
         for p in meta["parts"]:
@@ -1216,19 +1216,19 @@ class CompiledPlane:
             try:
                 ray.kill(a, no_restart=True)
             except Exception as e:  # already gone with its node
-                self.last_kill_error = short_error(e)
+                self.release_error = short_error(e)
         # Teardown waits for the actors' loops to end (up to Ray's teardown timeout): off the
         # event loop, so requests keep being answered meanwhile.
         if graph is not None:
             try:
                 await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, graph.teardown, True), 60)
             except Exception as e:
-                self.last_teardown_error = short_error(e) or type(e).__name__
+                self.release_error = short_error(e) or type(e).__name__
 
     def describe(self):
         return {"kind": "compiled", "state": self.state, "lanes": len(self.lanes), "max_in_flight_per_lane": self.inflight,
                 "rebuilds": self.rebuilds, "last_failure": self.last_failure, "waiting_for": self.waiting,
-                "idle_releases": self.idle_releases, "idle_release_after_s": PLANE_IDLE_S}
+                "idle_releases": self.idle_releases, "idle_release_after_s": PLANE_IDLE_S, "release_error": self.release_error}
 
     def part_reports(self):
         for lane in self.lanes:
