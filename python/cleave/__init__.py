@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -367,8 +368,10 @@ class Model:
     ) -> "Plan":
         """Cuts the model into valid single-device parts, as ``cleave partition`` does.
 
-        ``objective="parts"`` gives the fewest parts; ``"latency"`` places by predicted latency
-        (needs ``costs``, a file from ``cleave profile``, or profiles with ``[cost]``).
+        ``objective="parts"`` gives the fewest parts; ``"latency"`` places by predicted latency,
+        from ``costs`` (a file from ``cleave profile``) where it has a device, else the
+        device profile's ``[cost]``, else cleave's built-in estimate for the device (a
+        :class:`UserWarning` says so); :attr:`Plan.prediction` holds the figures.
         ``stages=N`` cuts N pipeline stages over ``devices`` instead, each within its
         ``memory`` budget (``{"gpu0": "16GiB"}``). Nothing is written until
         :meth:`Plan.save`.
@@ -383,7 +386,14 @@ class Model:
         with _Request(devices, rules, default, profiles, optimize, objective, costs, margin,
                       no_constraints, allow_disconnected) as r:
             inner = self._m.partition(r.args, stages, mem, algorithm, budget)
-        return Plan(inner, self)
+        plan = Plan(inner, self)
+        estimated = (plan.prediction or {}).get("estimated")
+        if objective == "latency" and estimated:
+            warnings.warn(
+                f"the latency figures for {', '.join(estimated)} are cleave's built-in estimates, "
+                "not measurements: predictions may be off by 2x or more; cleave profile on the "
+                "target gives costs=", UserWarning, stacklevel=2)
+        return plan
 
     def run(
         self,
@@ -475,6 +485,15 @@ class Plan:
     def stages(self) -> List[str]:
         """One line per pipeline stage, when ``stages=`` made the plan."""
         return list(self._p.stage_lines)
+
+    @property
+    def prediction(self) -> Optional[Dict[str, Any]]:
+        """The predicted latency, when ``objective="latency"`` or ``costs`` gave figures:
+        ``total_ms``, ``part_ms`` (per part), ``compared`` (``{"capability": (ms, parts),
+        "all on cpu": ...}``), and the devices whose figures a profile ``declared``, of
+        which ``estimated`` are cleave's built-in estimates. None otherwise."""
+        p = self._p.prediction
+        return None if p is None else dict(p)
 
     def save(self, folder: PathLike, external_data: str = "inline") -> str:
         """Writes ``stem.00001_<backend>.<ext>`` per part and ONE's ``stem.conn.json`` /

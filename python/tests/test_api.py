@@ -490,3 +490,37 @@ def test_readme_python_example_runs():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert float(r.stdout.strip()) < 1e-5
+
+
+def test_latency_objective_without_costs_uses_the_built_in_estimates(tmp_path):
+    # Convolutions on 8x8 maps with a HardSigmoid (which myriad does not run) after each: the
+    # capability split alternates devices; the estimates move the small islands to the CPU.
+    nodes, inits = [], []
+    rng = np.random.default_rng(7)
+    prev = "x"
+    for i in range(6):
+        w = helper.make_tensor(f"w{i}", TensorProto.FLOAT, [4, 4, 3, 3],
+                               rng.standard_normal(144).astype(np.float32).tolist())
+        inits.append(w)
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1],
+                                      name=f"conv{i}"))
+        nodes.append(helper.make_node("HardSigmoid", [f"c{i}"], [f"h{i}"], name=f"hs{i}"))
+        prev = f"h{i}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 4, 8, 8])],
+                          inits)
+    path = tmp_path / "islands.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              path)
+    model = cleave.load(path)
+    capability = model.partition(["myriad", "cpu"])
+    assert len(capability.parts) == 12 and capability.prediction is None
+    with pytest.warns(UserWarning, match="built-in estimates"):
+        plan = model.partition(["myriad", "cpu"], objective="latency")
+    p = plan.prediction
+    assert p is not None and p["estimated"] == ["myriad", "cpu"], p
+    cap_ms, cap_parts = p["compared"]["capability"]
+    assert cap_parts == 12 and len(plan.parts) < cap_parts, (len(plan.parts), p)
+    assert p["total_ms"] < cap_ms and len(p["part_ms"]) == len(plan.parts)
+    assert abs(sum(p["part_ms"]) - p["total_ms"]) < 1e-6 * p["total_ms"]

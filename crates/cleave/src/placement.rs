@@ -41,6 +41,8 @@ pub struct CostTable {
     pub links: Vec<Link>,
     /// Devices whose figures are declared by their profile, not measured.
     pub declared: Vec<String>,
+    /// Of those, the devices whose figures are cleave's built-in estimates.
+    pub estimated: Vec<String>,
 }
 
 /// One placement the choice was compared with.
@@ -76,10 +78,15 @@ pub struct LatencyChoice {
     /// The best split's predicted total, when it was declined for a single device because
     /// it was not faster by more than the margin.
     pub split_declined: Option<f64>,
+    /// The search's placement (predicted total, parts), when it was declined for the
+    /// capability split, which has fewer parts and is within the margin.
+    pub more_parts_declined: Option<(f64, usize)>,
     pub candidates: Vec<Candidate>,
     pub moved: Vec<Moved>,
     /// Devices whose figures are declared, not measured.
     pub declared: Vec<String>,
+    /// Of those, the devices whose figures are cleave's built-in estimates.
+    pub estimated: Vec<String>,
 }
 
 /// A written plan's predicted latency, per part and in total.
@@ -87,6 +94,7 @@ pub struct LatencyChoice {
 pub struct Prediction {
     pub estimate: Estimate,
     pub declared: Vec<String>,
+    pub estimated: Vec<String>,
 }
 
 /// A split must be predicted this much faster than the best single device to be chosen.
@@ -109,6 +117,7 @@ impl LoadedModel {
         let file = costs.file.as_ref();
         let mut measured = vec![None; d];
         let mut declared = Vec::new();
+        let mut estimated = Vec::new();
         let mut device_costs = Vec::with_capacity(d);
         for (k, name) in names.iter().enumerate() {
             if let Some((_, f)) = file {
@@ -124,6 +133,9 @@ impl LoadedModel {
             match devices.profiles.get(name).and_then(|p| p.cost.as_ref()) {
                 Some(c) => {
                     declared.push(name.clone());
+                    if c.builtin {
+                        estimated.push(name.clone());
+                    }
                     device_costs.push(DeviceCosts {
                         launch_s: c.launch_us * 1e-6,
                         io_bytes_per_s: c.io_gbps * 1e9,
@@ -140,7 +152,7 @@ impl LoadedModel {
                     let msg = if file.is_some() {
                         format!("device '{name}' has no figures here (it has: {has}), and its profile declares no [cost]: profile it with cleave profile --devices {name}")
                     } else {
-                        format!("device '{name}' has no latency figures: give --costs FILE (from cleave profile) or declare [cost] in its profile")
+                        format!("device '{name}' has no latency figures (it is not a built-in device, whose estimates cleave carries): give --costs FILE (from cleave profile) or declare [cost] in its profile")
                     };
                     return Err(Error::argument(path, msg));
                 }
@@ -202,8 +214,7 @@ impl LoadedModel {
             for (i, n) in g.nodes.iter().enumerate() {
                 let slot = &mut node[i * d + k];
                 if let Some(c) = declared_cost {
-                    *slot =
-                        c.op_us * 1e-6 + sem.flops(g, NodeId(i as u32)) as f64 / (c.gflops * 1e9);
+                    *slot = c.node_s(sem.flops(g, NodeId(i as u32)), node_bytes(g, n));
                 }
                 if devices.profiles.check(name, g, n, sem) != Verdict::Supported {
                     *slot = f64::INFINITY;
@@ -254,6 +265,7 @@ impl LoadedModel {
             devices: device_costs,
             links,
             declared,
+            estimated,
         })
     }
 
@@ -388,6 +400,19 @@ impl LoadedModel {
                 placed.estimate = e;
             }
         }
+        // Fewer parts are worth a little predicted time too: the capability split, when it
+        // has fewer parts and is within the margin, is kept.
+        let mut kept_capability = None;
+        if kept_single.is_none() {
+            let cap = p.estimate(&p.units.device);
+            if cap.partition.count < placed.estimate.partition.count
+                && cap.total_s <= placed.estimate.total_s * (1.0 + margin)
+            {
+                kept_capability = Some((placed.estimate.total_s, placed.estimate.partition.count));
+                placed.device = p.units.device.clone();
+                placed.estimate = cap;
+            }
+        }
         let mut assignment = a.clone();
         let mut moved = Vec::new();
         for (u, ns) in p.units.unit_nodes().enumerate() {
@@ -417,9 +442,11 @@ impl LoadedModel {
             planning: start.elapsed(),
             total_s: placed.estimate.total_s,
             split_declined: kept_single,
+            more_parts_declined: kept_capability,
             candidates,
             moved,
             declared: table.declared,
+            estimated: table.estimated,
         })
     }
 
@@ -482,6 +509,18 @@ impl LoadedModel {
         Ok(Prediction {
             estimate: p.price(&p.units.device, partition),
             declared: table.declared,
+            estimated: table.estimated,
         })
     }
+}
+
+/// The bytes a node reads and writes, as far as their types are known (weights included): what
+/// a memory-bound device streams.
+fn node_bytes(g: &cleave_ir::Graph, n: &cleave_ir::Node) -> u64 {
+    n.inputs
+        .iter()
+        .chain(n.outputs.iter())
+        .flatten()
+        .filter_map(|&v| g.value(v).ty.byte_size())
+        .fold(0u64, u64::saturating_add)
 }

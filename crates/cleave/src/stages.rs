@@ -261,7 +261,14 @@ impl LoadedModel {
         let budget = |name: &str| r.memory.iter().find(|(d, _)| d == name).map(|&(_, b)| b);
         let declared = stage_device
             .iter()
-            .all(|d| r.profiles.profiles.get(d).is_some_and(|p| p.cost.is_some()));
+            // Built-in estimates are for placement; stages keep FLOPs unless told more.
+            .all(|d| {
+                r.profiles
+                    .profiles
+                    .get(d)
+                    .and_then(|p| p.cost.as_ref())
+                    .is_some_and(|c| !c.builtin)
+            });
         let mut time = vec![0.0; ug.len() * s];
         if r.costs.file.is_none() && !declared {
             for (u, ns) in ug.unit_nodes().enumerate() {

@@ -88,6 +88,9 @@ pub fn run(
     let choice = l
         .loaded
         .place_for_latency(&l.assignment, &l.devices, &costs, devices.margin)?;
+    if let Some(note) = crate::latency::estimates_note(model, &choice.estimated) {
+        bar.suspend(|| eprintln!("{note}"));
+    }
     // Run the engines as they were profiled.
     let single_thread = costs
         .file
@@ -239,7 +242,7 @@ pub fn run(
     let report = Report {
         model: model.display().to_string(),
         runs,
-        figures: crate::latency::provenance(&choice.declared),
+        figures: crate::latency::provenance(&choice.declared, &choice.estimated),
         chosen_over_best_single: best_single.map(|b| chosen / b),
         chosen_over_capability: chosen / capability.max(1e-12),
         planning_ms: choice.planning.as_secs_f64() * 1e3,

@@ -8,12 +8,34 @@ pub fn ms(s: f64) -> String {
 }
 
 /// Where the figures come from, for every line that shows a prediction.
-pub fn provenance(declared: &[String]) -> String {
-    if declared.is_empty() {
-        "measured figures".into()
-    } else {
-        format!("declared figures for {}", declared.join(", "))
+pub fn provenance(declared: &[String], estimated: &[String]) -> String {
+    let mut said = Vec::new();
+    if !estimated.is_empty() {
+        said.push(format!("built-in estimates for {}", estimated.join(", ")));
     }
+    let by_user: Vec<&str> = declared
+        .iter()
+        .filter(|d| !estimated.contains(d))
+        .map(String::as_str)
+        .collect();
+    if !by_user.is_empty() {
+        said.push(format!("declared figures for {}", by_user.join(", ")));
+    }
+    if said.is_empty() {
+        return "measured figures".into();
+    }
+    said.join("; ")
+}
+
+/// The stderr note that a prediction rests on estimates, once per command.
+pub fn estimates_note(model: &std::path::Path, estimated: &[String]) -> Option<String> {
+    (!estimated.is_empty()).then(|| {
+        format!(
+            "cleave: note: {}: the latency figures for {} are cleave's built-in estimates (docs/device-costs.md names each one's source), not measurements: predictions may be off by 2x or more; cleave profile on the target gives --costs",
+            model.display(),
+            estimated.join(", ")
+        )
+    })
 }
 
 /// The choice: method, the candidates it beat, and the units it moved and why.
@@ -36,7 +58,7 @@ pub fn choice_lines(c: &LatencyChoice) -> Vec<String> {
         "objective latency ({method}), planned in {:.1} ms; predicted {} ({}; parts run one after another, devices do not overlap)",
         c.planning.as_secs_f64() * 1e3,
         ms(c.total_s),
-        provenance(&c.declared)
+        provenance(&c.declared, &c.estimated)
     ));
     let others: Vec<String> = c
         .candidates
@@ -59,6 +81,12 @@ pub fn choice_lines(c: &LatencyChoice) -> Vec<String> {
         out.push(format!(
             "  the best split, predicted {}, is not faster than the best single device by more than the margin (--margin): one device runs it all",
             ms(split)
+        ));
+    }
+    if let Some((total, parts)) = c.more_parts_declined {
+        out.push(format!(
+            "  the search's best placement, predicted {} in {parts} parts, is not faster than the capability split, with fewer parts, by more than the margin (--margin): capability kept",
+            ms(total)
         ));
     }
     if c.moved.is_empty() {
@@ -102,7 +130,7 @@ pub fn prediction_lines(p: &Prediction, part_files: &[String]) -> Vec<String> {
         ms(p.estimate.total_s),
         p.estimate.parts.len(),
         if p.estimate.parts.len() == 1 { "" } else { "s" },
-        provenance(&p.declared)
+        provenance(&p.declared, &p.estimated)
     ));
     for (k, part) in p.estimate.parts.iter().enumerate() {
         let name = part_files.get(k).map_or("?", String::as_str);

@@ -66,8 +66,11 @@ pub struct DeviceArgs {
     /// What the placement optimises. `fewest`: each node on the first device that runs it
     /// (rules and the priority list), cut into the fewest parts. `latency`: each unit on the
     /// device, among those that may run it (rules and pins still hold), that minimises the
-    /// predicted end-to-end latency of the parts run one after another; needs --costs, or
-    /// `[cost]` figures in the devices' profiles.
+    /// predicted end-to-end latency of the parts run one after another. Each device's
+    /// figures come from --costs where the file has it, else from a `[cost]` section of its
+    /// profile, else from cleave's built-in estimate for that device (every built-in device
+    /// has one, its sources in docs/device-costs.md; said on stderr). Pieces an accelerator
+    /// would run that save less than their launch and copies go to the next device.
     #[arg(long, value_enum, default_value = "fewest")]
     pub objective: Objective,
     /// Latency figures from `cleave profile` (JSON). With `--objective fewest` they only
@@ -211,6 +214,13 @@ pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned,
     say_learned(model_path, &assigned.loaded);
     for w in &assigned.assignment.warnings {
         eprintln!("cleave: warning: {}: {w}", model_path.display());
+    }
+    if let Some(note) = assigned
+        .latency
+        .as_ref()
+        .and_then(|c| crate::latency::estimates_note(model_path, &c.estimated))
+    {
+        eprintln!("{note}");
     }
     Ok(assigned)
 }

@@ -357,3 +357,78 @@ fn pipeline_stages_take_their_times_from_the_cost_file() {
         "npu 50x slower kept {after} of {before} nodes: {out}"
     );
 }
+
+/// Without --costs, the built-in devices' default cost models place the split: capability's
+/// scattered islands (87 parts of a random 300-node net on myriad,cpu, every tensor 16 bytes)
+/// go to the CPU, where a part's launch and USB copies cost more than they save; the stderr
+/// says the figures are estimates, and the printed totals compare both placements.
+#[test]
+fn default_costs_place_without_a_cost_file_and_say_they_are_estimates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("g.onnx");
+    ok(&cleave(&[
+        os("gen"),
+        os("--nodes"),
+        os("300"),
+        os("-o"),
+        model.as_os_str(),
+    ]));
+    let run = |objective: &str, out: &str| {
+        cleave(&[
+            os("partition"),
+            model.as_os_str(),
+            os("--devices"),
+            os("myriad,cpu"),
+            os("--objective"),
+            os(objective),
+            os("-o"),
+            tmp.path().join(out).as_os_str(),
+        ])
+    };
+    let parts = |dir: &str| {
+        std::fs::read_dir(tmp.path().join(dir))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".onnx")
+            })
+            .count()
+    };
+    ok(&run("fewest", "capability"));
+    let o = run("latency", "latency");
+    let out = ok(&o);
+    let (cap, chosen) = (parts("capability"), parts("latency"));
+    assert!(cap > 20, "capability gave {cap} parts");
+    assert!(
+        chosen < cap / 4,
+        "{chosen} parts against capability's {cap}"
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("built-in estimates") && err.contains("myriad, cpu"),
+        "{err}"
+    );
+    assert!(out.contains("built-in estimates for myriad, cpu"), "{out}");
+    // "predicted X ms" for the choice, "capability Y ms (N parts)" for comparison.
+    let number_after = |key: &str| -> f64 {
+        let at = out
+            .find(key)
+            .unwrap_or_else(|| panic!("no '{key}' in {out}"))
+            + key.len();
+        out[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (total, capability) = (number_after("; predicted "), number_after("capability "));
+    assert!(
+        total < capability,
+        "{total} ms chosen, {capability} capability"
+    );
+    assert!(out.contains(&format!("({cap} parts)")), "{out}");
+}

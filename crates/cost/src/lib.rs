@@ -17,7 +17,9 @@ pub use file::{
     fingerprint, CostFile, DeviceEntry, LinkEntry, ModelStamp, Profiling, UnitEntry, FORMAT,
 };
 pub use problem::{DeviceCosts, Estimate, Flow, Link, PartEstimate, Problem};
-pub use search::{chain, exact, optimize, scalable, search_space, Method, Placed, EXACT_LIMIT};
+pub use search::{
+    chain, exact, optimize, scalable, search_space, settle_parts, Method, Placed, EXACT_LIMIT,
+};
 pub use stages::{
     plan_stages, stage_figures, StageDevice, StageError, StageFigures, StagePlan, StageProblem,
     StageTensor,

@@ -314,6 +314,39 @@ pub fn scalable(p: &Problem, starts: &[Vec<u16>], budget: Duration) -> Option<(V
     best.map(|(_, dev)| (dev, method))
 }
 
+/// Moves whole parts to another device while that lowers the total, with no time limit:
+/// whatever the climb's budget cut short, no part is left whose launch and copies cost more
+/// than running its units elsewhere saves. Each kept move lowers the total, so it ends; the
+/// bound on rounds only guards against a model whose totals are not comparable.
+pub fn settle_parts(p: &Problem, mut dev: Vec<u16>) -> Vec<u16> {
+    let mut climb = Climb {
+        p,
+        scratch: p.units.clone(),
+        deadline: Instant::now() + Duration::from_secs(3600),
+        evaluations: 0,
+        out_of_time: false,
+    };
+    let mut best = p.total(&mut climb.scratch, &dev);
+    if !best.is_finite() {
+        return dev;
+    }
+    let d = p.device_count() as u16;
+    for _ in 0..=p.units.len() {
+        let est = p.estimate_with(&mut climb.scratch, &dev);
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); est.partition.count];
+        for u in 0..p.units.len() {
+            members[est.partition.part_of[u] as usize].push(u);
+        }
+        let moved = members
+            .iter()
+            .any(|m| (0..d).any(|e| climb.try_move(&mut dev, m, e, &mut best)));
+        if !moved {
+            break;
+        }
+    }
+    dev
+}
+
 /// Exact when the placements number at most [`EXACT_LIMIT`], else [`scalable`]. `None`
 /// when some unit may run nowhere.
 pub fn optimize(p: &Problem, starts: &[Vec<u16>], budget: Duration) -> Option<Placed> {
@@ -323,7 +356,10 @@ pub fn optimize(p: &Problem, starts: &[Vec<u16>], budget: Duration) -> Option<Pl
             let (dev, placements) = exact(p)?;
             (dev, Method::Exact { placements })
         }
-        _ => scalable(p, starts, budget)?,
+        _ => {
+            let (dev, method) = scalable(p, starts, budget)?;
+            (settle_parts(p, dev), method)
+        }
     };
     let estimate = p.estimate(&device);
     Some(Placed {

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use cleave_partition::UnitGraph;
 
-use crate::{exact, scalable, DeviceCosts, Flow, Link, Problem};
+use crate::{exact, optimize, scalable, DeviceCosts, Flow, Link, Problem};
 
 /// A small deterministic generator, so a failing case can be replayed by its seed.
 pub(crate) type Rng = cleave_ir::XorShift64;
@@ -184,4 +184,46 @@ fn a_part_pays_its_launch_copies_and_links() {
     assert!((p.estimate(&[0, 0, 0]).total_s - 12.0).abs() < 1e-12);
     let (best, _) = exact(&p).expect("placement");
     assert_eq!(best, vec![0, 0, 0]);
+}
+
+/// However short the search's budget, no part of the result could run on another device for
+/// less: an island whose launch and copies cost more than it saves is always moved.
+#[test]
+fn no_part_is_kept_whose_move_elsewhere_would_be_faster() {
+    let mut settled = 0;
+    for seed in 0..60u64 {
+        let d = 2 + seed as usize % 2;
+        // Beyond the exact limit, so the climb runs, with no time to climb at all.
+        let p = random_problem(seed + 5000, 40 + seed as usize % 20, d);
+        let seeds = vec![first_allowed(&p)];
+        let placed = optimize(&p, &seeds, Duration::ZERO).expect("a placement");
+        let best = placed.estimate.total_s;
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); placed.estimate.partition.count];
+        for u in 0..p.units.len() {
+            members[placed.estimate.partition.part_of[u] as usize].push(u);
+        }
+        for m in &members {
+            for e in 0..d as u16 {
+                if m.iter().any(|&u| !p.allows(u, e) || placed.device[u] == e) {
+                    continue;
+                }
+                let mut trial = placed.device.clone();
+                for &u in m {
+                    trial[u] = e;
+                }
+                let t = p.estimate(&trial).total_s;
+                assert!(
+                    t >= best * (1.0 - 1e-9),
+                    "seed {seed}: moving a part of {} units to device {e} gives {t} < {best}",
+                    m.len()
+                );
+            }
+        }
+        let start = p.estimate(&seeds[0]).total_s;
+        if best < start * (1.0 - 1e-9) {
+            settled += 1;
+        }
+    }
+    // With no budget the climb does nothing: the gain is the sweep's (and the chain's).
+    assert!(settled > 30, "{settled} of 60 improved on their start");
 }

@@ -16,5 +16,6 @@ mod profile;
 
 pub use constraint::Constraint;
 pub use profile::{
-    DeclaredCost, FuseSection, OpTable, PluginAnswer, Profile, ProfileError, Profiles, Verdict,
+    default_costs, DeclaredCost, FuseSection, OpTable, PluginAnswer, Profile, ProfileError,
+    Profiles, Verdict,
 };

@@ -31,6 +31,39 @@ pub struct Plan {
     _model_tmp: Option<Arc<TempDir>>,
     /// What messages call the model's private copy.
     names: Names,
+    /// The predicted latency, when the latency objective or a cost file gave figures.
+    prediction: Option<PredictionInfo>,
+}
+
+/// What `prediction` tells: the plan's predicted latency and what it was compared with.
+struct PredictionInfo {
+    total_ms: f64,
+    part_ms: Vec<f64>,
+    /// (placement, ms, parts): the capability placement and each single device.
+    compared: Vec<(String, f64, usize)>,
+    declared: Vec<String>,
+    estimated: Vec<String>,
+}
+
+impl PredictionInfo {
+    fn of(assigned: &Assigned, plan: &ValidatedPlan) -> Result<Option<PredictionInfo>, Error> {
+        let Some(p) = assigned.predict(plan.plan())? else {
+            return Ok(None);
+        };
+        let compared = assigned.latency.as_ref().map_or_else(Vec::new, |c| {
+            c.candidates
+                .iter()
+                .map(|k| (k.name.clone(), k.total_s * 1e3, k.parts))
+                .collect()
+        });
+        Ok(Some(PredictionInfo {
+            total_ms: p.estimate.total_s * 1e3,
+            part_ms: p.estimate.parts.iter().map(|q| q.total_s() * 1e3).collect(),
+            compared,
+            declared: p.declared,
+            estimated: p.estimated,
+        }))
+    }
 }
 
 /// What `parts_info` tells of a part.
@@ -95,7 +128,12 @@ impl Plan {
         names: Names,
     ) -> PyResult<Plan> {
         Self::plan(path, req, stages, memory, algorithm)
-            .map(|(assigned, plan, stage_lines)| Plan {
+            .and_then(|(assigned, plan, stage_lines)| {
+                let prediction = PredictionInfo::of(&assigned, &plan)?;
+                Ok((assigned, plan, stage_lines, prediction))
+            })
+            .map(|(assigned, plan, stage_lines, prediction)| Plan {
+                prediction,
                 parts: PartInfo::of(assigned.loaded.graph(), &plan),
                 warnings: assigned.assignment.warnings.clone(),
                 assigned: Mutex::new(assigned),
@@ -236,6 +274,28 @@ impl Plan {
     #[getter]
     fn warnings(&self) -> Vec<String> {
         self.warnings.clone()
+    }
+
+    /// The predicted latency (None without figures): `total_ms`, `part_ms`, `compared`
+    /// ({placement: (ms, parts)}: the capability placement and each single device), and
+    /// which devices' figures are `declared` by a profile, of which `estimated` are
+    /// cleave's built-in estimates.
+    #[getter]
+    fn prediction<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(p) = &self.prediction else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("total_ms", p.total_ms)?;
+        d.set_item("part_ms", &p.part_ms)?;
+        let compared = PyDict::new(py);
+        for (name, ms, parts) in &p.compared {
+            compared.set_item(name, (*ms, *parts))?;
+        }
+        d.set_item("compared", compared)?;
+        d.set_item("declared", &p.declared)?;
+        d.set_item("estimated", &p.estimated)?;
+        Ok(Some(d))
     }
 
     /// Writes the parts and ONE's connection files into `folder` (created if missing), as
