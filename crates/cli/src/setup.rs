@@ -69,7 +69,7 @@ pub struct DeviceArgs {
     /// predicted end-to-end latency of the parts run one after another. Each device's
     /// figures come from --costs where the file has it, else from a `[cost]` section of its
     /// profile, else from cleave's built-in estimate for that device (every built-in device
-    /// has one, its sources in docs/device-costs.md; said on stderr). Pieces an accelerator
+    /// has one, from published figures; said on stderr). Pieces an accelerator
     /// would run that save less than their launch and copies go to the next device.
     #[arg(long, value_enum, default_value = "fewest")]
     pub objective: Objective,
