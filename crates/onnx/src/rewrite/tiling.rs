@@ -212,25 +212,30 @@ impl Layer<'_> {
         volume(&self.y_dims).saturating_mul(self.elem)
     }
 
-    /// The bytes each tile of `scheme` needs at most: its input, output and weights.
+    /// The bytes each tile of `scheme` needs at most: its input, output and weights. Tiles
+    /// take near-equal ranges, the first ones a channel more (16 over 3 is 6/5/5): the
+    /// largest tile, not the average, must fit.
     fn need(&self, scheme: Scheme) -> u64 {
         let (in_b, out_b, params) = (self.in_bytes(), self.out_bytes(), self.params);
+        let out_c = self.y_dims.get(1).copied().unwrap_or(1);
         match scheme {
             Scheme::OutChannels(k) => {
-                let k = k.max(1) as u64;
                 if self.kind == Kind::Conv {
-                    in_b.saturating_add(out_b.div_ceil(k))
-                        .saturating_add(params.div_ceil(k))
+                    in_b.saturating_add(largest_share(out_b, out_c, k))
+                        .saturating_add(largest_share(params, out_c, k))
                 } else {
                     // A pool tile reads only its own channels.
-                    in_b.saturating_add(out_b).div_ceil(k)
+                    largest_share(in_b.saturating_add(out_b), out_c, k)
                 }
             }
             Scheme::InChannels(k) => {
-                let k = k.max(1) as u64;
-                in_b.div_ceil(k)
+                let reduced = match self.kind {
+                    Kind::MatMul | Kind::Gemm => self.x_dims.last().copied().unwrap_or(1),
+                    _ => self.x_dims.get(1).copied().unwrap_or(1),
+                };
+                largest_share(in_b, reduced, k)
                     .saturating_add(out_b)
-                    .saturating_add(params.div_ceil(k))
+                    .saturating_add(largest_share(params, reduced, k))
             }
             Scheme::Space { rows, cols, oc } => {
                 let Some(g) = self.geometry else {
@@ -247,7 +252,7 @@ impl Layer<'_> {
                 };
                 plane(self.x_dims[1], ih, iw)
                     .saturating_add(plane(ceil_div(self.y_dims[1], oc), oh, ow))
-                    .saturating_add(params.div_ceil(oc as u64))
+                    .saturating_add(largest_share(params, self.y_dims[1], oc))
             }
         }
     }
@@ -326,6 +331,14 @@ impl Layer<'_> {
         }
         out
     }
+}
+
+/// The bytes of the largest of `k` near-equal ranges of `units` (see [`ranges`]), when
+/// `bytes` spread evenly over them.
+fn largest_share(bytes: u64, units: i64, k: i64) -> u64 {
+    let (units, k) = (units.max(1), k.max(1));
+    let share = u128::from(bytes) * ceil_div(units, k) as u128 / units as u128;
+    u64::try_from(share).unwrap_or(u64::MAX)
 }
 
 /// ⌈a / b⌉ for a ≥ 0 and b > 0, without an intermediate that could overflow.
@@ -862,7 +875,36 @@ fn in_channels(cx: &PassCx, e: &mut Edits, l: &Layer, label: &str, k: i64) -> bo
 
 #[cfg(test)]
 mod tests {
-    use super::{ranges, Geometry};
+    use super::{largest_share, ranges, Geometry, Kind, Layer, Scheme};
+    use cleave_ir::{NodeId, ValueId};
+
+    /// A MaxPool of 16 channels whose 16,000 bytes of input and output make 3 tiles of 5,334
+    /// on average, but 6/5/5 channels: its largest tile needs 6,000 B, past a 5,500 B budget,
+    /// so 4 tiles are taken.
+    #[test]
+    fn the_budget_holds_for_the_largest_tile() {
+        let pool = Layer {
+            n: NodeId(0),
+            kind: Kind::Pool,
+            x: ValueId(0),
+            y: ValueId(1),
+            x_dims: vec![1, 16, 10, 20],
+            y_dims: vec![1, 16, 5, 10],
+            elem: 4,
+            w: None,
+            b: None,
+            params: 0,
+            group: 1,
+            trans_b: false,
+            geometry: None,
+        };
+        assert_eq!(pool.need(Scheme::OutChannels(3)), 6_000);
+        assert_eq!(pool.need(Scheme::OutChannels(4)), 4_000);
+        assert_eq!(pool.candidates(5_500), vec![Scheme::OutChannels(4)]);
+        assert_eq!(largest_share(u64::MAX, 2, 1), u64::MAX);
+        let sizes: Vec<i64> = ranges(16, 3).iter().map(|(a, b)| b - a).collect();
+        assert_eq!(sizes, [6, 5, 5]);
+    }
 
     fn geo(input: i64, span: i64, stride: i64, begin: i64, end: i64, ceil: bool) -> Geometry {
         let out = if ceil {
