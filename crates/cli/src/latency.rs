@@ -7,6 +7,19 @@ pub fn ms(s: f64) -> String {
     format!("{:.3} ms", s * 1e3)
 }
 
+/// A short time a user reads: microseconds below a millisecond (never "0.0 ms"), else
+/// milliseconds, else seconds.
+pub fn duration(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1e-3 {
+        format!("{} µs", (s * 1e6).round().max(1.0))
+    } else if s < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
 /// Where the figures come from, for every line that shows a prediction.
 pub fn provenance(declared: &[String], estimated: &[String]) -> String {
     let mut said = Vec::new();

@@ -270,14 +270,15 @@ fn report(
 ) {
     let placed = plan.parts.iter().map(|p| p.nodes.len()).sum::<usize>();
     let constants = l.loaded.constant.iter().filter(|&&c| c).count();
-    let ms = elapsed.as_secs_f64() * 1e3;
+    let took = crate::latency::duration(elapsed);
     let devices = l.assignment.devices.join(",");
     match references {
-        None => println!("{}: {} pipeline stages on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms", a.model.display(), plan.parts.len()),
+        None => println!("{}: {} pipeline stages on {devices} ({placed} nodes placed, {constants} constant nodes copied where read), cut in {took}", a.model.display(), plan.parts.len()),
         Some(c) => println!(
-            "{}: {} parts on {devices} ({placed} nodes placed, {constants} constant nodes copied where read) in {ms:.1} ms; ONE's rule would give {}, the epoch greedy {}",
+            "{}: {} part{} on {devices} ({placed} nodes placed, {constants} constant nodes copied where read), cut in {took}; ONE's rule would give {}, the epoch greedy {}",
             a.model.display(),
             plan.parts.len(),
+            if plan.parts.len() == 1 { "" } else { "s" },
             c.one_rule,
             c.epoch_greedy
         ),

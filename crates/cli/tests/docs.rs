@@ -124,8 +124,8 @@ fn the_readme_example_and_its_next_steps_run_as_shown() {
             .filter(|l| !l.trim().is_empty())
             .map(|l| {
                 let l = l.trim_end();
-                match l.find(" in ") {
-                    Some(i) if l.contains(" ms;") => {
+                match l.find(", cut in ") {
+                    Some(i) => {
                         let j = l[i..].find(';').map_or(l.len(), |j| i + j);
                         format!("{}{}", &l[..i], &l[j..])
                     }
