@@ -491,7 +491,8 @@ class Plan:
         """The predicted latency, when ``objective="latency"`` or ``costs`` gave figures:
         ``total_ms``, ``part_ms`` (per part), ``compared`` (``{"capability": (ms, parts),
         "all on cpu": ...}``), and the devices whose figures a profile ``declared``, of
-        which ``estimated`` are cleave's built-in estimates. None otherwise."""
+        which ``estimated`` are cleave's built-in estimates. None otherwise, and with
+        ``stages=``."""
         p = self._p.prediction
         return None if p is None else dict(p)
 

@@ -54,8 +54,12 @@ impl Devices {
                     model.display()
                 ),
             };
-            self.profiles
-                .insert(Profile::from_plugin(&name, description, answer));
+            let mut profile = Profile::from_plugin(&name, description, answer);
+            // The user's own [cost] for this device beats the built-in estimate.
+            if let Some(c) = self.profiles.get(&name).and_then(|p| p.cost.clone()) {
+                profile.cost = Some(c);
+            }
+            self.profiles.insert(profile);
         }
         Ok(())
     }

@@ -152,7 +152,7 @@ impl LoadedModel {
                     let msg = if file.is_some() {
                         format!("device '{name}' has no figures here (it has: {has}), and its profile declares no [cost]: profile it with cleave profile --devices {name}")
                     } else {
-                        format!("device '{name}' has no latency figures (it is not a built-in device, whose estimates cleave carries): give --costs FILE (from cleave profile) or declare [cost] in its profile")
+                        format!("device '{name}' has no latency figures (its profile declares no [cost], and cleave has no estimate for it): give --costs FILE (from cleave profile) or declare [cost] in its profile")
                     };
                     return Err(Error::argument(path, msg));
                 }
@@ -514,9 +514,28 @@ impl LoadedModel {
     }
 }
 
+/// Ops that read only their input's shape, or give it a new one without moving its data (in
+/// ONNX's and TFLite's words): no memory traffic to price.
+const NO_TRAFFIC: &[&str] = &[
+    "Shape",
+    "Size",
+    "Reshape",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Identity",
+    "SHAPE",
+    "RESHAPE",
+    "SQUEEZE",
+    "EXPAND_DIMS",
+];
+
 /// The bytes a node reads and writes, as far as their types are known (weights included): what
 /// a memory-bound device streams.
 fn node_bytes(g: &cleave_ir::Graph, n: &cleave_ir::Node) -> u64 {
+    if NO_TRAFFIC.contains(&n.op_type.as_str()) {
+        return 0;
+    }
     n.inputs
         .iter()
         .chain(n.outputs.iter())

@@ -287,6 +287,13 @@ impl LoadedModel {
             return Ok((time, devices, StageTime::Flops));
         }
         let table = self.cost_table(stage_device, r.profiles, r.costs)?;
+        // Stages are timed by measurement or the user's own figures, never a guess mixed in.
+        if let (Some(name), Some((path, _))) = (table.estimated.first(), &r.costs.file) {
+            return Err(Error::argument(
+                path,
+                format!("device '{name}' has no figures here: profile it with cleave profile --devices {name}, or declare [cost] in its profile"),
+            ));
+        }
         for (u, ns) in ug.unit_nodes().enumerate() {
             let p = pos_of_unit[u] as usize;
             for k in 0..s {

@@ -70,7 +70,7 @@ pub struct DeviceArgs {
     /// figures come from --costs where the file has it, else from a `[cost]` section of its
     /// profile, else from cleave's built-in estimate for that device (every built-in device
     /// has one, from published figures; said on stderr). Pieces an accelerator
-    /// would run that save less than their launch and copies go to the next device.
+    /// would run that save less than their launch and copies go to another device.
     #[arg(long, value_enum, default_value = "fewest")]
     pub objective: Objective,
     /// Latency figures from `cleave profile` (JSON). With `--objective fewest` they only

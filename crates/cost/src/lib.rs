@@ -19,6 +19,7 @@ pub use file::{
 pub use problem::{DeviceCosts, Estimate, Flow, Link, PartEstimate, Problem};
 pub use search::{
     chain, exact, optimize, scalable, search_space, settle_parts, Method, Placed, EXACT_LIMIT,
+    SETTLE_BUDGET,
 };
 pub use stages::{
     plan_stages, stage_figures, StageDevice, StageError, StageFigures, StagePlan, StageProblem,

@@ -314,37 +314,51 @@ pub fn scalable(p: &Problem, starts: &[Vec<u16>], budget: Duration) -> Option<(V
     best.map(|(_, dev)| (dev, method))
 }
 
-/// Moves whole parts to another device while that lowers the total, with no time limit:
-/// whatever the climb's budget cut short, no part is left whose launch and copies cost more
-/// than running its units elsewhere saves. Each kept move lowers the total, so it ends; the
-/// bound on rounds only guards against a model whose totals are not comparable.
-pub fn settle_parts(p: &Problem, mut dev: Vec<u16>) -> Vec<u16> {
+/// Time the closing sweep of whole parts may take, beyond the climb's budget.
+pub const SETTLE_BUDGET: Duration = Duration::from_secs(5);
+
+/// Moves whole parts to another device while that lowers the total: after a climb its budget
+/// cut short, no part is left whose launch and copies cost more than running its units
+/// elsewhere saves, unless `budget` runs out first (then `false`). Each kept move lowers the
+/// total, so it ends; after a move the sweep goes on from the next part.
+pub fn settle_parts(p: &Problem, dev: &mut [u16], budget: Duration) -> (u64, bool) {
     let mut climb = Climb {
         p,
         scratch: p.units.clone(),
-        deadline: Instant::now() + Duration::from_secs(3600),
+        deadline: Instant::now() + budget,
         evaluations: 0,
         out_of_time: false,
     };
-    let mut best = p.total(&mut climb.scratch, &dev);
+    let mut best = p.total(&mut climb.scratch, dev);
     if !best.is_finite() {
-        return dev;
+        return (0, true);
     }
     let d = p.device_count() as u16;
-    for _ in 0..=p.units.len() {
-        let est = p.estimate_with(&mut climb.scratch, &dev);
-        let mut members: Vec<Vec<usize>> = vec![Vec::new(); est.partition.count];
-        for u in 0..p.units.len() {
-            members[est.partition.part_of[u] as usize].push(u);
-        }
-        let moved = members
-            .iter()
-            .any(|m| (0..d).any(|e| climb.try_move(&mut dev, m, e, &mut best)));
-        if !moved {
+    // The part index to try next, in the order of the current partition.
+    let mut next = 0usize;
+    let mut since_move = 0usize;
+    loop {
+        let est = p.estimate_with(&mut climb.scratch, dev);
+        let count = est.partition.count;
+        if count == 0 || since_move >= count {
             break;
         }
+        let k = next % count;
+        let members: Vec<usize> = (0..p.units.len())
+            .filter(|&u| est.partition.part_of[u] as usize == k)
+            .collect();
+        let moved = (0..d).any(|e| climb.try_move(dev, &members, e, &mut best));
+        if climb.out_of_time {
+            break;
+        }
+        if moved {
+            since_move = 0;
+        } else {
+            since_move += 1;
+            next = k + 1;
+        }
     }
-    dev
+    (climb.evaluations, !climb.out_of_time)
 }
 
 /// Exact when the placements number at most [`EXACT_LIMIT`], else [`scalable`]. `None`
@@ -356,10 +370,24 @@ pub fn optimize(p: &Problem, starts: &[Vec<u16>], budget: Duration) -> Option<Pl
             let (dev, placements) = exact(p)?;
             (dev, Method::Exact { placements })
         }
-        _ => {
-            let (dev, method) = scalable(p, starts, budget)?;
-            (settle_parts(p, dev), method)
-        }
+        _ => match scalable(p, starts, budget)? {
+            // A climb that finished found no part worth moving; one cut short may have.
+            (
+                mut dev,
+                Method::Scalable {
+                    evaluations,
+                    finished: false,
+                },
+            ) => {
+                let (more, settled) = settle_parts(p, &mut dev, SETTLE_BUDGET);
+                let method = Method::Scalable {
+                    evaluations: evaluations + more,
+                    finished: settled,
+                };
+                (dev, method)
+            }
+            done => done,
+        },
     };
     let estimate = p.estimate(&device);
     Some(Placed {
