@@ -49,6 +49,22 @@ pub(crate) fn register(r: &mut OpTable) {
                     2 * axes
                 ));
             }
+            // Negative pads crop; they may not crop more than the axis holds.
+            let dims = o.dims(0).unwrap_or_default();
+            if o.int_constant(3).is_none() && dims.len() as i64 == r {
+                let half = dims.len();
+                for (a, d) in dims.iter().enumerate() {
+                    let (Some(d), Some(&b), Some(&e)) = (d, p.get(a), p.get(a + half)) else {
+                        continue;
+                    };
+                    if i128::from(*d) + i128::from(b) + i128::from(e) < 0 {
+                        return Err(format!(
+                            "pads {p:?} crop {} from axis {a}, which holds {d}",
+                            -(i128::from(b) + i128::from(e))
+                        ));
+                    }
+                }
+            }
         }
         Ok(())
     });
@@ -61,11 +77,16 @@ pub(crate) fn register(r: &mut OpTable) {
             None => Ok(()),
         }
     });
-    r.shapes(&["Slice"], |o| match o.int_constant(4) {
-        Some(steps) if steps.contains(&0) => {
-            Err(format!("steps {steps:?}: a step of 0 never advances"))
+    r.shapes(&["Slice"], |o| {
+        if let Some(steps) = o.int_constant(4).filter(|s| s.contains(&0)) {
+            return Err(format!("steps {steps:?}: a step of 0 never advances"));
         }
-        _ => Ok(()),
+        if let (Some(r), Some(axes)) = (o.rank(0), o.list("axes", 3)) {
+            if let Some(a) = axes.iter().find(|&&a| a < -r || a >= r) {
+                return Err(format!("axes {axes:?}: {a} is out of range for rank {r}"));
+            }
+        }
+        Ok(())
     });
     r.shapes(&["Range"], |o| {
         let delta = o.constant(2).as_deref().and_then(<[f64]>::first).copied();
@@ -306,17 +327,18 @@ fn slice(cx: &Cx) -> Option<Vec<Dim>> {
 pub(crate) fn slice_len(len: i64, start: i64, end: i64, step: i64) -> i64 {
     let norm = |v: i64| if v < 0 { v.saturating_add(len) } else { v };
     let (start, end) = (norm(start), norm(end));
+    // Counted as (span - 1) / |step| + 1, so no step, INT64_MIN and MAX included, overflows.
     if step > 0 {
         let (s, e) = (start.clamp(0, len), end.clamp(0, len));
         if e > s {
-            (e - s + step - 1) / step
+            (e - s - 1) / step + 1
         } else {
             0
         }
     } else {
         let (s, e) = (start.clamp(-1, len - 1), end.clamp(-1, len - 1));
         if s > e {
-            (s - e + (-step) - 1) / (-step)
+            ((s - e - 1).unsigned_abs() / step.unsigned_abs()) as i64 + 1
         } else {
             0
         }
@@ -493,5 +515,11 @@ mod tests {
         assert_eq!(slice_len(10, -1, i64::MIN, -1), 10);
         assert_eq!(slice_len(10, 5, 2, 1), 0);
         assert_eq!(slice_len(4, -100, 100, 1), 4);
+        // The extreme steps (a step of INT64_MIN once negated and overflowed): one element.
+        assert_eq!(slice_len(4, 1, 0, i64::MIN), 1);
+        assert_eq!(slice_len(4, 3, -100, i64::MIN), 1);
+        assert_eq!(slice_len(4, 0, 4, i64::MAX), 1);
+        assert_eq!(slice_len(4, 0, 4, 3), 2);
+        assert_eq!(slice_len(4, 3, -100, -3), 2);
     }
 }
