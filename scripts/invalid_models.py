@@ -2,7 +2,8 @@
 """Invalid models, one defect each, grouped by class, and what cleave's one-line refusal must
 say. Each is proven invalid by an oracle that is not cleave: the onnx checker (full_check), or
 where the checker lets it pass, onnxruntime refusing to load it or to run it on zeros. Writes
-OUTDIR/NAME.onnx and OUTDIR/expected.json ({name: substring of cleave's message}); exits 1 if
+OUTDIR/NAME.onnx and OUTDIR/expected.json ({name: substring of cleave's message}), and the
+controls as OUTDIR/control_NAME.onnx (listed in controls.json), which cleave must take; exits 1 if
 an oracle accepts a case, since then it proves nothing, or a control model (the same
 builders, no defect) is refused, since then the builders are what the oracle refuses.
 
@@ -191,6 +192,25 @@ CASES = {
     "onehot_depth_negative": ("shape argument", model([helper.make_node("OneHot", ["i", "d", "v"], ["y"], name="n0")], [i64("i", [1, 2]), i64("d", -3), f32("v", [0, 1])], inputs=()), "node 'n0' (OneHot): depth -3 is negative"),
     "range_delta_0": ("shape argument", model([helper.make_node("Range", ["a", "b", "c"], ["y"], name="n0")], [f32("a", 0), f32("b", 4), f32("c", 0)], inputs=()), "node 'n0' (Range): delta 0 never reaches the limit"),
     "range_int_delta_0": ("shape argument", model([helper.make_node("Range", ["a", "b", "c"], ["y"], name="n0")], [i64("a", 0), i64("b", 4), i64("c", 0)], inputs=()), "node 'n0' (Range): delta 0 never reaches the limit"),
+    # Windows and blocks larger than what they cover: output dims of 0 or below, or a fraction.
+    "conv_dilation_past_input": ("window past input", one("Conv", inputs=("x", "w"), inits=[w("w", [4, 4, 2, 2])], dilations=[5, 5]), "node 'n0' (Conv): the window spans 6 along spatial axis 0 (kernel 2, dilation 5), more than the input's 2 plus pads 0 and 0: no output"),
+    "conv_kernel_past_input": ("window past input", one("Conv", inputs=("x", "w"), inits=[w("w", [4, 4, 3, 3])]), "node 'n0' (Conv): the window spans 3 along spatial axis 0"),
+    "maxpool_kernel_past_input": ("window past input", one("MaxPool", kernel_shape=[5, 5]), "node 'n0' (MaxPool): the window spans 5 along spatial axis 0"),
+    "depth_to_space_blocksize_large": ("window past input", one("DepthToSpace", blocksize=4), "node 'n0' (DepthToSpace): blocksize 4: channels 4 does not divide by 16"),
+    "space_to_depth_blocksize_large": ("window past input", one("SpaceToDepth", blocksize=3), "node 'n0' (SpaceToDepth): blocksize 3: height 2 does not divide by 3"),
+    # Sizes past what any tensor holds.
+    "input_dims_overflow": ("size past 2^63", model([helper.make_node("Relu", ["x"], ["y"], name="n0")], inputs=(("x", [1 << 40, 1 << 40, 4, 4]),)), "tensor 'x': dims [1099511627776, 1099511627776, 4, 4] hold more than 2^63 elements"),
+    "relu_past_2_63": ("size past 2^63", model([helper.make_node("Relu", ["x"], ["y"], name="n0")], inputs=(("x", [1 << 32, 1 << 32, 4]),)), "tensor 'x': dims [4294967296, 4294967296, 4] hold more than 2^63 elements"),
+    "tile_repeats_overflow": ("size past 2^63", one("Tile", inputs=("x", "r"), inits=[i64("r", [1 << 62, 1, 1, 1])]), "node 'n0' (Tile): repeats [4611686018427387904, 1, 1, 1] make an output of more than 2^63 elements"),
+    "tile_repeats_product_overflow": ("size past 2^63", one("Tile", inputs=("x", "r"), inits=[i64("r", [1 << 31, 1 << 31, 1 << 31, 1])]), "node 'n0' (Tile): repeats [2147483648, 2147483648, 2147483648, 1] make an output of more than 2^63 elements"),
+    # Einsum equations that do not parse.
+    "einsum_bad_letter": ("einsum", one("Einsum", inputs=("x",), equation="ab$c->"), "node 'n0' (Einsum): equation 'ab$c->': '$' is not a letter"),
+    "einsum_two_arrows": ("einsum", one("Einsum", inputs=("x",), equation="abcd->->a"), "node 'n0' (Einsum): equation 'abcd->->a': more than one '->'"),
+    # Slice axes out of range; negative pads that crop more than the axis holds.
+    "slice_axis_out_of_range": ("axis", one("Slice", inputs=("x", "s", "e", "a"), inits=[i64("s", [0]), i64("e", [1]), i64("a", [4])]), "node 'n0' (Slice): axes [4]: 4 is out of range for rank 4"),
+    "slice_axis_below_range": ("axis", one("Slice", inputs=("x", "s", "e", "a"), inits=[i64("s", [0]), i64("e", [1]), i64("a", [-5])]), "node 'n0' (Slice): axes [-5]: -5 is out of range for rank 4"),
+    "pad_crop_past_input": ("shape argument", one("Pad", inputs=("x", "p"), inits=[i64("p", [0, 0, -3, 0, 0, 0, 0, 0])]), "node 'n0' (Pad): pads [0, 0, -3, 0, 0, 0, 0, 0] crop 3 from axis 2, which holds 2"),
+    "pad_crop_both_sides": ("shape argument", one("Pad", inputs=("x", "p"), inits=[i64("p", [0, 0, 0, -2, 0, 0, 0, -1])]), "node 'n0' (Pad): pads [0, 0, 0, -2, 0, 0, 0, -1] crop 3 from axis 3, which holds 2"),
     # Element type codes ONNX does not define.
     "init_unknown_type": ("element type", one("Add", inputs=("x", "w"), inits=[raw("w", [1], 99, 4)]), "tensor 'w'"),
     "input_unknown_type": ("element type", with_input(one("Relu"), "elem_type", 99), "tensor 'x': element type 99 is not an ONNX type"),
@@ -229,6 +249,11 @@ CONTROLS = {
     "split": model([helper.make_node("Split", ["x", "s"], ["y", "z"], axis=1, name="n0")], [i64("s", [1, 3])], outputs=("y", "z")),
     "if": branch({"then_branch": body(0, 1, "then"), "else_branch": body(0, 1, "else")}),
     "range": model([helper.make_node("Range", ["a", "b", "c"], ["y"], name="n0")], [f32("a", 0), f32("b", 4), f32("c", 1)], inputs=()),
+    # Valid edges next to the classes above (cleave must take them: crates/cli/tests/cli.rs).
+    "slice_step_int64_min": one("Slice", inputs=("x", "s", "e", "a", "st"), inits=[i64("s", [1]), i64("e", [0]), i64("a", [1]), i64("st", [-(1 << 63)])]),
+    "conv_window_fills_input": one("Conv", inputs=("x", "w"), inits=[w("w", [4, 4, 2, 2])]),
+    "pad_crop_all_but_one": one("Pad", inputs=("x", "p"), inits=[i64("p", [0, 0, -1, 0, 0, 0, 0, 0])]),
+    "depth_to_space_blocksize_2": one("DepthToSpace", blocksize=2),
 }
 
 
@@ -293,6 +318,9 @@ def main():
         expected[name] = message
         classes[name] = cls
     (out / "expected.json").write_text(json.dumps(expected, indent=1))
+    for name, m in CONTROLS.items():
+        (out / f"control_{name}.onnx").write_bytes(m.SerializeToString())
+    (out / "controls.json").write_text(json.dumps(sorted(CONTROLS), indent=1))
     if bad:
         sys.exit("; ".join(bad))
     print(f"wrote {len(CASES)} invalid models in {len(set(classes.values()))} classes to {out} "

@@ -39,6 +39,13 @@ fn attr_elem(cx: &Cx, name: &str) -> Option<ElemType> {
 
 pub(crate) fn register(r: &mut OpTable) {
     r.shapes(&["Compress"], crate::validate::axis_only);
+    r.shapes(&["Einsum"], |o| match o.n.attr("equation") {
+        Some(cleave_ir::AttrValue::String(b)) => match std::str::from_utf8(b) {
+            Ok(eq) => einsum_equation(eq, o.n.inputs.len()),
+            Err(_) => Err("equation is not UTF-8".into()),
+        },
+        _ => Ok(()),
+    });
     r.shapes(&["OneHot"], |o| {
         match o.constant(1).as_deref().and_then(<[f64]>::first) {
             Some(&d) if d < 0.0 => Err(format!("depth {d} is negative")),
@@ -217,6 +224,57 @@ fn attention(cx: &Cx) -> Vec<TensorType> {
         with_rank(v, Some(4)),
         with_rank(q, Some(4)),
     ]
+}
+
+/// An Einsum equation as ONNX defines it: comma-separated terms of letters (one `...` each at
+/// most), one per input, then optionally `->` and an output term whose letters appear in the
+/// inputs, each once.
+fn einsum_equation(eq: &str, inputs: usize) -> Result<(), String> {
+    let compact: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+    let why = |w: String| format!("equation '{eq}': {w}");
+    let bad = |w: String| Err(why(w));
+    let (lhs, out) = match compact.split_once("->") {
+        Some((_, o)) if o.contains("->") || o.contains(',') => {
+            return bad("more than one '->', or a ',' after it".into())
+        }
+        Some((l, o)) => (l, Some(o)),
+        None => (compact.as_str(), None),
+    };
+    let term = |t: &str| -> Result<Vec<char>, String> {
+        if t.matches("...").count() > 1 {
+            return Err(format!("term '{t}' has more than one '...'"));
+        }
+        let letters: Vec<char> = t.replacen("...", "", 1).chars().collect();
+        match letters.iter().find(|c| !c.is_ascii_alphabetic()) {
+            Some(c) => Err(format!("'{c}' is not a letter")),
+            None => Ok(letters),
+        }
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != inputs {
+        return bad(format!(
+            "{} input term{} for {inputs} input{}",
+            terms.len(),
+            if terms.len() == 1 { "" } else { "s" },
+            if inputs == 1 { "" } else { "s" }
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for t in terms {
+        seen.extend(term(t).map_err(why)?);
+    }
+    if let Some(o) = out {
+        let letters = term(o).map_err(why)?;
+        for (i, c) in letters.iter().enumerate() {
+            if !seen.contains(c) {
+                return bad(format!("output letter '{c}' is in no input"));
+            }
+            if letters[..i].contains(c) {
+                return bad(format!("output letter '{c}' appears twice"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Einsum with an explicit output (`->`) and no ellipsis: one dim per output letter, taken

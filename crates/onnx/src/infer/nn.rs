@@ -44,6 +44,28 @@ pub(crate) fn register(r: &mut OpTable) {
         Ok(())
     });
     r.shapes(&["MatMul"], matmul_shapes);
+    r.shapes(&["DepthToSpace", "SpaceToDepth"], |o| {
+        let (Some(b), Some(x)) = (int(o.n, "blocksize"), o.dims(0)) else {
+            return Ok(());
+        };
+        if b < 1 || x.len() != 4 {
+            return Ok(());
+        }
+        // DepthToSpace spreads channels over b × b positions; SpaceToDepth gathers b × b
+        // positions into channels: what does not divide leaves a fraction (or no) output.
+        let need = |what: &str, have: Option<i64>, by: i64| match have {
+            Some(v) if v % by != 0 => {
+                Err(format!("blocksize {b}: {what} {v} does not divide by {by}"))
+            }
+            _ => Ok(()),
+        };
+        if o.n.op_type == "DepthToSpace" {
+            need("channels", x[1], b.saturating_mul(b))
+        } else {
+            need("height", x[2], b)?;
+            need("width", x[3], b)
+        }
+    });
     r.shapes(
         &[
             "Conv",
@@ -522,6 +544,49 @@ fn resize_shapes(o: &Operands) -> Result<(), String> {
 
 /// Convolutions and pools: one stride, dilation and kernel entry per spatial axis, two pads,
 /// weights of the input's rank whose channels match the input's.
+/// A window (kernel × dilation) wider than its padded input leaves no output: a Conv or pool
+/// whose output dims would be 0 or below. Explicit pads only (`auto_pad` SAME always fits).
+fn window_fits(o: &Operands, spatial: i64) -> Result<(), String> {
+    let n = o.n;
+    let auto = crate::ops::auto_pad(n);
+    // SAME pads always leave an output; so may a ceil-mode pool's last, partial window.
+    if (auto != "NOTSET" && auto != "VALID") || int(n, "ceil_mode") == Some(1) {
+        return Ok(());
+    }
+    let x = o.dims(0).unwrap_or_default();
+    let kernel: Vec<Option<i64>> = match ints(n, "kernel_shape") {
+        Some(k) => k.iter().map(|&v| Some(v)).collect(),
+        None => o
+            .dims(1)
+            .map(|w| w.into_iter().skip(2).collect())
+            .unwrap_or_default(),
+    };
+    let pads = ints(n, "pads").filter(|_| auto == "NOTSET");
+    for a in 0..spatial as usize {
+        let (Some(Some(len)), Some(Some(k))) = (x.get(a + 2), kernel.get(a)) else {
+            continue;
+        };
+        let d = ints(n, "dilations")
+            .and_then(|v| v.get(a))
+            .copied()
+            .unwrap_or(1);
+        let (b, e) = pads.map_or((0, 0), |p| {
+            (
+                p.get(a).copied().unwrap_or(0),
+                p.get(a + spatial as usize).copied().unwrap_or(0),
+            )
+        });
+        let span = (i128::from(*k) - 1) * i128::from(d) + 1;
+        let room = i128::from(*len) + i128::from(b) + i128::from(e);
+        if *k >= 1 && d >= 1 && span > room {
+            return Err(format!(
+                "the window spans {span} along spatial axis {a} (kernel {k}, dilation {d}), more than the input's {len} plus pads {b} and {e}: no output"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn window_shapes(o: &Operands) -> Result<(), String> {
     let n = o.n;
     let Some(rank) = o.rank(0) else {
@@ -550,6 +615,9 @@ fn window_shapes(o: &Operands) -> Result<(), String> {
                 ));
             }
         }
+    }
+    if n.op_type != "ConvTranspose" {
+        window_fits(o, spatial)?;
     }
     if !matches!(n.op_type.as_str(), "Conv" | "ConvInteger" | "ConvTranspose") {
         return Ok(());

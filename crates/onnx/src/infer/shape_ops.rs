@@ -67,6 +67,17 @@ pub(crate) fn register(r: &mut OpTable) {
                 reps.len()
             ));
         }
+        // Known dims times their repeats, unknown ones as 1: past 2^63 no tensor holds it.
+        let dims = o.dims(0).unwrap_or_default();
+        let total = reps.iter().enumerate().try_fold(1i64, |acc, (a, &k)| {
+            let d = dims.get(a).copied().flatten().unwrap_or(1).max(1);
+            acc.checked_mul(k.max(1))?.checked_mul(d)
+        });
+        if total.is_none() {
+            return Err(format!(
+                "repeats {reps:?} make an output of more than 2^63 elements"
+            ));
+        }
         Ok(())
     });
     r.shapes(&["Expand"], expand_shapes);

@@ -44,6 +44,22 @@ fn typed_graph(g: &Graph) -> Result<(), Refusal> {
             }
         }
     }
+    // A tensor of more than 2^63 elements fits no memory and no engine's index.
+    for v in &g.values {
+        let Some(dims) = v.ty.static_dims() else {
+            continue;
+        };
+        if dims
+            .iter()
+            .try_fold(1i64, |acc, &d| acc.checked_mul(d.max(0)))
+            .is_none()
+        {
+            return Err((
+                Subject::Tensor(v.name.to_string()),
+                format!("dims {dims:?} hold more than 2^63 elements"),
+            ));
+        }
+    }
     Ok(())
 }
 
