@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use cleave_assign::{Assignment, Placement, Reason};
 use cleave_device::Profiles;
-use cleave_frontend::FormatModel;
+use cleave_frontend::{FixedDims, FormatModel};
 use cleave_fuse::{find_groups, Group, Rule};
 use cleave_ir::{NodeId, ValueId};
 use cleave_partition::{validate, Part, Plan, ValidatedPlan};
@@ -106,6 +106,43 @@ impl ReadPartition {
     }
 }
 
+/// The source with its inputs' dims as the parts that read them fix them: a partition made
+/// with `--shape` or `--dim` has its parts' dims fixed, and the source read back must agree,
+/// or every tensor the fixed dims determine reads as dynamic.
+fn with_parts_input_dims(
+    source: Box<dyn FormatModel>,
+    conn: &ConnFile,
+    dir: &Path,
+) -> Result<Box<dyn FormatModel>, CheckError> {
+    let g = &source.model().graph;
+    let mut fixed = FixedDims::default();
+    for &v in &g.inputs {
+        let value = g.value(v);
+        if value.ty.static_dims().is_some() {
+            continue;
+        }
+        let name = value.name.as_str();
+        let Some(cp) = conn
+            .parts
+            .iter()
+            .find(|p| p.inputs.iter().any(|i| i == name))
+        else {
+            continue;
+        };
+        let part = crate::load(&dir.join(&cp.file))?;
+        let pg = &part.model().graph;
+        let dims = pg.find(name).and_then(|pv| pg.value(pv).ty.static_dims());
+        if let Some(dims) = dims {
+            fixed.shapes.push((name.to_string(), dims));
+        }
+    }
+    if fixed.is_empty() {
+        return Ok(source);
+    }
+    // Only what is shown gains from it: a format that cannot fix dims keeps its own.
+    Ok(source.fix_dims(&fixed).unwrap_or(source))
+}
+
 /// Reads a partition back from its connection file and proves it (as `cleave check` does).
 /// The source model is `model` when given, else the connection file's `source.file`.
 pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPartition, CheckError> {
@@ -127,6 +164,7 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
 
     let source =
         crate::load(&model.map_or_else(|| dir.join(&conn.source.file), Path::to_path_buf))?;
+    let source = with_parts_input_dims(source, &conn, &dir)?;
     let g = &source.model().graph;
     let by_output: HashMap<&str, NodeId> = g
         .nodes

@@ -423,3 +423,33 @@ fn overlap_counting_sees_a_touching_pair() {
     assert_eq!(overlapping(&[a, b, c], &[a, b, c], true), 1);
     assert_eq!(overlapping(&[c], &[a, b], false), 0);
 }
+
+/// `report` on a partition made with `--shape` sizes the tensors the part files fix, as
+/// `partition --report` does, instead of calling them dynamic (it read the source's dynamic
+/// batch back).
+#[test]
+fn report_of_a_fixed_shape_partition_knows_the_sizes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::example("tiny_cnn.onnx");
+    let part = common::example("tiny_cnn.part");
+    let report_of = |dir: &str, shape: &[&str]| -> String {
+        let out = tmp.path().join(dir);
+        let mut args = vec![
+            os("partition"),
+            model.as_os_str(),
+            os("--part"),
+            part.as_os_str(),
+            os("-o"),
+            out.as_os_str(),
+        ];
+        args.extend(shape.iter().map(os));
+        ok(&cleave(&args));
+        let conn = out.join("tiny_cnn.conn.json");
+        ok(&cleave(&[os("report"), conn.as_os_str()]));
+        std::fs::read_to_string(out.join("tiny_cnn.partition.md")).unwrap()
+    };
+    let dynamic = report_of("dynamic", &[]);
+    assert!(dynamic.contains("dynamic"), "{dynamic}");
+    let fixed = report_of("fixed", &["--shape", "input=1,3,16,16"]);
+    assert!(!fixed.contains("dynamic"), "{fixed}");
+}
