@@ -404,7 +404,7 @@ impl LoadedModel {
         // has fewer parts and is within the margin, is kept.
         let mut kept_capability = None;
         if kept_single.is_none() {
-            let cap = p.estimate(&p.units.device);
+            let cap = capability;
             if cap.partition.count < placed.estimate.partition.count
                 && cap.total_s <= placed.estimate.total_s * (1.0 + margin)
             {
