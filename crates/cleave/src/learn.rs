@@ -2,7 +2,7 @@
 //! type one run of the model shows, on inputs of the shapes the user fixed. Opt-in, since a
 //! run on one input says nothing of others: the learned dims hold for those input shapes.
 
-use cleave_ir::{TensorType, ValueDef, ValueId};
+use cleave_ir::{TensorType, ValueId};
 use cleave_runtime::{EngineKind, HostTensor};
 
 use crate::{Error, LoadedModel};
@@ -16,18 +16,12 @@ pub struct Learned {
 
 impl LoadedModel {
     /// Runs the model once on `engine` (seeded random inputs of the inputs' declared, fixed
-    /// shapes) with every tensor whose element type or rank is unknown made an output, and
+    /// shapes) with every tensor the format cannot type made an output, and
     /// gives the model what the run showed of them (also kept in [`LoadedModel::learned`]).
     pub fn learn_types(&mut self, engine: EngineKind, seed: u64) -> Result<Learned, Error> {
         let path = self.source.path().to_path_buf();
         let g = self.graph();
-        let unknown: Vec<ValueId> = (0..g.values.len())
-            .map(|i| ValueId(i as u32))
-            .filter(|&v| {
-                let value = g.value(v);
-                matches!(value.def, ValueDef::Node(..)) && !value.ty.is_complete()
-            })
-            .collect();
+        let unknown: Vec<ValueId> = self.source.to_learn();
         let label = engine.label();
         if unknown.is_empty() {
             let learned = Learned {
@@ -57,23 +51,30 @@ impl LoadedModel {
                 .map_err(|m| Error::model(&path, m))?;
             feeds.push((value.name.to_string(), x));
         }
-        let tmp = cleave_workdir::private_tempdir("cleave-")
-            .map_err(|e| Error::usage(format!("cannot make a temporary folder: {e}")))?;
-        let probe = tmp
-            .path()
-            .join(format!("learn.{}", self.source.extension()));
-        self.source.write_with_outputs(&unknown, &probe)?;
-        let mut session = crate::engine(engine)?.load(&probe, false)?;
-        let outputs = session.run(&feeds)?;
+        let runner = crate::engine(engine)?;
+        let values: Vec<HostTensor> = feeds.iter().map(|(_, t)| t.clone()).collect();
+        let learned: Vec<(ValueId, TensorType)> = match runner.tensor_dims(&path, &values)? {
+            Some(dims) => self.source.types_from_tensor_dims(&dims),
+            None => {
+                let tmp = cleave_workdir::private_tempdir("cleave-")
+                    .map_err(|e| Error::usage(format!("cannot make a temporary folder: {e}")))?;
+                let probe = tmp
+                    .path()
+                    .join(format!("learn.{}", self.source.extension()));
+                self.source.write_with_outputs(&unknown, &probe)?;
+                let outputs = runner.load(&probe, false)?.run(&feeds)?;
+                let g = self.graph();
+                unknown
+                    .iter()
+                    .filter_map(|&v| {
+                        let name = &g.value(v).name;
+                        let (_, t) = outputs.iter().find(|(n, _)| n == name)?;
+                        Some((v, t.ty()))
+                    })
+                    .collect()
+            }
+        };
         let g = self.graph();
-        let learned: Vec<(ValueId, TensorType)> = unknown
-            .iter()
-            .filter_map(|&v| {
-                let name = &g.value(v).name;
-                let (_, t) = outputs.iter().find(|(n, _)| n == name)?;
-                Some((v, t.ty()))
-            })
-            .collect();
         let tensors = learned
             .iter()
             .map(|(v, t)| (g.value(*v).name.to_string(), t.clone()))

@@ -52,6 +52,7 @@ pub struct DeviceArgs {
     /// Fix an input's shape before anything else reads the model, as ONNX Runtime's
     /// make_dynamic_shape_fixed does: NAME=1,3,640,640. Its named dims take those values
     /// wherever the model declares them; the parts are written with them. Repeat per input.
+    /// TFLite and circle: the dims go into the input's shape and shape_signature.
     #[arg(long = "shape", value_name = "NAME=D,D,...")]
     pub shape: Vec<String>,
     /// Fix every dim named PARAM (a dim_param, e.g. batch=1) wherever the model declares it.
@@ -59,8 +60,11 @@ pub struct DeviceArgs {
     pub dim: Vec<String>,
     /// Where inference cannot tell a tensor's element type or rank (an op it has no rule
     /// for), run the model once on ONNX Runtime, on seeded random inputs of the shapes
-    /// --shape fixes, and take the types the run shows (said on stderr). Off by default: the
-    /// learned dims hold for those input shapes only.
+    /// --shape fixes, and take the types the run shows (said on stderr). TFLite and circle:
+    /// every tensor whose dims the file leaves dynamic (-1 in shape_signature, a placeholder
+    /// in shape), run on LiteRT's Python interpreter, so that parts are written with dims
+    /// they can be prepared with. Off by default: the learned dims hold for those input
+    /// shapes only.
     #[arg(long)]
     pub learn_dims: bool,
     /// What the placement optimises. `fewest`: each node on the first device that runs it

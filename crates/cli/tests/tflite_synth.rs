@@ -647,3 +647,142 @@ fn int8_boundaries_keep_their_quantization() {
         check_tflite_parts(&work.join("synth_int8.conn.json"), &source, &[])
     );
 }
+
+/// Each part file of `conn`, as LiteRT prepares it before any run (no input resized): per
+/// part, `ok` or the error, and each input's `shape` and `shape_signature`.
+fn prepare_parts(conn: &Path) -> Vec<Value> {
+    let script = r#"
+import json, pathlib, sys
+sys.path.insert(0, sys.argv[2])
+import tflite_common as tc
+conn = json.loads(pathlib.Path(sys.argv[1]).read_text())
+out = []
+for p in conn["parts"]:
+    it = tc.interpreter(pathlib.Path(sys.argv[1]).parent / p["file"])
+    try:
+        it.allocate_tensors()
+        prepared = "ok"
+    except RuntimeError as e:
+        prepared = str(e).strip().splitlines()[0]
+    inputs = {d["name"]: [d["shape"].tolist(), d["shape_signature"].tolist()]
+              for d in it.get_input_details()}
+    out.append({"prepared": prepared, "inputs": inputs})
+print(json.dumps(out))
+"#;
+    let o = Command::new("python3")
+        .args([
+            os("-c"),
+            os(script),
+            conn.as_os_str(),
+            repo().join("scripts").as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A dim computed at run time (`synth::computed_dims`: -1 in `shape_signature`, a placeholder
+/// 1 in `shape`) reaching a part as its input. Written as the file has it, LiteRT cannot
+/// prepare the part (a 3-high VALID convolution over a height of 1), and the partition says
+/// so; with the input fixed by `--shape` and `--learn-dims`, the part carries the dims the run
+/// showed (the signature's -1 kept), prepares before any run, and reproduces the source.
+#[test]
+fn computed_dims_reach_parts_as_a_run_shows_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("synth_computed_dims.tflite");
+    std::fs::write(&model, synth::computed_dims()).unwrap();
+    let part = tmp.path().join("split.part");
+    let rules: Vec<(String, &str)> = ["CONV_2D", "CONCATENATION", "LOGISTIC"]
+        .iter()
+        .map(|op| (op.to_string(), "acl_cl"))
+        .collect();
+    write_part_file(&part, &["cpu", "acl_cl"], "OPCODE", &rules);
+    let run = |work: &Path, extra: &[&str]| {
+        let mut args = vec![
+            os("partition"),
+            model.as_os_str(),
+            os("--part"),
+            part.as_os_str(),
+            os("-o"),
+            work.as_os_str(),
+        ];
+        args.extend(extra.iter().map(os));
+        common::cleave(&args)
+    };
+
+    // As the file has it: the part cannot be prepared, and the summary says why and what to do.
+    let plain = tmp.path().join("plain");
+    let o = run(&plain, &[]);
+    let said = common::ok(&o);
+    assert!(
+        said.contains("1 part input(s) have dims the file leaves dynamic")
+            && said.contains("'y' as [1, 1, 3, 2]")
+            && said.contains("--learn-dims"),
+        "{said}"
+    );
+    let conn = plain.join("synth_computed_dims.conn.json");
+    let parts = prepare_parts(&conn);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[0]["prepared"], "ok", "{parts:?}");
+    assert_ne!(parts[1]["prepared"], "ok", "{parts:?}");
+    assert_eq!(parts[1]["inputs"]["y"][0], serde_json::json!([1, 1, 3, 2]));
+
+    // A run needs fixed input dims.
+    let o = run(&tmp.path().join("no-shape"), &["--learn-dims"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("--shape x=D,D,"),
+        "{}",
+        common::stderr(&o)
+    );
+
+    for height in [16, 20] {
+        let work = tmp.path().join(format!("learned-{height}"));
+        let shape = format!("x=1,{height},6,1");
+        let o = run(&work, &["--shape", &shape, "--learn-dims"]);
+        let said = common::ok(&o);
+        assert!(!said.contains("leaves dynamic"), "{said}");
+        assert!(common::stderr(&o).contains("learned by running the model once"));
+        let conn = work.join("synth_computed_dims.conn.json");
+        let parts = prepare_parts(&conn);
+        for p in &parts {
+            assert_eq!(p["prepared"], "ok", "{parts:?}");
+        }
+        // --shape fixes the input, signature included; the run gives y's height.
+        assert_eq!(
+            parts[0]["inputs"]["x"],
+            serde_json::json!([[1, height, 6, 1], [1, height, 6, 1]])
+        );
+        assert_eq!(
+            parts[1]["inputs"]["y"],
+            serde_json::json!([[1, height, 3, 2], [1, -1, 3, 2]])
+        );
+        eprintln!(
+            "{}",
+            check_tflite_parts(&conn, &model, &[os("--shape"), os(&shape)])
+        );
+    }
+
+    // Wrong flags: one line each, exit 2, nothing written.
+    for (flags, cause) in [
+        (
+            vec!["--shape", "x=1,16,6"],
+            "--shape x=1,16,6: input 'x' has rank 4, not 3",
+        ),
+        (
+            vec!["--shape", "x=1,16,7,1"],
+            "--shape x=1,16,7,1: dim 2 of input 'x' is fixed at 6 in the model",
+        ),
+        (
+            vec!["--shape", "images=1,16,6,1"],
+            "the model has no input 'images' (its inputs: x)",
+        ),
+        (vec!["--dim", "batch=1"], "tflite models name no dims"),
+    ] {
+        let work = tmp.path().join("refused");
+        let o = run(&work, &flags);
+        common::assert_bad_input(&o, &model, cause);
+        assert!(!work.exists(), "{flags:?}: something was written");
+    }
+}

@@ -70,6 +70,14 @@ impl Engine for Guarded {
         self.0.name()
     }
 
+    fn tensor_dims(
+        &self,
+        model: &Path,
+        inputs: &[HostTensor],
+    ) -> Result<Option<Vec<Vec<i64>>>, RuntimeError> {
+        guarded(self.0.name(), model, || self.0.tensor_dims(model, inputs))
+    }
+
     fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
         let engine = self.0.name();
         let inner = guarded(engine, model, || self.0.load(model, single_thread))?;

@@ -8,6 +8,7 @@
 
 mod dylib;
 mod guard;
+mod litert_dims;
 mod litert_engine;
 mod litert_ffi;
 mod onert_engine;

@@ -58,6 +58,18 @@ impl Engine for Litert {
         ENGINE
     }
 
+    /// Through LiteRT's Python interpreter: the compiled-model API this engine runs binds
+    /// each output to a buffer sized before the run, which a tensor whose dims only the run
+    /// computes (a Keras front end's shapes made by SHAPE and PACK) overflows, and it shows no
+    /// tensor that is not an output.
+    fn tensor_dims(
+        &self,
+        model: &Path,
+        inputs: &[HostTensor],
+    ) -> Result<Option<Vec<Vec<i64>>>, RuntimeError> {
+        crate::litert_dims::tensor_dims(model, inputs).map(Some)
+    }
+
     fn load(&self, path: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
         Ok(Box::new(LitertSession::load(
             self.api,
@@ -97,6 +109,8 @@ struct LitertSession {
     compiled: Handle,
     inputs: Vec<Port>,
     outputs: Vec<Port>,
+    /// Whether a run has worked the output shapes out since loading.
+    shapes_known: bool,
 }
 
 // SAFETY: the session owns its LiteRT objects alone (its own environment included) and uses
@@ -255,6 +269,7 @@ impl LitertSession {
             compiled: std::ptr::null_mut(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            shapes_known: false,
         };
         let p = path;
         // Only the CPU accelerator is registered (no probing for GPU or NPU libraries), and
@@ -699,7 +714,10 @@ impl Session for LitertSession {
         }
         let n_in = bufs.handles.len();
 
-        // After a resize LiteRT works the output shapes out again (and reallocates).
+        // After a resize LiteRT works the output shapes out again (and reallocates); so on the
+        // first run, as the layouts it holds before are the file's, whose placeholders (a
+        // converter's 1 for a dim computed at run time) can be smaller than what runs.
+        let update = resized || !self.shapes_known;
         let mut layouts = vec![Layout::zeroed(); self.outputs.len()];
         // SAFETY: one layout slot per output of signature 0.
         let st = unsafe {
@@ -708,7 +726,7 @@ impl Session for LitertSession {
                 0,
                 layouts.len(),
                 layouts.as_mut_ptr(),
-                resized,
+                update,
             )
         };
         check(p, "reading the output shapes", st)?;
@@ -750,6 +768,7 @@ impl Session for LitertSession {
             )
         };
         check(p, "running", st)?;
+        self.shapes_known = true;
 
         self.outputs
             .iter()

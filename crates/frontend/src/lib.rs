@@ -313,6 +313,27 @@ pub trait FormatModel: Send + Sync {
         Vec::new()
     }
 
+    /// The tensors a `--learn-dims` run shows: by default those computed by a node whose
+    /// element type or rank is unknown.
+    fn to_learn(&self) -> Vec<ValueId> {
+        let g = &self.model().graph;
+        (0..g.values.len())
+            .map(|i| ValueId(i as u32))
+            .filter(|&v| {
+                let value = g.value(v);
+                matches!(value.def, cleave_ir::ValueDef::Node(..)) && !value.ty.is_complete()
+            })
+            .collect()
+    }
+
+    /// The tensors of [`FormatModel::to_learn`] typed with the dims an engine showed for
+    /// every tensor, in the file's tensor order (`Engine::tensor_dims`); empty for a format
+    /// whose tensors have no such order.
+    fn types_from_tensor_dims(&self, dims: &[Vec<i64>]) -> Vec<(ValueId, TensorType)> {
+        let _ = dims;
+        Vec::new()
+    }
+
     /// Fills in what the model leaves unknown of these tensors' types with what a run of it
     /// showed (`--learn-dims`); a type the file or inference gives is kept.
     fn learn_types(&mut self, learned: &[(ValueId, TensorType)]) -> Result<(), FrontendError> {

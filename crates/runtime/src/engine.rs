@@ -20,6 +20,19 @@ pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
     /// Loads a model. `single_thread` keeps the engine on one core (pipelined workers).
     fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError>;
+
+    /// The dims of every tensor of `model`'s main graph after one run on `inputs` (given in
+    /// the graph's input order), in the file's tensor order, where the engine can show them
+    /// (an interpreter that keeps each tensor's dims); `None` where it cannot, and the caller
+    /// makes the tensors it wants outputs instead.
+    fn tensor_dims(
+        &self,
+        model: &Path,
+        inputs: &[HostTensor],
+    ) -> Result<Option<Vec<Vec<i64>>>, RuntimeError> {
+        let _ = (model, inputs);
+        Ok(None)
+    }
 }
 
 /// An engine as `--engine` names it: a registered engine, with the device for an engine

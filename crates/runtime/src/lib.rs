@@ -21,5 +21,5 @@ pub use engine::{
     part_format, Devices, Engine, EngineEntry, EngineKind, EngineMap, MakeEngine, Registry, Session,
 };
 pub use error::RuntimeError;
-pub use npy::{npy_from_bytes, read_npy, write_npy};
+pub use npy::{npy_bytes, npy_from_bytes, read_npy, write_npy};
 pub use tensor::{Diff, HostTensor};

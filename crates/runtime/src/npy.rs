@@ -134,11 +134,9 @@ pub fn npy_from_bytes(b: &[u8]) -> Result<HostTensor, String> {
     })
 }
 
-pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), RuntimeError> {
-    let d = descr(t.elem).ok_or_else(|| RuntimeError::BadTensor {
-        path: path.to_path_buf(),
-        message: format!("{} tensors cannot be written as .npy", t.elem),
-    })?;
+/// A tensor as the bytes of a .npy file (format 1.0).
+pub fn npy_bytes(t: &HostTensor) -> Result<Vec<u8>, String> {
+    let d = descr(t.elem).ok_or_else(|| format!("{} tensors cannot be written as .npy", t.elem))?;
     let shape = match t.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", t.shape[0]),
@@ -162,6 +160,14 @@ pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), RuntimeError> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&t.data);
+    Ok(out)
+}
+
+pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), RuntimeError> {
+    let out = npy_bytes(t).map_err(|message| RuntimeError::BadTensor {
+        path: path.to_path_buf(),
+        message,
+    })?;
     cleave_workdir::write_atomic(path, &out).map_err(|e| RuntimeError::Write {
         path: e.path,
         source: e.source,

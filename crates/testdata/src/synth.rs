@@ -669,6 +669,85 @@ pub fn dynamic_batch() -> Vec<u8> {
     net.finish("cleave synth: dynamic batch", Layout::Inline, "TFL3")
 }
 
+/// A dim computed at run time, as Keras front ends make them: the converter writes -1 in
+/// `shape_signature` and a placeholder 1 in `shape` for every tensor after the RESHAPE, and the
+/// real height (16 for x [1,16,6,1]) only comes from preparing the RESHAPE itself.
+///
+/// ```text
+/// y = RESHAPE(x [1,-1,6,1], [1,-1,3,2])               [1,-1,3,2], written [1,1,3,2]
+/// a = CONV_2D(y, a/weights [4,3,3,2], a/bias; VALID)  [1,-1,1,4]
+/// b = CONV_2D(y, b/weights [4,3,3,2], b/bias; VALID)  [1,-1,1,4]
+/// out = LOGISTIC(CONCATENATION(a, b; axis 3))         [1,-1,1,8]
+/// ```
+///
+/// A part that receives `y` with the placeholder cannot be prepared: a 3-high VALID
+/// convolution over a height of 1.
+pub fn computed_dims() -> Vec<u8> {
+    use tflite::{Act, Net, Op, Opt, Sub, Ty};
+    let mut rng = Rng::new(0x5eed_0007);
+    let mut net = Net::new();
+    let reshape = net.code(Op::RESHAPE, 1);
+    let conv = net.code(Op::CONV_2D, 1);
+    let concat = net.code(Op::CONCATENATION, 1);
+    let logistic = net.code(Op::LOGISTIC, 1);
+    let new_shape = net.buffer(i32_bytes(&[1, -1, 3, 2]));
+    let mut g = Sub::default();
+    let dynamic = |g: &mut Sub, name: &str, written: &[i32]| -> i32 {
+        let i = g.tensor(name, Ty::FLOAT32, written);
+        let mut signature = written.to_vec();
+        signature[1] = -1;
+        g.set_signature(i, &signature);
+        i
+    };
+    let x = dynamic(&mut g, "x", &[1, 16, 6, 1]);
+    let shape_t = g.constant("new_shape", Ty::INT32, &[4], new_shape);
+    let y = dynamic(&mut g, "y", &[1, 1, 3, 2]);
+    g.op(
+        reshape,
+        &[x, shape_t],
+        &[y],
+        Opt::ReshapeOptions(Box::new(obj!(T::ReshapeOptionsT {
+            new_shape: Some(vec![1, -1, 3, 2]),
+        }))),
+    );
+    let mut branches = Vec::new();
+    for name in ["a", "b"] {
+        let w = net.buffer(f32_bytes(&rng.floats(4 * 3 * 3 * 2, 0.5)));
+        let b = net.buffer(f32_bytes(&rng.floats(4, 0.2)));
+        let w_t = g.constant(&format!("{name}/weights"), Ty::FLOAT32, &[4, 3, 3, 2], w);
+        let b_t = g.constant(&format!("{name}/bias"), Ty::FLOAT32, &[4], b);
+        let out = dynamic(&mut g, name, &[1, 1, 1, 4]);
+        g.op(
+            conv,
+            &[y, w_t, b_t],
+            &[out],
+            Opt::Conv2DOptions(Box::new(obj!(T::Conv2DOptionsT {
+                padding: T::Padding::VALID,
+                stride_w: 1,
+                stride_h: 1,
+                dilation_w_factor: 1,
+                dilation_h_factor: 1,
+                fused_activation_function: Act::RELU,
+            }))),
+        );
+        branches.push(out);
+    }
+    let joined = dynamic(&mut g, "joined", &[1, 1, 1, 8]);
+    g.op(
+        concat,
+        &branches,
+        &[joined],
+        Opt::ConcatenationOptions(Box::new(obj!(T::ConcatenationOptionsT {
+            axis: 3,
+            fused_activation_function: Act::NONE,
+        }))),
+    );
+    let out = dynamic(&mut g, "out", &[1, 1, 1, 8]);
+    g.op(logistic, &[joined], &[out], Opt::NONE);
+    net.subgraph("main", g, &[x], &[out]);
+    net.finish("cleave synth: computed dims", Layout::Inline, "TFL3")
+}
+
 /// The values of ONE's `Net_InstanceNorm_003` recipe (res/TensorFlowLiteRecipes).
 const IN_GAMMA: [f32; 12] = [
     0.574708, 0.387735, 0.8995, 0.484296, 2.35851, 1.06661, 0.343602, 2.27583, 1.14559, 0.690169,

@@ -6,6 +6,18 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::model::FlatModel;
 
+/// Dims cleave writes for a main-subgraph tensor in place of the file's: an input fixed by
+/// `--shape`, or a tensor whose dims a run showed (`--learn-dims`). Converters write a
+/// placeholder (often 1) in `shape` where a dim is computed at run time; a part whose input
+/// is such a tensor cannot be prepared with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorDims {
+    /// What the tensor is prepared with (`Tensor.shape`).
+    pub shape: Vec<i32>,
+    /// The `shape_signature` to write; `None` keeps the file's, whose -1s stay dynamic.
+    pub signature: Option<Vec<i32>>,
+}
+
 /// What goes into one written model.
 pub struct Selection<'a> {
     /// Operators of the main subgraph, in the order to keep (source order).
@@ -15,6 +27,8 @@ pub struct Selection<'a> {
     pub outputs: Vec<usize>,
     /// The name every main-subgraph tensor gets in the new model.
     pub names: &'a [String],
+    /// Dims written in place of the file's, by main-subgraph tensor index.
+    pub dims: &'a HashMap<usize, TensorDims>,
     pub description: String,
     /// Keep the source's metadata (a whole model with extra outputs); parts drop it, as it
     /// describes the whole model's inputs and outputs.
@@ -53,7 +67,7 @@ macro_rules! builder {
         pub mod $schema {
             use std::collections::{BTreeSet, HashMap};
 
-            use super::{index, Built, Renumber, Selection};
+            use super::{index, Built, Renumber, Selection, TensorDims};
             use crate::codes::builtin_code;
             use crate::model::FlatModel;
             use crate::schema::$schema as s;
@@ -119,6 +133,15 @@ macro_rules! builder {
                 Ok(())
             }
 
+            fn set_dims(t: &mut s::TensorT, dims: Option<&TensorDims>) {
+                if let Some(d) = dims {
+                    t.shape = Some(d.shape.clone());
+                    if let Some(sig) = &d.signature {
+                        t.shape_signature = Some(sig.clone());
+                    }
+                }
+            }
+
             fn has_data(fm: &FlatModel, buffer: u32) -> Result<bool, String> {
                 Ok(crate::to_ir::buffer_bytes(fm, buffer)?.is_some())
             }
@@ -159,6 +182,7 @@ macro_rules! builder {
                     }
                     let mut t = src_tensors.get(i).unpack();
                     t.name = Some(sel.names.get(i).cloned().unwrap_or_default());
+                    set_dims(&mut t, sel.dims.get(&i));
                     t.buffer = if has_data(fm, t.buffer)? { buffers.get(t.buffer) } else { 0 };
                     tensor_index.insert(i, index(tensors.len())?);
                     tensors.push(t);
@@ -248,13 +272,19 @@ macro_rules! builder {
             }
 
             /// The whole model as the object API reads it, buffers left out (they are
-            /// packed from the file's own bytes), for saving and round trips.
-            pub fn whole(fm: &FlatModel) -> Built<s::ModelT> {
+            /// packed from the file's own bytes), for saving and round trips; `dims` replace
+            /// the main subgraph's.
+            pub fn whole(fm: &FlatModel, dims: &HashMap<usize, TensorDims>) -> Built<s::ModelT> {
                 let root = root(fm);
                 let mut model = s::ModelT::default();
                 model.version = root.version();
                 model.operator_codes = root.operator_codes().map(|v| v.iter().map(|x| x.unpack()).collect());
                 model.subgraphs = root.subgraphs().map(|v| v.iter().map(|x| x.unpack()).collect());
+                if let Some(main) = model.subgraphs.as_mut().and_then(|v| v.first_mut()) {
+                    for (i, t) in main.tensors.iter_mut().flatten().enumerate() {
+                        set_dims(t, dims.get(&i));
+                    }
+                }
                 model.description = root.description().map(str::to_string);
                 model.metadata_buffer = root.metadata_buffer().map(|v| v.iter().collect());
                 model.metadata = root.metadata().map(|v| v.iter().map(|x| x.unpack()).collect());

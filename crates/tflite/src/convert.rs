@@ -19,7 +19,7 @@ pub fn convert(fm: &FlatModel, target: Format) -> Result<Converted, String> {
     let mut notes = Vec::new();
     let (bytes, layout) = match fm.format {
         Format::Tflite => {
-            let mut b = build::tflite::whole(fm);
+            let mut b = build::tflite::whole(fm, &Default::default());
             if target == Format::Circle {
                 tflite_to_circle(&mut b.model, &mut notes)?;
             }
@@ -31,7 +31,7 @@ pub fn convert(fm: &FlatModel, target: Format) -> Result<Converted, String> {
             )
         }
         Format::Circle => {
-            let mut b = build::circle::whole(fm);
+            let mut b = build::circle::whole(fm, &Default::default());
             if target == Format::Tflite {
                 circle_to_tflite(&mut b.model)?;
             }

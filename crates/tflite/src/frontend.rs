@@ -7,11 +7,11 @@ use cleave_frontend::{
     write_partition, Emitted, Encoded, EngineOf, ExternalData, FixedDims, FormatModel, Frontend,
     FrontendError, PartEncoder, RewriteOptions, Rewritten,
 };
-use cleave_ir::{ElemType, Model, OpSemantics, ValueId};
+use cleave_ir::{ElemType, Model, OpSemantics, TensorType, ValueId};
 use cleave_partition::ValidatedPlan;
 use cleave_workdir::write_atomic;
 
-use crate::build::{self, Selection};
+use crate::build::{self, Selection, TensorDims};
 use crate::model::{FlatModel, Format};
 use crate::pack::{self, Layout, INLINE_LIMIT};
 use crate::to_ir::{to_ir, Converted};
@@ -54,6 +54,8 @@ pub struct TfliteSource {
     pub converted: Converted,
     /// Tensor index by IR value name.
     index: HashMap<String, usize>,
+    /// Dims written in place of the file's (`--shape`, `--learn-dims`), by tensor index.
+    pub(crate) dims: HashMap<usize, TensorDims>,
 }
 
 impl TfliteSource {
@@ -75,6 +77,7 @@ impl TfliteSource {
             file,
             converted,
             index,
+            dims: HashMap::new(),
         })
     }
 
@@ -91,7 +94,7 @@ impl TfliteSource {
         FrontendError::new(&self.file.path, m)
     }
 
-    fn tensor(&self, v: ValueId) -> Result<usize, FrontendError> {
+    pub(crate) fn tensor(&self, v: ValueId) -> Result<usize, FrontendError> {
         let name = &self.converted.model.graph.value(v).name;
         self.index
             .get(name.as_str())
@@ -120,8 +123,8 @@ impl TfliteSource {
     pub fn reencode(&self) -> Result<Vec<u8>, FrontendError> {
         let f = &self.file;
         let out = match f.format {
-            Format::Tflite => encode_tflite(f, build::tflite::whole(f)),
-            Format::Circle => encode_circle(f, build::circle::whole(f)),
+            Format::Tflite => encode_tflite(f, build::tflite::whole(f, &self.dims)),
+            Format::Circle => encode_circle(f, build::circle::whole(f, &self.dims)),
         };
         out.map(|(b, _)| b).map_err(|m| self.err(m))
     }
@@ -145,6 +148,7 @@ impl TfliteSource {
                 .map(|&v| self.tensor(v))
                 .collect::<Result<_, _>>()?,
             names: &self.converted.names,
+            dims: &self.dims,
             description,
             keep_metadata,
         })
@@ -262,16 +266,9 @@ impl FormatModel for TfliteSource {
     }
 
     fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn FormatModel>, FrontendError> {
-        if fixed.is_empty() {
-            return Ok(Box::new(self.clone()));
-        }
-        Err(FrontendError::unsupported(
-            &self.file.path,
-            format!(
-                "--shape and --dim are not supported for {} models yet: their dims are fixed when converting",
-                self.file.format.name()
-            ),
-        ))
+        let mut fixed_model = self.clone();
+        crate::dims::fix_inputs(&mut fixed_model, fixed)?;
+        Ok(Box::new(fixed_model))
     }
 
     fn save_as(&mut self, path: &Path) -> Result<(), FrontendError> {
@@ -289,7 +286,7 @@ impl FormatModel for TfliteSource {
         engine_of: EngineOf<'_>,
     ) -> Result<Emitted, FrontendError> {
         let model = &self.converted.model;
-        write_partition(
+        let mut emitted = write_partition(
             &mut FlatParts(self),
             &self.file.path,
             model,
@@ -297,7 +294,24 @@ impl FormatModel for TfliteSource {
             workdir,
             ExternalData::Inline,
             engine_of,
-        )
+        )?;
+        emitted
+            .notes
+            .extend(crate::dims::placeholder_note(self, plan));
+        Ok(emitted)
+    }
+
+    fn to_learn(&self) -> Vec<ValueId> {
+        crate::dims::to_learn(self)
+    }
+
+    fn types_from_tensor_dims(&self, dims: &[Vec<i64>]) -> Vec<(ValueId, TensorType)> {
+        crate::dims::types_from_tensor_dims(self, dims)
+    }
+
+    fn learn_types(&mut self, learned: &[(ValueId, TensorType)]) -> Result<(), FrontendError> {
+        crate::dims::learn(self, learned);
+        Ok(())
     }
 
     fn write_with_outputs(&self, extra: &[ValueId], path: &Path) -> Result<(), FrontendError> {

@@ -14,6 +14,7 @@ extern crate alloc;
 pub mod build;
 pub mod codes;
 pub mod convert;
+mod dims;
 mod frontend;
 pub mod model;
 mod op_table;
