@@ -64,15 +64,17 @@ class LiteRtPart:
     """A part run in LiteRT."""
     engine = "LiteRT"
 
-    def __init__(self, path):
+    def __init__(self, path, prepared=False):
         self.interp = tc.interpreter(path)
         try:
             self.interp.allocate_tensors()
-        except RuntimeError:
+        except RuntimeError as e:
             # A dynamic dim inside the source (a Keras model's batch and time axes) reaches a
             # part's input as the converter's placeholder 1, which a 3x3 VALID convolution
             # cannot prepare; the first run resizes the inputs to the data and allocates.
-            pass
+            # Parts written with the dims a run showed (cleave --learn-dims) must prepare.
+            if prepared:
+                fail(f"{path}: cannot be allocated before a run: {str(e).strip().splitlines()[0]}")
         self.inputs = [d["name"] for d in self.interp.get_input_details()]
         self.outputs = [d["name"] for d in self.interp.get_output_details()]
 
@@ -144,7 +146,7 @@ class OnertPart:
 def load_part(path, args):
     if args.circle_onert and path.suffix == ".circle":
         return OnertPart(path, args.onert_backends)
-    return LiteRtPart(path)
+    return LiteRtPart(path, args.prepared)
 
 
 def compare(name, got, want, rtol, atol, int_tol, int_flag="--int-tol"):
@@ -266,6 +268,8 @@ def main():
                          "the next part's inputs (default: --int-tol)")
     ap.add_argument("--shape", action="append", default=[], help="NAME=D1,D2,...: an input's shape")
     ap.add_argument("--input", action="append", default=[], help="NAME=FILE.npy: a given input")
+    ap.add_argument("--prepared", action="store_true",
+                    help="every LiteRT part must allocate before any run, its inputs not resized")
     ap.add_argument("--circle-onert", action="store_true", help="run .circle parts in onert")
     ap.add_argument("--onert-backends", default="cpu", help="onert backends (default: cpu)")
     ap.add_argument("--invokes", type=int, default=1,

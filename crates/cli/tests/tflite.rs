@@ -335,6 +335,8 @@ for k in range(1, 5):
 /// Keras exports as users get them (BirdNET 2.4: zero-element constants, RFFT2D, shapes
 /// computed by SHAPE/PACK/REDUCE_PROD, dynamic dims inside), a third of the ops pinned at
 /// random over 2 and 3 backends: every part loads and every boundary tensor matches LiteRT.
+/// Split again with the input fixed and `--learn-dims`, every part allocates before any run
+/// (without, a converter's placeholder dim at a part input stops some).
 #[test]
 fn keras_exports_split_at_random_reproduce_them_in_litert() {
     let tmp = tempfile::tempdir().unwrap();
@@ -342,6 +344,11 @@ fn keras_exports_split_at_random_reproduce_them_in_litert() {
     let mut parts_seen = 0;
     for model in cleave_testdata::keras_tflite_files() {
         let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
+        let shape = if stem.contains("MData") {
+            "serving_default_MNET_INPUT:0=1,3"
+        } else {
+            "INPUT=1,144000"
+        };
         let nodes = placed_nodes(tmp.path(), &model);
         assert!(nodes.len() > 30, "{stem}: {} placed nodes", nodes.len());
         for count in [2, 3] {
@@ -358,6 +365,17 @@ fn keras_exports_split_at_random_reproduce_them_in_litert() {
             eprintln!(
                 "{stem} over {count}: {}",
                 check_tflite_parts(&conn, &model, &[])
+            );
+            std::fs::remove_dir_all(&work).unwrap();
+            let part = part_file(tmp.path(), backends, "OPNAME", &rules);
+            let flags = [os("--part"), part.as_os_str(), os("--shape"), os(shape)];
+            let (said, conn, _) =
+                partition(&model, &[&flags[..], &[os("--learn-dims")]].concat(), &work);
+            assert!(said.contains("learned by running the model once"), "{said}");
+            assert!(!said.contains("leaves dynamic"), "{said}");
+            eprintln!(
+                "{stem} over {count}, dims learned: {}",
+                check_tflite_parts(&conn, &model, &[os("--prepared"), os("--shape"), os(shape)])
             );
             std::fs::remove_dir_all(&work).unwrap();
         }
