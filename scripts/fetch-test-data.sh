@@ -11,6 +11,7 @@
 #   $CLEAVE_TEST_DATA/corpus/*.onnx                                      real models (scripts/corpus.py)
 #   $CLEAVE_TEST_DATA/tflite/*.tflite                                     MediaPipe face models (scripts/tflite_models.py)
 #   $CLEAVE_TEST_DATA/tflite-quant/*.tflite                               two of them quantized by LiteRT's calibrator
+#   $CLEAVE_TEST_DATA/tflite-while/*.tflite                               WHILE loops from TensorFlow (scripts/tf_while_models.py)
 set -euo pipefail
 
 NEW_ONNX="${CLEAVE_ONNX_NEW:-1.23.2}"
@@ -92,6 +93,8 @@ if ! python3 -c "import ai_edge_litert, onert" 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check -r "$here/requirements-tflite.txt"
 fi
 python3 "$here/tflite_models.py" fetch "$dest"
+# TFLite models with WHILE, converted by TensorFlow in a cached venv of its own (cached).
+python3 "$here/tf_while_models.py" "$dest"
 
 # ONNX Runtime's shared library, for cleave's `ort` engine.
 bash "$here/fetch-ort.sh"

@@ -771,3 +771,63 @@ fn tflite_files_with_bad_indices_are_refused_in_one_line() {
         assert!(!out_dir.exists(), "{name}: something was written");
     }
 }
+
+/// WHILE as TensorFlow writes it (a Keras GRU stack, an LSTM cell in a loop, a
+/// `tf.while_loop` whose trip count depends on the data), half the ops pinned at random over 2
+/// and 3 backends, three times each: every part carries the bodies its loops run, and every
+/// boundary tensor matches LiteRT on the whole model over five invokes.
+#[test]
+fn tensorflow_while_loops_split_at_random_reproduce_them_in_litert() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(0x3c6e_f372_fe94_f82b);
+    let mut cut_at_while = 0;
+    for model in cleave_testdata::while_tflite_files() {
+        let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
+        let nodes = placed_nodes(tmp.path(), &model);
+        assert!(
+            nodes.iter().any(|(_, op, _)| op == "WHILE"),
+            "{stem}: no WHILE in {nodes:?}"
+        );
+        for count in [2, 3] {
+            for round in 0..3 {
+                let backends = &BACKENDS[..count];
+                let mut rules: Vec<(String, &str)> = Vec::new();
+                for (name, _, _) in &nodes {
+                    if rng.below(2) == 0 {
+                        rules.push((name.clone(), backends[rng.below(count)]));
+                    }
+                }
+                let work = tmp.path().join(format!("{stem}-{count}-{round}"));
+                let (conn, parts, _) = split_by_name(tmp.path(), &model, &work, backends, &rules);
+                let v: Value =
+                    serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+                // A part boundary at a WHILE's inputs or outputs.
+                let whiles: Vec<&str> = nodes
+                    .iter()
+                    .filter(|(_, op, _)| op == "WHILE")
+                    .map(|(n, _, _)| n.as_str())
+                    .collect();
+                if parts > 1
+                    && v["parts"].as_array().unwrap().iter().any(|p| {
+                        p["inputs"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .chain(p["outputs"].as_array().unwrap())
+                            .any(|t| whiles.iter().any(|w| t.as_str().unwrap().starts_with(w)))
+                    })
+                {
+                    cut_at_while += 1;
+                }
+                eprintln!(
+                    "{stem} over {count} ({parts} parts): {}",
+                    check_tflite_parts(&conn, &model, &[os("--invokes"), os("5")])
+                );
+            }
+        }
+    }
+    assert!(
+        cut_at_while >= 6,
+        "{cut_at_while} splits cut at a WHILE: the splits did not split"
+    );
+}

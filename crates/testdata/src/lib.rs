@@ -101,6 +101,13 @@ pub fn keras_tflite_files() -> Vec<PathBuf> {
     tflite_in(&["tflite-keras"], 2)
 }
 
+/// TFLite models with WHILE loops converted by TensorFlow (a Keras GRU stack, an LSTM cell
+/// in a loop, a data-dependent `tf.while_loop`), from
+/// `scripts/tf_while_models.py`.
+pub fn while_tflite_files() -> Vec<PathBuf> {
+    tflite_in(&["tflite-while"], 3)
+}
+
 /// The `.tflite` files in these folders of the test data, sorted; at least `at_least`.
 fn tflite_in(folders: &[&str], at_least: usize) -> Vec<PathBuf> {
     let root = dir();
