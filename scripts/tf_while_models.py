@@ -36,7 +36,7 @@ def venv_python():
     venv = pathlib.Path(os.environ.get("CLEAVE_TF_VENV", pathlib.Path.home() / ".cache/cleave/tf-venv"))
     python = venv / "bin" / "python"
     probe = [str(python), "-c", f"import tensorflow as tf; assert tf.__version__ == '{TENSORFLOW.split('==')[1]}'"]
-    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+    if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         return python
     print(f"installing {TENSORFLOW} into {venv} (used only to make test models)")
     shutil.rmtree(venv, ignore_errors=True)
