@@ -1,4 +1,4 @@
-"""What check_tflite_parts.py, tflite_oracle.py and tflite_split_demo.py share: how LiteRT is
+"""What check_tflite_parts.py, tflite_oracle.py and tflite_corpus.py share: how LiteRT is
 set up to be a trustworthy reference, how random inputs are made, and how a .tflite or .circle
 flatbuffer is read without running it.
 

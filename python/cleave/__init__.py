@@ -314,7 +314,7 @@ class Model:
         default: Optional[str] = None,
         profiles: Optional[Iterable[PathLike]] = None,
         optimize: Optional[str] = None,
-        objective: str = "parts",
+        objective: str = "fewest",
         costs: Optional[PathLike] = None,
         margin: float = 0.10,
         no_constraints: bool = False,
@@ -355,7 +355,7 @@ class Model:
         rules: Optional[Rules] = None,
         default: Optional[str] = None,
         profiles: Optional[Iterable[PathLike]] = None,
-        objective: str = "parts",
+        objective: str = "fewest",
         costs: Optional[PathLike] = None,
         margin: float = 0.10,
         optimize: Optional[str] = None,
@@ -368,7 +368,8 @@ class Model:
     ) -> "Plan":
         """Cuts the model into valid single-device parts, as ``cleave partition`` does.
 
-        ``objective="parts"`` gives the fewest parts; ``"latency"`` places by predicted latency,
+        ``objective="fewest"`` gives the fewest parts (``"parts"``, its old name, is accepted);
+        ``"latency"`` places by predicted latency,
         from ``costs`` (a file from ``cleave profile``) where it has a device, else the
         device profile's ``[cost]``, else cleave's built-in estimate for the device (a
         :class:`UserWarning` says so); :attr:`Plan.prediction` holds the figures.

@@ -85,7 +85,6 @@ pub use error::{Error, NodeRef};
 pub use generate::{generate_model, Generated};
 pub use learn::Learned;
 pub use load::{frontend_for, frontends, load};
-pub use openvino_devices::{query as openvino_query, QUERY_SCRIPT as OPENVINO_QUERY_SCRIPT};
 pub use pipeline::{load_model, Algorithm, LoadedModel, RewriteSummary, UnitPartition};
 pub use placement::{
     Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,

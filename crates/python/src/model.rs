@@ -184,14 +184,15 @@ impl Request {
                 ))
             }
         };
+        // The CLI's word; "parts" is what the Python API said before.
         let objective = match self.objective.as_str() {
-            "parts" | "fewest" => Objective::Fewest,
+            "fewest" | "parts" => Objective::Fewest,
             "latency" => Objective::Latency,
             o => {
                 return Err(raise(
                     Kind::Argument,
                     None,
-                    &format!("objective='{o}': choose 'parts' or 'latency'"),
+                    &format!("objective='{o}': choose 'fewest' or 'latency'"),
                 ))
             }
         };

@@ -7,5 +7,5 @@ mod part;
 mod write;
 
 pub use part::{part_model, value_info, with_outputs};
-pub use write::{emit, emit_limited, emit_with, EmitError};
+pub use write::{emit_limited, EmitError};
 pub(crate) use write::{from_emit, PROTOBUF_LIMIT};

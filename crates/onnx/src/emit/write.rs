@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 
 use cleave_frontend::{
     write_partition, Emitted, Encoded, EngineOf, ExternalData, FrontendError, PartEncoder,
-    SharedWeights, SideFiles, NO_ENGINE,
+    SharedWeights, SideFiles,
 };
 use cleave_ir::phases::phase;
 use cleave_ir::Model;
@@ -56,40 +56,10 @@ impl From<OnnxError> for EmitError {
 }
 
 /// Writes every part and the connection files into `workdir` (see
-/// [`cleave_frontend::write_partition`]), weights inline. The connection file records no
-/// engine per part (each runs on what its backend and format choose); the facade's
-/// `LoadedModel::write` records the engine registry's answer, as `openvino:GPU` for `ov-GPU`.
-pub fn emit(
-    source: &OnnxModel,
-    model: &Model,
-    plan: &ValidatedPlan,
-    workdir: &Path,
-) -> Result<Emitted, FrontendError> {
-    emit_with(source, model, plan, workdir, ExternalData::Inline)
-}
-
-/// [`emit`] with the weights held as `external` says.
-pub fn emit_with(
-    source: &OnnxModel,
-    model: &Model,
-    plan: &ValidatedPlan,
-    workdir: &Path,
-    external: ExternalData,
-) -> Result<Emitted, FrontendError> {
-    emit_limited(
-        source,
-        model,
-        plan,
-        workdir,
-        external,
-        PROTOBUF_LIMIT,
-        NO_ENGINE,
-    )
-}
-
-/// [`emit_with`] where an inline part may be at most `limit` bytes (protobuf's limit in
-/// use; smaller in tests, which cannot afford 2 GB parts), recording the engines `engine_of`
-/// names.
+/// [`cleave_frontend::write_partition`]) with the weights held as `external` says, where an
+/// inline part may be at most `limit` bytes (protobuf's limit in use; smaller in tests, which
+/// cannot afford 2 GB parts), recording the engines `engine_of` names (the facade's
+/// `LoadedModel::write` passes the engine registry's answer, as `openvino:GPU` for `ov-GPU`).
 #[doc(hidden)]
 pub fn emit_limited(
     source: &OnnxModel,
