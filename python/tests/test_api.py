@@ -173,6 +173,25 @@ def test_pipeline_stages_with_memory(tiny_cnn):
     assert cleave.verify(model, plan).passed
 
 
+def test_a_stages_request_writes_the_same_folder_from_python_and_the_command_line(tmp_path, tiny_cnn):
+    """One facade path for both faces: the parts and connection files, stage memory included,
+    byte for byte."""
+    cli, py = tmp_path / "cli", tmp_path / "py"
+    subprocess.run([sys.executable, "-m", "cleave", "partition", str(tiny_cnn), "--shape", "input=1,3,16,16",
+                    "--devices", "g0,g1", "--stages", "2", "--memory", "g0=1MiB", "--memory", "g1=1MiB",
+                    "-o", str(cli)], check=True, capture_output=True)
+    model = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)})
+    model.partition(["g0", "g1"], stages=2, memory={"g0": "1MiB", "g1": "1MiB"}).save(py)
+    names = sorted(p.name for p in cli.iterdir())
+    assert names == sorted(p.name for p in py.iterdir()) and len(names) == 4, names
+    for name in names:
+        assert (cli / name).read_bytes() == (py / name).read_bytes(), name
+    import json
+
+    parts = json.loads((py / "tiny_cnn.conn.json").read_text())["parts"]
+    assert all(p["weights_bytes"] > 0 and p["activation_peak_bytes"] > 0 for p in parts), parts
+
+
 def test_tflite_model_splits_and_runs_on_litert():
     pytest.importorskip("ai_edge_litert")
     from conftest import test_data

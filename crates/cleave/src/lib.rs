@@ -75,7 +75,7 @@ pub use cleave_workdir as workdir;
 
 pub use check::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
 pub use cleave_frontend::{
-    Emitted, EngineOf, ExternalData, FixedDims, FormatModel, RewriteLevel, NO_ENGINE,
+    Emitted, ExternalData, FixedDims, FormatModel, PartRecord, RewriteLevel, NO_RECORD,
 };
 pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;

@@ -16,6 +16,7 @@ use cleave_partition::{
 };
 
 use crate::{Devices, Error};
+use cleave_workdir::ConnModel;
 
 /// A model loaded by its front-end, with the nodes that compute constants marked.
 pub struct LoadedModel {
@@ -62,6 +63,11 @@ pub(crate) fn conn_engine(backend: &str) -> Option<String> {
     cleave_engines::registry()
         .by_device_prefix(backend)
         .map(|k| k.label())
+}
+
+/// Records each part's engine ([`conn_engine`]).
+pub(crate) fn record_engine(_: usize, backend: &str, m: &mut ConnModel) {
+    m.engine = conn_engine(backend);
 }
 
 /// Loads, checks and types a model with the front-end that reads it.
@@ -269,6 +275,25 @@ impl LoadedModel {
         workdir: &Path,
         external: ExternalData,
     ) -> Result<Emitted, Error> {
+        self.write_stages(plan, workdir, external, &[])
+    }
+
+    /// [`LoadedModel::write`], the connection file also saying what each pipeline stage
+    /// holds: `memory[k]` is part `k`'s (weights, activation peak) in bytes.
+    pub(crate) fn write_stages(
+        &mut self,
+        plan: &ValidatedPlan,
+        workdir: &Path,
+        external: ExternalData,
+        memory: &[(u64, u64)],
+    ) -> Result<Emitted, Error> {
+        let record = |k: usize, backend: &str, m: &mut ConnModel| {
+            record_engine(k, backend, m);
+            if let Some(&(weights, activations)) = memory.get(k) {
+                m.weights_bytes = Some(weights);
+                m.activation_peak_bytes = Some(activations);
+            }
+        };
         if self.rewritten.is_some() {
             let stem = self
                 .path()
@@ -280,8 +305,7 @@ impl LoadedModel {
             self.source.save_as(&out)?;
         }
         Ok(phase("emission", || {
-            self.source
-                .write_parts(plan, workdir, external, &conn_engine)
+            self.source.write_parts(plan, workdir, external, &record)
         })?)
     }
 }

@@ -13,7 +13,7 @@ use cleave_ir::ElemType;
 use cleave_partition::{validate, Partition, Plan, UnitGraph};
 use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, HostTensor, Session};
 
-use crate::pipeline::conn_engine;
+use crate::pipeline::record_engine;
 use crate::{Devices, Error, LoadedModel};
 
 /// How to measure.
@@ -140,7 +140,7 @@ pub fn profile(
     let written =
         loaded
             .source
-            .write_parts(&plan, dir.path(), ExternalData::Inline, &conn_engine)?;
+            .write_parts(&plan, dir.path(), ExternalData::Inline, &record_engine)?;
     let parts = &plan.plan().parts;
 
     // Every tensor a unit reads, computed once by the whole model.

@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use cleave_assign::Assignment;
-use cleave_frontend::{FixedDims, RewriteLevel};
+use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel};
 use cleave_ir::phases::phase;
+use cleave_partition::ValidatedPlan;
 
 use crate::{
     load_model, parse_memory, Costs, DeviceRequest, Devices, Error, LatencyChoice, LoadedModel,
@@ -69,9 +70,42 @@ pub struct Assigned {
     pub costs: Option<Costs>,
     /// What the latency objective chose.
     pub latency: Option<LatencyChoice>,
+    /// For pipeline stages, each stage's (weights, activation peak) in bytes, which the
+    /// connection file records; empty otherwise.
+    pub stage_memory: Vec<(u64, u64)>,
 }
 
 impl Assigned {
+    /// The stages' placement as an assignment to cut and write: each stage's nodes on its
+    /// device, and what each stage holds for the connection file.
+    pub fn from_stages(loaded: LoadedModel, stages: &Stages) -> Assigned {
+        Assigned {
+            loaded,
+            devices: Devices::priority(&[]),
+            assignment: stages.assignment.clone(),
+            costs: None,
+            latency: None,
+            stage_memory: stages
+                .plan
+                .stages
+                .iter()
+                .map(|s| (s.weights, s.activation_peak))
+                .collect(),
+        }
+    }
+
+    /// Writes the parts and the connection files of `plan` into `workdir`, all or nothing:
+    /// the connection file records each part's engine and, for stages, what each holds.
+    pub fn write(
+        &mut self,
+        plan: &ValidatedPlan,
+        workdir: &Path,
+        external: ExternalData,
+    ) -> Result<Emitted, Error> {
+        self.loaded
+            .write_stages(plan, workdir, external, &self.stage_memory)
+    }
+
     /// The predicted latency of `plan`, when there are figures.
     pub fn predict(&self, plan: &cleave_partition::Plan) -> Result<Option<Prediction>, Error> {
         let Some(costs) = &self.costs else {
@@ -151,6 +185,7 @@ pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Err
         assignment,
         costs,
         latency,
+        stage_memory: Vec::new(),
     })
 }
 

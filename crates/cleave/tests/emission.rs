@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cleave::onnx::emit::emit_limited;
 use cleave::onnx::OnnxSource;
-use cleave::{load_model, Algorithm, Devices, ExternalData, NO_ENGINE};
+use cleave::{load_model, Algorithm, Devices, ExternalData, NO_RECORD};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tiny_cnn");
 
@@ -55,7 +55,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
         &limited,
         ExternalData::Inline,
         64,
-        NO_ENGINE,
+        NO_RECORD,
     )
     .unwrap();
     assert!(
@@ -82,7 +82,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
         &inline,
         ExternalData::Inline,
         1 << 30,
-        NO_ENGINE,
+        NO_RECORD,
     )
     .unwrap();
     assert!(e.notes.is_empty() && e.weights.is_none());
@@ -114,7 +114,7 @@ fn parts_from_node_records_equal_parts_from_decoded_nodes() {
         &records,
         ExternalData::Inline,
         limit,
-        NO_ENGINE,
+        NO_RECORD,
     )
     .unwrap();
     emit_limited(
@@ -124,7 +124,7 @@ fn parts_from_node_records_equal_parts_from_decoded_nodes() {
         &whole,
         ExternalData::Inline,
         limit,
-        NO_ENGINE,
+        NO_RECORD,
     )
     .unwrap();
     let (r, d) = (files(&records), files(&whole));

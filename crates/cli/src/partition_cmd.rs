@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleave::partition::{References, ValidatedPlan};
-use cleave::{Devices, Emitted, ExternalData, UnitPartition};
+use cleave::{Emitted, ExternalData, UnitPartition};
 
 use crate::setup::{load_and_assign, Assigned, DeviceArgs};
 use crate::Fail;
@@ -87,8 +87,6 @@ struct Built {
     written: Option<Emitted>,
     /// The stage table, for `--stages`.
     stage_lines: Vec<String>,
-    /// Each stage's weights and activation peak in bytes, for `--stages`.
-    stage_memory: Vec<(u64, u64)>,
     /// Part counts of the references, when rules (not stages) made the partition.
     references: Option<References>,
     elapsed: Duration,
@@ -101,7 +99,6 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         plan,
         written,
         stage_lines,
-        stage_memory,
         references,
         elapsed,
     } = &*built;
@@ -114,16 +111,6 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         println!("dry run: nothing written");
         return Ok(());
     };
-    if !stage_memory.is_empty() {
-        // The connection file says what each stage holds, for whoever deploys it.
-        let mut conn = written.conn.clone();
-        for (p, &(w, act)) in conn.parts.iter_mut().zip(stage_memory) {
-            p.weights_bytes = Some(w);
-            p.activation_peak_bytes = Some(act);
-        }
-        cleave::workdir::write_atomic(&written.conn_json, conn.to_json().as_bytes())
-            .map_err(|e| Fail::input(&e.path, format!("cannot write: {}", e.source)))?;
-    }
     if !stage_lines.is_empty() {
         // The weights estimate beside what each stage's file holds, so a budget can be
         // checked against the bytes an engine will load.
@@ -215,7 +202,7 @@ fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &UnitPartition) -> Res
         None
     } else {
         bar.set_message("writing the parts");
-        Some(assigned.loaded.write(&plan, a.workdir, a.external_data)?)
+        Some(assigned.write(&plan, a.workdir, a.external_data)?)
     };
     bar.finish_and_clear();
     Ok(Built {
@@ -223,7 +210,6 @@ fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &UnitPartition) -> Res
         plan,
         written,
         stage_lines: Vec::new(),
-        stage_memory: Vec::new(),
         references: cut.references,
         elapsed: cut.elapsed,
     })
@@ -238,25 +224,8 @@ fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
     bar.finish_and_clear();
     crate::setup::say_learned(a.model, &loaded);
     let lines = crate::stages_view::table(&stages);
-    let memory: Vec<(u64, u64)> = stages
-        .plan
-        .stages
-        .iter()
-        .map(|f| (f.weights, f.activation_peak))
-        .collect();
-    let mut built = finish(
-        a,
-        Assigned {
-            loaded,
-            devices: Devices::priority(&[]),
-            assignment: stages.assignment,
-            costs: None,
-            latency: None,
-        },
-        &stages.cut,
-    )?;
+    let mut built = finish(a, Assigned::from_stages(loaded, &stages), &stages.cut)?;
     built.stage_lines = lines;
-    built.stage_memory = memory;
     Ok(built)
 }
 

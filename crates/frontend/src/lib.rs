@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use cleave_device::Profiles;
 use cleave_ir::{ElemType, Model, OpSemantics, TensorType, ValueId};
 use cleave_partition::ValidatedPlan;
-use cleave_workdir::ConnFile;
+use cleave_workdir::{ConnFile, ConnModel};
 
 mod write;
 
@@ -197,14 +197,15 @@ pub enum ExternalData {
     Shared,
 }
 
-/// The engine the connection file records for a backend's parts (`openvino:GPU` for
-/// `ov-GPU`), where the backend's name calls for one. Engines are not a front-end's to know:
-/// the caller answers, the facade from the engine registry.
-pub type EngineOf<'a> = &'a dyn Fn(&str) -> Option<String>;
+/// What the connection file records of part `k` on `backend` that a front-end does not know,
+/// filled in by the caller before the commit: the engine the backend's name calls for
+/// (`openvino:GPU` for `ov-GPU`, from the engine registry) and, for pipeline stages, the
+/// memory each stage holds.
+pub type PartRecord<'a> = &'a dyn Fn(usize, &str, &mut ConnModel);
 
-/// Records no engine: each part's engine is then chosen from its backend and format when it
+/// Records nothing: each part's engine is then chosen from its backend and format when it
 /// runs.
-pub const NO_ENGINE: EngineOf<'static> = &|_| None;
+pub const NO_RECORD: PartRecord<'static> = &|_, _, _| {};
 
 /// One written part, for the summary.
 #[derive(Clone, Debug)]
@@ -288,14 +289,14 @@ pub trait FormatModel: Send + Sync {
     /// Writes the model to `path` and makes that its path from then on.
     fn save_as(&mut self, path: &Path) -> Result<(), FrontendError>;
 
-    /// Writes every part of `plan` and the connection files into `workdir`; `engine_of`
-    /// names the engines the connection file records.
+    /// Writes every part of `plan` and the connection files into `workdir`; `record` fills in
+    /// what the connection file says of each part beyond its files and tensors.
     fn write_parts(
         &self,
         plan: &ValidatedPlan,
         workdir: &Path,
         external: ExternalData,
-        engine_of: EngineOf<'_>,
+        record: PartRecord<'_>,
     ) -> Result<Emitted, FrontendError>;
 
     /// Writes a copy of the model to `path` whose outputs also include `extra` (to compare

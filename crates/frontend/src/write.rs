@@ -11,7 +11,7 @@ use cleave_ir::{Model, ValueId};
 use cleave_partition::ValidatedPlan;
 use cleave_workdir::{part_file_name, relative_path, ConnFile, ConnModel, Staged, WriteError};
 
-use crate::{Emitted, EmittedPart, EngineOf, ExternalData, FrontendError, SharedWeights};
+use crate::{Emitted, EmittedPart, ExternalData, FrontendError, PartRecord, SharedWeights};
 
 /// One part encoded in its format.
 pub enum Encoded {
@@ -73,8 +73,8 @@ pub trait PartEncoder: Sync {
 /// Writes every part of `plan` and the connection files into `workdir` (created if
 /// missing), all or nothing (see [`Staged`]). The parts of an earlier partition of the same
 /// stem that this one does not produce are removed; nothing else in `workdir`, and never the
-/// source model at `source`, is touched. `engine_of` names the engine each backend's parts
-/// are for in the connection file, where it names one.
+/// source model at `source`, is touched. `record` fills in what the connection file says of
+/// each part beyond its file, tensors, format and backend.
 pub fn write_partition(
     encoder: &mut dyn PartEncoder,
     source: &Path,
@@ -82,7 +82,7 @@ pub fn write_partition(
     plan: &ValidatedPlan,
     workdir: &Path,
     external: ExternalData,
-    engine_of: EngineOf<'_>,
+    record: PartRecord<'_>,
 ) -> Result<Emitted, FrontendError> {
     let mut staged = Staged::new(workdir).map_err(FrontendError::from)?;
     let work_real = workdir
@@ -162,17 +162,18 @@ pub fn write_partition(
         parts: Vec::with_capacity(files.len()),
     };
     let mut summary = Vec::with_capacity(files.len());
-    for (part, file) in plan.parts.iter().zip(files) {
+    for (k, (part, file)) in plan.parts.iter().zip(files).enumerate() {
         let backend = plan.device_name(part).to_string();
-        conn.parts.push(ConnModel {
+        let mut m = ConnModel {
             file: file.clone(),
             inputs: names(&part.inputs),
             outputs: names(&part.outputs),
-            engine: engine_of(&backend),
             format: Some(encoder.format().to_string()),
             backend: Some(backend.clone()),
             ..Default::default()
-        });
+        };
+        record(k, &backend, &mut m);
+        conn.parts.push(m);
         summary.push(EmittedPart {
             file,
             backend,

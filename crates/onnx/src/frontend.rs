@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use cleave_frontend::{
-    Emitted, EngineOf, ExternalData, FixedDims, FormatModel, Frontend, FrontendError,
+    Emitted, ExternalData, FixedDims, FormatModel, Frontend, FrontendError, PartRecord,
     RewriteOptions, Rewritten,
 };
 use cleave_ir::phases::phase;
@@ -141,7 +141,7 @@ impl FormatModel for OnnxSource {
         plan: &ValidatedPlan,
         workdir: &Path,
         external: ExternalData,
-        engine_of: EngineOf<'_>,
+        record: PartRecord<'_>,
     ) -> Result<Emitted, FrontendError> {
         emit_limited(
             &self.onnx,
@@ -150,7 +150,7 @@ impl FormatModel for OnnxSource {
             workdir,
             external,
             PROTOBUF_LIMIT,
-            engine_of,
+            record,
         )
     }
 

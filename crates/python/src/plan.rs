@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cleave::runtime::runner::LoadedParts;
-use cleave::{Assigned, Devices, Emitted, Error, ExternalData, ValidatedPlan};
+use cleave::{Assigned, Emitted, Error, ExternalData, ValidatedPlan};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
@@ -157,13 +157,7 @@ impl Plan {
             Some(n) => {
                 let (loaded, stages) = cleave::load_and_stage(path, req, n, memory)?;
                 let lines = stage_summary(&stages);
-                let assigned = Assigned {
-                    loaded,
-                    devices: Devices::priority(&[]),
-                    assignment: stages.assignment,
-                    costs: None,
-                    latency: None,
-                };
+                let assigned = Assigned::from_stages(loaded, &stages);
                 (assigned, stages.cut, lines)
             }
             None => {
@@ -197,7 +191,6 @@ impl Plan {
                     plain("an earlier write of the plan's parts failed midway".into())
                 })?;
                 let written = assigned
-                    .loaded
                     .write(&self.plan, dir.path(), ExternalData::Inline)
                     .map_err(|e| Box::new((e, names.clone())))?;
                 drop(assigned);
@@ -320,7 +313,7 @@ impl Plan {
                 let mut assigned = self.assigned.lock().map_err(|_| {
                     cleave::Error::usage("an earlier write of the plan failed midway")
                 })?;
-                assigned.loaded.write(&self.plan, &folder, external)
+                assigned.write(&self.plan, &folder, external)
             })
             .map_err(|e| from_facade_in(e, &self.names))?;
         Ok(written.conn_json.display().to_string())

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use cleave_frontend::{
-    write_partition, Emitted, Encoded, EngineOf, ExternalData, FixedDims, FormatModel, Frontend,
-    FrontendError, PartEncoder, RewriteOptions, Rewritten,
+    write_partition, Emitted, Encoded, ExternalData, FixedDims, FormatModel, Frontend,
+    FrontendError, PartEncoder, PartRecord, RewriteOptions, Rewritten,
 };
 use cleave_ir::{ElemType, Model, OpSemantics, TensorType, ValueId};
 use cleave_partition::ValidatedPlan;
@@ -283,7 +283,7 @@ impl FormatModel for TfliteSource {
         plan: &ValidatedPlan,
         workdir: &Path,
         _external: ExternalData,
-        engine_of: EngineOf<'_>,
+        record: PartRecord<'_>,
     ) -> Result<Emitted, FrontendError> {
         let model = &self.converted.model;
         let mut emitted = write_partition(
@@ -293,7 +293,7 @@ impl FormatModel for TfliteSource {
             plan,
             workdir,
             ExternalData::Inline,
-            engine_of,
+            record,
         )?;
         emitted
             .notes

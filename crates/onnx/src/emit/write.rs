@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use cleave_frontend::{
-    write_partition, Emitted, Encoded, EngineOf, ExternalData, FrontendError, PartEncoder,
+    write_partition, Emitted, Encoded, ExternalData, FrontendError, PartEncoder, PartRecord,
     SharedWeights, SideFiles,
 };
 use cleave_ir::phases::phase;
@@ -58,8 +58,8 @@ impl From<OnnxError> for EmitError {
 /// Writes every part and the connection files into `workdir` (see
 /// [`cleave_frontend::write_partition`]) with the weights held as `external` says, where an
 /// inline part may be at most `limit` bytes (protobuf's limit in use; smaller in tests, which
-/// cannot afford 2 GB parts), recording the engines `engine_of` names (the facade's
-/// `LoadedModel::write` passes the engine registry's answer, as `openvino:GPU` for `ov-GPU`).
+/// cannot afford 2 GB parts), with what `record` fills in of each part (the facade records the engine registry's
+/// answer, as `openvino:GPU` for `ov-GPU`, and each pipeline stage's memory).
 #[doc(hidden)]
 pub fn emit_limited(
     source: &OnnxModel,
@@ -68,7 +68,7 @@ pub fn emit_limited(
     workdir: &Path,
     external: ExternalData,
     limit: usize,
-    engine_of: EngineOf<'_>,
+    record: PartRecord<'_>,
 ) -> Result<Emitted, FrontendError> {
     let index = phase("source index", || SourceIndex::new(source))
         .map_err(|e| from_emit(e, &source.path))?;
@@ -86,7 +86,7 @@ pub fn emit_limited(
         plan,
         workdir,
         external,
-        engine_of,
+        record,
     )
 }
 
