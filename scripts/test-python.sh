@@ -26,5 +26,11 @@ if grep -q 'Compiling tract' <<<"$built"; then
   exit 1
 fi
 echo "pip install . took $((SECONDS - start)) s"
-# Out of the source tree, so only the installed package can be imported as `cleave`.
-PATH="$venv/bin:$PATH" "$py" -m pytest -q -p no:cacheprovider python/tests "$@"
+# The package's own checks, configured in pyproject.toml: ruff on the package and its tests,
+# mypy on the package, and the stub checked against the module as built.
+"$venv/bin/ruff" check python
+"$py" -m mypy
+"$py" -m mypy.stubtest cleave._cleave
+# Out of the source tree, so only the installed package can be imported as `cleave`. Every
+# engine the tests use is installed above: a skipped test fails the run (conftest.py).
+CLEAVE_NO_SKIPS=1 PATH="$venv/bin:$PATH" "$py" -m pytest -q python/tests "$@"

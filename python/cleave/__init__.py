@@ -324,8 +324,9 @@ class Model:
 
         ``devices`` is a priority list (``["nnapi", "cpu"]``, like ``HETERO:NPU,CPU``): each
         node goes to the first whose profile runs it; ``"ov:GPU"`` is an installed OpenVINO
-        device, which runs what OpenVINO's own ``query_model`` says (needs ``openvino``). ``rules`` is a ONE ``.part`` file or a
-        dict of its sections. The other arguments are ``cleave query``'s flags.
+        device, which runs what OpenVINO's own ``query_model`` says (needs ``openvino``).
+        ``rules`` is a ONE ``.part`` file or a dict of its sections. The other arguments are
+        ``cleave query``'s flags.
 
         >>> m = cleave.load("examples/tiny_cnn.onnx")
         >>> m.query(["nnapi", "cpu"]).counts   # NNAPI wants static shapes: all on the CPU

@@ -9,8 +9,8 @@ several of its own operations (a Conv with a bias is a Convolution and an Add); 
 on the device only when every one of them does, as in OpenVINO's HETERO plugin.
 
 When OpenVINO cannot read the whole model (an ONNX op its front-end lacks, such as ``Det``),
-or fails while answering for it, each node is asked alone, as a one-node model (this needs the ``onnx`` package); a node it
-cannot read is not supported.
+or fails while answering for it, each node is asked alone, as a one-node model (this needs the
+``onnx`` package); a node it cannot read is not supported.
 """
 
 from __future__ import annotations

@@ -1088,7 +1088,7 @@ class CompiledPlane:
             lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
             if self.specs is None:
                 specs = {}
-                for i, x in enumerate(infos):
+                for x in infos:
                     for name, s in x["inputs"].items():
                         if name in self.meta["inputs"]:
                             specs.setdefault(name, s)

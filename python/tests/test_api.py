@@ -125,7 +125,8 @@ def test_rules_as_a_dict_equal_the_part_file(tiny_cnn, tiny_part):
     model = cleave.load(tiny_cnn)
     from_file = model.partition(rules=tiny_part)
     from_dict = model.partition(
-        rules={"backends": ["npu", "cpu"], "default": "npu", "comply": "opcode", "OPCODE": {"ADD": "cpu", "SOFTMAX": "cpu"}}
+        rules={"backends": ["npu", "cpu"], "default": "npu", "comply": "opcode",
+               "OPCODE": {"ADD": "cpu", "SOFTMAX": "cpu"}}
     )
     assert from_file.parts == from_dict.parts
 

@@ -136,7 +136,8 @@ def test_a_plan_is_shared_by_threads_and_its_writes_release_the_gil():
         counter.join()
     assert len(first) == len(plan.parts) == 8
     # Holding the GIL, the counter gets one switch interval (5 ms) of the whole call.
-    assert took < 0.05 or during > 0.2 * pace, f"{during:.0f} ticks/s during {took:.3f} s against {pace:.0f}/s: the GIL was held"
+    assert took < 0.05 or during > 0.2 * pace, (
+        f"{during:.0f} ticks/s during {took:.3f} s against {pace:.0f}/s: the GIL was held")
     # Threads using one plan at once: each gets the parts, none an 'already borrowed' error.
     results, errors = [], []
 

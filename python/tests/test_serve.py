@@ -3,7 +3,6 @@ against what the model takes, and a part gives up a request that ran out of time
 
 import asyncio
 import io
-import json
 import pathlib
 import struct
 import time
@@ -12,12 +11,11 @@ import zipfile
 import numpy as np
 import onnx
 import pytest
+from conftest import test_data as data_root
 from onnx import TensorProto, helper
 
 import cleave
 from cleave import serve
-
-from conftest import test_data as data_root
 
 
 def npz(members):

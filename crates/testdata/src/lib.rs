@@ -59,12 +59,19 @@ pub fn light_random(name: &str) -> PathBuf {
     p
 }
 
-/// Every `.onnx` file of the given suites, sorted.
+/// Every `.onnx` file of the given suites, sorted. A suite without one fails the test that
+/// asked, so a test never passes on models that were never fetched.
 pub fn onnx_files(suites: &[&str]) -> Vec<PathBuf> {
     let root = dir();
     let mut out = Vec::new();
     for s in suites {
+        let before = out.len();
         collect(&root.join(s), &mut out);
+        assert!(
+            out.len() > before,
+            "no .onnx file in {}: run `bash scripts/fetch-test-data.sh`",
+            root.join(s).display()
+        );
     }
     out.sort();
     out
