@@ -1,7 +1,7 @@
 //! `cleave bench`: monolithic, partitioned sequential and partitioned pipelined runs back to
 //! back in one process, with medians and the ratios between them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cleave::runtime::pipeline::run_pipelined;
@@ -10,17 +10,7 @@ use cleave::{conn_source, load_parts};
 use serde::Serialize;
 
 use crate::run_cmd::{engines, runtime_fail};
-use crate::setup::DeviceArgs;
 use crate::{inputs, Fail};
-
-pub struct BenchArgs<'a> {
-    pub target: &'a Path,
-    pub devices: &'a DeviceArgs,
-    pub runs: usize,
-    pub requests: usize,
-    pub engines: &'a [String],
-    pub json: bool,
-}
 
 #[derive(Serialize)]
 struct Mode {
@@ -75,19 +65,19 @@ fn median(v: Vec<Duration>) -> Duration {
     Duration::from_secs_f64(cleave::median_seconds(v))
 }
 
-pub fn run(a: BenchArgs) -> Result<(), Fail> {
+pub fn run(a: Args) -> Result<(), Fail> {
     let tmp = cleave::workdir::private_tempdir("cleave-")
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let conn: PathBuf = if a.target.extension().is_some_and(|e| e == "json") {
         a.target.to_path_buf()
     } else {
-        crate::partition_cmd::partition_into(a.target, a.devices, tmp.path(), false)?
+        crate::partition_cmd::partition_into(&a.target, &a.devices, tmp.path(), false)?
     };
     let bar = crate::progress::spinner("loading");
     // Random inputs take the shapes --shape and --dim fix.
     let source = a.devices.fix(conn_source(&conn)?)?;
     let feeds = inputs::gather(&source.model().graph, &[], 0, true)?;
-    let map = engines(a.engines)?;
+    let map = engines(&a.engine.engines)?;
     let runs = a.runs.max(1);
 
     // All three set up at once and timed in interleaved rounds, so that the machine's drift
@@ -243,4 +233,69 @@ pub fn run(a: BenchArgs) -> Result<(), Fail> {
     }
     crate::counters::print(&piped, &pipe_stats, false);
     Ok(())
+}
+
+// `cleave bench`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A partition (stem.conn.json), or a model to partition with the device flags.
+    pub target: std::path::PathBuf,
+    #[command(flatten)]
+    pub devices: crate::setup::DeviceArgs,
+    /// Timed runs per mode (after one warm-up run).
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+    /// Requests in flight in the pipelined mode.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub requests: usize,
+    #[command(flatten)]
+    pub engine: crate::setup::EngineArgs,
+    #[arg(long)]
+    pub json: bool,
+    /// Time the partitioner instead of the model: the default algorithm, a bare
+    /// topological sort of the same graph, and (up to 1000 units) the openvino algorithm;
+    /// TARGET is a model, placed by --part/--devices or else by the .part file beside it.
+    #[arg(long)]
+    pub partition: bool,
+    /// Time the partition (TARGET a stem.conn.json) served on the Ray cluster at ADDRESS,
+    /// as `serve` deploys it: --runs requests with 1 and with --requests in flight;
+    /// throughput, latency percentiles and the overhead per hop between parts.
+    #[arg(long, value_name = "ADDRESS", conflicts_with = "partition")]
+    pub ray: Option<String>,
+    /// With --ray: how the parts are deployed.
+    #[command(flatten)]
+    pub deploy: crate::setup::RayArgs,
+}
+
+/// `--partition` times the partitioner, `--ray` a served partition, `--objective latency` the
+/// placements a cost model compared, else the model whole, partitioned and pipelined.
+pub fn main(a: Args) -> Result<(), Fail> {
+    if a.partition {
+        return crate::bench_partition::run(&a.target, &a.devices, a.runs, a.json);
+    }
+    if let Some(address) = &a.ray {
+        return crate::serve_cmd::bench(crate::serve_cmd::RayBenchArgs {
+            conn: &a.target,
+            address,
+            runs: a.runs,
+            requests: a.requests,
+            deploy: &a.deploy,
+            json: a.json,
+        });
+    }
+    if a.deploy.any() {
+        return Err(Fail::usage(
+            "--resources, --replicas, --threads and --data-plane say how to deploy on Ray: give them with --ray ADDRESS",
+        ));
+    }
+    if a.devices.objective == crate::setup::Objective::Latency {
+        return crate::bench_placements::run(
+            &a.target,
+            &a.devices,
+            a.runs,
+            &a.engine.engines,
+            a.json,
+        );
+    }
+    run(a)
 }

@@ -15,3 +15,14 @@ pub fn run(conn: &Path) -> Result<(), Fail> {
     );
     Ok(())
 }
+
+// `cleave check`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The partition's stem.conn.json.
+    pub conn: std::path::PathBuf,
+}
+
+pub fn main(a: Args) -> Result<(), Fail> {
+    run(&a.conn)
+}

@@ -126,3 +126,19 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
     }
     Ok(())
 }
+
+// `cleave conformance`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The folder of test cases, e.g. ~/.cache/cleave/test-data/node.
+    pub dir: std::path::PathBuf,
+    /// tract or ort.
+    #[arg(long, default_value = "tract")]
+    pub engine: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn main(a: Args) -> Result<(), Fail> {
+    run(&a.dir, &a.engine, a.json)
+}

@@ -5,23 +5,15 @@ use std::path::{Path, PathBuf};
 
 use crate::Fail;
 
-pub struct GenArgs<'a> {
-    pub nodes: usize,
-    pub devices: usize,
-    pub seed: u64,
-    pub output: &'a Path,
-    pub part: Option<&'a Path>,
-}
-
 /// The `.part` file beside `output` unless named: `model.onnx` → `model.part`.
 pub fn part_path(output: &Path, part: Option<&Path>) -> PathBuf {
     part.map_or_else(|| output.with_extension("part"), Path::to_path_buf)
 }
 
-pub fn run(a: GenArgs) -> Result<(), Fail> {
+pub fn run(a: Args) -> Result<(), Fail> {
     let bar = crate::progress::spinner("generating");
-    let part = part_path(a.output, a.part);
-    let g = cleave::generate_model(a.nodes, a.devices, a.seed, a.output, &part)?;
+    let part = part_path(&a.output, a.part.as_deref());
+    let g = cleave::generate_model(a.nodes, a.devices, a.seed, &a.output, &part)?;
     bar.finish_and_clear();
     println!(
         "wrote {} ({} nodes) and {} ({} devices: {})",
@@ -32,4 +24,23 @@ pub fn run(a: GenArgs) -> Result<(), Fail> {
         g.backends.join(",")
     );
     Ok(())
+}
+
+// `cleave gen`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: usize,
+    /// Number of devices (cpu, npu, gpu, dsp, dev4...).
+    #[arg(long, default_value_t = 2)]
+    pub devices: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The model to write (.onnx).
+    #[arg(short = 'o', long = "output", value_name = "MODEL.onnx")]
+    pub output: std::path::PathBuf,
+    /// Where to write the .part file (default: beside the model, MODEL.part).
+    #[arg(long, value_name = "FILE.part")]
+    pub part: Option<std::path::PathBuf>,
 }

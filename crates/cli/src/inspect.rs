@@ -294,3 +294,28 @@ fn human_bytes(n: u64) -> String {
     }
     format!("{v:.1} {unit} ({n} bytes)")
 }
+
+// `cleave inspect`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model file (.onnx).
+    pub model: std::path::PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also list every tensor of the top-level graph with its inferred type (in JSON, a
+    /// `types` array; in text, one line each).
+    #[arg(long)]
+    pub types: bool,
+    /// Fix an input's shape first: NAME=1,3,640,640 (see `query --help`).
+    #[arg(long = "shape", value_name = "NAME=D,D,...")]
+    pub shape: Vec<String>,
+    /// Fix every dim named PARAM first: PARAM=N.
+    #[arg(long = "dim", value_name = "PARAM=N")]
+    pub dim: Vec<String>,
+}
+
+pub fn main(a: Args) -> Result<(), Fail> {
+    let fixed = crate::setup::parse_fixed(&a.shape, &a.dim)?;
+    run(&a.model, a.json, a.types, &fixed)
+}

@@ -184,3 +184,25 @@ fn print_view(r: &Report, out: &Path) {
     }
     println!("wrote {}", out.display());
 }
+
+// `cleave optimize`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model file (.onnx). It is read, never modified.
+    pub model: std::path::PathBuf,
+    #[command(flatten)]
+    pub devices: crate::setup::DeviceArgs,
+    /// `basic` works for any device; `device` adds the devices' own rewrites.
+    #[arg(long, value_enum, default_value = "device")]
+    pub level: crate::setup::OptLevel,
+    /// Where to write the rewritten model (atomically; never the source).
+    #[arg(short, long, value_name = "OUT.onnx")]
+    pub output: std::path::PathBuf,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn main(a: Args) -> Result<(), Fail> {
+    run(&a.model, &a.devices, a.level, &a.output, a.json)
+}

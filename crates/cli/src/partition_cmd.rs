@@ -362,3 +362,79 @@ fn report(
         written.conn_ini.display()
     );
 }
+
+// `cleave partition`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model file (.onnx). It is read, never modified or copied.
+    pub model: std::path::PathBuf,
+    #[command(flatten)]
+    pub devices: crate::setup::DeviceArgs,
+    /// Partitioning algorithm.
+    #[arg(long, value_enum, default_value = "default")]
+    pub algorithm: Algorithm,
+    /// Let a part hold same-device regions that no tensor joins (fewer parts).
+    #[arg(long)]
+    pub allow_disconnected: bool,
+    /// Print the openvino algorithm's steps (Select root / Merge / Failed to merge / Rollback).
+    #[arg(long)]
+    pub trace: bool,
+    /// Time budget of the openvino algorithm, in seconds.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub budget: f64,
+    /// Output folder (created if missing).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "WORKDIR",
+        required_unless_present = "dry_run"
+    )]
+    pub workdir: Option<std::path::PathBuf>,
+    /// How parts hold weights. `inline`: each part holds the bytes of the weights it uses.
+    /// `shared`: every part references one file, WORKDIR/stem.weights, by offset and length
+    /// (a copy of the source's one data file, offsets kept, else one streamed copy), so
+    /// weights are neither duplicated across parts nor held in memory. A part over protobuf's 2 GB limit
+    /// makes `inline` switch to `shared`, with a note.
+    #[arg(long, value_enum, default_value = "inline", value_name = "MODE")]
+    pub external_data: ExternalDataArg,
+    /// Pipeline-parallel split instead of device rules: N consecutive stages along a
+    /// topological order, one part each, on the --devices in turn (or on stage1..N),
+    /// chosen to make the slowest stage (the pipeline's throughput) as fast as possible.
+    /// Stage times come from --costs (or profiles' declared [cost]), else estimated FLOPs.
+    #[arg(long, value_name = "N", conflicts_with_all = ["part", "algorithm", "allow_disconnected"])]
+    pub stages: Option<usize>,
+    /// Memory budget of a stage's device, e.g. gpu0=16GiB,gpu1=16GiB (B, KB, MB, GB, KiB,
+    /// MiB, GiB): each stage's weights plus its peak of live activations must fit. Needs
+    /// --stages and static dims (--shape/--dim). A device not named is unbounded.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "DEVICE=SIZE",
+        requires = "stages"
+    )]
+    pub memory: Vec<String>,
+    /// Plan, validate and print the summary; write nothing.
+    #[arg(long, conflicts_with = "report")]
+    pub dry_run: bool,
+    /// Also write the views of the partition beside the connection files: stem.partition.md
+    /// (table and mermaid chart), stem.dot (Graphviz) and stem.report.html (self-contained).
+    #[arg(long)]
+    pub report: bool,
+}
+
+pub fn main(a: Args) -> Result<(), Fail> {
+    run(PartitionArgs {
+        model: &a.model,
+        devices: &a.devices,
+        algorithm: a.algorithm,
+        allow_disconnected: a.allow_disconnected,
+        trace: a.trace,
+        budget_s: a.budget,
+        workdir: a.workdir.as_deref().unwrap_or(std::path::Path::new(".")),
+        external_data: a.external_data.into(),
+        stages: a.stages,
+        memory: &a.memory,
+        dry_run: a.dry_run,
+        report: a.report,
+    })
+}

@@ -10,20 +10,6 @@ use cleave::{Devices, ProfileOptions};
 use crate::setup::{DeviceArgs, Objective};
 use crate::{inputs, Fail};
 
-pub struct ProfileArgs<'a> {
-    pub model: &'a Path,
-    pub devices: &'a DeviceArgs,
-    pub engines: &'a [String],
-    pub warmup: u32,
-    pub repeats: u32,
-    pub budget_s: Option<f64>,
-    pub seed: u64,
-    pub inputs: &'a [String],
-    pub output: &'a Path,
-    pub json: bool,
-    pub all_cores: bool,
-}
-
 /// The flags that change the graph, so the file can say how to load the model again.
 fn graph_flags(d: &DeviceArgs) -> Vec<String> {
     let mut f: Vec<String> = d.shape.iter().map(|s| format!("--shape {s}")).collect();
@@ -37,32 +23,32 @@ fn graph_flags(d: &DeviceArgs) -> Vec<String> {
     f
 }
 
-pub fn run(a: ProfileArgs) -> Result<(), Fail> {
+pub fn run(a: Args) -> Result<(), Fail> {
     if a.devices.objective == Objective::Latency || a.devices.costs.is_some() {
         return Err(Fail::usage(
             "profile measures costs; --objective and --costs belong to partition, query and bench",
         ));
     }
-    if let Some(b) = a.budget_s.filter(|b| !b.is_finite() || *b < 0.0) {
+    if let Some(b) = a.budget.filter(|b| !b.is_finite() || *b < 0.0) {
         return Err(Fail::usage(format!(
             "--budget {b}: give seconds, at least 0"
         )));
     }
-    let engines = cleave::engine_map(a.engines)?;
+    let engines = cleave::engine_map(&a.engine.engines)?;
     let devices = Devices::resolve(&a.devices.request())?;
     let bar = crate::progress::spinner("loading");
-    let mut loaded = a.devices.load(a.model)?;
+    let mut loaded = a.devices.load(&a.model)?;
     if let Some(level) = a.devices.optimize {
         loaded = loaded.rewrite(level.into(), &devices, a.devices.fold_limit_bytes())?;
     }
     bar.finish_and_clear();
-    let feeds = inputs::gather(loaded.graph(), a.inputs, a.seed, true)?;
+    let feeds = inputs::gather(loaded.graph(), &a.input.inputs, a.seed, true)?;
     let opts = ProfileOptions {
         engines: engines.clone(),
         warmup: a.warmup,
         repeats: a.repeats,
-        budget: a.budget_s.map(Duration::from_secs_f64),
-        flags: graph_flags(a.devices),
+        budget: a.budget.map(Duration::from_secs_f64),
+        flags: graph_flags(&a.devices),
         single_thread: !a.all_cores,
     };
     let bar = crate::progress::bar("profiling", 1);
@@ -72,13 +58,13 @@ pub fn run(a: ProfileArgs) -> Result<(), Fail> {
         bar.set_message(what.to_string());
     })?;
     bar.finish_and_clear();
-    cleave::workdir::write_atomic(a.output, costs.to_json().as_bytes())
+    cleave::workdir::write_atomic(&a.output, costs.to_json().as_bytes())
         .map_err(|e| Fail::input(&e.path, format!("cannot write: {}", e.source)))?;
     if a.json {
         println!("{}", costs.to_json());
         return Ok(());
     }
-    summary(a.model, &costs, &engines, a.output);
+    summary(&a.model, &costs, &engines, &a.output);
     Ok(())
 }
 
@@ -130,4 +116,40 @@ fn summary(model: &Path, c: &CostFile, engines: &EngineMap, out: &Path) {
         }
     }
     println!("wrote {}", out.display());
+}
+
+// `cleave profile`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model file (.onnx). Its dims must be static, or fixed with --shape/--dim.
+    pub model: std::path::PathBuf,
+    #[command(flatten)]
+    pub devices: crate::setup::DeviceArgs,
+    #[command(flatten)]
+    pub engine: crate::setup::EngineArgs,
+    /// Untimed runs per unit and device before the timed ones.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+    /// Timed runs per unit and device (the median is kept).
+    #[arg(long, default_value_t = 10)]
+    pub repeats: u32,
+    /// Seconds after which every remaining unit gets one warm-up and one timed run.
+    #[arg(long, value_name = "SECONDS")]
+    pub budget: Option<f64>,
+    /// Seed of the random inputs (inputs not given with --input).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub input: crate::setup::InputArgs,
+    /// The cost file to write (atomically).
+    #[arg(short = 'o', long = "output", value_name = "COSTS.json")]
+    pub output: std::path::PathBuf,
+    /// Print the cost file instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Let each engine use every core. By default each runs on one thread, so that a
+    /// device is a core of its own and its figures do not swing with the other cores'
+    /// load; `bench --objective latency` then runs the engines as they were profiled.
+    #[arg(long)]
+    pub all_cores: bool,
 }

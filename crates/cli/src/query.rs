@@ -52,3 +52,22 @@ pub fn run(
     }
     Ok(())
 }
+
+// `cleave query`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model file (.onnx).
+    pub model: std::path::PathBuf,
+    #[command(flatten)]
+    pub devices: crate::setup::DeviceArgs,
+    /// Count the accelerators' parts letting a part hold regions that no tensor joins.
+    #[arg(long)]
+    pub allow_disconnected: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn main(a: Args) -> Result<(), Fail> {
+    run(&a.model, &a.devices, a.allow_disconnected, a.json)
+}

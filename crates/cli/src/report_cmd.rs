@@ -105,3 +105,17 @@ pub fn write(
     );
     Ok(())
 }
+
+// `cleave report`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The partition's stem.conn.json. It is checked against its source model first.
+    pub conn: std::path::PathBuf,
+    /// The source model, when it is no longer where the connection file's source.file says.
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<std::path::PathBuf>,
+}
+
+pub fn main(a: Args) -> Result<(), Fail> {
+    run(&a.conn, a.model.as_deref())
+}

@@ -1,5 +1,3 @@
-use std::path::Path;
-
 use cleave::runtime::pipeline::run_pipelined;
 use cleave::runtime::runner::PartStats;
 use cleave::runtime::{write_npy, EngineMap, RuntimeError};
@@ -18,21 +16,6 @@ pub fn engines(pairs: &[String]) -> Result<EngineMap, Fail> {
     Ok(cleave::engine_map(pairs)?)
 }
 
-pub struct RunArgs<'a> {
-    pub conn: &'a Path,
-    pub inputs: &'a [String],
-    pub out_dir: &'a Path,
-    pub engines: &'a [String],
-    pub json: bool,
-    /// Requests in flight, pipelined across one worker per device (1: a plain run).
-    pub requests: usize,
-    /// Runs in a row on the same sessions (state carries over), each invoke's outputs kept.
-    pub invokes: u32,
-    /// `--shape` and `--dim`.
-    pub shape: &'a [String],
-    pub dim: &'a [String],
-}
-
 fn file_name(tensor: &str) -> String {
     tensor
         .chars()
@@ -46,23 +29,23 @@ fn file_name(tensor: &str) -> String {
         .collect()
 }
 
-pub fn run(a: RunArgs) -> Result<(), Fail> {
-    let fixed = crate::setup::parse_fixed(a.shape, a.dim)?;
-    let source = crate::setup::fix_source(conn_source(a.conn)?, &fixed)?;
+pub fn run(a: Args) -> Result<(), Fail> {
+    let fixed = crate::setup::parse_fixed(&a.shape, &a.dim)?;
+    let source = crate::setup::fix_source(conn_source(&a.conn)?, &fixed)?;
     // With no --input at all, a run is a smoke test: seeded random data, said on stderr.
-    let random = a.inputs.is_empty();
+    let random = a.input.inputs.is_empty();
     if random {
         eprintln!("note: no --input given: running on seeded random inputs (seed 0)");
     }
-    let feeds = inputs::gather(&source.model().graph, a.inputs, 0, random)?;
-    let map = engines(a.engines)?;
+    let feeds = inputs::gather(&source.model().graph, &a.input.inputs, 0, random)?;
+    let map = engines(&a.engine.engines)?;
     let pipelined = a.requests > 1;
     if pipelined && a.invokes > 1 {
         return Err(Fail::usage(
             "--invokes runs one request after another on the same state; it cannot be pipelined with --requests",
         ));
     }
-    let mut parts = load_parts(a.conn, &map, pipelined)?;
+    let mut parts = load_parts(&a.conn, &map, pipelined)?;
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
     let mut runs = Vec::new();
     let values = if pipelined {
@@ -75,7 +58,7 @@ pub fn run(a: RunArgs) -> Result<(), Fail> {
         for (i, v) in r.values.iter().enumerate() {
             for o in &parts.conn.source.outputs {
                 if v.get(o) != plain.get(o) {
-                    return Err(Fail::input(a.conn, format!("request {i}: output '{o}' of the pipelined run differs from a sequential run")));
+                    return Err(Fail::input(&a.conn, format!("request {i}: output '{o}' of the pipelined run differs from a sequential run")));
                 }
             }
         }
@@ -94,13 +77,13 @@ pub fn run(a: RunArgs) -> Result<(), Fail> {
         parts.run(feeds, &mut stats).map_err(runtime_fail)?
     };
     runs.push(values);
-    std::fs::create_dir_all(a.out_dir)
-        .map_err(|e| Fail::input(a.out_dir, format!("cannot write: {e}")))?;
+    std::fs::create_dir_all(&a.out_dir)
+        .map_err(|e| Fail::input(&a.out_dir, format!("cannot write: {e}")))?;
     let mut written = Vec::new();
     for (k, values) in runs.iter().enumerate() {
         for o in &parts.conn.source.outputs {
             let t = values.get(o).ok_or_else(|| {
-                Fail::input(a.conn, format!("no part produced the model output '{o}'"))
+                Fail::input(&a.conn, format!("no part produced the model output '{o}'"))
             })?;
             let name = match a.invokes {
                 1 => format!("{}.npy", file_name(o)),
@@ -118,4 +101,37 @@ pub fn run(a: RunArgs) -> Result<(), Fail> {
         }
     }
     Ok(())
+}
+
+// `cleave run`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The partition's stem.conn.json.
+    pub conn: std::path::PathBuf,
+    #[command(flatten)]
+    pub input: crate::setup::InputArgs,
+    /// Folder for the outputs (NAME.npy).
+    #[arg(short = 'o', long = "output", default_value = ".", value_name = "DIR")]
+    pub out_dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub engine: crate::setup::EngineArgs,
+    /// Keep N requests in flight, one worker per device (the VPU page's pipelining):
+    /// part k of request i overlaps part k+1 of request i-1. Each engine then runs on one
+    /// thread; the outputs are checked identical to a sequential run.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub requests: usize,
+    /// Run the parts N times in a row on the same sessions and inputs, so a stateful
+    /// model's variables carry over; each invoke's outputs are written as NAME.K.npy.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub invokes: u32,
+    /// Fix an input's shape (NAME=1,3,640,640), as on partition: the inputs given are
+    /// checked against the fixed shapes. Repeat per input.
+    #[arg(long = "shape", value_name = "NAME=D,D,...")]
+    pub shape: Vec<String>,
+    /// Fix every dim named PARAM (e.g. batch=1) wherever the model declares it.
+    #[arg(long = "dim", value_name = "PARAM=N")]
+    pub dim: Vec<String>,
+    /// Print the counters as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

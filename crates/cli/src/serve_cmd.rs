@@ -9,17 +9,6 @@ use cleave::workdir::ConnFile;
 use crate::setup::RayArgs;
 use crate::Fail;
 
-pub struct ServeArgs<'a> {
-    pub conn: &'a Path,
-    pub ray: Option<&'a str>,
-    pub export: Option<&'a Path>,
-    pub deploy: &'a RayArgs,
-    pub http_port: Option<u16>,
-    pub name: Option<&'a str>,
-    pub detach: bool,
-    pub timeout_s: f64,
-}
-
 /// Runs the application, saying which engine serves its circle parts.
 fn run(path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<(), Fail> {
     let app = cleave::serve::ray_app(path, conn, args)?;
@@ -50,25 +39,25 @@ fn finish(code: i32) -> Result<(), Fail> {
     }
 }
 
-pub fn serve(a: ServeArgs) -> Result<(), Fail> {
-    let conn = cleave::serve::check_served(a.conn)?;
+pub fn serve(a: Args) -> Result<(), Fail> {
+    let conn = cleave::serve::check_served(&a.conn)?;
     let mut args: Vec<OsString> = Vec::new();
-    match (a.ray, a.export) {
+    match (a.ray.as_deref(), a.export.as_deref()) {
         (Some(address), None) => {
-            args.extend(["serve".into(), a.conn.into(), "--address".into(), address.into()]);
+            args.extend(["serve".into(), a.conn.as_os_str().into(), "--address".into(), address.into()]);
             if let Some(p) = a.http_port {
                 args.extend(["--http-port".into(), p.to_string().into()]);
             }
-            if let Some(n) = a.name {
+            if let Some(n) = a.name.as_deref() {
                 args.extend(["--name".into(), n.into()]);
             }
             if a.detach {
                 args.push("--detach".into());
             }
-            args.extend(["--timeout".into(), a.timeout_s.to_string().into()]);
+            args.extend(["--timeout".into(), a.timeout.to_string().into()]);
         }
         (None, Some(dir)) => {
-            args.extend(["export".into(), a.conn.into(), dir.into()]);
+            args.extend(["export".into(), a.conn.as_os_str().into(), dir.into()]);
         }
         _ => {
             return Err(Fail::usage(
@@ -77,7 +66,7 @@ pub fn serve(a: ServeArgs) -> Result<(), Fail> {
         }
     }
     args.extend(a.deploy.to_args());
-    run(a.conn, &conn, &args)
+    run(&a.conn, &conn, &args)
 }
 
 pub struct RayBenchArgs<'a> {
@@ -111,4 +100,37 @@ pub fn bench(a: RayBenchArgs) -> Result<(), Fail> {
         args.push("--json".into());
     }
     run(a.conn, &conn, &args)
+}
+
+// `cleave serve`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The partition's stem.conn.json (its part files beside it).
+    pub conn: std::path::PathBuf,
+    /// Address of the running cluster's head (HOST:PORT), as `ray start --head` printed it.
+    #[arg(
+        long,
+        value_name = "ADDRESS",
+        required_unless_present = "export",
+        conflicts_with = "export"
+    )]
+    pub ray: Option<String>,
+    /// Instead of deploying: write a self-contained Ray Serve application to DIR (the
+    /// parts, conn.json, app.py and serve_config.yaml), for `serve run` / `serve deploy`.
+    #[arg(long, value_name = "DIR")]
+    pub export: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub deploy: crate::setup::RayArgs,
+    /// HTTP port of the route.
+    #[arg(long, value_name = "PORT")]
+    pub http_port: Option<u16>,
+    /// Name of the Ray Serve application (default: the partition's stem).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Return once deployed instead of serving until interrupted.
+    #[arg(long)]
+    pub detach: bool,
+    /// Seconds to wait for the cluster and for the deployments to come up.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    pub timeout: f64,
 }

@@ -230,3 +230,72 @@ fn print(r: &Report, tol: &Tolerance, json: bool, reference: &str) {
         );
     }
 }
+
+// `cleave verify`'s flags, declared here alone; `lib.rs` dispatches them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The source model.
+    pub model: std::path::PathBuf,
+    /// A partition of it (stem.conn.json); without one, MODEL is partitioned with the
+    /// device flags into a temporary folder.
+    pub conn: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub devices: crate::setup::DeviceArgs,
+    /// Also compare every boundary tensor with the same tensor inside the whole model.
+    #[arg(long)]
+    pub boundaries: bool,
+    /// Largest relative L2 error of a float tensor (at least 16 epsilons of its type, so
+    /// float16 gets 1.6e-2).
+    #[arg(long, default_value_t = cleave::runtime::verify::DEFAULT_NORM_TOL, conflicts_with_all = ["rtol", "atol"])]
+    pub tol: f64,
+    /// Compare element by element instead: |parts − whole| <= atol + rtol·|whole|
+    /// (default 1e-4 when only --atol is given).
+    #[arg(long)]
+    pub rtol: Option<f64>,
+    /// Absolute part of the element-wise check (default 1e-5 when only --rtol is given).
+    #[arg(long)]
+    pub atol: Option<f64>,
+    /// Seed of the random inputs (inputs not given with --input).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub input: crate::setup::InputArgs,
+    #[command(flatten)]
+    pub engine: crate::setup::EngineArgs,
+    /// Engine that runs the whole model (tract, ort, litert, openvino[:DEVICE],
+    /// onert[:BACKENDS]). Default: litert for a .tflite model, onert for a .circle one,
+    /// else tract.
+    #[arg(long)]
+    pub reference: Option<String>,
+    /// Run N inferences in a row on the same sessions (random inputs seeded SEED, SEED+1,
+    /// ...), comparing each: a stateful model's variables carry over between them.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub invokes: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Whether every tensor compared matched.
+pub fn main(a: Args) -> Result<bool, Fail> {
+    let tolerance = if a.rtol.is_some() || a.atol.is_some() {
+        Tolerance::Elementwise {
+            rtol: a.rtol.unwrap_or(1e-4),
+            atol: a.atol.unwrap_or(1e-5),
+        }
+    } else {
+        Tolerance::Norm(a.tol)
+    };
+    run(VerifyArgs {
+        model: &a.model,
+        conn: a.conn.as_deref(),
+        devices: &a.devices,
+        boundaries: a.boundaries,
+        tolerance,
+        seed: a.seed,
+        inputs: &a.input.inputs,
+        engines: &a.engine.engines,
+        reference: a.reference.as_deref(),
+        invokes: a.invokes,
+        json: a.json,
+    })
+}
