@@ -2,83 +2,9 @@ use cleave_device::{Profiles, Verdict};
 use cleave_fuse::{find_groups, Group, Rule, UnknownRule};
 use cleave_ir::{Graph, Node, NodeId, OpSemantics};
 
+use crate::error::AssignError;
 use crate::part_file::PartFile;
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AssignError {
-    /// The VPU page's message, then a hint.
-    #[error(
-        "[{device}] Cannot convert layer {node} due to unsupported layer type {op}{detail}; {hint}"
-    )]
-    Unsupported {
-        device: String,
-        node: String,
-        op: String,
-        detail: String,
-        /// A device list that runs the node, never the one just given, or why there is none.
-        hint: String,
-    },
-    #[error("{rule} puts layer {node} ({op}) on {device}, which cannot run it: {reason}")]
-    RuleUnsupported {
-        rule: String,
-        node: String,
-        op: String,
-        device: String,
-        reason: String,
-    },
-    #[error("no devices given: use --devices (e.g. --devices myriad,cpu) or a .part file")]
-    NoDevices,
-    #[error("default device '{0}' is not in the device list")]
-    DefaultNotListed(String),
-    #[error("profile '{device}': [fuse] rules: {message}")]
-    FuseRule { device: String, message: String },
-    #[error("the ops of {names} share state and must run on one device, but none of {devices} runs them all: {ops}")]
-    SharedState {
-        names: String,
-        ops: String,
-        devices: String,
-    },
-}
-
-/// Why a node went where it did (shown by `query`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// An `[OPNAME]` rule.
-    OpName,
-    /// An `[OPCODE]` rule.
-    OpCode,
-    /// No rule: the default device runs it.
-    Default,
-    /// No rule, or no default: the first device of the priority list that runs it.
-    Priority,
-    /// Moved to its partner so a QuantizeLinear → DequantizeLinear pair stays together.
-    QdqPair,
-    /// A constant that is also a graph output: one part on the default device makes it.
-    ConstantOutput,
-    /// Member of a fused group: goes where the group's anchor goes.
-    Fused,
-    /// Moved by the latency objective: the cost model predicts the split faster so.
-    Cost,
-    /// Moved to the device of the rest of the state it reads or writes (a variable's ops).
-    SharedState,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// Runs on `devices[index]`.
-    Device(u16, Reason),
-    /// Computes a constant: copied into every part that reads it, on no device of its own.
-    Constant,
-}
-
-impl Placement {
-    pub fn device(self) -> Option<u16> {
-        match self {
-            Placement::Device(d, _) => Some(d),
-            Placement::Constant => None,
-        }
-    }
-}
+use crate::placement::{Placement, Reason};
 
 #[derive(Clone, Debug)]
 pub struct Assignment {

@@ -6,11 +6,13 @@
 //! the partitioner copies them into every part that reads them.
 
 mod assign;
+mod error;
 mod part_file;
+mod placement;
 mod state;
 
-pub use assign::{
-    assign, inseparable_pairs, AssignError, AssignOptions, Assignment, Placement, Reason,
-};
+pub use assign::{assign, inseparable_pairs, AssignOptions, Assignment};
+pub use error::AssignError;
 pub use part_file::{render_opname, Comply, PartError, PartFile};
+pub use placement::{Placement, Reason};
 pub use state::StateRegion;

@@ -5,7 +5,8 @@
 use cleave_device::{Profiles, Verdict};
 use cleave_ir::{Graph, NodeId, OpSemantics};
 
-use crate::assign::{AssignError, Placement, Reason};
+use crate::error::AssignError;
+use crate::placement::{Placement, Reason};
 
 /// One resource's ops and the ops between them, placed on one device.
 #[derive(Clone, Debug)]

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use cleave::frontend::FixedDims;
 use cleave::ir::{Dim, Graph, ValueId};
-use cleave::runtime::HostTensor;
 use cleave::{AssignRequest, DeviceRequest, LoadedModel, Objective, RewriteLevel};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -14,7 +13,7 @@ use tempfile::TempDir;
 
 use crate::errors::{from_engine_in, from_facade_in, raise, Kind, Names};
 use crate::plan::Plan;
-use crate::tensors::{to_host, to_numpy};
+use crate::tensors::{feeds_of, to_numpy};
 
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Model {
@@ -447,27 +446,4 @@ impl WholeModel {
         }
         Ok(out)
     }
-}
-
-/// `{name: array}` as host tensors.
-pub(crate) fn feeds_of(feeds: &Bound<'_, PyDict>) -> PyResult<Vec<(String, HostTensor)>> {
-    feeds
-        .iter()
-        .map(|(k, v)| {
-            let name: String = k.extract().map_err(|_| {
-                raise(
-                    Kind::Argument,
-                    None,
-                    &format!(
-                        "feeds: an input's name is a str, not {}",
-                        k.get_type()
-                            .name()
-                            .map_or_else(|_| "?".into(), |n| n.to_string())
-                    ),
-                )
-            })?;
-            let t = to_host(&name, &v)?;
-            Ok((name, t))
-        })
-        .collect()
 }

@@ -12,7 +12,7 @@ use pyo3::types::PyDict;
 use tempfile::TempDir;
 
 use crate::errors::{from_engine_in, from_facade_in, raise, Kind, Names};
-use crate::model::feeds_of;
+use crate::tensors::feeds_of;
 use crate::tensors::to_numpy;
 
 /// Frozen, so threads share it: what it reads is computed once, and what writes files (the

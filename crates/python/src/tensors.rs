@@ -6,6 +6,7 @@ use cleave::ir::ElemType;
 use cleave::runtime::HostTensor;
 use numpy::{PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::errors::{raise, Kind};
 
@@ -115,4 +116,27 @@ pub fn to_numpy<'py>(py: Python<'py>, name: &str, t: HostTensor) -> PyResult<Bou
     bytes
         .call_method1("view", (dtype,))?
         .call_method1("reshape", (shape,))
+}
+
+/// `{name: array}` as host tensors.
+pub(crate) fn feeds_of(feeds: &Bound<'_, PyDict>) -> PyResult<Vec<(String, HostTensor)>> {
+    feeds
+        .iter()
+        .map(|(k, v)| {
+            let name: String = k.extract().map_err(|_| {
+                raise(
+                    Kind::Argument,
+                    None,
+                    &format!(
+                        "feeds: an input's name is a str, not {}",
+                        k.get_type()
+                            .name()
+                            .map_or_else(|_| "?".into(), |n| n.to_string())
+                    ),
+                )
+            })?;
+            let t = to_host(&name, &v)?;
+            Ok((name, t))
+        })
+        .collect()
 }

@@ -3,9 +3,11 @@
 //! ONE circle-partitioner's format. Every file is written to a temporary name and renamed into
 //! place; the source model is never touched.
 
+mod error;
 mod part;
 mod write;
 
+pub use error::EmitError;
 pub use part::{part_model, value_info, with_outputs};
-pub use write::{emit_limited, EmitError};
+pub use write::emit_limited;
 pub(crate) use write::{from_emit, PROTOBUF_LIMIT};

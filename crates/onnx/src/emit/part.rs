@@ -13,7 +13,7 @@ use crate::{elem_to_code, OnnxModel, WeightsFile};
 use cleave_ir::{Dim, Model, TensorType, ValueId};
 use cleave_partition::Plan;
 
-use super::write::EmitError;
+use super::error::EmitError;
 
 /// Builds part `k` (0-based) of `plan` from the source model: its nodes (placed and copied
 /// constants) in source order, the initializers and model-local functions it uses, typed

@@ -1,4 +1,4 @@
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cleave_frontend::{
     write_partition, Emitted, Encoded, ExternalData, FrontendError, PartEncoder, PartRecord,
@@ -9,51 +9,12 @@ use cleave_ir::Model;
 use cleave_partition::{Plan, ValidatedPlan};
 use cleave_workdir::Staged;
 
+use super::error::EmitError;
 use super::part::{part_model_with, SourceIndex};
-use crate::{
-    write_weights_file_to, OnnxError, OnnxModel, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES,
-};
+use crate::{write_weights_file_to, OnnxModel, WeightsFile, WeightsSource, MIN_EXTERNAL_BYTES};
 
 /// Protobuf refuses to encode a message of 2 GiB or more.
 pub(crate) const PROTOBUF_LIMIT: usize = i32::MAX as usize;
-
-#[derive(Debug, thiserror::Error)]
-pub enum EmitError {
-    #[error("cannot write: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("part {part}: boundary tensor '{tensor}' has no element type or rank ({ty}): {origin}; declare it in the model's value_info")]
-    Untyped {
-        part: usize,
-        tensor: String,
-        ty: String,
-        /// Where the unknown starts: the first node upstream whose inputs are all typed.
-        origin: String,
-    },
-    #[error("{0}")]
-    Source(String),
-}
-
-impl EmitError {
-    /// The file the error concerns, where there is one.
-    pub fn path(&self) -> Option<&Path> {
-        match self {
-            EmitError::Write { path, .. } => Some(path),
-            _ => None,
-        }
-    }
-}
-
-impl From<OnnxError> for EmitError {
-    fn from(e: OnnxError) -> Self {
-        match e {
-            OnnxError::Write { path, source } => EmitError::Write { path, source },
-            other => EmitError::Source(format!("{}: {other}", other.path().display())),
-        }
-    }
-}
 
 /// Writes every part and the connection files into `workdir` (see
 /// [`cleave_frontend::write_partition`]) with the weights held as `external` says, where an
