@@ -30,7 +30,8 @@ echo "pip install . took $((SECONDS - start)) s"
 # mypy on the package, and the stub checked against the module as built.
 "$venv/bin/ruff" check python
 "$py" -m mypy
-"$py" -m mypy.stubtest cleave._cleave
+# (PEP 800's @disjoint_base needs typing_extensions in the stub; every class is @final anyway.)
+"$py" -m mypy.stubtest cleave._cleave --ignore-disjoint-bases
 # Out of the source tree, so only the installed package can be imported as `cleave`. Every
 # engine the tests use is installed above: a skipped test fails the run (conftest.py).
 CLEAVE_NO_SKIPS=1 PATH="$venv/bin:$PATH" "$py" -m pytest -q python/tests "$@"
