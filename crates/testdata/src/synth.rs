@@ -671,7 +671,7 @@ pub fn dynamic_batch() -> Vec<u8> {
 
 /// A dim computed at run time, as Keras front ends make them: the converter writes -1 in
 /// `shape_signature` and a placeholder 1 in `shape` for every tensor after the RESHAPE, and the
-/// real height (16 for x [1,16,6,1]) only comes from preparing the RESHAPE itself.
+/// real height (16 for x `[1,16,6,1]`) only comes from preparing the RESHAPE itself.
 ///
 /// ```text
 /// y = RESHAPE(x [1,-1,6,1], [1,-1,3,2])               [1,-1,3,2], written [1,1,3,2]
