@@ -101,10 +101,14 @@ def fetch(dest):
     python = venv_python()
     dest.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=".tflite-while-", dir=dest))
-    subprocess.run([str(python), __file__, "--make", str(tmp)], check=True)
-    missing = [m for m in MODELS if not (tmp / f"{m}.tflite").is_file()]
-    if missing:
-        sys.exit(f"TensorFlow did not write {missing}")
+    try:
+        subprocess.run([str(python), __file__, "--make", str(tmp)], check=True)
+        missing = [m for m in MODELS if not (tmp / f"{m}.tflite").is_file()]
+        if missing:
+            raise RuntimeError(f"TensorFlow did not write {missing}")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     (tmp / stamp.name).touch()
     tmp.chmod(0o755)
     old = dest / f".tflite-while-old-{stamp_of()}"

@@ -33,12 +33,16 @@ def run(cmd):
     return r.returncode, r.stdout + r.stderr
 
 
+def last_line(out):
+    return (out.strip().splitlines() or ["no output"])[-1]
+
+
 def nodes_of(cleave, model, tmp):
     part = tmp / "all.part"
     part.write_text("[partition]\nbackends=host\ndefault=host\ncomply=opcode\n")
     code, out = run([cleave, "query", model, "--json", "--part", part])
     if code:
-        raise RuntimeError(out.strip().splitlines()[-1])
+        raise RuntimeError(last_line(out))
     start = out.index("{")
     # Nodes that compute constants from weights (DENSIFY, DEQUANTIZE of float16 weights) are
     # copied into the parts that read them; the rules pin the others, as the tests do.
@@ -80,15 +84,15 @@ def split(cleave, model, nodes, n, tmp, extra=()):
     work = tmp / f"{model.stem}-{n}-{len(extra)}"
     code, out = run([cleave, "partition", model, "--part", part, "-o", work, *extra])
     if code:
-        raise RuntimeError(f"partition: {out.strip().splitlines()[-1]}")
+        raise RuntimeError(f"partition: {last_line(out)}")
     return work / f"{model.stem}.conn.json"
 
 
 def check(conn, model, flags):
     code, out = run([sys.executable, HERE / "check_tflite_parts.py", conn, model, "--invokes", "5", *flags])
     if code:
-        raise RuntimeError(out.strip().splitlines()[-1])
-    return out.strip().splitlines()[-1]
+        raise RuntimeError(last_line(out))
+    return last_line(out)
 
 
 def main():
@@ -107,6 +111,7 @@ def main():
         with tempfile.TemporaryDirectory() as t:
             tmp = pathlib.Path(t)
             cells = []
+            nodes = []
             try:
                 nodes = nodes_of(args.cleave, model, tmp)
                 shapes = fixed_shapes(model)
@@ -124,7 +129,7 @@ def main():
                 cells.append("; ".join(learned) if learned else "static")
             except RuntimeError as e:
                 failed += 1
-                cells.append(f"FAILED: {e}")
+                cells += ["FAILED"] * (3 - len(cells)) + [str(e)]
             print(f"| {model.stem} | {model.parent.name} | {len(nodes)} | " + " | ".join(cells) + " |",
                   flush=True)
     sys.exit(1 if failed else 0)

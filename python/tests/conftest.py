@@ -42,6 +42,12 @@ def pytest_runtest_logreport(report):
         _skipped.append(report.nodeid)
 
 
+def pytest_collectreport(report):
+    # A module-level importorskip skips at collection.
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """With CLEAVE_NO_SKIPS=1 (scripts/test-python.sh, whose venv installs every engine the
     tests use), a skipped test fails the run: a missing engine must not pass unseen."""

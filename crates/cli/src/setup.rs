@@ -60,11 +60,11 @@ pub struct DeviceArgs {
     pub dim: Vec<String>,
     /// Where inference cannot tell a tensor's element type or rank (an op it has no rule
     /// for), run the model once on ONNX Runtime, on seeded random inputs of the shapes
-    /// --shape fixes, and take the types the run shows (said on stderr). TFLite and circle:
-    /// every tensor whose dims the file leaves dynamic (-1 in shape_signature, a placeholder
-    /// in shape), run on LiteRT's Python interpreter, so that parts are written with dims
-    /// they can be prepared with. Off by default: the learned dims hold for those input
-    /// shapes only.
+    /// --shape fixes, and take the types the run shows (said on stderr). TFLite: every
+    /// tensor whose dims the file leaves dynamic (-1 in shape_signature, a placeholder in
+    /// shape), run on LiteRT's Python interpreter, so that parts are written with dims they
+    /// can be prepared with (not circle: convert it to TFLite first). Off by default: the
+    /// learned dims hold for those input shapes only.
     #[arg(long)]
     pub learn_dims: bool,
     /// What the placement optimises. `fewest`: each node on the first device that runs it

@@ -772,6 +772,36 @@ fn tflite_files_with_bad_indices_are_refused_in_one_line() {
     }
 }
 
+/// The tensors every WHILE of the main graph reads or writes, as LiteRT lists them.
+fn while_operands(model: &Path) -> BTreeSet<String> {
+    let script = r#"
+import sys
+sys.path.insert(0, sys.argv[2])
+import tflite_common as tc
+it = tc.interpreter(sys.argv[1])
+names = {d["index"]: d["name"] for d in it.get_tensor_details()}
+for op in it._get_ops_details():
+    if op["op_name"] == "WHILE":
+        for i in list(op["inputs"]) + list(op["outputs"]):
+            if i >= 0:
+                print(names[i])
+"#;
+    let o = Command::new("python3")
+        .args([
+            os("-c"),
+            os(script),
+            model.as_os_str(),
+            repo().join("scripts").as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// WHILE as TensorFlow writes it (a Keras GRU stack, an LSTM cell in a loop, a
 /// `tf.while_loop` whose trip count depends on the data), half the ops pinned at random over 2
 /// and 3 backends, three times each: every part carries the bodies its loops run, and every
@@ -788,6 +818,8 @@ fn tensorflow_while_loops_split_at_random_reproduce_them_in_litert() {
             nodes.iter().any(|(_, op, _)| op == "WHILE"),
             "{stem}: no WHILE in {nodes:?}"
         );
+        let while_io = while_operands(&model);
+        assert!(!while_io.is_empty(), "{stem}");
         for count in [2, 3] {
             for round in 0..3 {
                 let backends = &BACKENDS[..count];
@@ -801,24 +833,22 @@ fn tensorflow_while_loops_split_at_random_reproduce_them_in_litert() {
                 let (conn, parts, _) = split_by_name(tmp.path(), &model, &work, backends, &rules);
                 let v: Value =
                     serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
-                // A part boundary at a WHILE's inputs or outputs.
-                let whiles: Vec<&str> = nodes
+                // A part boundary at one of a WHILE's own operands or results.
+                let sources: BTreeSet<&str> = ["inputs", "outputs"]
                     .iter()
-                    .filter(|(_, op, _)| op == "WHILE")
-                    .map(|(n, _, _)| n.as_str())
+                    .flat_map(|k| v["source"][k].as_array().unwrap())
+                    .map(|t| t.as_str().unwrap())
                     .collect();
-                if parts > 1
-                    && v["parts"].as_array().unwrap().iter().any(|p| {
-                        p["inputs"]
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .chain(p["outputs"].as_array().unwrap())
-                            .any(|t| whiles.iter().any(|w| t.as_str().unwrap().starts_with(w)))
-                    })
-                {
-                    cut_at_while += 1;
-                }
+                let cut = v["parts"].as_array().unwrap().iter().any(|p| {
+                    p["inputs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .chain(p["outputs"].as_array().unwrap())
+                        .map(|t| t.as_str().unwrap())
+                        .any(|t| !sources.contains(t) && while_io.contains(t))
+                });
+                cut_at_while += usize::from(cut);
                 eprintln!(
                     "{stem} over {count} ({parts} parts): {}",
                     check_tflite_parts(&conn, &model, &[os("--invokes"), os("5")])

@@ -74,7 +74,7 @@ impl Engine for Guarded {
         &self,
         model: &Path,
         inputs: &[HostTensor],
-    ) -> Result<Option<Vec<Vec<i64>>>, RuntimeError> {
+    ) -> Result<Option<Vec<Option<Vec<i64>>>>, RuntimeError> {
         guarded(self.0.name(), model, || self.0.tensor_dims(model, inputs))
     }
 

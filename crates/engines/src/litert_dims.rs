@@ -9,10 +9,12 @@ use cleave_runtime::{npy_bytes, HostTensor, RuntimeError};
 
 use crate::python_pkg::{python, run_code};
 
-/// Reads the inputs (.npy, one after another on stdin), resizes the model to them, runs it
-/// once and prints each main-graph tensor's dims, one line per tensor in index order.
+/// Reads the inputs (.npy, one after another on stdin) before anything can fail, resizes the
+/// model to them, runs it once and prints each main-graph tensor's dims, one line per tensor
+/// in index order (`-` for one the interpreter does not list).
 const PROGRAM: &str = r#"
 import io, sys
+stream = io.BytesIO(sys.stdin.buffer.read())
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 data = bytearray(open(sys.argv[1], "rb").read())
@@ -20,7 +22,6 @@ if data[4:8] == b"CIR0":
     data[4:8] = b"TFL3"
 it = Interpreter(model_content=bytes(data),
                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-stream = io.BytesIO(sys.stdin.buffer.read())
 details = it.get_input_details()
 values = [np.lib.format.read_array(stream) for _ in details]
 for d, v in zip(details, values):
@@ -42,7 +43,10 @@ fn failed(model: &Path, message: String) -> RuntimeError {
     }
 }
 
-pub fn tensor_dims(model: &Path, inputs: &[HostTensor]) -> Result<Vec<Vec<i64>>, RuntimeError> {
+pub fn tensor_dims(
+    model: &Path,
+    inputs: &[HostTensor],
+) -> Result<Vec<Option<Vec<i64>>>, RuntimeError> {
     let mut stdin = Vec::new();
     for t in inputs {
         stdin.extend(npy_bytes(t).map_err(|m| failed(model, m))?);
@@ -60,14 +64,18 @@ pub fn tensor_dims(model: &Path, inputs: &[HostTensor]) -> Result<Vec<Vec<i64>>,
                 format!("cannot run {python} for LiteRT's interpreter: {e}"),
             )
         })?;
-    if let Some(mut pipe) = child.stdin.take() {
-        // The program reads all of stdin before it writes, so this cannot block on its output.
-        pipe.write_all(&stdin)
-            .map_err(|e| failed(model, format!("feeding LiteRT's interpreter: {e}")))?;
-    }
+    // The program reads all of stdin first, so this cannot block on its output. A program
+    // that died before reading says why on stderr, read below, so a broken pipe is not the
+    // error to report.
+    let fed = child.stdin.take().map(|mut pipe| pipe.write_all(&stdin));
     let out = child
         .wait_with_output()
         .map_err(|e| failed(model, format!("waiting for LiteRT's interpreter: {e}")))?;
+    if out.status.success() {
+        if let Some(Err(e)) = fed {
+            return Err(failed(model, format!("feeding LiteRT's interpreter: {e}")));
+        }
+    }
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err
@@ -83,11 +91,14 @@ pub fn tensor_dims(model: &Path, inputs: &[HostTensor]) -> Result<Vec<Vec<i64>>,
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|line| match line {
-            "-" | "" => Ok(Vec::new()),
+            "-" => Ok(None),
+            // A scalar.
+            "" => Ok(Some(Vec::new())),
             _ => line
                 .split(',')
                 .map(|d| d.parse::<i64>())
                 .collect::<Result<Vec<_>, _>>()
+                .map(Some)
                 .map_err(|_| failed(model, format!("LiteRT's interpreter printed '{line}'"))),
         })
         .collect()

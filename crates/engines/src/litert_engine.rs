@@ -66,7 +66,7 @@ impl Engine for Litert {
         &self,
         model: &Path,
         inputs: &[HostTensor],
-    ) -> Result<Option<Vec<Vec<i64>>>, RuntimeError> {
+    ) -> Result<Option<Vec<Option<Vec<i64>>>>, RuntimeError> {
         crate::litert_dims::tensor_dims(model, inputs).map(Some)
     }
 

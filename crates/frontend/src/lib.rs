@@ -330,7 +330,7 @@ pub trait FormatModel: Send + Sync {
     /// The tensors of [`FormatModel::to_learn`] typed with the dims an engine showed for
     /// every tensor, in the file's tensor order (`Engine::tensor_dims`); empty for a format
     /// whose tensors have no such order.
-    fn types_from_tensor_dims(&self, dims: &[Vec<i64>]) -> Vec<(ValueId, TensorType)> {
+    fn types_from_tensor_dims(&self, dims: &[Option<Vec<i64>>]) -> Vec<(ValueId, TensorType)> {
         let _ = dims;
         Vec::new()
     }

@@ -22,14 +22,14 @@ pub trait Engine: Send + Sync {
     fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError>;
 
     /// The dims of every tensor of `model`'s main graph after one run on `inputs` (given in
-    /// the graph's input order), in the file's tensor order, where the engine can show them
-    /// (an interpreter that keeps each tensor's dims); `None` where it cannot, and the caller
-    /// makes the tensors it wants outputs instead.
+    /// the graph's input order), in the file's tensor order (`None` for a tensor it does not
+    /// show), where the engine can show them (an interpreter that keeps each tensor's dims);
+    /// `None` where it cannot, and the caller makes the tensors it wants outputs instead.
     fn tensor_dims(
         &self,
         model: &Path,
         inputs: &[HostTensor],
-    ) -> Result<Option<Vec<Vec<i64>>>, RuntimeError> {
+    ) -> Result<Option<Vec<Option<Vec<i64>>>>, RuntimeError> {
         let _ = (model, inputs);
         Ok(None)
     }

@@ -105,13 +105,13 @@ pub(crate) fn to_learn(src: &TfliteSource) -> Vec<ValueId> {
 /// The tensors to learn, typed with `dims` (every main-subgraph tensor's, by index).
 pub(crate) fn types_from_tensor_dims(
     src: &TfliteSource,
-    dims: &[Vec<i64>],
+    dims: &[Option<Vec<i64>>],
 ) -> Vec<(ValueId, TensorType)> {
     let g = &src.converted.model.graph;
     to_learn(src)
         .into_iter()
         .filter_map(|v| {
-            let shown = dims.get(src.tensor(v).ok()?)?;
+            let shown = dims.get(src.tensor(v).ok()?)?.as_ref()?;
             let ty = TensorType {
                 elem: g.value(v).ty.elem,
                 shape: Some(shown.iter().map(|&d| Dim::Fixed(d)).collect()),
@@ -187,8 +187,13 @@ pub(crate) fn placeholder_note(src: &TfliteSource, plan: &ValidatedPlan) -> Opti
         }
     }
     let (name, shape) = kept.iter().next()?;
+    // Only LiteRT shows a run's dims, and it runs TFLite files.
+    let fix = match src.file.format {
+        crate::Format::Tflite => "fix the model's inputs with --shape and add --learn-dims, which runs the source once and writes the dims it shows",
+        crate::Format::Circle => "convert the model to TFLite (cleave convert MODEL.circle MODEL.tflite), then partition that with --shape and --learn-dims, which runs it once and writes the dims it shows",
+    };
     Some(format!(
-        "{} part input(s) have dims the file leaves dynamic (-1 in shape_signature) and are written with the converter's placeholder shape beside them, e.g. '{name}' as {shape}: LiteRT resizes such an input on a part's first run, but allocating before one (or an engine that prepares at load) needs the real dims: fix the model's inputs with --shape and add --learn-dims, which runs the source once and writes the dims it shows",
+        "{} part input(s) have dims the file leaves dynamic (-1 in shape_signature) and are written with the converter's placeholder shape beside them, e.g. '{name}' as {shape}: LiteRT resizes such an input on a part's first run, but allocating before one (or an engine that prepares at load) needs the real dims: {fix}",
         kept.len()
     ))
 }

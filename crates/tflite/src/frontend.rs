@@ -305,7 +305,7 @@ impl FormatModel for TfliteSource {
         crate::dims::to_learn(self)
     }
 
-    fn types_from_tensor_dims(&self, dims: &[Vec<i64>]) -> Vec<(ValueId, TensorType)> {
+    fn types_from_tensor_dims(&self, dims: &[Option<Vec<i64>>]) -> Vec<(ValueId, TensorType)> {
         crate::dims::types_from_tensor_dims(self, dims)
     }
 
