@@ -30,11 +30,13 @@ fuzz_target!(|data: &[u8]| {
         let name = &g.value(*v).name;
         source.converted.names.iter().position(|n| n == name)
     };
+    let no_dims = std::collections::HashMap::new();
     let sel = Selection {
         ops: half,
         inputs: g.inputs.iter().filter_map(tensor).collect(),
         outputs: g.outputs.iter().filter_map(tensor).collect(),
         names: &source.converted.names,
+        dims: &no_dims,
         description: String::new(),
         keep_metadata: true,
     };
