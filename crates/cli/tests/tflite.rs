@@ -332,6 +332,22 @@ for k in range(1, 5):
     assert!(stderr(&o).contains("cannot be pipelined"), "{}", stderr(&o));
 }
 
+/// One node in `one_in`, each pinned by name to one of `backends`, at random.
+fn pin_at_random<'b>(
+    rng: &mut Rng,
+    nodes: &[(String, String, String)],
+    backends: &[&'b str],
+    one_in: usize,
+) -> Vec<(String, &'b str)> {
+    let mut rules = Vec::new();
+    for (name, _, _) in nodes {
+        if rng.below(one_in) == 0 {
+            rules.push((name.clone(), backends[rng.below(backends.len())]));
+        }
+    }
+    rules
+}
+
 /// Keras exports as users get them (BirdNET 2.4: zero-element constants, RFFT2D, shapes
 /// computed by SHAPE/PACK/REDUCE_PROD, dynamic dims inside), a third of the ops pinned at
 /// random over 2 and 3 backends: every part loads and every boundary tensor matches LiteRT.
@@ -353,12 +369,7 @@ fn keras_exports_split_at_random_reproduce_them_in_litert() {
         assert!(nodes.len() > 30, "{stem}: {} placed nodes", nodes.len());
         for count in [2, 3] {
             let backends = &BACKENDS[..count];
-            let mut rules: Vec<(String, &str)> = Vec::new();
-            for (name, _, _) in &nodes {
-                if rng.below(3) == 0 {
-                    rules.push((name.clone(), backends[rng.below(count)]));
-                }
-            }
+            let rules = pin_at_random(&mut rng, &nodes, backends, 3);
             let work = tmp.path().join(format!("{stem}-{count}"));
             let (conn, parts, _) = split_by_name(tmp.path(), &model, &work, backends, &rules);
             parts_seen += parts;
@@ -823,12 +834,7 @@ fn tensorflow_while_loops_split_at_random_reproduce_them_in_litert() {
         for count in [2, 3] {
             for round in 0..3 {
                 let backends = &BACKENDS[..count];
-                let mut rules: Vec<(String, &str)> = Vec::new();
-                for (name, _, _) in &nodes {
-                    if rng.below(2) == 0 {
-                        rules.push((name.clone(), backends[rng.below(count)]));
-                    }
-                }
+                let rules = pin_at_random(&mut rng, &nodes, backends, 2);
                 let work = tmp.path().join(format!("{stem}-{count}-{round}"));
                 let (conn, parts, _) = split_by_name(tmp.path(), &model, &work, backends, &rules);
                 let v: Value =
