@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -216,54 +215,38 @@ def _part_text(rules: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Request:
-    """The keyword arguments query and partition share, as the extension takes them (``args``),
-    with a dict of rules written as a temporary ``.part`` file for the call's duration."""
-
-    def __init__(
-        self,
-        devices: Optional[Iterable[str]],
-        rules: Optional[Rules],
-        default: Optional[str],
-        profiles: Optional[Iterable[PathLike]],
-        optimize: Optional[str],
-        objective: str,
-        costs: Optional[PathLike],
-        margin: float,
-        no_constraints: bool,
-        allow_disconnected: bool,
-    ) -> None:
-        if isinstance(devices, str):
-            devices = [d for d in devices.split(",") if d]
-        self._tmp: Optional[tempfile.TemporaryDirectory[str]] = None
-        path: Optional[str] = None
-        if isinstance(rules, Mapping):
-            self._tmp = tempfile.TemporaryDirectory(prefix="cleave-rules-")
-            path = os.path.join(self._tmp.name, "rules.part")
-            with open(path, "w") as f:
-                f.write(_part_text(rules))
-        with _argument("a device, rule, profile or cost argument"):
-            if rules is not None and not isinstance(rules, Mapping):
-                path = os.fspath(rules)
-            self.args: Dict[str, Any] = {
-                "devices": [os.fspath(d) for d in (devices or [])],
-                "rules": path,
-                "default": default,
-                "profiles": _paths(profiles),
-                "optimize": optimize,
-                "objective": objective,
-                "costs": os.fspath(costs) if costs is not None else None,
-                "margin": float(margin),
-                "no_constraints": bool(no_constraints),
-                "allow_disconnected": bool(allow_disconnected),
-            }
-
-    def __enter__(self) -> "_Request":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
+def _request(
+    devices: Optional[Iterable[str]],
+    rules: Optional[Rules],
+    default: Optional[str],
+    profiles: Optional[Iterable[PathLike]],
+    optimize: Optional[str],
+    objective: str,
+    costs: Optional[PathLike],
+    margin: float,
+    no_constraints: bool,
+    allow_disconnected: bool,
+) -> Dict[str, Any]:
+    """The keyword arguments query and partition share, as the extension takes them: a dict
+    of rules goes as ``.part`` text, which messages call ``<rules dict>``."""
+    if isinstance(devices, str):
+        devices = [d for d in devices.split(",") if d]
+    text = _part_text(rules) if isinstance(rules, Mapping) else None
+    with _argument("a device, rule, profile or cost argument"):
+        path = os.fspath(rules) if rules is not None and not isinstance(rules, Mapping) else None
+        return {
+            "devices": [os.fspath(d) for d in (devices or [])],
+            "rules": path,
+            "rules_text": text,
+            "default": default,
+            "profiles": _paths(profiles),
+            "optimize": optimize,
+            "objective": objective,
+            "costs": os.fspath(costs) if costs is not None else None,
+            "margin": float(margin),
+            "no_constraints": bool(no_constraints),
+            "allow_disconnected": bool(allow_disconnected),
+        }
 
 
 def _paths(items: Optional[Iterable[PathLike]]) -> List[str]:
@@ -337,9 +320,9 @@ class Model:
         """
         import json
 
-        with _Request(devices, rules, default, profiles, optimize, objective, costs, margin,
-                      no_constraints, allow_disconnected) as r:
-            text = self._m.query_json(r.args)
+        args = _request(devices, rules, default, profiles, optimize, objective, costs, margin,
+                        no_constraints, allow_disconnected)
+        text = self._m.query_json(args)
         d = json.loads(text)
         return Query(
             devices=d["devices"],
@@ -385,9 +368,9 @@ class Model:
         with _argument("memory= takes {device: budget}, budget_s= a number"):
             mem = [f"{k}={v}" for k, v in (memory or {}).items()]
             budget = float(budget_s)
-        with _Request(devices, rules, default, profiles, optimize, objective, costs, margin,
-                      no_constraints, allow_disconnected) as r:
-            inner = self._m.partition(r.args, stages, mem, algorithm, budget)
+        args = _request(devices, rules, default, profiles, optimize, objective, costs, margin,
+                        no_constraints, allow_disconnected)
+        inner = self._m.partition(args, stages, mem, algorithm, budget)
         plan = Plan(inner, self)
         estimated = (plan.prediction or {}).get("estimated")
         if objective == "latency" and estimated:

@@ -335,6 +335,10 @@ def test_bad_rules_costs_and_memory_raise_argument_error(tmp_path, tiny_cnn):
     assert e.value.path == str(bad) and "gpu" in e.value.cause
     with pytest.raises(cleave.ArgumentError, match="rules: unknown keys"):
         model.partition(rules={"OPCODES": {}})
+    # A dict's rules go to Rust as text: the error names the dict, not a file.
+    with pytest.raises(cleave.ArgumentError) as e:
+        model.partition(rules={"backends": ["npu", "cpu"], "default": "gpu"})
+    assert e.value.path == "<rules dict>" and "gpu" in e.value.cause
     costs = tmp_path / "costs.json"
     costs.write_text("{not json")
     with pytest.raises(cleave.ArgumentError) as e:

@@ -28,12 +28,46 @@ pub struct DeviceRequest {
     /// device is used; `ov:DEVICE` (or `ov-DEVICE`) is an OpenVINO device, which runs what
     /// OpenVINO's `query_model` says it runs of the model.
     pub devices: Vec<String>,
-    pub part: Option<PathBuf>,
+    /// ONE's rules (`.part`), from a file or as text.
+    pub part: Option<Rules>,
     pub default: Option<String>,
     /// Extra profile files (override built-ins of the same name).
     pub profiles: Vec<PathBuf>,
     /// Judge support by op type alone.
     pub no_constraints: bool,
+}
+
+/// ONE's `.part` rules, read from a file or given as text (the Python package's dict).
+#[derive(Clone, Debug)]
+pub enum Rules {
+    File(PathBuf),
+    /// The rules' text and what messages call it (e.g. `<rules dict>`).
+    Text { text: String, name: PathBuf },
+}
+
+impl Rules {
+    /// What messages call the rules.
+    pub fn name(&self) -> &Path {
+        match self {
+            Rules::File(p) => p,
+            Rules::Text { name, .. } => name,
+        }
+    }
+
+    fn text(&self) -> Result<std::borrow::Cow<'_, str>, Error> {
+        match self {
+            Rules::File(path) => std::fs::read_to_string(path)
+                .map(std::borrow::Cow::Owned)
+                .map_err(|e| Error::argument(path, format!("cannot read: {e}"))),
+            Rules::Text { text, .. } => Ok(std::borrow::Cow::Borrowed(text)),
+        }
+    }
+}
+
+impl From<PathBuf> for Rules {
+    fn from(p: PathBuf) -> Rules {
+        Rules::File(p)
+    }
 }
 
 impl Devices {
@@ -50,7 +84,7 @@ impl Devices {
     /// ONE's rule file over the built-in profiles.
     pub fn part_file(path: impl AsRef<Path>) -> Result<Devices, Error> {
         Devices::resolve(&DeviceRequest {
-            part: Some(path.as_ref().to_path_buf()),
+            part: Some(Rules::File(path.as_ref().to_path_buf())),
             ..DeviceRequest::default()
         })
     }
@@ -59,11 +93,10 @@ impl Devices {
     pub fn resolve(req: &DeviceRequest) -> Result<Devices, Error> {
         let (profiles, list) = profiles(req)?;
         let part = match &req.part {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| Error::argument(path, format!("cannot read: {e}")))?;
+            Some(rules) => {
+                let text = rules.text()?;
                 let backends = (!list.is_empty()).then_some(list.as_slice());
-                let p = PartFile::parse(&text, path, backends, req.default.as_deref())
+                let p = PartFile::parse(&text, rules.name(), backends, req.default.as_deref())
                     .map_err(|e| Error::argument(e.path(), &e))?;
                 Some(p)
             }

@@ -80,7 +80,7 @@ pub use cleave_frontend::{
 pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
 pub use convert::convert;
-pub use devices::{DeviceRequest, Devices};
+pub use devices::{DeviceRequest, Devices, Rules};
 pub use error::{Error, NodeRef};
 pub use generate::{generate_model, Generated};
 pub use learn::Learned;

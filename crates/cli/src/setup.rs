@@ -113,7 +113,7 @@ impl DeviceArgs {
     pub fn request(&self) -> DeviceRequest {
         DeviceRequest {
             devices: self.devices.clone(),
-            part: self.part.clone(),
+            part: self.part.clone().map(cleave::Rules::File),
             default: self.default.clone(),
             profiles: self.profile.clone(),
             no_constraints: self.no_constraints,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cleave::frontend::FixedDims;
 use cleave::ir::{Dim, Graph, ValueId};
-use cleave::{AssignRequest, DeviceRequest, LoadedModel, Objective, RewriteLevel};
+use cleave::{AssignRequest, DeviceRequest, LoadedModel, Objective, RewriteLevel, Rules};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
@@ -158,6 +158,8 @@ fn describe(py: Python<'_>, g: &Graph, values: &[ValueId]) -> PyResult<Vec<Py<Py
 pub(crate) struct Request {
     devices: Vec<String>,
     rules: Option<PathBuf>,
+    /// A rules dict as `.part` text.
+    rules_text: Option<String>,
     default: Option<String>,
     profiles: Vec<PathBuf>,
     optimize: Option<String>,
@@ -198,7 +200,14 @@ impl Request {
         Ok(AssignRequest {
             devices: DeviceRequest {
                 devices: self.devices,
-                part: self.rules,
+                part: match (self.rules, self.rules_text) {
+                    (_, Some(text)) => Some(Rules::Text {
+                        text,
+                        name: PathBuf::from("<rules dict>"),
+                    }),
+                    (Some(path), None) => Some(Rules::File(path)),
+                    (None, None) => None,
+                },
                 default: self.default,
                 profiles: self.profiles,
                 no_constraints: self.no_constraints,
