@@ -468,7 +468,9 @@ class Plan:
 
     @property
     def stages(self) -> List[str]:
-        """One line per pipeline stage, when ``stages=`` made the plan."""
+        """The stage table ``cleave partition --stages`` prints, when ``stages=`` made the
+        plan: a header, one row per stage (device, nodes, weights, activation peak, memory,
+        budget, time, bytes in and out), then the bottleneck. Empty otherwise."""
         return list(self._p.stage_lines)
 
     @property

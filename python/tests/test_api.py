@@ -170,7 +170,9 @@ def test_pipeline_stages_with_memory(tiny_cnn):
     model = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)})
     plan = model.partition(["g0", "g1"], stages=2, memory={"g0": "1MiB", "g1": "1MiB"})
     assert [p.backend for p in plan.parts] == ["g0", "g1"]
-    assert len(plan.stages) == 2
+    header, *rows, bottleneck = plan.stages
+    assert "act. peak" in header and bottleneck.startswith("bottleneck: stage")
+    assert [r.split()[:2] for r in rows] == [["1", "g0"], ["2", "g1"]]
     assert cleave.verify(model, plan).passed
 
 
@@ -178,11 +180,14 @@ def test_a_stages_request_writes_the_same_folder_from_python_and_the_command_lin
     """One facade path for both faces: the parts and connection files, stage memory included,
     byte for byte."""
     cli, py = tmp_path / "cli", tmp_path / "py"
-    subprocess.run([sys.executable, "-m", "cleave", "partition", str(tiny_cnn), "--shape", "input=1,3,16,16",
-                    "--devices", "g0,g1", "--stages", "2", "--memory", "g0=1MiB", "--memory", "g1=1MiB",
-                    "-o", str(cli)], check=True, capture_output=True)
+    shown = subprocess.run([sys.executable, "-m", "cleave", "partition", str(tiny_cnn), "--shape", "input=1,3,16,16",
+                            "--devices", "g0,g1", "--stages", "2", "--memory", "g0=1MiB", "--memory", "g1=1MiB",
+                            "-o", str(cli)], check=True, capture_output=True, text=True).stdout
     model = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)})
-    model.partition(["g0", "g1"], stages=2, memory={"g0": "1MiB", "g1": "1MiB"}).save(py)
+    plan = model.partition(["g0", "g1"], stages=2, memory={"g0": "1MiB", "g1": "1MiB"})
+    plan.save(py)
+    # The same stage table from both faces.
+    assert plan.stages and all(line in shown.splitlines() for line in plan.stages), (plan.stages, shown)
     names = sorted(p.name for p in cli.iterdir())
     assert names == sorted(p.name for p in py.iterdir()) and len(names) == 4, names
     for name in names:

@@ -42,7 +42,10 @@ pub struct DeviceRequest {
 pub enum Rules {
     File(PathBuf),
     /// The rules' text and what messages call it (e.g. `<rules dict>`).
-    Text { text: String, name: PathBuf },
+    Text {
+        text: String,
+        name: PathBuf,
+    },
 }
 
 impl Rules {

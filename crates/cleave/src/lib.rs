@@ -51,6 +51,7 @@ mod generate;
 mod learn;
 mod load;
 mod openvino_devices;
+mod partitioned;
 mod pipeline;
 mod placement;
 mod profile;
@@ -58,6 +59,7 @@ mod request;
 mod run;
 pub mod serve;
 mod stages;
+mod views;
 
 pub use cleave_assign as assign;
 pub use cleave_cost as cost;
@@ -85,16 +87,18 @@ pub use error::{Error, NodeRef};
 pub use generate::{generate_model, Generated};
 pub use learn::Learned;
 pub use load::{frontend_for, frontends, load};
+pub use partitioned::{partition, PartitionRequest, Partitioned, Progress};
 pub use pipeline::{load_model, Algorithm, LoadedModel, RewriteSummary, UnitPartition};
 pub use placement::{
     Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
 };
 pub use profile::{median_seconds, profile, ProfileOptions};
 pub use request::{
-    load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, Objective,
+    load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, ModelSource, Objective,
 };
 pub use run::{
     conn_source, default_engine, engine, engine_map, engine_registry, load_parts, parse_engine,
     EngineEvaluator,
 };
 pub use stages::{parse_memory, StageRequest, StageTime, Stages};
+pub use views::{write_read_views, write_views, Views};

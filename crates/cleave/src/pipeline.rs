@@ -29,6 +29,17 @@ pub struct LoadedModel {
     pub learned: Option<crate::Learned>,
 }
 
+impl Clone for LoadedModel {
+    fn clone(&self) -> Self {
+        LoadedModel {
+            source: self.source.clone_boxed(),
+            constant: self.constant.clone(),
+            rewritten: self.rewritten.clone(),
+            learned: self.learned.clone(),
+        }
+    }
+}
+
 /// What a rewrite did.
 #[derive(Clone, Debug)]
 pub struct RewriteSummary {

@@ -125,9 +125,37 @@ pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<LoadedModel, Error> 
     load_model(path)?.fix_dims(fixed)
 }
 
-/// [`load_fixed`], then, when `req` asks, the types one run shows.
-fn load_for(path: &Path, req: &AssignRequest) -> Result<LoadedModel, Error> {
-    let mut loaded = load_fixed(path, &req.fixed)?;
+/// A model to partition: a file the request's dims are fixed in as it loads, or a model
+/// already loaded (the Python package's `Model`), which the request's dims, if any, fix again.
+pub enum ModelSource<'a> {
+    File(&'a Path),
+    Loaded(LoadedModel),
+}
+
+impl ModelSource<'_> {
+    fn load(self, fixed: &FixedDims) -> Result<LoadedModel, Error> {
+        match self {
+            ModelSource::File(path) => load_fixed(path, fixed),
+            ModelSource::Loaded(m) => m.fix_dims(fixed),
+        }
+    }
+}
+
+impl<'a> From<&'a Path> for ModelSource<'a> {
+    fn from(p: &'a Path) -> Self {
+        ModelSource::File(p)
+    }
+}
+
+impl From<LoadedModel> for ModelSource<'_> {
+    fn from(m: LoadedModel) -> Self {
+        ModelSource::Loaded(m)
+    }
+}
+
+/// [`ModelSource::load`], then, when `req` asks, the types one run shows.
+fn load_for(source: ModelSource<'_>, req: &AssignRequest) -> Result<LoadedModel, Error> {
+    let mut loaded = source.load(&req.fixed)?;
     if req.learn_dims {
         let engine = learning_engine(&loaded)?;
         loaded.learn_types(engine, 0)?;
@@ -148,10 +176,14 @@ fn learning_engine(loaded: &LoadedModel) -> Result<cleave_runtime::EngineKind, E
 
 /// Loads a model and gives every node a device. Warnings (fused groups dissolved) are in the
 /// assignment for the caller to show.
-pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Error> {
+pub fn load_and_assign<'a>(
+    source: impl Into<ModelSource<'a>>,
+    req: &AssignRequest,
+) -> Result<Assigned, Error> {
+    // The devices and rules first: a typo in them is told before a long load.
     let mut devices = phase("devices and rules", || Devices::resolve(&req.devices))?;
-    let mut loaded = load_fixed(path, &req.fixed)?;
-    devices.ask_openvino(path)?;
+    let mut loaded = source.into().load(&req.fixed)?;
+    devices.ask_openvino(loaded.path())?;
     if let Some(level) = req.optimize {
         loaded = loaded.rewrite(level, &devices, req.fold_limit)?;
     }
@@ -191,8 +223,8 @@ pub fn load_and_assign(path: &Path, req: &AssignRequest) -> Result<Assigned, Err
 
 /// `stages` consecutive slices of a topological order, on `req`'s devices in turn (or on
 /// `stage1..N`), the slowest as fast as the `memory` budgets (`DEVICE=SIZE`) allow.
-pub fn load_and_stage(
-    path: &Path,
+pub fn load_and_stage<'a>(
+    source: impl Into<ModelSource<'a>>,
     req: &AssignRequest,
     stages: usize,
     memory: &[String],
@@ -216,7 +248,7 @@ pub fn load_and_stage(
         Some(path) => Costs::read(path)?,
         None => Costs::default(),
     };
-    let loaded = load_for(path, req)?;
+    let loaded = load_for(source.into(), req)?;
     let stages = loaded.stages(&StageRequest {
         stages,
         devices: &req.devices.devices,

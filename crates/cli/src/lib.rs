@@ -28,7 +28,6 @@ mod report_cmd;
 mod run_cmd;
 mod serve_cmd;
 mod setup;
-mod stages_view;
 mod timings;
 mod verify_cmd;
 
@@ -245,16 +244,4 @@ where
             fail.code()
         }
     }
-}
-
-/// Writes the views of the written partition `conn` (markdown, DOT and the HTML report)
-/// beside it, as `cleave report` does; returns the HTML file's path.
-pub fn write_report(conn: &std::path::Path) -> Result<std::path::PathBuf, String> {
-    report_cmd::run(conn, None).map_err(|e| e.to_string())?;
-    let file = conn
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = file.strip_suffix(".conn.json").unwrap_or(&file);
-    Ok(conn.with_file_name(format!("{stem}.report.html")))
 }

@@ -3,9 +3,9 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use cleave::partition::{References, ValidatedPlan};
-use cleave::{Emitted, ExternalData, UnitPartition};
+use cleave::{Assigned, Emitted, ExternalData, PartitionRequest, Partitioned, Progress};
 
-use crate::setup::{load_and_assign, Assigned, DeviceArgs};
+use crate::setup::DeviceArgs;
 use crate::Fail;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -81,30 +81,27 @@ pub fn partition_into(
 }
 
 struct Built {
-    assigned: Assigned,
-    plan: ValidatedPlan,
+    partitioned: Partitioned,
     /// `None` on a dry run.
     written: Option<Emitted>,
-    /// The stage table, for `--stages`.
-    stage_lines: Vec<String>,
-    /// Part counts of the references, when rules (not stages) made the partition.
-    references: Option<References>,
-    elapsed: Duration,
 }
 
 pub fn run(a: PartitionArgs) -> Result<(), Fail> {
     let built = crate::process::Released::new(build(&a)?);
     let Built {
+        partitioned,
+        written,
+    } = &*built;
+    let Partitioned {
         assigned,
         plan,
-        written,
-        stage_lines,
         references,
         elapsed,
-    } = &*built;
-    let (references, elapsed) = (*references, *elapsed);
-    report(&a, assigned, plan, written.as_ref(), references, elapsed);
-    for l in stage_lines {
+        ..
+    } = partitioned;
+    report(&a, assigned, plan, written.as_ref(), *references, *elapsed);
+    let stage_lines = partitioned.stage_table();
+    for l in &stage_lines {
         println!("{l}");
     }
     let Some(written) = written else {
@@ -134,7 +131,7 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
     if let Some(c) = &assigned.latency {
         lines.extend(crate::latency::choice_lines(c));
     }
-    let prediction = assigned.predict(plan.plan())?;
+    let prediction = partitioned.prediction()?;
     if let Some(p) = &prediction {
         let files: Vec<String> = written.parts.iter().map(|p| p.file.clone()).collect();
         lines.extend(crate::latency::prediction_lines(p, &files));
@@ -147,86 +144,57 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         lines,
     });
     if a.report {
-        crate::report_cmd::write(
-            assigned.loaded.graph(),
-            plan,
-            &written.conn,
-            &written.conn_json,
-            &assigned.loaded.path().display().to_string(),
-            Some(&assigned.assignment.groups),
-            latency,
-            // After --optimize the nodes are no longer the file's: no overlay for the file.
-            &if assigned.loaded.rewritten.is_some() {
-                Vec::new()
-            } else {
-                assigned.loaded.source.explorer_ids()
-            },
-        )?;
+        let views = cleave::write_views(partitioned, written, latency)?;
+        crate::report_cmd::say(&views);
     }
     Ok(())
 }
 
 fn build(a: &PartitionArgs) -> Result<Built, Fail> {
-    if let Some(n) = a.stages {
-        return build_stages(a, n);
-    }
-    let bar = crate::progress::spinner("loading and assigning");
-    let assigned = load_and_assign(a.model, a.devices)?;
-    bar.set_message("partitioning");
-    let algorithm = match a.algorithm {
-        Algorithm::Default => cleave::Algorithm::Default {
-            allow_disconnected: a.allow_disconnected,
-        },
-        Algorithm::Openvino => cleave::Algorithm::OpenVino {
-            budget: Duration::from_secs_f64(a.budget_s),
+    let request = PartitionRequest {
+        assign: a.devices.assign_request()?,
+        stages: a.stages,
+        memory: a.memory.to_vec(),
+        algorithm: match a.algorithm {
+            Algorithm::Default => cleave::Algorithm::Default {
+                allow_disconnected: a.allow_disconnected,
+            },
+            Algorithm::Openvino => cleave::Algorithm::OpenVino {
+                budget: Duration::from_secs_f64(a.budget_s),
+            },
         },
     };
+    let bar = crate::progress::spinner("loading");
+    let say = |what: &str| bar.set_message(what.to_string());
     let mut trace = Vec::new();
-    let cut = assigned
-        .loaded
-        .partition_traced(&assigned.assignment, algorithm, &mut trace);
+    let partitioned = cleave::partition(
+        a.model,
+        &request,
+        Progress {
+            phase: Some(&say),
+            trace: Some(&mut trace),
+        },
+    );
+    bar.finish_and_clear();
     if a.trace {
         for line in &trace {
             println!("{line}");
         }
     }
-    let cut = cut?;
-    bar.finish_and_clear();
-    finish(a, assigned, &cut)
-}
-
-fn finish(a: &PartitionArgs, mut assigned: Assigned, cut: &UnitPartition) -> Result<Built, Fail> {
-    let bar = crate::progress::spinner("building and validating the parts");
-    let plan = assigned.loaded.plan(&assigned.assignment, cut)?;
+    let mut partitioned = partitioned?;
+    crate::setup::say_assigned(a.model, &partitioned.assigned);
     let written = if a.dry_run {
         None
     } else {
-        bar.set_message("writing the parts");
-        Some(assigned.write(&plan, a.workdir, a.external_data)?)
+        let bar = crate::progress::spinner("writing the parts");
+        let w = partitioned.write(a.workdir, a.external_data)?;
+        bar.finish_and_clear();
+        Some(w)
     };
-    bar.finish_and_clear();
     Ok(Built {
-        assigned,
-        plan,
+        partitioned,
         written,
-        stage_lines: Vec::new(),
-        references: cut.references,
-        elapsed: cut.elapsed,
     })
-}
-
-/// `--stages N`: consecutive slices of a topological order, one part each, on the listed
-/// devices in turn (or on `stage1..N`), the slowest stage as fast as the budgets allow.
-fn build_stages(a: &PartitionArgs, n: usize) -> Result<Built, Fail> {
-    let request = a.devices.assign_request()?;
-    let bar = crate::progress::spinner("loading and planning the stages");
-    let (loaded, stages) = cleave::load_and_stage(a.model, &request, n, a.memory)?;
-    bar.finish_and_clear();
-    crate::setup::say_learned(a.model, &loaded);
-    let lines = crate::stages_view::table(&stages);
-    let mut built = finish(a, Assigned::from_stages(loaded, &stages), &stages.cut)?;
-    built.stage_lines = lines;
-    Ok(built)
 }
 
 fn report(

@@ -215,6 +215,13 @@ pub fn parse_fixed(shape: &[String], dim: &[String]) -> Result<FixedDims, Fail> 
 /// assignment's warnings.
 pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned, Fail> {
     let assigned = cleave::load_and_assign(model_path, &args.assign_request()?)?;
+    say_assigned(model_path, &assigned);
+    Ok(assigned)
+}
+
+/// What the user should know of an assignment: what `--learn-dims` learned, fused groups
+/// dissolved, latency figures that are estimates.
+pub fn say_assigned(model_path: &Path, assigned: &Assigned) {
     say_learned(model_path, &assigned.loaded);
     for w in &assigned.assignment.warnings {
         eprintln!("cleave: warning: {}: {w}", model_path.display());
@@ -226,7 +233,6 @@ pub fn load_and_assign(model_path: &Path, args: &DeviceArgs) -> Result<Assigned,
     {
         eprintln!("{note}");
     }
-    Ok(assigned)
 }
 
 /// What `--learn-dims` took from a run, said as such: these types hold for the inputs' shapes.

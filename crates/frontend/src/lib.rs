@@ -279,6 +279,9 @@ pub trait FormatModel: Send + Sync {
         }
     }
 
+    /// A copy to change apart from this one (weights are shared, not copied).
+    fn clone_boxed(&self) -> Box<dyn FormatModel>;
+
     /// The format's rewrites at `opts.level`; the source itself is not changed.
     fn rewrite(&self, opts: &RewriteOptions) -> Result<Rewritten, FrontendError>;
 

@@ -19,6 +19,7 @@ use crate::{infer_types, to_ir, OnnxError, OnnxModel, OnnxSemantics};
 pub struct OnnxFrontend;
 
 /// A loaded ONNX model: the protobuf as read (written back byte for byte) and its typed IR.
+#[derive(Clone)]
 pub struct OnnxSource {
     pub onnx: OnnxModel,
     pub model: Model,
@@ -94,6 +95,10 @@ impl FormatModel for OnnxSource {
             origins: o.origins,
             notes: o.notes,
         })
+    }
+
+    fn clone_boxed(&self) -> Box<dyn FormatModel> {
+        Box::new(self.clone())
     }
 
     fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn FormatModel>, FrontendError> {

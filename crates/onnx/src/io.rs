@@ -19,7 +19,7 @@ use crate::proto::{GraphProto, LeanGraphProto, LeanModelProto, ModelProto, NodeP
 /// [`OnnxModel::node`], and the whole protobuf only when something asks for it with
 /// [`OnnxModel::proto`]. A million-node model then holds its nodes in 32 MB instead of the
 /// ~700 MB of their decoded strings, next to the IR built from them.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct OnnxModel {
     pub path: PathBuf,
     /// The model; while `raw_nodes` is set, its graph's `node` list is empty.

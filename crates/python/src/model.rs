@@ -18,7 +18,6 @@ use crate::tensors::{feeds_of, to_numpy};
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Model {
     pub(crate) path: PathBuf,
-    pub(crate) fixed: FixedDims,
     pub(crate) loaded: LoadedModel,
     /// The folder a model given as bytes was written into; it lives as long as anything
     /// made from the model needs it.
@@ -64,7 +63,6 @@ fn open(
     let loaded = cleave::load_fixed(&path, &fixed).map_err(|e| from_facade_in(e, &names))?;
     Ok(Model {
         path,
-        fixed,
         loaded,
         tmp,
         names,
@@ -171,8 +169,8 @@ pub(crate) struct Request {
 }
 
 impl Request {
-    /// The facade's request, with the model's fixed dims.
-    fn assign_request(self, fixed: &FixedDims) -> PyResult<AssignRequest> {
+    /// The facade's request. It fixes no dims: the model was loaded with them.
+    fn assign_request(self) -> PyResult<AssignRequest> {
         let optimize = match self.optimize.as_deref() {
             None => None,
             Some("basic") => Some(RewriteLevel::Basic),
@@ -212,7 +210,6 @@ impl Request {
                 profiles: self.profiles,
                 no_constraints: self.no_constraints,
             },
-            fixed: fixed.clone(),
             optimize,
             objective,
             costs: self.costs,
@@ -268,10 +265,9 @@ impl Model {
     /// --json` prints it (a JSON string).
     fn query_json(&self, py: Python<'_>, request: Request) -> PyResult<String> {
         let allow_disconnected = request.allow_disconnected;
-        let req = request.assign_request(&self.fixed)?;
-        let path = &self.path;
+        let req = request.assign_request()?;
         py.detach(|| {
-            let assigned = cleave::load_and_assign(path, &req)?;
+            let assigned = cleave::load_and_assign(self.loaded.clone(), &req)?;
             let report = cleave::coverage::query(&assigned, allow_disconnected)?;
             serde_json::to_string(&report).map_err(cleave::Error::usage)
         })
@@ -290,7 +286,7 @@ impl Model {
         budget_s: f64,
     ) -> PyResult<Plan> {
         let allow_disconnected = request.allow_disconnected;
-        let req = request.assign_request(&self.fixed)?;
+        let assign = request.assign_request()?;
         let algorithm = match algorithm {
             "default" => cleave::Algorithm::Default { allow_disconnected },
             "openvino" if budget_s.is_finite() && budget_s > 0.0 => cleave::Algorithm::OpenVino {
@@ -306,10 +302,15 @@ impl Model {
                 ))
             }
         };
-        let path = self.path.clone();
+        let req = cleave::PartitionRequest {
+            assign,
+            stages,
+            memory,
+            algorithm,
+        };
         let tmp = self.tmp.clone();
         let names = self.names.clone();
-        py.detach(|| Plan::make(&path, &req, stages, &memory, algorithm, tmp, names))
+        py.detach(|| Plan::make(self.loaded.clone(), &req, tmp, names))
     }
 
     /// Runs the whole model once on `engine` (its format's default when None) and returns

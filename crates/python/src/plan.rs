@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cleave::runtime::runner::LoadedParts;
-use cleave::{Assigned, Emitted, Error, ExternalData, ValidatedPlan};
+use cleave::{
+    Assigned, Emitted, Error, ExternalData, LoadedModel, PartitionRequest, Partitioned,
+    ValidatedPlan,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
@@ -20,8 +23,8 @@ use crate::tensors::to_numpy;
 /// with the GIL released, inside which nothing calls into Python.
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Plan {
-    assigned: Mutex<Assigned>,
-    plan: ValidatedPlan,
+    partitioned: Mutex<Partitioned>,
+    devices: Vec<String>,
     parts: Vec<PartInfo>,
     warnings: Vec<String>,
     /// Lines `cleave partition` prints about the stages, when stages made the plan.
@@ -111,66 +114,36 @@ impl PartInfo {
 
 /// The parts as written into a plan's scratch folder.
 struct Scratch {
-    conn_json: PathBuf,
-    files: Vec<String>,
+    written: Emitted,
     /// The plan's names, and the scratch folder as `<parts of the plan>`.
     names: Names,
 }
 
 impl Plan {
+    /// Partitions `loaded` (a copy of the `Model`'s, so the model stays as loaded) through the
+    /// facade call the CLI makes.
     pub(crate) fn make(
-        path: &Path,
-        req: &cleave::AssignRequest,
-        stages: Option<usize>,
-        memory: &[String],
-        algorithm: cleave::Algorithm,
+        loaded: LoadedModel,
+        req: &PartitionRequest,
         model_tmp: Option<Arc<TempDir>>,
         names: Names,
     ) -> PyResult<Plan> {
-        Self::plan(path, req, stages, memory, algorithm)
-            .and_then(|(assigned, plan, stage_lines)| {
-                let prediction = PredictionInfo::of(&assigned, &plan)?;
-                Ok((assigned, plan, stage_lines, prediction))
-            })
-            .map(|(assigned, plan, stage_lines, prediction)| Plan {
-                prediction,
-                parts: PartInfo::of(assigned.loaded.graph(), &plan),
-                warnings: assigned.assignment.warnings.clone(),
-                assigned: Mutex::new(assigned),
-                plan,
-                stage_lines,
-                scratch: Mutex::new(None),
-                _model_tmp: model_tmp,
-                names: names.clone(),
-            })
-            .map_err(|e| from_facade_in(e, &names))
-    }
-
-    fn plan(
-        path: &Path,
-        req: &cleave::AssignRequest,
-        stages: Option<usize>,
-        memory: &[String],
-        algorithm: cleave::Algorithm,
-    ) -> Result<(Assigned, ValidatedPlan, Vec<String>), Error> {
-        let (assigned, cut, stage_lines) = match stages {
-            Some(n) => {
-                let (loaded, stages) = cleave::load_and_stage(path, req, n, memory)?;
-                let lines = stage_summary(&stages);
-                let assigned = Assigned::from_stages(loaded, &stages);
-                (assigned, stages.cut, lines)
-            }
-            None => {
-                if !memory.is_empty() {
-                    return Err(Error::usage("memory budgets need stages=N"));
-                }
-                let assigned = cleave::load_and_assign(path, req)?;
-                let cut = assigned.loaded.partition(&assigned.assignment, algorithm)?;
-                (assigned, cut, Vec::new())
-            }
-        };
-        let plan = assigned.loaded.plan(&assigned.assignment, &cut)?;
-        Ok((assigned, plan, stage_lines))
+        let made = cleave::partition(loaded, req, cleave::Progress::default()).and_then(|p| {
+            let prediction = PredictionInfo::of(&p.assigned, &p.plan)?;
+            Ok((p, prediction))
+        });
+        let (p, prediction) = made.map_err(|e| from_facade_in(e, &names))?;
+        Ok(Plan {
+            prediction,
+            devices: p.plan.devices.clone(),
+            parts: PartInfo::of(p.assigned.loaded.graph(), &p.plan),
+            warnings: p.assigned.assignment.warnings.clone(),
+            stage_lines: p.stage_table(),
+            partitioned: Mutex::new(p),
+            scratch: Mutex::new(None),
+            _model_tmp: model_tmp,
+            names,
+        })
     }
 
     /// The parts written once into a private folder of the plan's own (the GIL released while
@@ -187,13 +160,13 @@ impl Plan {
                 let dir = cleave::workdir::private_tempdir("cleave-parts-")
                     .map_err(|e| plain(format!("no temporary folder: {e}")))?;
                 let names = self.scratch_names(dir.path());
-                let mut assigned = self.assigned.lock().map_err(|_| {
+                let mut partitioned = self.partitioned.lock().map_err(|_| {
                     plain("an earlier write of the plan's parts failed midway".into())
                 })?;
-                let written = assigned
-                    .write(&self.plan, dir.path(), ExternalData::Inline)
+                let written = partitioned
+                    .write(dir.path(), ExternalData::Inline)
                     .map_err(|e| Box::new((e, names.clone())))?;
-                drop(assigned);
+                drop(partitioned);
                 cleave::workdir::seal(dir.path()).map_err(|e| {
                     (
                         cleave::Error::io(dir.path(), "cannot make private", e),
@@ -204,8 +177,7 @@ impl Plan {
             }
             match slot.as_ref() {
                 Some((dir, w)) => Ok(Scratch {
-                    conn_json: w.conn_json.clone(),
-                    files: w.parts.iter().map(|p| p.file.clone()).collect(),
+                    written: w.clone(),
                     names: self.scratch_names(dir.path()),
                 }),
                 None => Err(plain("the parts were not written".into())),
@@ -219,21 +191,12 @@ impl Plan {
     }
 }
 
-fn stage_summary(s: &cleave::Stages) -> Vec<String> {
-    s.devices
-        .iter()
-        .zip(&s.nodes)
-        .enumerate()
-        .map(|(k, (d, n))| format!("stage {}: {n} nodes on {d}", k + 1))
-        .collect()
-}
-
 #[pymethods]
 impl Plan {
     /// The devices, in the order parts name them.
     #[getter]
     fn devices(&self) -> Vec<String> {
-        self.plan.devices.clone()
+        self.devices.clone()
     }
 
     /// Per part, in dependency order: backend, node names, input and output tensor names,
@@ -310,10 +273,10 @@ impl Plan {
             .detach(|| {
                 std::fs::create_dir_all(&folder)
                     .map_err(|e| cleave::Error::io(&folder, "cannot create", e))?;
-                let mut assigned = self.assigned.lock().map_err(|_| {
+                let mut partitioned = self.partitioned.lock().map_err(|_| {
                     cleave::Error::usage("an earlier write of the plan failed midway")
                 })?;
-                assigned.write(&self.plan, &folder, external)
+                partitioned.write(&folder, external)
             })
             .map_err(|e| from_facade_in(e, &self.names))?;
         Ok(written.conn_json.display().to_string())
@@ -321,21 +284,23 @@ impl Plan {
 
     /// Each part's file name and bytes, in order (weights inline).
     fn part_files(&self, py: Python<'_>) -> PyResult<Vec<(String, Vec<u8>)>> {
-        let written = self.scratch(py)?;
-        let dir = written
+        let scratch = self.scratch(py)?;
+        let dir = scratch
+            .written
             .conn_json
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         py.detach(|| {
-            written
-                .files
+            scratch
+                .written
+                .parts
                 .iter()
-                .map(|file| {
-                    let f = dir.join(file);
-                    std::fs::read(&f).map(|b| (file.clone(), b)).map_err(|e| {
+                .map(|p| {
+                    let f = dir.join(&p.file);
+                    std::fs::read(&f).map(|b| (p.file.clone(), b)).map_err(|e| {
                         crate::errors::raise_shown(
                             Kind::File,
-                            &written.names,
+                            &scratch.names,
                             &f,
                             &format!("cannot read: {e}"),
                         )
@@ -350,12 +315,26 @@ impl Plan {
     /// (atomically, never through a link planted there or beside it).
     #[pyo3(signature = (dest=None))]
     fn report(&self, py: Python<'_>, dest: Option<PathBuf>) -> PyResult<String> {
-        let written = self.scratch(py)?;
-        let conn = written.conn_json;
-        let names = written.names;
+        let scratch = self.scratch(py)?;
+        let (written, names) = (&scratch.written, &scratch.names);
+        let conn = &written.conn_json;
+        let latency = self.prediction.as_ref().map(|p| cleave::view::LatencyView {
+            part_ms: p.part_ms.clone(),
+            lines: Vec::new(),
+        });
         py.detach(|| {
-            let html = cleave_cli::write_report(&conn)
-                .map_err(|e| crate::errors::raise_shown(Kind::Argument, &names, &conn, &e))?;
+            let views = {
+                let partitioned = self.partitioned.lock().map_err(|_| {
+                    raise(
+                        Kind::File,
+                        None,
+                        "an earlier write of the plan failed midway",
+                    )
+                })?;
+                cleave::write_views(&partitioned, written, latency)
+                    .map_err(|e| from_facade_in(e, names))?
+            };
+            let html = views.files.html;
             if let Some(dir) = conn.parent() {
                 cleave::workdir::seal(dir)
                     .map_err(|e| raise(Kind::File, None, &format!("the plan's views: {e}")))?;
@@ -384,10 +363,11 @@ impl Plan {
             .map(|(b, e)| format!("{b}={e}"))
             .collect();
         let map = cleave::engine_map(&pairs).map_err(|e| from_facade_in(e, &self.names))?;
-        let written = self.scratch(py)?;
-        let names = written.names;
+        let scratch = self.scratch(py)?;
+        let names = scratch.names;
+        let conn_json = scratch.written.conn_json;
         let parts = py
-            .detach(|| cleave::load_parts(&written.conn_json, &map, false))
+            .detach(|| cleave::load_parts(&conn_json, &map, false))
             .map_err(|e| from_engine_in(e, &names))?;
         Ok(Runner::new(parts, names))
     }

@@ -265,6 +265,10 @@ impl FormatModel for TfliteSource {
         })
     }
 
+    fn clone_boxed(&self) -> Box<dyn FormatModel> {
+        Box::new(self.clone())
+    }
+
     fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn FormatModel>, FrontendError> {
         let mut fixed_model = self.clone();
         crate::dims::fix_inputs(&mut fixed_model, fixed)?;

@@ -262,6 +262,31 @@ impl Report {
         }
     }
 
+    /// Records the assignment's fused groups, in source order however they were found:
+    /// each named by its anchor node and rule, its nodes as indices into [`Report::nodes`].
+    pub fn set_fused_groups(&mut self, g: &Graph, groups: &[(u16, cleave_fuse::Group)]) {
+        let index: HashMap<&str, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.label.as_str(), i))
+            .collect();
+        let mut sorted: Vec<&cleave_fuse::Group> = groups.iter().map(|(_, grp)| grp).collect();
+        sorted.sort_by_key(|grp| grp.anchor());
+        let fused = sorted
+            .into_iter()
+            .map(|grp| FusedGroup {
+                name: format!("{} ({})", g.node_label(grp.anchor()), grp.rule.name()),
+                nodes: grp
+                    .nodes
+                    .iter()
+                    .filter_map(|&n| index.get(g.node_label(n)).copied())
+                    .collect(),
+            })
+            .collect();
+        self.fused = Some(fused);
+    }
+
     pub fn placed_nodes(&self) -> usize {
         self.nodes.len()
     }
