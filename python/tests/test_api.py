@@ -166,6 +166,14 @@ def test_report_writes_html(tmp_path, tiny_cnn, tiny_part):
     assert "<svg" in text and "tiny_cnn.00004_cpu.onnx" in text
 
 
+def test_hints_name_keyword_arguments_not_flags(tiny_cnn):
+    """The facade's hints name the command line's flags; Python says what to pass instead."""
+    with pytest.raises(cleave.UnsupportedError) as e:
+        cleave.load(tiny_cnn).partition(["nnapi"])
+    assert 'e.g. devices=["nnapi", "cpu"]' in str(e.value), str(e.value)
+    assert "--devices" not in str(e.value)
+
+
 def test_pipeline_stages_with_memory(tiny_cnn):
     model = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)})
     plan = model.partition(["g0", "g1"], stages=2, memory={"g0": "1MiB", "g1": "1MiB"})

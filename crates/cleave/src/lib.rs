@@ -55,6 +55,7 @@ mod partitioned;
 mod pipeline;
 mod placement;
 mod profile;
+mod python_terms;
 mod request;
 mod run;
 pub mod serve;
@@ -93,6 +94,7 @@ pub use placement::{
     Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
 };
 pub use profile::{median_seconds, profile, ProfileOptions};
+pub use python_terms::python_terms;
 pub use request::{
     load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, ModelSource, Objective,
 };

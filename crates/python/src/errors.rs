@@ -81,13 +81,15 @@ pub fn raise_shown(kind: Kind, names: &Names, path: &Path, message: &str) -> PyE
     raise_named(kind.name(), Some(names.path(path)), None, message)
 }
 
-/// [`raise`] by the facade's name for the kind, with the node at fault where there is one.
+/// [`raise`] by the facade's name for the kind, with the node at fault where there is one;
+/// flags in the message spelled as the keyword arguments that do the same.
 fn raise_named(
     kind: &str,
     path: Option<String>,
     node: Option<&cleave::NodeRef>,
     message: &str,
 ) -> PyErr {
+    let message = &cleave::python_terms(message);
     Python::attach(|py| {
         let made = py.import("cleave._errors").and_then(|m| {
             m.getattr("_from_rust")?.call1((
