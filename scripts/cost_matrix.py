@@ -4,7 +4,7 @@ then `cleave bench --objective latency`, which times the chosen placement, the c
 placement and every single device able to run the whole model in interleaved rounds.
 
 Setups (the devices are engines on one core each):
-  tract-npu  --devices nnapi,cpu --engine nnapi=tract,cpu=ort  (NNAPI's op table served by tract)
+  tract-npu  --devices nnapi,cpu --engine nnapi=tract,cpu=ort  (NNAPI's supported ops served by tract)
   ort-npu    --devices nnapi,cpu --engine nnapi=ort,cpu=tract  (the reverse)
   two-full   --devices cpu,ort                                   (tract and ONNX Runtime, both full)
 

@@ -38,7 +38,7 @@
 //! ```
 //!
 //! The stages are format-neutral crates re-exported here ([`ir`], [`device`], [`fuse`],
-//! [`assign`], [`partition`], [`view`], [`runtime`]); each model format is a front-end
+//! [`assign`], [`mod@partition`], [`view`], [`runtime`]); each model format is a front-end
 //! ([`frontend::Frontend`]: today [`onnx`]) that loads into the IR, answers what its
 //! operators mean, rewrites, and writes parts.
 

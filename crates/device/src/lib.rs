@@ -16,6 +16,6 @@ mod profile;
 
 pub use constraint::Constraint;
 pub use profile::{
-    default_costs, DeclaredCost, FuseSection, OpTable, PluginAnswer, Profile, ProfileError,
-    Profiles, Verdict,
+    default_costs, DeclaredCost, FuseSection, PluginAnswer, Profile, ProfileError, Profiles,
+    SupportedOps, Verdict,
 };

@@ -170,7 +170,7 @@ struct TableFile {
 
 /// The ops of one vocabulary that a device runs.
 #[derive(Clone, Debug, Default)]
-pub struct OpTable {
+pub struct SupportedOps {
     /// Runs every op (subject to `defaults`).
     pub all_ops: bool,
     /// Conditions for every op, unless an op's own entry sets the same field.
@@ -179,8 +179,8 @@ pub struct OpTable {
     pub ops: BTreeMap<(String, String), Constraint>,
 }
 
-impl OpTable {
-    fn new(all_ops: bool, defaults: Constraint, ops: BTreeMap<String, Constraint>) -> OpTable {
+impl SupportedOps {
+    fn new(all_ops: bool, defaults: Constraint, ops: BTreeMap<String, Constraint>) -> SupportedOps {
         let ops = ops
             .into_iter()
             .map(|(key, c)| match key.rsplit_once("::") {
@@ -188,7 +188,7 @@ impl OpTable {
                 None => ((String::new(), key), c),
             })
             .collect();
-        OpTable {
+        SupportedOps {
             all_ops,
             defaults,
             ops,
@@ -241,12 +241,12 @@ impl OpTable {
         !self.all_ops && self.ops.is_empty()
     }
 
-    fn without_constraints(&self) -> OpTable {
+    fn without_constraints(&self) -> SupportedOps {
         let strip = |c: &Constraint| Constraint {
             note: c.note.clone(),
             ..Constraint::default()
         };
-        OpTable {
+        SupportedOps {
             all_ops: self.all_ops,
             defaults: strip(&self.defaults),
             ops: self
@@ -270,14 +270,14 @@ pub struct Profile {
     pub description: String,
     /// The ops of a model whose format has no table in `formats`: in a profile without
     /// `[formats.*]` sections, of every model.
-    pub general: OpTable,
+    pub general: SupportedOps,
     /// `[formats.KEY]` tables, each replacing `general` for models whose semantics answer
     /// KEY.
-    pub formats: BTreeMap<String, OpTable>,
+    pub formats: BTreeMap<String, SupportedOps>,
     pub fuse: FuseSection,
     /// Declared latency figures, for placement by cost without measuring.
     pub cost: Option<DeclaredCost>,
-    /// The device plugin's own answer for one model, which replaces the op tables for it.
+    /// The device plugin's own answer for one model, which replaces the supported ops for it.
     pub plugin: Option<PluginAnswer>,
 }
 
@@ -385,11 +385,11 @@ impl Profile {
         Ok(Profile {
             name: f.name,
             description: f.description,
-            general: OpTable::new(f.all_ops, f.defaults, f.ops),
+            general: SupportedOps::new(f.all_ops, f.defaults, f.ops),
             formats: f
                 .formats
                 .into_iter()
-                .map(|(k, t)| (k, OpTable::new(t.all_ops, t.defaults, t.ops)))
+                .map(|(k, t)| (k, SupportedOps::new(t.all_ops, t.defaults, t.ops)))
                 .collect(),
             fuse: f.fuse,
             cost: f.cost,
@@ -403,9 +403,9 @@ impl Profile {
         Profile {
             name: name.to_string(),
             description,
-            general: OpTable {
+            general: SupportedOps {
                 all_ops: true,
-                ..OpTable::default()
+                ..SupportedOps::default()
             },
             formats: BTreeMap::new(),
             fuse: FuseSection::default(),
@@ -415,7 +415,7 @@ impl Profile {
     }
 
     /// The table for models whose semantics answer `format`.
-    pub fn table(&self, format: &str) -> &OpTable {
+    pub fn table(&self, format: &str) -> &SupportedOps {
         self.formats.get(format).unwrap_or(&self.general)
     }
 

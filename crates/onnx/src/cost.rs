@@ -1,10 +1,11 @@
 //! A rough cost model: floating-point operations per node, from inferred shapes and each op's
-//! way of counting in the op table. Used to cut a model into pipeline stages of about equal
+//! way of counting in the op registry. Used to cut a model into pipeline stages of about equal
 //! work.
 
 use cleave_ir::{Graph, Node};
 
-use crate::op_table::{op_table, Flops};
+use crate::op_registry::Flops;
+use crate::registry;
 
 fn elements(g: &Graph, v: Option<cleave_ir::ValueId>) -> u64 {
     v.and_then(|v| g.value(v).ty.static_dims()).map_or(1, |d| {
@@ -24,8 +25,8 @@ fn dims(g: &Graph, node: &Node, slot: usize) -> Option<Vec<i64>> {
 /// Estimated FLOPs of one node (at least 1): multiply-adds count two.
 pub fn node_flops(g: &Graph, node: &Node) -> u64 {
     let out = elements(g, node.outputs.first().copied().flatten());
-    let kind = if crate::ops::is_default_domain(&node.domain) {
-        op_table()
+    let kind = if crate::op_registry::is_default_domain(&node.domain) {
+        registry()
             .default_op(&node.op_type)
             .map_or(Flops::Output, |e| e.flops)
     } else {

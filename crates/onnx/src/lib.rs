@@ -21,7 +21,7 @@ mod frontend;
 pub mod gen;
 mod infer;
 mod io;
-mod op_table;
+mod op_registry;
 mod ops;
 mod pb;
 mod probe;
@@ -45,11 +45,23 @@ pub use external::read_weight;
 pub use frontend::{OnnxFrontend, OnnxSource};
 pub use infer::{infer_types, type_report, InferReport};
 pub use io::{decode_model, encode_model, encoded_len, write_atomic, OnnxModel};
-pub use ops::{is_default_domain, is_deterministic, OnnxSemantics};
+pub use op_registry::is_default_domain;
+pub use ops::{is_deterministic, OnnxSemantics};
 pub use pb::read_pb;
 pub use tensor_file::{tensor_from_pb, TensorFile};
 pub use to_ir::{to_ir, to_ir_weight, weight_from_tensor};
 pub use validate::MAX_OPSET;
+
+/// ONNX's op registry, built once from every op family's entries. The crate root builds it:
+/// the registry's own module names no family, and the families register into it.
+pub(crate) fn registry() -> &'static op_registry::OpRegistry {
+    static REGISTRY: std::sync::OnceLock<op_registry::OpRegistry> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = op_registry::OpRegistry::default();
+        infer::register_families(&mut r);
+        r
+    })
+}
 
 /// The checks of [`to_checked_ir`] that need inferred ranks (axes in range); run on the IR
 /// after [`infer_types`].

@@ -1,24 +1,20 @@
 //! What ONNX's operators mean to the format-neutral stages ([`OnnxSemantics`]), read from the
-//! op table (`op_table.rs`).
+//! op registry (`op_registry.rs`).
 
 use cleave_ir::{AttrValue, Graph, Node, NodeId, OpClass, OpSemantics, ValueId, Window};
 
-use crate::op_table::op_table;
-
-/// ONNX's default operator set: `""`, or spelled out as `ai.onnx`.
-pub fn is_default_domain(domain: &str) -> bool {
-    domain.is_empty() || domain == "ai.onnx"
-}
+use crate::op_registry::is_default_domain;
+use crate::registry;
 
 /// Whether the node gives the same outputs for the same inputs every time.
 pub fn is_deterministic(node: &Node) -> bool {
     !(is_default_domain(&node.domain)
-        && op_table()
+        && registry()
             .default_op(&node.op_type)
             .is_some_and(|e| e.nondeterministic))
 }
 
-/// ONNX's operator semantics: classes from the op table, NCHW channels, windows with ONNX's
+/// ONNX's operator semantics: classes from the op registry, NCHW channels, windows with ONNX's
 /// attribute defaults.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OnnxSemantics;
@@ -28,7 +24,7 @@ impl OpSemantics for OnnxSemantics {
         if !is_default_domain(&node.domain) {
             return OpClass::Other;
         }
-        op_table()
+        registry()
             .default_op(&node.op_type)
             .and_then(|e| e.class)
             .unwrap_or(OpClass::Other)

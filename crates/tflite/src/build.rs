@@ -117,7 +117,7 @@ macro_rules! builder {
                 subgraphs: &mut Renumber,
             ) -> Result<(), String> {
                 let name = op_name(fm, codes, op);
-                if crate::op_table::op(&name).is_some_and(|d| d.uncopied_subgraphs) {
+                if crate::builtins::op(&name).is_some_and(|d| d.uncopied_subgraphs) {
                     return Err(format!(
                         "operator {name} runs subgraphs named in StableHLO options, which cleave does not copy into parts yet"
                     ));

@@ -165,11 +165,11 @@ impl TfliteSource {
     }
 }
 
-/// What the op table says of a builtin node (none for a custom op).
-fn builtin(node: &cleave_ir::Node) -> Option<&'static crate::op_table::OpDef> {
+/// What `builtins.rs` says of a builtin node (none for a custom op).
+fn builtin(node: &cleave_ir::Node) -> Option<&'static crate::builtins::OpDef> {
     node.domain
         .is_empty()
-        .then(|| crate::op_table::op(&node.op_type))
+        .then(|| crate::builtins::op(&node.op_type))
         .flatten()
 }
 

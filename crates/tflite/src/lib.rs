@@ -12,12 +12,12 @@
 extern crate alloc;
 
 pub mod build;
+mod builtins;
 pub mod codes;
 pub mod convert;
 mod dims;
 mod frontend;
 pub mod model;
-mod op_table;
 mod ops;
 pub mod pack;
 pub mod schema;

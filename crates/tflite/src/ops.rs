@@ -1,9 +1,9 @@
 //! What the neutral stages need to know of TFLite's operators (circle's are a superset), read
-//! from the op table (`op_table.rs`).
+//! from the builtins table (`builtins.rs`).
 
 use cleave_ir::{Graph, Node, NodeId, OpClass, OpSemantics, StateGroup, ValueId, Window};
 
-use crate::op_table::{self, Flops};
+use crate::builtins::{self, Flops};
 
 /// TFLite operator semantics: NHWC tensors, OHWI convolution filters, `[1, H, W, C*M]`
 /// depthwise filters, activations fused into the op's options.
@@ -15,7 +15,7 @@ impl OpSemantics for TfliteSemantics {
         if !node.domain.is_empty() {
             return OpClass::Other;
         }
-        op_table::op(&node.op_type)
+        builtins::op(&node.op_type)
             .and_then(|d| d.class)
             .unwrap_or(OpClass::Other)
     }
@@ -28,7 +28,7 @@ impl OpSemantics for TfliteSemantics {
             let resource = node
                 .domain
                 .is_empty()
-                .then(|| op_table::op(&node.op_type).and_then(|d| d.resource))
+                .then(|| builtins::op(&node.op_type).and_then(|d| d.resource))
                 .flatten();
             let Some(resource) = resource else {
                 continue;
@@ -52,13 +52,13 @@ impl OpSemantics for TfliteSemantics {
         let mut constant = g.constant_nodes(|n| self.is_deterministic(n));
         for (c, node) in constant.iter_mut().zip(&g.nodes) {
             *c |= node.domain.is_empty()
-                && op_table::op(&node.op_type).is_some_and(|d| d.initialiser);
+                && builtins::op(&node.op_type).is_some_and(|d| d.initialiser);
         }
         constant
     }
 
     fn is_deterministic(&self, node: &Node) -> bool {
-        !(node.domain.is_empty() && op_table::op(&node.op_type).is_some_and(|d| d.stateful))
+        !(node.domain.is_empty() && builtins::op(&node.op_type).is_some_and(|d| d.stateful))
             // A custom op's behaviour is unknown: never fold or copy it as a constant.
             && node.domain.is_empty()
     }
@@ -68,7 +68,7 @@ impl OpSemantics for TfliteSemantics {
         if !node.domain.is_empty() {
             return None;
         }
-        (op_table::op(&node.op_type)?.window?)(g, n)
+        (builtins::op(&node.op_type)?.window?)(g, n)
     }
 
     fn format(&self) -> &str {
@@ -100,7 +100,7 @@ impl OpSemantics for TfliteSemantics {
                 .and_then(|w| g.value(w).ty.static_dims())
         };
         let flops = if node.domain.is_empty() {
-            op_table::op(&node.op_type).map_or(Flops::Output, |d| d.flops)
+            builtins::op(&node.op_type).map_or(Flops::Output, |d| d.flops)
         } else {
             Flops::Output
         };

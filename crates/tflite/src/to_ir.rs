@@ -9,9 +9,9 @@ use cleave_ir::{
     Weight, WeightData,
 };
 
+use crate::builtins::{self, int};
 use crate::codes::{builtin_code, elem_type, op_name, CUSTOM};
 use crate::model::{FlatModel, Format};
-use crate::op_table::{self, int};
 use crate::schema::tflite;
 
 /// The domain of custom operators (their op type is the custom code); builtins have "".
@@ -176,12 +176,12 @@ pub fn buffer_bytes(fm: &FlatModel, index: u32) -> Result<Option<Bytes>, String>
         .map(|d| fm.data.slice_ref(d.bytes())))
 }
 
-/// The options the neutral stages and profiles look at, as attributes (the op table says
+/// The options the neutral stages and profiles look at, as attributes (`builtins.rs` says
 /// which); the part writer copies every option from the file, so nothing is lost by leaving
 /// the rest out.
 fn attributes(op_type: &str, op: &tflite::Operator) -> Vec<Attribute> {
     let mut a = Vec::new();
-    if let Some(options) = op_table::op(op_type).and_then(|d| d.options) {
+    if let Some(options) = builtins::op(op_type).and_then(|d| d.options) {
         options(op, &mut a);
     }
     a.extend(
@@ -283,9 +283,9 @@ fn check_subgraph_cycles(fm: &FlatModel) -> Result<(), String> {
 }
 
 /// The subgraphs an operator runs, by option name (IF's branches, WHILE's condition and body,
-/// CALL_ONCE's initialiser, CALL's callee), as the op table reads them.
+/// CALL_ONCE's initialiser, CALL's callee), as `builtins.rs` reads them.
 pub fn subgraph_refs(op_type: &str, op: &tflite::Operator) -> Vec<(&'static str, i64)> {
-    op_table::op(op_type)
+    builtins::op(op_type)
         .and_then(|d| d.subgraphs)
         .map_or_else(Vec::new, |refs| refs(op))
 }

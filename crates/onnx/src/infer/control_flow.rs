@@ -6,9 +6,9 @@ use cleave_ir::{AttrValue, Dim, Node, TensorType};
 
 use super::late_ops::with_rank;
 use super::Cx;
-use crate::op_table::OpTable;
+use crate::op_registry::OpRegistry;
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     r.check(&["If"], check_if);
     r.check(&["Loop"], check_loop);
     r.check(&["Scan"], check_scan);

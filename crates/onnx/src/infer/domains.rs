@@ -6,12 +6,12 @@ use cleave_ir::{Dim, ElemType, TensorType};
 
 use super::nn::{matmul, windowed};
 use super::Cx;
-use crate::op_table::OpTable;
+use crate::op_registry::OpRegistry;
 
 const ML: &str = "ai.onnx.ml";
 const MS: &str = "com.microsoft";
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     register_ml(r);
     register_ms(r);
 }
@@ -43,7 +43,7 @@ fn classes(cx: &Cx) -> Dim {
     }
 }
 
-fn register_ml(r: &mut OpTable) {
+fn register_ml(r: &mut OpRegistry) {
     r.add_in(
         ML,
         &[
@@ -150,7 +150,7 @@ fn same(cx: &Cx) -> Vec<TensorType> {
     vec![cx.ty(0)]
 }
 
-fn register_ms(r: &mut OpTable) {
+fn register_ms(r: &mut OpRegistry) {
     r.add_in(
         MS,
         &[

@@ -6,7 +6,7 @@ use super::dims::broadcast;
 use super::fold::{self, is_int, same_elements};
 use super::Cx;
 use crate::dtype::elem_from_code;
-use crate::op_table::OpTable;
+use crate::op_registry::OpRegistry;
 
 const SAME: &[&str] = &[
     "Abs",
@@ -95,7 +95,7 @@ const PREDICATES: &[&str] = &[
     "Xor",
 ];
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     register_folds(r);
     r.shapes(
         &[
@@ -235,7 +235,7 @@ fn broadcast_inputs(cx: &Cx, slots: std::ops::Range<usize>) -> Option<Vec<Dim>> 
 }
 
 /// The elements these ops give when their inputs' are tracked (shapes, axes, sizes).
-fn register_folds(r: &mut OpTable) {
+fn register_folds(r: &mut OpRegistry) {
     r.fold(&["Identity"], same_elements);
     r.fold(&["Cast"], |cx| match cx.attr_i("to") {
         Some(6 | 7) if is_int(cx, 0) => same_elements(cx),

@@ -6,15 +6,10 @@
 use cleave_ir::Dim;
 
 use super::Cx;
-use crate::op_table::op_table;
+use crate::registry;
 
 /// Larger integer tensors are data, not shapes: not worth tracking.
 pub(crate) const MAX_ELEMENTS: u64 = 64;
-
-/// What an op's elements are, as dims, when its inputs' elements are tracked: registered per
-/// op with [`OpTable::fold`](crate::op_table::OpTable::fold) by its family; `None` where it
-/// cannot tell.
-pub(crate) type Fold = fn(&Cx) -> Option<Vec<Dim>>;
 
 /// The elements of the node's first output as dims (numbers, symbols or unknown), when it
 /// is a small integer tensor whose elements its op's fold can follow from its inputs.
@@ -23,7 +18,7 @@ pub(crate) fn evaluate(cx: &Cx) -> Option<Vec<Dim>> {
     if !default {
         return None;
     }
-    let fold = op_table().default_op(&cx.node.op_type)?.fold?;
+    let fold = registry().default_op(&cx.node.op_type)?.fold?;
     fold(cx).filter(|v| v.len() as u64 <= MAX_ELEMENTS)
 }
 

@@ -6,7 +6,7 @@ use cleave_ir::{Dim, ElemType, TensorType};
 
 use super::Cx;
 use crate::elem_from_code;
-use crate::op_table::OpTable;
+use crate::op_registry::OpRegistry;
 
 fn unknown_dims(n: usize) -> Vec<Dim> {
     vec![Dim::Unknown; n]
@@ -37,7 +37,7 @@ fn attr_elem(cx: &Cx, name: &str) -> Option<ElemType> {
     }
 }
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     r.shapes(&["Compress"], crate::validate::axis_only);
     r.shapes(&["Einsum"], |o| match o.n.attr("equation") {
         Some(cleave_ir::AttrValue::String(b)) => match std::str::from_utf8(b) {

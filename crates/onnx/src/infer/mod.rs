@@ -7,7 +7,7 @@
 //! `Reshape`, `ConstantOfShape` or `Slice` get static shapes where the model allows it.
 
 mod control_flow;
-mod cx;
+pub(crate) mod cx;
 mod dims;
 mod domains;
 mod elementwise;
@@ -23,16 +23,13 @@ use std::collections::HashMap;
 
 use cleave_ir::{Dim, Graph, Model, NodeId, TensorType};
 
-use crate::op_table::{op_table, OpTable};
+use crate::op_registry::OpRegistry;
+use crate::registry;
 
 pub(crate) use cx::{Cx, Values};
-pub(crate) use fold::Fold;
 
-/// Computes the output types of a node; entries may be partly or wholly unknown.
-pub(crate) type Rule = fn(&Cx) -> Vec<TensorType>;
-
-/// Every op family's entries in the op table.
-pub(crate) fn register_families(t: &mut OpTable) {
+/// Every op family's entries in the registry (called once, by [`crate::registry`]).
+pub(crate) fn register_families(t: &mut OpRegistry) {
     control_flow::register(t);
     elementwise::register(t);
     nn::register(t);
@@ -55,7 +52,7 @@ pub struct InferReport {
 /// Fills in missing element types and shapes of the model's top-level graph, and of the
 /// subgraphs (If branches, Loop and Scan bodies) inside it.
 pub fn infer_types(model: &mut Model) -> InferReport {
-    let registry = op_table();
+    let registry = registry();
     let opset = model.opset("").unwrap_or(21);
     let mut unknown_ops = std::collections::BTreeSet::new();
     infer_nested(
@@ -75,7 +72,11 @@ pub fn infer_types(model: &mut Model) -> InferReport {
 /// What [`infer_types`] reports, read from a model it has typed: the top-level values still
 /// untyped, and the op types without a rule whose outputs (at any depth) are untyped.
 pub fn type_report(model: &Model) -> InferReport {
-    fn ops(registry: &'static OpTable, g: &Graph, found: &mut std::collections::BTreeSet<String>) {
+    fn ops(
+        registry: &'static OpRegistry,
+        g: &Graph,
+        found: &mut std::collections::BTreeSet<String>,
+    ) {
         for node in &g.nodes {
             let untyped = node
                 .outputs
@@ -97,7 +98,7 @@ pub fn type_report(model: &Model) -> InferReport {
         }
     }
     let mut found = std::collections::BTreeSet::new();
-    ops(op_table(), &model.graph, &mut found);
+    ops(registry(), &model.graph, &mut found);
     InferReport {
         untyped: untyped(&model.graph),
         unknown_ops: found.into_iter().collect(),
@@ -108,7 +109,7 @@ pub fn type_report(model: &Model) -> InferReport {
 const MAX_NESTING: usize = 16;
 
 fn infer_nested(
-    registry: &'static OpTable,
+    registry: &'static OpRegistry,
     g: &mut Graph,
     outer: &HashMap<String, TensorType>,
     opset: i64,
@@ -172,7 +173,7 @@ fn infer_nested(
 /// Types the subgraphs of node `n` from what is known around them: values they read from
 /// enclosing scopes, and the formal inputs of Loop and Scan bodies.
 fn infer_subgraphs(
-    registry: &'static OpTable,
+    registry: &'static OpRegistry,
     g: &mut Graph,
     n: NodeId,
     outer: &HashMap<String, TensorType>,
@@ -281,8 +282,8 @@ fn scan_formals(
 /// Gives an output of a rank-keeping op the rank of its input when its rule could not.
 fn keep_rank(g: &Graph, n: NodeId, inferred: &mut Vec<TensorType>) {
     let node = g.node(n);
-    let keeps = crate::ops::is_default_domain(&node.domain)
-        && op_table()
+    let keeps = crate::op_registry::is_default_domain(&node.domain)
+        && registry()
             .default_op(&node.op_type)
             .is_some_and(|e| e.rank_keeping);
     if !keeps {

@@ -4,13 +4,14 @@ use cleave_ir::{AttrValue, Dim, ElemType, OpClass, TensorType};
 
 use super::dims::{axis, broadcast, fits, map_fixed};
 use super::Cx;
-use crate::op_table::{Flops, OpTable};
-use crate::validate::{at_least, int, ints, show, Operands};
+use crate::op_registry::Operands;
+use crate::op_registry::{Flops, OpRegistry};
+use crate::validate::{at_least, int, ints, show};
 
 /// How DepthToSpace/SpaceToDepth change a spatial dim by the block size.
 type SpatialMap = fn(i64, i64) -> Option<i64>;
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     r.check(
         &[
             "Conv",

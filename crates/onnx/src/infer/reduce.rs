@@ -4,7 +4,7 @@ use cleave_ir::{Dim, ElemType, TensorType};
 
 use super::dims::axis;
 use super::Cx;
-use crate::op_table::OpTable;
+use crate::op_registry::OpRegistry;
 
 const REDUCE: &[&str] = &[
     "ReduceMean",
@@ -19,7 +19,7 @@ const REDUCE: &[&str] = &[
     "ReduceSumSquare",
 ];
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     r.shapes(&["ArgMax", "ArgMin"], crate::validate::axis_only);
     r.shapes(REDUCE, |o| {
         if let (Some(rank), Some(v)) = (o.rank(0), o.list("axes", 1)) {

@@ -6,10 +6,11 @@ use cleave_ir::{Dim, TensorType};
 use super::dims::{axis, broadcast, fixed, product_dim};
 use super::fold::{same_elements, static_shape};
 use super::Cx;
-use crate::op_table::OpTable;
-use crate::validate::{axis_in_range, int, ints, show, Operands};
+use crate::op_registry::OpRegistry;
+use crate::op_registry::Operands;
+use crate::validate::{axis_in_range, int, ints, show};
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     // What these give of tracked elements: the same elements in another shape.
     r.fold(
         &["Reshape", "Flatten", "Squeeze", "Unsqueeze"],

@@ -7,10 +7,11 @@ use super::dims::{axis, fixed};
 use super::fold::{static_shape, MAX_ELEMENTS};
 use super::Cx;
 use crate::dtype::elem_from_code;
-use crate::op_table::OpTable;
-use crate::validate::{axis_in_range, axis_only, int, Operands};
+use crate::op_registry::OpRegistry;
+use crate::op_registry::Operands;
+use crate::validate::{axis_in_range, axis_only, int};
 
-pub(crate) fn register(r: &mut OpTable) {
+pub(crate) fn register(r: &mut OpRegistry) {
     register_folds(r);
     r.rank_keeping(&["Pad", "Slice", "CenterCropPad"]);
     r.nondeterministic(&[
@@ -408,7 +409,7 @@ fn split_shapes(o: &Operands) -> Result<(), String> {
 }
 
 /// The elements these ops give when their inputs' are tracked (shapes, axes, sizes).
-fn register_folds(r: &mut OpTable) {
+fn register_folds(r: &mut OpRegistry) {
     r.fold(&["Constant"], |cx| {
         Some(fixed(&match cx.node.attrs.first().map(|a| &a.value)? {
             AttrValue::Tensor(t) if t.element_count() <= MAX_ELEMENTS => t.to_i64s()?,

@@ -4,7 +4,8 @@
 use cleave_fuse::View;
 use cleave_ir::{NodeId, OpSemantics, Window};
 
-use crate::ops::{auto_pad, is_default_domain};
+use crate::op_registry::is_default_domain;
+use crate::ops::auto_pad;
 use crate::OnnxSemantics;
 
 /// Conv attributes that must be equal for two Convs to be merged or joined: the window with

@@ -355,7 +355,7 @@ fn volume(dims: &[i64]) -> u64 {
 fn layer<'a>(cx: &'a PassCx, n: NodeId) -> Option<Layer<'a>> {
     let g = &cx.model.graph;
     let view = cx.view();
-    // By the class the op table gives: Gemm is the fully connected layer.
+    // By the class the op registry gives: Gemm is the fully connected layer.
     let kind = match view.class(n) {
         OpClass::Conv => Kind::Conv,
         OpClass::MaxPool | OpClass::AveragePool => Kind::Pool,

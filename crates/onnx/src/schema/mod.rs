@@ -3,7 +3,7 @@
 //! generated from onnx's own operator schemas (`scripts/gen_onnx_schemas.py`), so the counts
 //! and names are onnx's, not a hand copy.
 
-use crate::op_table::OpCache;
+use crate::op_registry::OpCache;
 use rustc_hash::FxHashMap;
 use std::sync::OnceLock;
 

@@ -3,12 +3,12 @@
 
 use cleave_ir::{AttrValue, ElemType, Graph, Model, Node, WeightData};
 
-use crate::op_table::op_table;
+use crate::registry;
 use crate::schema;
 
 mod shapes;
 pub use shapes::typed;
-pub(crate) use shapes::{axis_in_range, axis_only, show, Operands};
+pub(crate) use shapes::{axis_in_range, axis_only, show};
 
 /// The newest default-domain opset whose operators cleave knows (onnx 1.22).
 pub const MAX_OPSET: i64 = 27;
@@ -178,7 +178,7 @@ pub(crate) fn at_least(n: &Node, name: &str, min: i64) -> Result<(), String> {
 }
 
 /// Attribute values outside what the operator defines: the element types every op may name,
-/// then the op's own check from the op table.
+/// then the op's own check from the op registry.
 fn node(n: &Node, opset: i64) -> Result<(), String> {
     for name in ["to", "dtype", "output_dtype"] {
         // Cast needs a type; the others take 0 for "as the input".
@@ -192,7 +192,7 @@ fn node(n: &Node, opset: i64) -> Result<(), String> {
             }
         }
     }
-    if let Some(check) = op_table().default_op(&n.op_type).and_then(|e| e.check) {
+    if let Some(check) = registry().default_op(&n.op_type).and_then(|e| e.check) {
         check(n, opset)?;
     }
     Ok(())

@@ -1,14 +1,15 @@
 //! The checks that need inferred ranks and shapes, or the values of constant inputs: axes in
 //! range, attribute lists as long as the rank, operands that fit each other, shape arguments a
 //! kernel can honour. Each op's check is registered with the op, in its family's module
-//! (`OpTable::shapes`); this module runs them after type inference, before any stage reads an
+//! (`OpRegistry::shapes`); this module runs them after type inference, before any stage reads an
 //! axis, and holds what they share. Each check speaks only where what it needs is known; an
 //! unknown dim is never a reason to refuse.
 
-use cleave_ir::{AttrValue, Graph, Model, Node, NodeId, TensorType, ValueDef, Weight};
+use cleave_ir::{AttrValue, Graph, Model, NodeId};
 
-use super::{int, ints, Refusal, Subject};
-use crate::op_table::op_table;
+use super::{int, Refusal, Subject};
+use crate::op_registry::Operands;
+use crate::registry;
 
 pub fn typed(m: &Model) -> Result<(), Refusal> {
     typed_graph(&m.graph)
@@ -17,7 +18,7 @@ pub fn typed(m: &Model) -> Result<(), Refusal> {
 fn typed_graph(g: &Graph) -> Result<(), Refusal> {
     for (i, n) in g.nodes.iter().enumerate() {
         let check = (n.domain.is_empty() || n.domain == "ai.onnx")
-            .then(|| op_table().default_op(&n.op_type).and_then(|e| e.shapes))
+            .then(|| registry().default_op(&n.op_type).and_then(|e| e.shapes))
             .flatten();
         if let Some(check) = check {
             check(&Operands { g, n }).map_err(|cause| {
@@ -61,65 +62,6 @@ fn typed_graph(g: &Graph) -> Result<(), Refusal> {
         }
     }
     Ok(())
-}
-
-/// A node's inputs as type inference and the file know them.
-pub(crate) struct Operands<'a> {
-    g: &'a Graph,
-    pub n: &'a Node,
-}
-
-impl Operands<'_> {
-    fn ty(&self, i: usize) -> Option<&TensorType> {
-        let v = self.n.inputs.get(i).copied().flatten()?;
-        Some(&self.g.value(v).ty)
-    }
-
-    pub(crate) fn rank(&self, i: usize) -> Option<i64> {
-        self.ty(i)?.rank().and_then(|r| i64::try_from(r).ok())
-    }
-
-    /// Each dim of input `i`, `None` where it is not a known number.
-    pub(crate) fn dims(&self, i: usize) -> Option<Vec<Option<i64>>> {
-        let shape = self.ty(i)?.shape.as_ref()?;
-        Some(shape.iter().map(|d| d.fixed()).collect())
-    }
-
-    /// Input `i` when it is a constant: an initializer or a Constant node's tensor.
-    fn weight(&self, i: usize) -> Option<&Weight> {
-        let v = self.n.inputs.get(i).copied().flatten()?;
-        match &self.g.value(v).def {
-            ValueDef::Weight(w) => Some(w),
-            ValueDef::Node(p, 0) => {
-                let p = self.g.nodes.get(p.0 as usize)?;
-                match (p.op_type.as_str(), p.attr("value")?) {
-                    ("Constant", AttrValue::Tensor(w)) => Some(w),
-                    _ => None,
-                }
-            }
-            _ => None,
-        }
-    }
-
-    /// The values of input `i` when it is a constant.
-    pub(crate) fn constant(&self, i: usize) -> Option<Vec<f64>> {
-        self.weight(i)?.to_f64s()
-    }
-
-    /// Integer constants (shapes, axes, sizes); a float constant is not one.
-    pub(crate) fn int_constant(&self, i: usize) -> Option<Vec<i64>> {
-        self.weight(i)
-            .filter(|w| !w.elem.is_float())
-            .and_then(|w| w.to_i64s())
-    }
-
-    /// An attribute's list, or input `i` when the attribute is absent (opsets moved `axes`,
-    /// `pads` and `split` from attributes to inputs).
-    pub(crate) fn list(&self, attr: &str, i: usize) -> Option<Vec<i64>> {
-        ints(self.n, attr)
-            .map(<[i64]>::to_vec)
-            .or_else(|| self.int_constant(i))
-    }
 }
 
 /// Dims for a message: `[1, ?, 3]`.

@@ -1,21 +1,35 @@
-//! ONNX's op table: for each (domain, op) what cleave knows of it, registered in one place per
-//! op family (`infer/nn.rs`, `infer/elementwise.rs`, …): its inference rule, the check of its
+//! ONNX's op registry: for each (domain, op) what cleave knows of it, registered in one place
+//! per op family (`infer/nn.rs`, `infer/elementwise.rs`, …): its inference rule, the check of its
 //! attribute values, the check of its operands' shapes once types are inferred, how it folds
 //! small integer tensors (shapes, axes), the class the
 //! format-neutral stages see, how its FLOPs are counted, whether its first output keeps its
 //! input's rank when the rule cannot tell the dims, and whether it is deterministic. Adding an
-//! op is one entry in its family's `register`.
-
-use std::sync::OnceLock;
+//! op is one entry in its family's `register`. The registry and the types of what it stores
+//! live here and name no family: the crate root builds it from the families
+//! ([`crate::registry`]), which register into it.
 
 use rustc_hash::FxHashMap;
 
-use cleave_ir::{Node, OpClass, OpType};
+use cleave_ir::{Dim, Node, OpClass, OpType, TensorType};
 
-use crate::infer::{Fold, Rule};
-use crate::validate::Operands;
+use crate::infer::cx::Cx;
 
-/// How a node's FLOPs are estimated (see [`crate::cost::node_flops`]).
+mod operands;
+pub(crate) use operands::Operands;
+
+/// ONNX's default operator set: `""`, or spelled out as `ai.onnx`.
+pub fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
+/// A node's output types from what inference knows of its inputs and attributes.
+pub(crate) type Rule = fn(&Cx) -> Vec<TensorType>;
+
+/// The elements of a node's first output as dims, followed from its inputs' when those are
+/// small integer tensors (shapes, axes, sizes).
+pub(crate) type Fold = fn(&Cx) -> Option<Vec<Dim>>;
+
+/// How a node's FLOPs are estimated (see `cost.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Flops {
     /// One per output element.
@@ -54,12 +68,12 @@ pub(crate) struct OpEntry {
 }
 
 #[derive(Default)]
-pub(crate) struct OpTable {
+pub(crate) struct OpRegistry {
     /// Domain ("" for the default one), then op type. Fx hashing: looked up once per node.
     ops: FxHashMap<&'static str, FxHashMap<&'static str, OpEntry>>,
 }
 
-impl OpTable {
+impl OpRegistry {
     fn entry(&mut self, domain: &'static str, op: &'static str) -> &mut OpEntry {
         self.ops.entry(domain).or_default().entry(op).or_default()
     }
@@ -130,7 +144,7 @@ impl OpTable {
         self.ops.get(domain)?.get(op)
     }
 
-    /// The entry of a default-domain op, as [`OpTable::get`] finds it. Every stage asks this
+    /// The entry of a default-domain op, as [`OpRegistry::get`] finds it. Every stage asks this
     /// of every node, and comparing the op's name against the table's keys showed as the
     /// largest cost of loading a million-node model; a node's op type is shared by all nodes
     /// of that type, so a small per-thread cache keyed by that allocation answers instead.
@@ -175,14 +189,4 @@ impl<T: Copy> OpCache<T> {
             }
         }
     }
-}
-
-/// The table, built once.
-pub(crate) fn op_table() -> &'static OpTable {
-    static TABLE: OnceLock<OpTable> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut t = OpTable::default();
-        crate::infer::register_families(&mut t);
-        t
-    })
 }

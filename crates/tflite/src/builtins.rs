@@ -1,4 +1,4 @@
-//! TFLite's op table (circle's builtins are TFLite's plus its own: one vocabulary): for each
+//! TFLite's builtins (circle's builtins are TFLite's plus its own: one vocabulary): for each
 //! builtin what cleave knows of it, in one place: the class the format-neutral stages see,
 //! how its FLOPs are counted, its window (convolutions and pools), whether it holds state or
 //! is random, the resource a handle op names, and which of its options become IR
