@@ -2,7 +2,7 @@
 //! crate, no protobuf and no engine (from `cargo tree`'s resolved graph); `crates/ir`
 //! names no format in its code, `crates/runtime` no format and no engine; only `cleave-engines` links an engine; the binary reaches the
 //! stages only through the facade, and the Python module through the facade and the command
-//! line's library.
+//! line's library; no crate's modules name each other round a loop.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -264,4 +264,226 @@ fn pythons_start_isolated_and_temporary_folders_are_private() {
         }
     }
     assert!(hits.is_empty(), "{}", hits.join("\n"));
+}
+
+/// The modules of one crate's `src` by path (`infer::cx`; `mod.rs` and `lib.rs` name their
+/// folder), each with the modules its code names through `crate::`, `super::` or `self::`
+/// paths (comments left out, test modules cut off).
+fn module_graph(src: &Path) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(src).unwrap().with_extension("");
+                let mut segs: Vec<String> = rel
+                    .iter()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .collect();
+                if matches!(segs.last().map(String::as_str), Some("mod" | "lib")) {
+                    segs.pop();
+                }
+                let text = std::fs::read_to_string(&p).unwrap();
+                let code: String = text
+                    .split("#[cfg(test)]\nmod ")
+                    .next()
+                    .unwrap_or("")
+                    .lines()
+                    .map(|l| l.split("//").next().unwrap_or(""))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                files.insert(segs.join("::"), code);
+            }
+        }
+    }
+    let known: BTreeSet<String> = files.keys().cloned().collect();
+    // The longest known module a path names (`crate::infer::cx::Cx` → `infer::cx`).
+    let resolve = |segs: &[&str]| -> Option<String> {
+        (0..=segs.len())
+            .rev()
+            .map(|k| segs[..k].join("::"))
+            .find(|m| known.contains(m))
+    };
+    let mut edges = std::collections::BTreeMap::new();
+    for (module, code) in &files {
+        let here: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
+        let mut to = BTreeSet::new();
+        // Paths, with `use` groups expanded one level: `crate::a::{b, c::D}`.
+        let words = code.replace('\n', " ");
+        for start in ["crate::", "super::", "self::"] {
+            for (at, _) in words.match_indices(start) {
+                if words[..at]
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+                {
+                    continue;
+                }
+                let rest = &words[at..];
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .unwrap_or(rest.len());
+                let path = &rest[..end];
+                let group = match (path.strip_suffix("::"), rest[end..].strip_prefix('{')) {
+                    (Some(_), Some(g)) => {
+                        Some(g[..g.find('}').unwrap_or(g.len())].replace(' ', ""))
+                    }
+                    _ => None,
+                };
+                let head = path.trim_end_matches(':');
+                let mut base: Vec<&str> = Vec::new();
+                for (k, s) in head.split("::").enumerate() {
+                    match (k, s) {
+                        (0, "crate") => {}
+                        (0, "self") => base.extend(&here),
+                        (_, "super") => {
+                            if base.is_empty() && k == 0 {
+                                base.extend(&here);
+                            }
+                            base.pop();
+                        }
+                        _ => base.push(s),
+                    }
+                }
+                let mut targets = vec![base.clone()];
+                if let Some(g) = &group {
+                    for item in g.split(',') {
+                        let mut t = base.clone();
+                        t.extend(item.split("::").filter(|s| !s.is_empty() && *s != "self"));
+                        targets.push(t);
+                    }
+                }
+                for t in targets {
+                    if let Some(m) = resolve(&t) {
+                        if &m != module && !m.is_empty() {
+                            to.insert(m);
+                        }
+                    }
+                }
+            }
+        }
+        edges.insert(module.clone(), to);
+    }
+    edges
+}
+
+/// The groups of modules that import each other round a loop (Tarjan's algorithm).
+fn loops(edges: &std::collections::BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        edges: &'a std::collections::BTreeMap<String, BTreeSet<String>>,
+        index: std::collections::HashMap<&'a str, (usize, usize)>,
+        stack: Vec<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        let n = s.index.len();
+        s.index.insert(v, (n, n));
+        s.stack.push(v);
+        for w in &s.edges[v] {
+            let w = w.as_str();
+            match s.index.get(w).copied() {
+                None => {
+                    visit(s, w);
+                    let low = s.index[w].1.min(s.index[v].1);
+                    s.index.get_mut(v).unwrap().1 = low;
+                }
+                Some((i, _)) if s.stack.contains(&w) => {
+                    let low = i.min(s.index[v].1);
+                    s.index.get_mut(v).unwrap().1 = low;
+                }
+                Some(_) => {}
+            }
+        }
+        if s.index[v].0 == s.index[v].1 {
+            let mut group = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                group.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if group.len() > 1 {
+                group.sort();
+                s.out.push(group);
+            }
+        }
+    }
+    let mut s = State {
+        edges,
+        index: Default::default(),
+        stack: Vec::new(),
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+#[test]
+fn no_crate_has_an_import_loop_between_its_modules() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The IR's types are recursive: a node's attribute holds a graph, and the name index
+    // points at the graph's values. That loop is the data's, not the code's.
+    let allowed: Vec<Vec<String>> = vec![vec!["attr".into(), "graph".into(), "names".into()]];
+    let mut found = Vec::new();
+    let mut scanned = 0;
+    for e in std::fs::read_dir(&crates).unwrap() {
+        let src = e.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        scanned += 1;
+        let name = src
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        for group in loops(&module_graph(&src)) {
+            if !(name == "ir" && allowed.contains(&group)) {
+                found.push(format!("crates/{name}: {}", group.join(", ")));
+            }
+        }
+    }
+    assert!(scanned > 15, "scanned only {scanned} crates");
+    assert!(
+        found.is_empty(),
+        "modules importing each other:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_loop_scan_sees_a_loop() {
+    let dir = std::env::temp_dir().join(format!("cleave-loop-scan-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("b")).unwrap();
+    std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\n").unwrap();
+    std::fs::write(dir.join("a.rs"), "use crate::b::{c::X, Y};\n").unwrap();
+    std::fs::write(
+        dir.join("b/mod.rs"),
+        "pub mod c;\n// crate::a is only named here\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("b/c.rs"), "pub struct X(super::super::a::Z);\n").unwrap();
+    let graph = module_graph(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        graph["a"],
+        BTreeSet::from(["b".to_string(), "b::c".to_string()])
+    );
+    assert!(
+        graph["b"].is_empty(),
+        "a comment is not an import: {graph:?}"
+    );
+    assert_eq!(
+        loops(&graph),
+        vec![vec!["a".to_string(), "b::c".to_string()]]
+    );
 }

@@ -142,7 +142,7 @@ impl FlatModel {
 
     /// The root table, read through TFLite's accessors for both formats: the tables, and the
     /// fields this crate reads through them, are laid out alike in both schemas; where they
-    /// differ (codes, Tensor slot 10, SubGraph slot 5) `crate::codes` decodes per format.
+    /// differ (codes, Tensor slot 10, SubGraph slot 5) `codes.rs` decodes per format.
     pub fn root(&self) -> tflite::Model<'_> {
         // SAFETY: `data` was verified in `from_bytes` against its own schema and is immutable
         // (shared `Bytes`); every table TFLite's accessors reach has the same layout there.

@@ -317,33 +317,11 @@ fn slice(cx: &Cx) -> Option<Vec<Dim>> {
         let a = axis(a, s.len())?;
         let (st, en, step) = (*starts.get(k)?, *ends.get(k)?, *steps.get(k)?);
         out[a] = match s[a].fixed() {
-            Some(len) if step != 0 => Dim::Fixed(slice_len(len, st, en, step)),
+            Some(len) if step != 0 => Dim::Fixed(super::fold_nd::slice_len(len, st, en, step)),
             _ => Dim::Unknown,
         };
     }
     Some(out)
-}
-
-/// Elements that `start:end:step` selects from `len`, with ONNX's clamping rules.
-pub(crate) fn slice_len(len: i64, start: i64, end: i64, step: i64) -> i64 {
-    let norm = |v: i64| if v < 0 { v.saturating_add(len) } else { v };
-    let (start, end) = (norm(start), norm(end));
-    // Counted as (span - 1) / |step| + 1, so no step, INT64_MIN and MAX included, overflows.
-    if step > 0 {
-        let (s, e) = (start.clamp(0, len), end.clamp(0, len));
-        if e > s {
-            (e - s - 1) / step + 1
-        } else {
-            0
-        }
-    } else {
-        let (s, e) = (start.clamp(-1, len - 1), end.clamp(-1, len - 1));
-        if s > e {
-            ((s - e - 1).unsigned_abs() / step.unsigned_abs()) as i64 + 1
-        } else {
-            0
-        }
-    }
 }
 
 fn pad(cx: &Cx) -> Option<Vec<Dim>> {
@@ -503,24 +481,4 @@ fn fold_slice(cx: &Cx) -> Option<Vec<Dim>> {
         .map(|&a| axis(a, shape.len()))
         .collect::<Option<Vec<_>>>()?;
     super::fold_nd::slice(data, &shape, &starts, &ends, &axes, &steps)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slice_len;
-
-    #[test]
-    fn slice_lengths_follow_onnx_clamping() {
-        assert_eq!(slice_len(10, 0, 3, 1), 3);
-        assert_eq!(slice_len(10, 1, i64::MAX, 2), 5);
-        assert_eq!(slice_len(10, -1, i64::MIN, -1), 10);
-        assert_eq!(slice_len(10, 5, 2, 1), 0);
-        assert_eq!(slice_len(4, -100, 100, 1), 4);
-        // The extreme steps (a step of INT64_MIN once negated and overflowed): one element.
-        assert_eq!(slice_len(4, 1, 0, i64::MIN), 1);
-        assert_eq!(slice_len(4, 3, -100, i64::MIN), 1);
-        assert_eq!(slice_len(4, 0, 4, i64::MAX), 1);
-        assert_eq!(slice_len(4, 0, 4, 3), 2);
-        assert_eq!(slice_len(4, 3, -100, -3), 2);
-    }
 }
