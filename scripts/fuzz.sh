@@ -12,7 +12,7 @@
 # whole model, a part and the other format written back). Needs the nightly toolchain and cargo-fuzz, which it
 # installs when missing. Builds with debug assertions, so integer overflow is a crash.
 # Seeds: the ONNX node-test models, the examples and the small TFLite test models
-# (scripts/fetch-test-data.sh first).
+# (scripts/testdata/fetch-test-data.sh first).
 # Inputs found, crash artifacts and the instrumented build live under ~/.cache/cleave/.
 set -euo pipefail
 
@@ -36,7 +36,7 @@ seeds="$cache/fuzz-seeds"
 if [ ! -f "$seeds/.complete-3" ]; then
   rm -rf "$seeds"
   mkdir -p "$seeds/onnx" "$seeds/part" "$seeds/tflite" "$seeds/tensor"
-  [ -d "$data/node" ] || { echo "no test data in $data: run scripts/fetch-test-data.sh" >&2; exit 1; }
+  [ -d "$data/node" ] || { echo "no test data in $data: run scripts/testdata/fetch-test-data.sh" >&2; exit 1; }
   find "$data/node" -name model.onnx -size -64k | while read -r m; do
     cp "$m" "$seeds/onnx/$(basename "$(dirname "$m")").onnx"
   done
@@ -58,7 +58,7 @@ for name, descr, shape, data in [("f32", "<f4", "(2, 3)", bytes(24)), ("i64", "<
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + data)
 PY
   find "$data/tflite" "$data/tflite-quant" -name '*.tflite' -size -256k -exec cp {} "$seeds/tflite/" \;
-  [ -n "$(ls "$seeds/tflite")" ] || { echo "no TFLite test models in $data: run scripts/fetch-test-data.sh" >&2; exit 1; }
+  [ -n "$(ls "$seeds/tflite")" ] || { echo "no TFLite test models in $data: run scripts/testdata/fetch-test-data.sh" >&2; exit 1; }
   touch "$seeds/.complete-3"
 fi
 

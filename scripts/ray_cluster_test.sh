@@ -6,7 +6,7 @@
 #   scripts/ray_cluster_test.sh CONN.json|DIR [CONN.json|DIR ...]
 #
 # A DIR stands for every *.conn.json under it. Needs root (unshare), ip, python3 with
-# scripts/requirements-ray.txt and scripts/requirements-test.txt installed.
+# scripts/install/requirements-ray.txt and scripts/install/requirements-test.txt installed.
 #
 # Ray binds to and looks up the machine's external address even when told 127.0.0.1, so the
 # whole cluster lives in network and PID namespaces of its own whose only interface is
@@ -16,7 +16,7 @@
 # --resources, cpu2 and npu follow ray_app.py's default rule. The worker node runs in a
 # nested PID namespace so that it can be killed whole, like a machine losing power.
 #
-# Environment: CLEAVE_RAY_DRIVER=bench runs scripts/ray_bench.py's measurements on the same
+# Environment: CLEAVE_RAY_DRIVER=bench runs scripts/reports/ray_bench.py's measurements on the same
 # cluster instead of the checks; CLEAVE_RAY_TEST_LIMIT_S (default 900) bounds the whole run;
 # CLEAVE_RAY_TEST_REQUESTS (default 60) requests per bench row; CLEAVE_BIN, a cleave binary
 # to also serve and bench through (`cleave serve --ray`, `cleave bench --ray`).
@@ -37,7 +37,7 @@ if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then
         command -v "$t" >/dev/null || { echo "ray_cluster_test: $t not found" >&2; exit 2; }
     done
     python3 -c 'import ray, ray.serve, onnx, onnxruntime, numpy' 2>/dev/null || {
-        echo "ray_cluster_test: python3 lacks Ray or ONNX: pip install -r scripts/requirements-ray.txt -r scripts/requirements-test.txt" >&2
+        echo "ray_cluster_test: python3 lacks Ray or ONNX: pip install -r scripts/install/requirements-ray.txt -r scripts/install/requirements-test.txt" >&2
         exit 2
     }
     conns=()
@@ -112,9 +112,9 @@ EOF
 echo "== starting worker (npu)"
 bash "$T/start_worker.sh"
 
-# CLEAVE_RAY_DRIVER=bench: measure instead of check (scripts/ray_bench.py).
+# CLEAVE_RAY_DRIVER=bench: measure instead of check (scripts/reports/ray_bench.py).
 DRIVER=$HERE/ray_cluster_test.py
-[ "${CLEAVE_RAY_DRIVER:-}" = bench ] && DRIVER=$HERE/ray_bench.py
+[ "${CLEAVE_RAY_DRIVER:-}" = bench ] && DRIVER=$HERE/reports/ray_bench.py
 python3 "$DRIVER" --app "$APP" --address "$ADDR" --tmp "$T" \
     --worker-pidfile "$T/worker.pid" --worker-start "$T/start_worker.sh" \
     --resources '{"cpu": {"resources": {"cpu_dev": 0.01}}}' \

@@ -15,7 +15,7 @@ rm -rf "$venv"
 python3 -m venv "$venv"
 py="$venv/bin/python"
 start=$SECONDS
-"$py" -m pip install --quiet --disable-pip-version-check -r scripts/requirements-pytest.txt
+"$py" -m pip install --quiet --disable-pip-version-check -r scripts/install/requirements-pytest.txt
 echo "test venv $venv: oracles installed in $((SECONDS - start)) s"
 start=$SECONDS
 built=$("$py" -m pip install --disable-pip-version-check -v . 2>&1) \

@@ -11,9 +11,9 @@ stage_done() { # name
   echo "test.sh: $1 took $((SECONDS - stage_start)) s"
   stage_start=$SECONDS
 }
-bash scripts/install-test-tools.sh
+bash scripts/install/install-test-tools.sh
 stage_done "test tools (Chromium, Graphviz, iproute2)"
-bash scripts/fetch-test-data.sh
+bash scripts/testdata/fetch-test-data.sh
 stage_done "test data and Python oracles"
 # The OpenVINO and onert tests skip themselves where those are missing; here they were just
 # installed, so a skip would hide a failure.

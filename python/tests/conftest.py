@@ -20,7 +20,7 @@ def corpus_model():
     """A real detector (PaddleOCR v4 det, 672 nodes, dynamic batch, height and width)."""
     path = test_data() / "corpus" / "ppocrv4_det.onnx"
     if not path.is_file():
-        pytest.fail(f"{path} missing: run `bash scripts/fetch-test-data.sh`")
+        pytest.fail(f"{path} missing: run `bash scripts/testdata/fetch-test-data.sh`")
     return path
 
 

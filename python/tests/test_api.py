@@ -212,7 +212,7 @@ def test_tflite_model_splits_and_runs_on_litert():
 
     path = test_data() / "tflite" / "face_detection_short_range.tflite"
     if not path.is_file():
-        pytest.fail(f"{path} missing: run `bash scripts/fetch-test-data.sh`")
+        pytest.fail(f"{path} missing: run `bash scripts/testdata/fetch-test-data.sh`")
     model = cleave.load(path.read_bytes())
     assert model.format == "tflite"
     plan = model.partition(rules={"backends": ["npu", "cpu"], "default": "npu", "comply": "opcode",
@@ -230,7 +230,7 @@ def test_parts_run_on_onert_beside_litert_and_circle_parts_on_onert(tmp_path):
 
     path = test_data() / "tflite" / "face_landmark.tflite"
     if not path.is_file():
-        pytest.fail(f"{path} missing: run `bash scripts/fetch-test-data.sh`")
+        pytest.fail(f"{path} missing: run `bash scripts/testdata/fetch-test-data.sh`")
     # onert's cpu backend lacks PRELU: those parts stay on LiteRT, the rest run on onert.
     rules = {"backends": ["npu", "host"], "default": "npu", "comply": "opcode", "OPCODE": {"PRELU": "host"}}
     model = cleave.load(path)
@@ -254,7 +254,7 @@ def test_a_stateful_model_verifies_invoke_after_invoke_with_its_state_carried():
 
     path = test_data() / "tflite-stateful" / "okay_nabu.tflite"
     if not path.is_file():
-        pytest.fail(f"{path} missing: run `bash scripts/fetch-test-data.sh`")
+        pytest.fail(f"{path} missing: run `bash scripts/testdata/fetch-test-data.sh`")
     model = cleave.load(path)
     # The variables' ops are kept in one part whatever the rules say of their neighbours.
     plan = model.partition(rules={"backends": ["host", "dsp"], "default": "host", "comply": "opcode",

@@ -265,7 +265,7 @@ def test_a_tflite_partition_with_two_branches_is_served_on_litert_and_equals_the
     monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
     model = data_root() / "tflite" / "face_detection_full_range.tflite"
     if not model.is_file():
-        pytest.fail(f"{model} missing: run `bash scripts/fetch-test-data.sh`")
+        pytest.fail(f"{model} missing: run `bash scripts/testdata/fetch-test-data.sh`")
     # The detector's upsampling and its two output reshapes on the cpu: 9 parts, the last two
     # side by side (each reads one of part 7's outputs), so the parts form a graph, not a chain.
     rules = {"backends": ["npu", "cpu"], "default": "npu", "comply": "opcode",
@@ -350,7 +350,7 @@ def test_circle_parts_are_served_on_onert_as_litert_serves_their_tflite_twins(tm
     monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
     model = data_root() / "tflite" / "face_landmark.tflite"
     if not model.is_file():
-        pytest.fail(f"{model} missing: run `bash scripts/fetch-test-data.sh`")
+        pytest.fail(f"{model} missing: run `bash scripts/testdata/fetch-test-data.sh`")
     circle = tmp_path / "fl.circle"
     cli = str(pathlib.Path(sys.executable).parent / "cleave")
     subprocess.run([cli, "convert", str(model), str(circle)], check=True)

@@ -43,7 +43,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
     if list.is_empty() {
         return Err(Fail::input(
             dir,
-            "no test cases (folders with model.onnx) here; run scripts/fetch-test-data.sh",
+            "no test cases (folders with model.onnx) here; run scripts/testdata/fetch-test-data.sh",
         ));
     }
     let tmp = cleave::workdir::private_tempdir("cleave-")

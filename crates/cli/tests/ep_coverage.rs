@@ -2,7 +2,7 @@
 //! checker (python -m onnxruntime.tools.check_onnx_model_mobile_usability), which reads the
 //! same published tables: same unsupported op types, never more accelerator parts with
 //! --allow-disconnected, same node totals after basic optimizations. And the committed
-//! profiles are exactly what scripts/ep_profiles.py makes from the installed wheel's tables.
+//! profiles are exactly what scripts/gen/ep_profiles.py makes from the installed wheel's tables.
 
 mod common;
 
@@ -35,7 +35,7 @@ fn ort_check(model: &Path) -> BTreeMap<&'static str, OrtReport> {
         .args(["-m", "onnxruntime.tools.check_onnx_model_mobile_usability"])
         .arg(model)
         .output()
-        .expect("python3 with onnxruntime (scripts/requirements-test.txt)");
+        .expect("python3 with onnxruntime (scripts/install/requirements-test.txt)");
     assert!(
         o.status.success(),
         "ORT's checker failed: {}",
@@ -176,7 +176,7 @@ fn basic_level_folds_the_original_light_models_as_onnxruntime_does() {
 fn committed_profiles_are_what_the_script_makes_from_the_installed_tables() {
     let dir = tempfile::tempdir().unwrap();
     let o = Command::new("python3")
-        .arg(repo().join("scripts/ep_profiles.py"))
+        .arg(repo().join("scripts/gen/ep_profiles.py"))
         .arg("--out")
         .arg(dir.path())
         .output()
@@ -191,7 +191,7 @@ fn committed_profiles_are_what_the_script_makes_from_the_installed_tables() {
             .lines()
             .zip(committed.lines())
             .position(|(a, b)| a != b);
-        assert!(made == committed, "{file} drifted from onnxruntime's table at line {first:?}: rerun scripts/ep_profiles.py");
+        assert!(made == committed, "{file} drifted from onnxruntime's table at line {first:?}: rerun scripts/gen/ep_profiles.py");
     }
 }
 

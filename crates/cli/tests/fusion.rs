@@ -1,6 +1,6 @@
-//! `cleave optimize` and `partition --optimize` end to end. scripts/make_fusion_models.py
+//! `cleave optimize` and `partition --optimize` end to end. scripts/testdata/make_fusion_models.py
 //! builds one small graph per rewrite (and near misses a legality condition must refuse) with
-//! random weights; scripts/check_optimized.py proves each result with the onnx checker and
+//! random weights; scripts/oracles/check_optimized.py proves each result with the onnx checker and
 //! onnxruntime, comparing every tensor the two graphs share.
 
 mod common;
@@ -16,7 +16,7 @@ fn python(script: &str, args: &[&std::ffi::OsStr]) -> String {
         .arg(repo().join("scripts").join(script))
         .args(args)
         .output()
-        .expect("python3 (scripts/requirements-test.txt)");
+        .expect("python3 (scripts/install/requirements-test.txt)");
     assert!(
         o.status.success(),
         "{script}: {}{}",
@@ -42,7 +42,7 @@ fn optimize(model: &Path, devices: &str, out: &Path) -> serde_json::Value {
 #[test]
 fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
     let dir = tempfile::tempdir().unwrap();
-    python("make_fusion_models.py", &[dir.path().as_os_str()]);
+    python("testdata/make_fusion_models.py", &[dir.path().as_os_str()]);
     let expected: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("expected.json")).unwrap())
             .unwrap();
@@ -56,7 +56,7 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
             report["applied"], case["applied"],
             "{name}: rewrites applied"
         );
-        let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+        let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
         assert!(line.starts_with("ok "), "{name}: {line}");
     }
     // Split → 3 Convs → Concat is one Conv with group 3.
@@ -157,7 +157,7 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
 
 /// Real models on a device with 256 KiB for a layer (the myriad profile with `tile_bytes`
 /// replaced): every layer over it is tiled, no tile passes it, and onnxruntime computes the
-/// same on both models, every shared tensor compared (scripts/tile_report.py).
+/// same on both models, every shared tensor compared (scripts/reports/tile_report.py).
 #[test]
 fn real_models_tiled_for_a_256_kib_device_fit_it_and_compute_the_same() {
     let dddd = cleave_testdata::dir().join("corpus/ddddocr_det.onnx");
@@ -198,7 +198,7 @@ fn light_models_keep_their_outputs_at_both_levels_of_rewrites() {
         for devices in ["cpu", "myriad,cpu"] {
             let out = dir.path().join(format!("{m}.{devices}.onnx"));
             let report = optimize(&src, devices, &out);
-            let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+            let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
             assert!(line.starts_with("ok "), "{m} on {devices}: {line}");
             if m == "light_resnet50" && devices == "cpu" {
                 // onnxruntime's checker counts 123 nodes after its basic optimisations.
@@ -253,7 +253,7 @@ fn partition_with_optimize_cuts_the_rewritten_model_and_keeps_groups_whole() {
         text.contains("light_inception_v1.optimized/light_inception_v1.onnx"),
         "conn.json names the rewritten model: {text}"
     );
-    let line = python("check_parts.py", &[conn.as_os_str()]);
+    let line = python("oracles/check_parts.py", &[conn.as_os_str()]);
     assert!(line.contains("match onnxruntime"), "{line}");
     // And the rewritten model computes what the source does.
     let line = python(
@@ -378,7 +378,7 @@ fn constants_fold_on_an_engine_within_the_fold_limit() {
     let all = optimize(&src, "cpu", &out);
     assert_eq!(all["nodes_after"], 123, "{all}");
     assert_eq!(all["applied"]["fold_batchnorm"], 53, "{}", all["applied"]);
-    let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+    let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
     assert!(line.starts_with("ok "), "{line}");
     // Within 1 MiB, the biggest weights stay nodes, the notes name them, outputs do not change.
     let out = dir.path().join("limited.onnx");
@@ -415,6 +415,6 @@ fn constants_fold_on_an_engine_within_the_fold_limit() {
         "{notes:?}"
     );
     assert!(limited["nodes_after"].as_u64().unwrap() > 123, "{limited}");
-    let line = python("check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+    let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
     assert!(line.starts_with("ok "), "{line}");
 }

@@ -118,7 +118,7 @@ fn a_real_model_runs_on_onert_beside_litert_and_refuses_what_onert_lacks() {
     let model = cleave_testdata::tflite_files()
         .into_iter()
         .find(|p| p.ends_with("tflite/face_landmark.tflite"))
-        .expect("face_landmark.tflite (scripts/tflite_models.py fetch)");
+        .expect("face_landmark.tflite (scripts/testdata/tflite_models.py fetch)");
     let tmp = tempfile::tempdir().unwrap();
     // onert's cpu backend has no PRELU: those run on LiteRT, everything else on onert.
     let part = tmp.path().join("fl.part");

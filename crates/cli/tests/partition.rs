@@ -1,5 +1,5 @@
 //! `cleave query`, `partition` and `check` end to end, with the onnx checker and onnxruntime
-//! (through scripts/check_parts.py) as independent oracles.
+//! (through scripts/oracles/check_parts.py) as independent oracles.
 
 mod common;
 
@@ -30,10 +30,10 @@ fn conn(work: &Path, stem: &str) -> ConnFile {
 /// The onnx checker on every part, and onnxruntime on parts vs whole, every boundary tensor.
 fn oracle(conn_json: &Path) -> String {
     let o = Command::new("python3")
-        .arg(repo().join("scripts/check_parts.py"))
+        .arg(repo().join("scripts/oracles/check_parts.py"))
         .arg(conn_json)
         .output()
-        .expect("python3 (scripts/requirements-test.txt)");
+        .expect("python3 (scripts/install/requirements-test.txt)");
     assert!(
         o.status.success(),
         "{}{}",
@@ -519,7 +519,7 @@ fn symbolic_batch_survives_in_part_boundaries() {
         }
     }
     let o = Command::new("python3")
-        .arg(repo().join("scripts/check_parts.py"))
+        .arg(repo().join("scripts/oracles/check_parts.py"))
         .arg(work.join("tiny_cnn.conn.json"))
         .args(["--shape", "input=2,3,16,16"])
         .output()

@@ -35,7 +35,7 @@ fn face_detector_in_9_parts(tmp: &Path) -> std::path::PathBuf {
     let model = tflite_files()
         .into_iter()
         .find(|p| p.ends_with("face_detection_full_range.tflite"))
-        .expect("the TFLite test data: bash scripts/fetch-test-data.sh");
+        .expect("the TFLite test data: bash scripts/testdata/fetch-test-data.sh");
     let rules = tmp.join("face.part");
     std::fs::write(
         &rules,

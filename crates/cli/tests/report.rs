@@ -383,13 +383,13 @@ fn a_real_detector_and_a_real_tflite_model_are_drawn_without_overlaps() {
     );
 }
 
-/// `scripts/check_model_explorer.py`: Model Explorer's own adapter converts the model, and each
+/// `scripts/oracles/check_model_explorer.py`: Model Explorer's own adapter converts the model, and each
 /// node it draws in the main graph must have its result in the overlay, naming its op.
 fn check_model_explorer_overlay(model: &Path, work: &Path) {
     let stem = model.file_stem().unwrap().to_string_lossy();
     let overlay = work.join(format!("{stem}.model-explorer.json"));
     let out = Command::new("python3")
-        .arg(common::repo().join("scripts/check_model_explorer.py"))
+        .arg(common::repo().join("scripts/oracles/check_model_explorer.py"))
         .arg(&overlay)
         .arg(model)
         .output()

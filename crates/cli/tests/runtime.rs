@@ -143,12 +143,12 @@ fn verify_sees_a_miswired_part() {
 
 #[test]
 fn verify_defaults_pass_correct_random_splits_and_fail_miswired_ones() {
-    // scripts/verify_matrix.py: random 3-device splits verified on tract and ONNX Runtime with
+    // scripts/reports/verify_matrix.py: random 3-device splits verified on tract and ONNX Runtime with
     // default tolerances, then one part input rewired to another tensor of its type and shape.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("matrix.md");
     let o = Command::new("python3")
-        .arg(repo().join("scripts/verify_matrix.py"))
+        .arg(repo().join("scripts/reports/verify_matrix.py"))
         .args([
             "--cleave",
             env!("CARGO_BIN_EXE_cleave"),

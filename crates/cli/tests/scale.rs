@@ -1,6 +1,6 @@
 //! `cleave gen` and `cleave bench --partition`: generated models pass the onnx checker, their
 //! .part files place every node, they partition into valid parts (checked by onnxruntime
-//! through scripts/check_parts.py), and the bench reports its figures.
+//! through scripts/oracles/check_parts.py), and the bench reports its figures.
 
 mod common;
 
@@ -103,7 +103,7 @@ fn generated_models_partition_into_valid_parts() {
         let conn = work.join(format!("{stem}.conn.json"));
         ok(&cleave(&[os("check"), conn.as_os_str()]));
         let o = Command::new("python3")
-            .arg(repo().join("scripts/check_parts.py"))
+            .arg(repo().join("scripts/oracles/check_parts.py"))
             .arg(&conn)
             .output()
             .unwrap();
@@ -354,7 +354,7 @@ fn timings_name_every_phase_and_peak_memory_per_node_stays_within_a_quarter_of_i
 #[test]
 fn the_scale_report_prints_every_phase_and_its_growth() {
     let o = Command::new("python3")
-        .arg(repo().join("scripts/scale_report.py"))
+        .arg(repo().join("scripts/reports/scale_report.py"))
         .args(["--sizes", "1000,10000", "--cleave"])
         .arg(env!("CARGO_BIN_EXE_cleave"))
         .output()

@@ -1,6 +1,6 @@
 //! `partition --stages N --memory …`: memory-bounded pipeline stages on a generated model of
 //! about 3 GB (its weights a sparse file, so nothing big is written), checked against an
-//! independent exact optimum (scripts/stage_model.py) and its own pricing of cleave's cuts.
+//! independent exact optimum (scripts/oracles/stage_model.py) and its own pricing of cleave's cuts.
 
 mod common;
 
@@ -11,7 +11,7 @@ use common::{assert_bad_input, cleave, ok, os, repo, stderr};
 
 fn make_model(dir: &Path) -> PathBuf {
     let out = Command::new("python3")
-        .arg(repo().join("scripts/stage_model.py"))
+        .arg(repo().join("scripts/oracles/stage_model.py"))
         .args(["make", "--gb", "3"])
         .arg(dir)
         .output()
@@ -62,7 +62,7 @@ fn oracle(model_dir: &Path, budgets_gib: &[f64], cuts: &[usize]) -> serde_json::
     let b: Vec<String> = budgets_gib.iter().map(f64::to_string).collect();
     let c: Vec<String> = cuts.iter().map(usize::to_string).collect();
     let out = Command::new("python3")
-        .arg(repo().join("scripts/stage_model.py"))
+        .arg(repo().join("scripts/oracles/stage_model.py"))
         .arg("optimum")
         .arg(model_dir.join("layers.json"))
         .args(["--budgets", &b.join(","), "--cuts", &c.join(",")])

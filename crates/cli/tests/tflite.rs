@@ -1,6 +1,6 @@
 //! TFLite through the binary: seeded random splits of every test model by opcode and by
 //! opname over 2 and 3 backends, each partition checked without cleave by
-//! `scripts/check_tflite_parts.py` (LiteRT runs the source with every tensor kept and the
+//! `scripts/oracles/check_tflite_parts.py` (LiteRT runs the source with every tensor kept and the
 //! parts chained; every boundary tensor compared), and bad files refused in one line.
 
 mod common;
@@ -613,7 +613,7 @@ fn inspect_counts_the_operators_litert_counts() {
         ])))
         .unwrap();
         let out = Command::new("python3")
-            .arg(repo().join("scripts/tflite_oracle.py"))
+            .arg(repo().join("scripts/oracles/tflite_oracle.py"))
             .arg("tensors")
             .arg(&model)
             .output()
@@ -802,7 +802,7 @@ for op in it._get_ops_details():
             os("-c"),
             os(script),
             model.as_os_str(),
-            repo().join("scripts").as_os_str(),
+            repo().join("scripts/oracles").as_os_str(),
         ])
         .output()
         .unwrap();

@@ -1,6 +1,6 @@
 //! The synthesized TFLite and circle models (`cleave_testdata::synth`) through the binary:
 //! seeded 2- and 3-backend splits by opcode and by opname, each checked without cleave by
-//! `scripts/check_tflite_parts.py`; IF and WHILE cut apart and kept together, each part
+//! `scripts/oracles/check_tflite_parts.py`; IF and WHILE cut apart and kept together, each part
 //! carrying its bodies; ONE's circle-partitioner example (`Net_InstanceNorm_003` with
 //! `DIV=acl_cl`) giving ONE's three parts, run in onert.
 
@@ -98,7 +98,7 @@ fn renamed_copy(source: &Path, dir: &Path) -> PathBuf {
     let run = |m: &Path, out: &str| -> Vec<u8> {
         let out = dir.join(out);
         let status = Command::new("python3")
-            .arg(repo().join("scripts/tflite_oracle.py"))
+            .arg(repo().join("scripts/oracles/tflite_oracle.py"))
             .arg("run")
             .arg(m)
             .args(["--seed", "3", "--out"])
@@ -674,7 +674,7 @@ print(json.dumps(out))
             os("-c"),
             os(script),
             conn.as_os_str(),
-            repo().join("scripts").as_os_str(),
+            repo().join("scripts/oracles").as_os_str(),
         ])
         .output()
         .unwrap();

@@ -12,7 +12,7 @@ use cleave_runtime::HostTensor;
 use cleave_runtime::RuntimeError;
 use cleave_runtime::{Engine, Session};
 
-/// The library's file name in the PyPI `onnxruntime` wheel that `scripts/fetch-ort.sh` unpacks.
+/// The library's file name in the PyPI `onnxruntime` wheel that `scripts/install/fetch-ort.sh` unpacks.
 pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
 
 /// Where cleave looks for ONNX Runtime: `ORT_DYLIB_PATH`, else

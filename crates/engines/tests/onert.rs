@@ -51,7 +51,7 @@ fn assert_close(got: &[(String, HostTensor)], want: &[(String, HostTensor)], wha
 #[test]
 fn onert_matches_litert_on_the_synthesized_float_models() {
     let Some(onert) = onert() else { return };
-    let litert = Litert::new().expect("LiteRT (scripts/requirements-tflite.txt)");
+    let litert = Litert::new().expect("LiteRT (scripts/install/requirements-tflite.txt)");
     let tmp = tempfile::tempdir().unwrap();
     let cases: [(&str, Vec<u8>, Vec<Input>); 2] = [
         (

@@ -33,7 +33,7 @@ fn openvino_matches_onnxruntime_on_the_example_at_two_batch_sizes() {
         ov.available_devices().unwrap().iter().any(|d| d == "CPU"),
         "OpenVINO lists no CPU"
     );
-    let ort = OnnxRuntime::new().expect("ONNX Runtime (scripts/fetch-ort.sh)");
+    let ort = OnnxRuntime::new().expect("ONNX Runtime (scripts/install/fetch-ort.sh)");
     let model = example("tiny_cnn.onnx");
     let mut a = ov.load(&model, false).unwrap();
     let mut b = ort.load(&model, false).unwrap();

@@ -64,7 +64,7 @@ fn onnx_oracle(paths: &[std::path::PathBuf], dir: &Path) -> Vec<HashMap<String, 
         .arg(dir)
         .args(paths)
         .status()
-        .expect("python3 with onnx is needed (scripts/requirements-test.txt)");
+        .expect("python3 with onnx is needed (scripts/install/requirements-test.txt)");
     assert!(st.success(), "onnx shape inference failed");
     (0..paths.len())
         .map(|i| {

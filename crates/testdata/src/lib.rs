@@ -1,5 +1,5 @@
 //! Where the test models are. They are fetched from the onnx wheels on PyPI by
-//! `scripts/fetch-test-data.sh` into `$CLEAVE_TEST_DATA` (default `~/.cache/cleave/test-data`);
+//! `scripts/testdata/fetch-test-data.sh` into `$CLEAVE_TEST_DATA` (default `~/.cache/cleave/test-data`);
 //! nothing large is committed. A test that needs them fails, loudly, when they are missing.
 //! The cases no downloaded model has are built here instead ([`synth`]).
 
@@ -37,7 +37,7 @@ pub fn dir() -> PathBuf {
     };
     if !dir.join("light/light_resnet50.onnx").is_file() || !dir.join("node").is_dir() {
         panic!(
-            "test data missing in {}: run `bash scripts/fetch-test-data.sh` (or set CLEAVE_TEST_DATA)",
+            "test data missing in {}: run `bash scripts/testdata/fetch-test-data.sh` (or set CLEAVE_TEST_DATA)",
             dir.display()
         );
     }
@@ -48,12 +48,12 @@ pub fn light(name: &str) -> PathBuf {
     dir().join("light").join(format!("{name}.onnx"))
 }
 
-/// The seeded randomised copy of a light model (see scripts/randomize_light.py).
+/// The seeded randomised copy of a light model (see scripts/testdata/randomize_light.py).
 pub fn light_random(name: &str) -> PathBuf {
     let p = dir().join("light-random").join(format!("{name}.onnx"));
     assert!(
         p.is_file(),
-        "{} missing: run `bash scripts/fetch-test-data.sh`",
+        "{} missing: run `bash scripts/testdata/fetch-test-data.sh`",
         p.display()
     );
     p
@@ -69,7 +69,7 @@ pub fn onnx_files(suites: &[&str]) -> Vec<PathBuf> {
         collect(&root.join(s), &mut out);
         assert!(
             out.len() > before,
-            "no .onnx file in {}: run `bash scripts/fetch-test-data.sh`",
+            "no .onnx file in {}: run `bash scripts/testdata/fetch-test-data.sh`",
             root.join(s).display()
         );
     }
@@ -91,26 +91,26 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The TFLite test models `scripts/tflite_models.py` fetched: MediaPipe's face models and
+/// The TFLite test models `scripts/testdata/tflite_models.py` fetched: MediaPipe's face models and
 /// their calibrated uint8/int8 copies, sorted.
 pub fn tflite_files() -> Vec<PathBuf> {
     tflite_in(&["tflite", "tflite-quant"], 9)
 }
 
-/// The stateful TFLite models (resource variables), from `scripts/tflite_models.py fetch`.
+/// The stateful TFLite models (resource variables), from `scripts/testdata/tflite_models.py fetch`.
 pub fn stateful_tflite_files() -> Vec<PathBuf> {
     tflite_in(&["tflite-stateful"], 4)
 }
 
 /// BirdNET's Keras exports (zero-element constants, RFFT2D, computed shapes), from
-/// `scripts/tflite_models.py fetch`.
+/// `scripts/testdata/tflite_models.py fetch`.
 pub fn keras_tflite_files() -> Vec<PathBuf> {
     tflite_in(&["tflite-keras"], 2)
 }
 
 /// TFLite models with WHILE loops converted by TensorFlow (a Keras GRU stack, an LSTM cell
 /// in a loop, a data-dependent `tf.while_loop`), from
-/// `scripts/tf_while_models.py`.
+/// `scripts/testdata/tf_while_models.py`.
 pub fn while_tflite_files() -> Vec<PathBuf> {
     tflite_in(&["tflite-while"], 3)
 }
@@ -128,7 +128,7 @@ fn tflite_in(folders: &[&str], at_least: usize) -> Vec<PathBuf> {
     files.sort();
     assert!(
         files.len() >= at_least,
-        "{} TFLite models in {} of {}: run `bash scripts/fetch-test-data.sh`",
+        "{} TFLite models in {} of {}: run `bash scripts/testdata/fetch-test-data.sh`",
         files.len(),
         folders.join(", "),
         root.display()
@@ -136,14 +136,14 @@ fn tflite_in(folders: &[&str], at_least: usize) -> Vec<PathBuf> {
     files
 }
 
-/// The repository's `scripts/` folder. Found from the test's crate at run time: a build
-/// reused from a checkout elsewhere (cargo shares artifacts across moved workspaces) would
-/// otherwise name that checkout's folder.
-pub fn scripts() -> PathBuf {
+/// The repository's test oracles, `scripts/oracles/`. Found from the test's crate at run
+/// time: a build reused from a checkout elsewhere (cargo shares artifacts across moved
+/// workspaces) would otherwise name that checkout's folder.
+pub fn oracles() -> PathBuf {
     let here = std::env::var_os("CARGO_MANIFEST_DIR")
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     here.ancestors()
-        .map(|d| d.join("scripts"))
-        .find(|s| s.join("fetch-test-data.sh").is_file())
-        .unwrap_or_else(|| here.join("../../scripts"))
+        .map(|d| d.join("scripts/oracles"))
+        .find(|s| s.join("tflite_oracle.py").is_file())
+        .unwrap_or_else(|| here.join("../../scripts/oracles"))
 }

@@ -1,4 +1,4 @@
-//! The code flatc 25.12.19 generated from the vendored schemas (`scripts/gen-flatbuffers.sh`).
+//! The code flatc 25.12.19 generated from the vendored schemas (`scripts/gen/gen-flatbuffers.sh`).
 
 #[allow(
     clippy::all,

@@ -10,7 +10,7 @@ use cleave_tflite::{FlatModel, TfliteSource};
 /// LiteRT's outputs for `model` on seed 7, as raw .npy bytes in output order.
 fn litert_outputs(model: &Path, out: &Path) -> Vec<Vec<u8>> {
     let status = Command::new("python3")
-        .arg(cleave_testdata::scripts().join("tflite_oracle.py"))
+        .arg(cleave_testdata::oracles().join("tflite_oracle.py"))
         .args(["run"])
         .arg(model)
         .args(["--seed", "7", "--out"])

@@ -1,5 +1,5 @@
 //! The vendored schemas are the ones the checked-in code was generated from: a schema edited
-//! without running `scripts/gen-flatbuffers.sh` fails here (CI has no flatc).
+//! without running `scripts/gen/gen-flatbuffers.sh` fails here (CI has no flatc).
 
 use std::path::Path;
 
@@ -31,7 +31,7 @@ fn vendored_schemas_match_their_recorded_hashes() {
         assert_eq!(
             sha256_hex(&data),
             hash,
-            "{file} changed: run scripts/gen-flatbuffers.sh"
+            "{file} changed: run scripts/gen/gen-flatbuffers.sh"
         );
         checked += 1;
     }

@@ -1,6 +1,6 @@
 //! The synthesized models (`cleave_testdata::synth`): each runs in LiteRT, reads into the IR
 //! as LiteRT sees it (names, dtypes, shapes and signatures, quantization, constants, from
-//! `scripts/tflite_oracle.py tensors`), carries what it was made to carry (renamed tensors, a
+//! `scripts/oracles/tflite_oracle.py tensors`), carries what it was made to carry (renamed tensors, a
 //! shared buffer, per-channel quantization, control-flow references, dynamic dims, buffers
 //! after the flatbuffer, ONE's InstanceNorm names), and round-trips through `reencode`: the
 //! same object tree, and LiteRT's outputs bit-identical.
@@ -14,8 +14,8 @@ use cleave_tflite::schema::{circle, tflite};
 use cleave_tflite::{FlatModel, Format, TfliteSource};
 use serde_json::Value;
 
-fn scripts() -> PathBuf {
-    cleave_testdata::scripts()
+fn oracles() -> PathBuf {
+    cleave_testdata::oracles()
 }
 
 fn python(args: &[&std::ffi::OsStr]) -> String {
@@ -33,7 +33,7 @@ fn python(args: &[&std::ffi::OsStr]) -> String {
 
 /// LiteRT's outputs for `model` on seed 7, as raw .npy bytes in output order.
 fn litert_outputs(model: &Path, out: &Path, extra: &[&str]) -> Vec<Vec<u8>> {
-    let oracle = scripts().join("tflite_oracle.py");
+    let oracle = oracles().join("tflite_oracle.py");
     let mut args = vec![
         oracle.as_os_str(),
         "run".as_ref(),
@@ -57,7 +57,7 @@ fn litert_outputs(model: &Path, out: &Path, extra: &[&str]) -> Vec<Vec<u8>> {
 
 /// LiteRT's summary of a model (`tflite_oracle.py tensors`).
 fn litert_tensors(model: &Path) -> Value {
-    let oracle = scripts().join("tflite_oracle.py");
+    let oracle = oracles().join("tflite_oracle.py");
     serde_json::from_str(&python(&[
         oracle.as_os_str(),
         "tensors".as_ref(),

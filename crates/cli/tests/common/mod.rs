@@ -132,11 +132,11 @@ impl Rng {
     }
 }
 
-/// Runs `scripts/check_tflite_parts.py` (LiteRT as the oracle) and fails the test with its
+/// Runs `scripts/oracles/check_tflite_parts.py` (LiteRT as the oracle) and fails the test with its
 /// output unless it passes; returns its summary line.
 pub fn check_tflite_parts(conn: &Path, source: &Path, extra: &[&std::ffi::OsStr]) -> String {
     let out = std::process::Command::new("python3")
-        .arg(repo().join("scripts/check_tflite_parts.py"))
+        .arg(repo().join("scripts/oracles/check_tflite_parts.py"))
         .arg(conn)
         .arg(source)
         .args(extra)

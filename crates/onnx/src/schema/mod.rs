@@ -1,6 +1,6 @@
 //! What the onnx checker holds each node of the default and `ai.onnx.ml` domains to: how many
 //! inputs and outputs, which attributes of which kind, which of them required. The table is
-//! generated from onnx's own operator schemas (`scripts/gen_onnx_schemas.py`), so the counts
+//! generated from onnx's own operator schemas (`scripts/gen/gen_onnx_schemas.py`), so the counts
 //! and names are onnx's, not a hand copy.
 
 use crate::op_registry::OpCache;

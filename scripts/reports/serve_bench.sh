@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The serving table of issue 45 in one command: resnet50 (random weights) cut into 1, 2 and 4
+# pipeline stages, each served on a one-node Ray cluster (all of this machine's cores) on each
+# data plane, timed from outside over HTTP (.npz bodies) at 1..16 requests in flight; then,
+# with Ray stopped, the whole model's best throughput on ONNX Runtime on the same cores (the
+# physical limit), and every row against it.
+#
+#   scripts/reports/serve_bench.sh [CLEAVE_BIN]
+#
+# Needs root (unshare), scripts/install/requirements-ray.txt and the test data
+# (scripts/testdata/fetch-test-data.sh: light-random/light_resnet50.onnx). Environment:
+# CLEAVE_SERVE_BENCH_PLANES (default handles,compiled), CLEAVE_SERVE_BENCH_REQUESTS (per row,
+# default 40), CLEAVE_SERVE_BENCH_IN_FLIGHT (default 1,2,4,8,16), CLEAVE_SERVE_BENCH_STAGES
+# (default 1,2,4), CLEAVE_SERVE_BENCH_MODEL (another ONNX model).
+set -eu
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$(dirname "$HERE")")
+if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then
+    [ "$(id -u)" = 0 ] || { echo "serve_bench: needs root for unshare" >&2; exit 2; }
+    BIN=${1:-${CLEAVE_BIN:-$ROOT/target/release/cleave}}
+    [ -x "$BIN" ] || { echo "serve_bench: no cleave binary at $BIN (give its path)" >&2; exit 2; }
+    DATA=${CLEAVE_TEST_DATA:-$HOME/.cache/cleave/test-data}
+    MODEL=${CLEAVE_SERVE_BENCH_MODEL:-$DATA/light-random/light_resnet50.onnx}
+    [ -f "$MODEL" ] || { echo "serve_bench: $MODEL not found (scripts/testdata/fetch-test-data.sh)" >&2; exit 2; }
+    TMP=$(mktemp -d /tmp/csb.XXXXXX)
+    trap 'rm -rf "$TMP"' EXIT
+    stem=$(basename "$MODEL" .onnx)
+    devices=(cpu npu cpu2 npu2)
+    conns=()
+    IFS=, read -ra stages <<<"${CLEAVE_SERVE_BENCH_STAGES:-1,2,4}"
+    for k in "${stages[@]}"; do
+        devs=$(IFS=,; echo "${devices[*]:0:$k}")
+        "$BIN" partition "$MODEL" --stages "$k" --devices "$devs" -o "$TMP/$stem-s$k" >/dev/null
+        conns+=("$TMP/$stem-s$k/$stem.conn.json")
+    done
+    timeout --kill-after=20 3000 unshare --net --pid --fork --kill-child --mount-proc \
+        env CLEAVE_RAY_NS=1 CLEAVE_RAY_TMP="$TMP" CLEAVE_MODEL="$MODEL" bash "$0" "${conns[@]}"
+    exit $?
+fi
+
+# ---- inside the namespaces: loopback only ----
+T=$CLEAVE_RAY_TMP
+ip link set lo up
+export RAY_USAGE_STATS_ENABLED=0 RAY_DISABLE_DOCKER_CPU_WARNING=1 RAY_BACKEND_LOG_LEVEL=error
+export RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S=1
+CORES=$(nproc)
+rc=0
+trap 'ray stop --force >/dev/null 2>&1' EXIT
+ray start --head --node-ip-address=127.0.0.1 --port=6379 --num-cpus="$CORES" --temp-dir="$T/h" \
+    --include-dashboard=false --disable-usage-stats >"$T/head.log" 2>&1 || { tail "$T/head.log"; exit 1; }
+python3 "$HERE/ray_bench.py" --app "$ROOT/python/cleave/serve.py" --address 127.0.0.1:6379 \
+    --resources '{"*": {}}' --via http --planes "${CLEAVE_SERVE_BENCH_PLANES:-handles,compiled}" \
+    --lanes "$CORES" --requests "${CLEAVE_SERVE_BENCH_REQUESTS:-40}" \
+    --in-flight "${CLEAVE_SERVE_BENCH_IN_FLIGHT:-1,2,4,8,16}" --cores "$CORES" --rows "$T/rows.json" "$@" \
+    >"$T/bench.txt" || rc=$?
+grep '^ray_bench:' "$T/bench.txt" | grep -v '^ray_bench: [^ ]*: {' || true
+ray stop --force >/dev/null 2>&1
+[ -s "$T/rows.json" ] || { tail -20 "$T/bench.txt"; exit 1; }
+python3 "$HERE/ray_bench.py" --limit "$CLEAVE_MODEL" --rows "$T/rows.json" --cores "$CORES" | tail -n +2
+exit $rc
