@@ -5,8 +5,8 @@
 # The wheel is built from the test build's artifacts: pyproject.toml gives maturin the dev profile, and the
 # same target directory (cargo's default, or CARGO_TARGET_DIR), so tract and the engines are
 # not compiled a second time.
-# The venv holds its own oracles (onnx, onnxruntime, LiteRT, OpenVINO: scripts/requirements-
-# pytest.txt), installed from pip's cache after the first time: whether the user runs this
+# The venv holds its own oracles (onnx, onnxruntime, LiteRT, OpenVINO: scripts/install/
+# requirements-pytest.txt), installed from pip's cache after the first time: whether the user runs this
 # inside an activated venv or with the system's Python, the tests see the same packages.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -506,9 +506,9 @@ class Plan:
         return [onnx.load_from_string(b) for b in self.part_bytes()]
 
     def report(self, path: Optional[PathLike] = None) -> str:
-        """Writes the HTML view of the partition (and its markdown, DOT and Model Explorer
-        overlay beside it);
-        returns the HTML file, copied to `path` when given."""
+        """Writes the HTML view of the partition (and its markdown, DOT and, unless
+        ``optimize=`` rewrote the model, Model Explorer overlay beside it); returns the HTML
+        file, copied to `path` when given."""
         # The copy is the CLI's atomic writer: a random temporary name created exclusively
         # beside `path`, renamed over it (a link planted at `path` is replaced, not followed).
         with _argument("report() takes a file path"):

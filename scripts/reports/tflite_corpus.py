@@ -89,7 +89,7 @@ def split(cleave, model, nodes, n, tmp, extra=()):
 
 
 def check(conn, model, flags):
-    code, out = run([sys.executable, HERE / "check_tflite_parts.py", conn, model, "--invokes", "5", *flags])
+    code, out = run([sys.executable, HERE.parent / "oracles" / "check_tflite_parts.py", conn, model, "--invokes", "5", *flags])
     if code:
         raise RuntimeError(last_line(out))
     return last_line(out)

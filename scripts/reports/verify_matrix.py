@@ -25,7 +25,7 @@ import tempfile
 import onnx
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-HERE = ROOT / "scripts"
+HERE = pathlib.Path(__file__).resolve().parent
 LIGHT = ["light_bvlc_alexnet", "light_densenet121", "light_inception_v1", "light_inception_v2", "light_resnet50",
          "light_shufflenet", "light_squeezenet", "light_vgg19", "light_zfnet512"]
 DEVICES = ["npu", "gpu", "cpu"]

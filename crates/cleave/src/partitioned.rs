@@ -45,6 +45,10 @@ pub struct Progress<'a> {
     pub phase: Option<&'a dyn Fn(&str)>,
     /// Receives the algorithm's steps (`--trace`); kept when the cut fails.
     pub trace: Option<&'a mut Vec<String>>,
+    /// Called once every node has a device, before the cut: what the assignment warns of
+    /// (fused groups dissolved, learned types, estimated figures) is told even when the cut
+    /// or its validation then fails.
+    pub assigned: Option<&'a dyn Fn(&Assigned)>,
 }
 
 /// A validated partition, ready to write.
@@ -82,7 +86,16 @@ pub fn partition<'a>(
     req: &PartitionRequest,
     progress: Progress<'_>,
 ) -> Result<Partitioned, Error> {
-    let Progress { phase, trace } = progress;
+    let Progress {
+        phase,
+        trace,
+        assigned: on_assigned,
+    } = progress;
+    let told = |a: &Assigned| {
+        if let Some(f) = on_assigned {
+            f(a);
+        }
+    };
     let say = |what: &str| {
         if let Some(f) = phase {
             f(what);
@@ -94,6 +107,7 @@ pub fn partition<'a>(
             say("loading and planning the stages");
             let (loaded, stages) = load_and_stage(source, &req.assign, n, &req.memory)?;
             let assigned = Assigned::from_stages(loaded, &stages);
+            told(&assigned);
             say("building and validating the parts");
             let plan = assigned.loaded.plan(&assigned.assignment, &stages.cut)?;
             Ok(Partitioned {
@@ -106,10 +120,11 @@ pub fn partition<'a>(
         }
         None => {
             if !req.memory.is_empty() {
-                return Err(Error::usage("memory budgets need stages"));
+                return Err(Error::usage("--memory needs --stages N"));
             }
             say("loading and assigning");
             let assigned = load_and_assign(source, &req.assign)?;
+            told(&assigned);
             say("partitioning");
             let mut scratch = Vec::new();
             let trace = trace.unwrap_or(&mut scratch);

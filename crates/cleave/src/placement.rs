@@ -162,15 +162,15 @@ impl LoadedModel {
         if let Some((path, f)) = file.filter(|_| measured.iter().any(Option::is_some)) {
             let here = fingerprint(g);
             if f.model.fingerprint != here {
-                let flags = if f.model.flags.is_empty() {
-                    "no --shape, --dim or --optimize".to_string()
-                } else {
-                    f.model.flags.join(" ")
-                };
+                // The command to repeat, flags and all: a command stays one in Python's messages.
+                let again = std::iter::once("cleave profile MODEL".to_string())
+                    .chain(f.model.flags.iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 return Err(Error::argument(
                     path,
                     format!(
-                        "the costs were measured on another graph ({} of {} nodes, fingerprint {}; this is {} nodes, {here}): profile this model, with the same flags it was profiled with ({flags})",
+                        "the costs were measured on another graph ({} of {} nodes, fingerprint {}; this is {} nodes, {here}): profile this model with the flags that file was profiled with: {again} ...",
                         f.model.file, f.model.nodes, f.model.fingerprint, g.nodes.len()
                     ),
                 ));

@@ -16,6 +16,11 @@ pub fn python_terms(message: &str) -> String {
         let flag = &from[2..flag_len];
         let after = &from[flag_len..];
         match keyword(flag).filter(|_| !in_command(&out)) {
+            // `--devices: 'x' is listed twice` names the argument itself.
+            Some(kw) if after.starts_with(':') => {
+                out.push_str(kw);
+                rest = after;
+            }
             Some(kw) => {
                 let (value, used) = value_of(after);
                 out.push_str(&spell(kw, value));
@@ -48,6 +53,9 @@ fn keyword(flag: &str) -> Option<&'static str> {
         "allow-disconnected" => "allow_disconnected",
         "external-data" => "external_data",
         "algorithm" => "algorithm",
+        "engine" => "engines",
+        "default" => "default",
+        "margin" => "margin",
         _ => return None,
     })
 }
@@ -61,7 +69,7 @@ fn in_command(so_far: &str) -> bool {
 }
 
 /// The flag's value as the message writes it (` VALUE`), and the bytes it takes; none when
-/// the flag is only named (`use --devices (e.g. ...)`, `--memory '...': ...`).
+/// the flag is only named (`use --devices (e.g. ...)`, `--memory needs ...`).
 fn value_of(after: &str) -> (Option<&str>, usize) {
     let Some(v) = after.strip_prefix(' ') else {
         return (None, 0);
@@ -70,24 +78,34 @@ fn value_of(after: &str) -> (Option<&str>, usize) {
         .find(|c: char| c.is_whitespace() || matches!(c, ';' | ')' | '(' | '\'' | '"'))
         .unwrap_or(v.len());
     let raw = &v[..len];
-    // `D,D,...` keeps its ellipsis; otherwise trailing punctuation is the sentence's.
+    // `D,D,...` keeps its ellipsis; otherwise a trailing comma or stop is the sentence's.
     let value = if raw.ends_with("...") {
         raw
     } else {
-        raw.trim_end_matches([',', '.', ':'])
+        raw.trim_end_matches([',', '.'])
     };
-    // A value has the marks of one (`a,b`, `x=1`, `file.toml`, `2`); a bare word after a
-    // flag is the sentence going on (`--memory needs ...`).
-    let plausible = !value.is_empty()
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_.,=:/-+*".contains(c))
-        && (value.contains([',', '=', '.', '/']) || value.chars().all(|c| c.is_ascii_digit()));
-    if plausible {
-        (Some(value), 1 + value.len())
-    } else {
-        (None, 0)
+    // A trailing ':' ends the clause (`--shape x=1,2: dim ...`) unless it is the value's
+    // own (`--devices ov: names no OpenVINO device`).
+    let found = [value.strip_suffix(':'), Some(value)]
+        .into_iter()
+        .flatten()
+        .find(|c| plausible(c));
+    match found {
+        Some(c) => (Some(c), 1 + c.len()),
+        None => (None, 0),
     }
+}
+
+/// Whether a word after a flag is its value: it has the marks of one (`a,b`, `x=1`,
+/// `file.toml`, `ov:GPU`), is a number, or a placeholder (`FILE`, `N`); a lower-case word is
+/// the sentence going on.
+fn plausible(v: &str) -> bool {
+    !v.is_empty()
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.,=:/-+*".contains(c))
+        && (v.contains([',', '=', '.', '/', ':'])
+            || v.chars().all(|c| c.is_ascii_digit())
+            || v.chars().all(|c| c.is_ascii_uppercase()))
 }
 
 fn spell(kw: &str, value: Option<&str>) -> String {
@@ -131,7 +149,7 @@ fn spell(kw: &str, value: Option<&str>) -> String {
             format!("{kw}={{{}}}", pairs.join(", "))
         }
         "stages" => format!("stages={}", number_or_word(v)),
-        _ => format!("{kw}={}", quoted(v)),
+        _ => format!("{kw}={}", number_or_word(v)),
     }
 }
 
@@ -172,6 +190,31 @@ mod tests {
                 "no devices given: use devices= (e.g. devices=[\"myriad\", \"cpu\"]) or rules=\"FILE.part\"",
             ),
             ("/data/my--model.onnx: truncated", "/data/my--model.onnx: truncated"),
+            (
+                "--devices ov: names no OpenVINO device (e.g. ov:CPU, ov:GPU.1)",
+                "devices=[\"ov:\"] names no OpenVINO device (e.g. ov:CPU, ov:GPU.1)",
+            ),
+            (
+                "--devices ov:GPU: cannot run python3 to ask OpenVINO",
+                "devices=[\"ov:GPU\"]: cannot run python3 to ask OpenVINO",
+            ),
+            (
+                "--devices: 'cpu' is empty or listed twice",
+                "devices: 'cpu' is empty or listed twice",
+            ),
+            (
+                "give --costs FILE (from cleave profile) or declare [cost] in its profile",
+                "give costs=FILE (from cleave profile) or declare [cost] in its profile",
+            ),
+            (
+                "fingerprint 1a; this is 9 nodes, 2b): profile this model with the flags that file was profiled with: cleave profile MODEL --shape x=1,3 --optimize basic ...",
+                "fingerprint 1a; this is 9 nodes, 2b): profile this model with the flags that file was profiled with: cleave profile MODEL --shape x=1,3 --optimize basic ...",
+            ),
+            ("--memory needs --stages N", "memory= needs stages=N"),
+            (
+                "stage times are estimated FLOPs (give --costs from cleave profile for seconds)",
+                "stage times are estimated FLOPs (give costs= from cleave profile for seconds)",
+            ),
         ];
         for (cli, py) in cases {
             assert_eq!(python_terms(cli), py, "{cli}");

@@ -201,15 +201,10 @@ fn the_workdir_crate_names_no_engine() {
     );
 }
 
-/// Every `.rs` file under `crates/*/src`, with the text before its test module.
-fn library_code() -> Vec<(std::path::PathBuf, String)> {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+/// Every `.rs` file under `dir`, with the text before its test module.
+fn rs_files(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
     let mut out = Vec::new();
-    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&crates)
-        .unwrap()
-        .map(|e| e.unwrap().path().join("src"))
-        .filter(|p| p.is_dir() && !p.starts_with(crates.join("testdata")))
-        .collect();
+    let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
@@ -228,6 +223,17 @@ fn library_code() -> Vec<(std::path::PathBuf, String)> {
         }
     }
     out
+}
+
+/// Every `.rs` file under `crates/*/src`, with the text before its test module.
+fn library_code() -> Vec<(std::path::PathBuf, String)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::fs::read_dir(&crates)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .filter(|p| p.is_dir() && !p.starts_with(crates.join("testdata")))
+        .flat_map(|src| rs_files(&src))
+        .collect()
 }
 
 #[test]
@@ -271,33 +277,21 @@ fn pythons_start_isolated_and_temporary_folders_are_private() {
 /// paths (comments left out, test modules cut off).
 fn module_graph(src: &Path) -> std::collections::BTreeMap<String, BTreeSet<String>> {
     let mut files = std::collections::BTreeMap::new();
-    let mut dirs = vec![src.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let rel = p.strip_prefix(src).unwrap().with_extension("");
-                let mut segs: Vec<String> = rel
-                    .iter()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .collect();
-                if matches!(segs.last().map(String::as_str), Some("mod" | "lib")) {
-                    segs.pop();
-                }
-                let text = std::fs::read_to_string(&p).unwrap();
-                let code: String = text
-                    .split("#[cfg(test)]\nmod ")
-                    .next()
-                    .unwrap_or("")
-                    .lines()
-                    .map(|l| l.split("//").next().unwrap_or(""))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                files.insert(segs.join("::"), code);
-            }
+    for (p, text) in rs_files(src) {
+        let rel = p.strip_prefix(src).unwrap().with_extension("");
+        let mut segs: Vec<String> = rel
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        if matches!(segs.last().map(String::as_str), Some("mod" | "lib")) {
+            segs.pop();
         }
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        files.insert(segs.join("::"), code);
     }
     let known: BTreeSet<String> = files.keys().cloned().collect();
     // The longest known module a path names (`crate::infer::cx::Cx` → `infer::cx`).

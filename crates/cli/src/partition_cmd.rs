@@ -166,6 +166,7 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
     };
     let bar = crate::progress::spinner("loading");
     let say = |what: &str| bar.set_message(what.to_string());
+    let told = |assigned: &Assigned| crate::setup::say_assigned(a.model, assigned);
     let mut trace = Vec::new();
     let partitioned = cleave::partition(
         a.model,
@@ -173,6 +174,7 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
         Progress {
             phase: Some(&say),
             trace: Some(&mut trace),
+            assigned: Some(&told),
         },
     );
     bar.finish_and_clear();
@@ -182,7 +184,6 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
         }
     }
     let mut partitioned = partitioned?;
-    crate::setup::say_assigned(a.model, &partitioned.assigned);
     let written = if a.dry_run {
         None
     } else {

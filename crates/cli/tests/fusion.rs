@@ -56,7 +56,10 @@ fn each_rewrite_applies_exactly_where_legal_and_keeps_every_tensor() {
             report["applied"], case["applied"],
             "{name}: rewrites applied"
         );
-        let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+        let line = python(
+            "oracles/check_optimized.py",
+            &[src.as_os_str(), out.as_os_str()],
+        );
         assert!(line.starts_with("ok "), "{name}: {line}");
     }
     // Split → 3 Convs → Concat is one Conv with group 3.
@@ -169,7 +172,7 @@ fn real_models_tiled_for_a_256_kib_device_fit_it_and_compute_the_same() {
     );
     let squeeze = light_random("light_squeezenet");
     let out = python(
-        "tile_report.py",
+        "reports/tile_report.py",
         &[
             os(env!("CARGO_BIN_EXE_cleave")),
             os("262144"),
@@ -198,7 +201,10 @@ fn light_models_keep_their_outputs_at_both_levels_of_rewrites() {
         for devices in ["cpu", "myriad,cpu"] {
             let out = dir.path().join(format!("{m}.{devices}.onnx"));
             let report = optimize(&src, devices, &out);
-            let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+            let line = python(
+                "oracles/check_optimized.py",
+                &[src.as_os_str(), out.as_os_str()],
+            );
             assert!(line.starts_with("ok "), "{m} on {devices}: {line}");
             if m == "light_resnet50" && devices == "cpu" {
                 // onnxruntime's checker counts 123 nodes after its basic optimisations.
@@ -257,7 +263,7 @@ fn partition_with_optimize_cuts_the_rewritten_model_and_keeps_groups_whole() {
     assert!(line.contains("match onnxruntime"), "{line}");
     // And the rewritten model computes what the source does.
     let line = python(
-        "check_optimized.py",
+        "oracles/check_optimized.py",
         &[
             src.as_os_str(),
             work.join("light_inception_v1.optimized/light_inception_v1.onnx")
@@ -378,7 +384,10 @@ fn constants_fold_on_an_engine_within_the_fold_limit() {
     let all = optimize(&src, "cpu", &out);
     assert_eq!(all["nodes_after"], 123, "{all}");
     assert_eq!(all["applied"]["fold_batchnorm"], 53, "{}", all["applied"]);
-    let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+    let line = python(
+        "oracles/check_optimized.py",
+        &[src.as_os_str(), out.as_os_str()],
+    );
     assert!(line.starts_with("ok "), "{line}");
     // Within 1 MiB, the biggest weights stay nodes, the notes name them, outputs do not change.
     let out = dir.path().join("limited.onnx");
@@ -415,6 +424,9 @@ fn constants_fold_on_an_engine_within_the_fold_limit() {
         "{notes:?}"
     );
     assert!(limited["nodes_after"].as_u64().unwrap() > 123, "{limited}");
-    let line = python("oracles/check_optimized.py", &[src.as_os_str(), out.as_os_str()]);
+    let line = python(
+        "oracles/check_optimized.py",
+        &[src.as_os_str(), out.as_os_str()],
+    );
     assert!(line.starts_with("ok "), "{line}");
 }

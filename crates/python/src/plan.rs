@@ -138,7 +138,11 @@ impl Plan {
             devices: p.plan.devices.clone(),
             parts: PartInfo::of(p.assigned.loaded.graph(), &p.plan),
             warnings: p.assigned.assignment.warnings.clone(),
-            stage_lines: p.stage_table(),
+            stage_lines: p
+                .stage_table()
+                .iter()
+                .map(|l| cleave::python_terms(l))
+                .collect(),
             partitioned: Mutex::new(p),
             scratch: Mutex::new(None),
             _model_tmp: model_tmp,
@@ -323,17 +327,14 @@ impl Plan {
             lines: Vec::new(),
         });
         py.detach(|| {
-            let views = {
-                let partitioned = self.partitioned.lock().map_err(|_| {
-                    raise(
-                        Kind::File,
-                        None,
-                        "an earlier write of the plan failed midway",
-                    )
-                })?;
-                cleave::write_views(&partitioned, written, latency)
-                    .map_err(|e| from_facade_in(e, names))?
-            };
+            // The guard is dropped before a failure becomes an exception (a call into Python).
+            let views = match self.partitioned.lock() {
+                Ok(partitioned) => cleave::write_views(&partitioned, written, latency),
+                Err(_) => Err(cleave::Error::usage(
+                    "an earlier write of the plan failed midway",
+                )),
+            }
+            .map_err(|e| from_facade_in(e, names))?;
             let html = views.files.html;
             if let Some(dir) = conn.parent() {
                 cleave::workdir::seal(dir)
