@@ -194,8 +194,12 @@ def test_a_stages_request_writes_the_same_folder_from_python_and_the_command_lin
     model = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)})
     plan = model.partition(["g0", "g1"], stages=2, memory={"g0": "1MiB", "g1": "1MiB"})
     plan.save(py)
-    # The same stage table from both faces.
-    assert plan.stages and all(line in shown.splitlines() for line in plan.stages), (plan.stages, shown)
+    # The same stage table from both faces; its last line's hint in each face's own terms.
+    *rows, bottleneck = plan.stages
+    printed = shown.splitlines()
+    assert rows and all(line in printed for line in rows), (plan.stages, shown)
+    assert "(give costs= from cleave profile" in bottleneck
+    assert bottleneck.replace("costs=", "--costs") in printed, (bottleneck, shown)
     names = sorted(p.name for p in cli.iterdir())
     assert names == sorted(p.name for p in py.iterdir()) and len(names) == 4, names
     for name in names:
