@@ -38,7 +38,7 @@ def check(name, ok, detail=""):
 
 
 def run_app(args, app, timeout_s):
-    """Runs ray_app.py with `args`; (rc, stdout, stderr, seconds)."""
+    """Runs the application (its package folder) with `args`; (rc, stdout, stderr, seconds)."""
     return run_cmd([sys.executable, app] + args, timeout_s)
 
 
@@ -65,8 +65,11 @@ def tail(text, n=6):
 
 
 def load_module(path):
-    spec = importlib.util.spec_from_file_location("ray_app_under_test", path)
+    """The application's package at `path` (a folder), imported as `ray_app_under_test`."""
+    spec = importlib.util.spec_from_file_location("ray_app_under_test", os.path.join(path, "__init__.py"),
+                                                  submodule_search_locations=[path])
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -266,8 +269,9 @@ def test_export(serve, a, mod, conn, tmp):
     rc, out, err, secs = run_app(["export", conn, out_dir, "--name", "exported", "--resources", a.resources,
                                   "--http-port", str(a.http_port)], a.app, 60)
     files = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
-    ok = rc == 0 and {"app.py", "serve_config.yaml", "ray_app.py"} <= set(files)
-    if not check("export writes app.py, serve_config.yaml, ray_app.py, parts", ok, ", ".join(files) if ok else f"rc {rc}: {tail(err)}"):
+    package = sorted(os.listdir(os.path.join(out_dir, "ray_app"))) if os.path.isdir(os.path.join(out_dir, "ray_app")) else []
+    ok = rc == 0 and {"app.py", "serve_config.yaml", "ray_app"} <= set(files) and "__init__.py" in package
+    if not check("export writes app.py, serve_config.yaml, the ray_app package, parts", ok, ", ".join(files) if ok else f"rc {rc}: {tail(err)}"):
         return
     # The app names its files from its own folder: no path of the machine that exported it
     # (serve_config.yaml's working_dir aside, which tells Ray where the folder is on the head).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Serves cleave partitions on a real two-node Ray cluster and checks them end to end, with
-# python/cleave/serve.py (the application cleave carries) and the checks in
+# python/cleave/serve/ (the application cleave carries, run as a folder) and the checks in
 # scripts/ray_cluster_test.py.
 #
 #   scripts/ray_cluster_test.sh CONN.json|DIR [CONN.json|DIR ...]
@@ -13,7 +13,7 @@
 # loopback: no packet can leave, `ray stop --force` sees only this run's processes, and when
 # the run ends the kernel kills whatever Ray left behind. The head declares the custom
 # resources cpu_dev and cpu2, the worker npu; backend cpu is mapped to cpu_dev by
-# --resources, cpu2 and npu follow ray_app.py's default rule. The worker node runs in a
+# --resources, cpu2 and npu follow the application's default rule. The worker node runs in a
 # nested PID namespace so that it can be killed whole, like a machine losing power.
 #
 # Environment: CLEAVE_RAY_DRIVER=bench runs scripts/reports/ray_bench.py's measurements on the same
@@ -24,7 +24,7 @@ set -u
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
-APP=$ROOT/python/cleave/serve.py
+APP=$ROOT/python/cleave/serve
 LIMIT=${CLEAVE_RAY_TEST_LIMIT_S:-900}
 
 if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then

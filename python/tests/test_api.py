@@ -465,6 +465,30 @@ def test_serve_module_is_importable():
     assert h.returncode == 0 and "python -m cleave.serve" in h.stdout
 
 
+def test_export_writes_the_serving_package_which_runs_on_its_own(tmp_path, tiny_cnn, tiny_part):
+    """`export` copies the package as `ray_app`: its folder runs as a program, and it imports
+    without cleave (the nodes of a cluster need only the folder)."""
+    conn = cleave.load(tiny_cnn).partition(rules=tiny_part).save(tmp_path / "parts")
+    out = tmp_path / "app"
+    e = subprocess.run([sys.executable, "-m", "cleave.serve", "export", conn, str(out)], capture_output=True, text=True)
+    assert e.returncode == 0, e.stderr
+    package = out / "ray_app"
+    from cleave import serve
+
+    shipped = sorted(f.name for f in package.iterdir())
+    source = pathlib.Path(serve.__file__).parent
+    assert shipped == sorted(f.name for f in source.glob("*.py")), shipped
+    assert (out / "app.py").is_file() and (out / "serve_config.yaml").is_file()
+    # Run as a folder (as the binary runs it), in isolated mode: cleave itself is never imported.
+    h = subprocess.run([sys.executable, "-I", str(package), "export", "--help"],
+                       capture_output=True, text=True, cwd=out)
+    assert h.returncode == 0 and "OUT_DIR" in h.stdout, h.stderr
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import ray_app; "
+             "assert 'cleave' not in sys.modules; print(ray_app.build_app.__module__)")
+    i = subprocess.run([sys.executable, "-I", "-c", probe, str(out)], capture_output=True, text=True)
+    assert i.returncode == 0 and i.stdout.strip() == "ray_app.ingress", i.stderr
+
+
 def test_builtin_devices():
     names = cleave.builtin_devices()
     assert {"cpu", "nnapi", "myriad", "xnnpack"} <= set(names)

@@ -89,7 +89,7 @@ def slow_model(n=512, layers=150):
 
 
 def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     # About a second here: 150 layers took 0.30 s on a faster machine, too little to tell.
     model, out = slow_model(layers=500)
     spec = {"index": 0, "file": "slow.onnx", "inputs": ["x"], "outputs": [out], "backend": "cpu", "deployment": "part1_cpu"}
@@ -117,7 +117,7 @@ def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
 
 def test_a_part_recorded_for_openvino_runs_on_it_and_says_so(monkeypatch):
     pytest.importorskip("openvino")
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     model, out = slow_model(n=64, layers=3)
     rng = np.random.default_rng(1)
     w = rng.standard_normal((64, 64)).astype(np.float32)
@@ -208,7 +208,7 @@ def matmuls(inp, out, n, layers, w):
 
 
 def test_parts_that_do_not_depend_on_each_other_run_at_once_and_tensors_skip_the_ingress(monkeypatch):
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     n, layers = 256, 200
     rng = np.random.default_rng(2)
     wa = (np.eye(n) + 1e-3 * rng.standard_normal((n, n))).astype(np.float32)
@@ -262,7 +262,7 @@ def local_app(conn, threads=None):
 
 def test_a_tflite_partition_with_two_branches_is_served_on_litert_and_equals_the_whole_model(tmp_path, monkeypatch):
     pytest.importorskip("ai_edge_litert")
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     model = data_root() / "tflite" / "face_detection_full_range.tflite"
     if not model.is_file():
         pytest.fail(f"{model} missing: run `bash scripts/testdata/fetch-test-data.sh`")
@@ -303,7 +303,7 @@ def test_a_tflite_partition_with_two_branches_is_served_on_litert_and_equals_the
 
 
 def test_replicas_and_threads_are_set_per_backend(monkeypatch):
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     assert serve.parse_per_backend("cpu=2, npu=1,*=3", "replicas") == {"cpu": 2, "npu": 1, "*": 3}
     assert serve.parse_per_backend("4", "threads") == {"*": 4}
     assert serve.parse_per_backend(None, "threads") == {}
@@ -347,7 +347,7 @@ def test_circle_parts_are_served_on_onert_as_litert_serves_their_tflite_twins(tm
     import subprocess
     import sys
 
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     model = data_root() / "tflite" / "face_landmark.tflite"
     if not model.is_file():
         pytest.fail(f"{model} missing: run `bash scripts/testdata/fetch-test-data.sh`")
@@ -432,7 +432,7 @@ def in_process_plane(monkeypatch, meta, specs, models):
 
 
 def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach_the_ingress(monkeypatch):
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     n = 64
     rng = np.random.default_rng(4)
     ws = [(np.eye(n) + 0.05 * rng.standard_normal((n, n))).astype(np.float32) for _ in range(3)]
@@ -491,7 +491,7 @@ def test_compiled_plane_refuses_replica_counts_that_differ_between_parts():
 
 
 def test_an_idle_compiled_plane_releases_its_actors_and_the_next_request_builds_them_again(monkeypatch):
-    monkeypatch.setattr(serve, "_node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     monkeypatch.setattr(serve, "PLANE_IDLE_S", 0.2)
     n = 16
     w = (np.eye(n) + 0.05 * np.random.default_rng(1).standard_normal((n, n))).astype(np.float32)

@@ -48,7 +48,7 @@ rc=0
 trap 'ray stop --force >/dev/null 2>&1' EXIT
 ray start --head --node-ip-address=127.0.0.1 --port=6379 --num-cpus="$CORES" --temp-dir="$T/h" \
     --include-dashboard=false --disable-usage-stats >"$T/head.log" 2>&1 || { tail "$T/head.log"; exit 1; }
-python3 "$HERE/ray_bench.py" --app "$ROOT/python/cleave/serve.py" --address 127.0.0.1:6379 \
+python3 "$HERE/ray_bench.py" --app "$ROOT/python/cleave/serve" --address 127.0.0.1:6379 \
     --resources '{"*": {}}' --via http --planes "${CLEAVE_SERVE_BENCH_PLANES:-handles,compiled}" \
     --lanes "$CORES" --requests "${CLEAVE_SERVE_BENCH_REQUESTS:-40}" \
     --in-flight "${CLEAVE_SERVE_BENCH_IN_FLIGHT:-1,2,4,8,16}" --cores "$CORES" --rows "$T/rows.json" "$@" \

@@ -1,7 +1,7 @@
 //! Serving a written partition on Ray: one Ray Serve deployment per part, chained by
-//! deployment handles. The application is the Python package's `cleave.serve` module (Ray's
-//! API is Python), carried inside the binary as that same file; this module checks the
-//! partition, writes the file out and runs it.
+//! deployment handles. The application is the Python package's `cleave.serve` (Ray's API is
+//! Python), carried inside the binary as those same files; this module checks the partition,
+//! writes the package out (as `ray_app`) and runs it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -10,8 +10,58 @@ use cleave_workdir::{ConnFile, ConnModel};
 
 use crate::Error;
 
-/// The Ray Serve application and its command line (`serve`, `export`, `bench`, `verify`).
-pub const RAY_APP: &str = include_str!("../../../../python/cleave/serve.py");
+/// The Ray Serve application and its command line (`serve`, `export`, `bench`, `verify`): the
+/// Python package's `cleave.serve`, file by file, written out as the package `ray_app` to run.
+pub const RAY_APP: &[(&str, &str)] = &[
+    (
+        "__init__.py",
+        include_str!("../../../../python/cleave/serve/__init__.py"),
+    ),
+    (
+        "__main__.py",
+        include_str!("../../../../python/cleave/serve/__main__.py"),
+    ),
+    (
+        "checks.py",
+        include_str!("../../../../python/cleave/serve/checks.py"),
+    ),
+    (
+        "cli.py",
+        include_str!("../../../../python/cleave/serve/cli.py"),
+    ),
+    (
+        "cluster.py",
+        include_str!("../../../../python/cleave/serve/cluster.py"),
+    ),
+    (
+        "compiled.py",
+        include_str!("../../../../python/cleave/serve/compiled.py"),
+    ),
+    (
+        "engines.py",
+        include_str!("../../../../python/cleave/serve/engines.py"),
+    ),
+    (
+        "handles.py",
+        include_str!("../../../../python/cleave/serve/handles.py"),
+    ),
+    (
+        "ingress.py",
+        include_str!("../../../../python/cleave/serve/ingress.py"),
+    ),
+    (
+        "partition.py",
+        include_str!("../../../../python/cleave/serve/partition.py"),
+    ),
+    (
+        "placement.py",
+        include_str!("../../../../python/cleave/serve/placement.py"),
+    ),
+    (
+        "wire.py",
+        include_str!("../../../../python/cleave/serve/wire.py"),
+    ),
+];
 
 /// The Python interpreter to run it with (`$CLEAVE_PYTHON`, else `python3` from an absolute
 /// `PATH` folder).
@@ -232,9 +282,14 @@ pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<R
     }
     let dir = cleave_workdir::private_tempdir("cleave-serve-")
         .map_err(|e| Error::usage(format!("no temporary folder: {e}")))?;
-    let script: PathBuf = dir.path().join("ray_app.py");
-    cleave_workdir::write_private(&script, RAY_APP.as_bytes())
-        .map_err(|e| Error::io(&script, "cannot write", e))?;
+    let package: PathBuf = dir.path().join("ray_app");
+    std::fs::create_dir(&package).map_err(|e| Error::io(&package, "cannot create", e))?;
+    for (name, text) in RAY_APP {
+        let file = package.join(name);
+        cleave_workdir::write_private(&file, text.as_bytes())
+            .map_err(|e| Error::io(&file, "cannot write", e))?;
+    }
+    cleave_workdir::seal(dir.path()).map_err(|e| Error::io(&package, "cannot make private", e))?;
     let detached = args.iter().any(|a| a == "--detach");
     let served = as_served(conn_path, conn, dir.path(), command, detached, on_onert)?;
     let mut args = args.to_vec();
@@ -254,7 +309,7 @@ impl RayApp {
     /// Runs it, standard streams passed through; returns its exit code.
     pub fn run(self) -> Result<i32, Error> {
         let status = cleave_engines::isolated_python(python())
-            .arg(self.dir.path().join("ray_app.py"))
+            .arg(self.dir.path().join("ray_app"))
             .args(&self.args)
             .status()
             .map_err(|e| Error::usage(format!("cannot run {}: {e}", python().to_string_lossy())))?;
@@ -266,6 +321,29 @@ impl RayApp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_binary_carries_every_module_of_the_serving_package() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/cleave/serve");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".py"))
+            .collect();
+        on_disk.sort();
+        let carried: Vec<&str> = RAY_APP.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            carried, on_disk,
+            "list every module of python/cleave/serve in RAY_APP"
+        );
+        for (name, text) in RAY_APP {
+            assert_eq!(
+                *text,
+                std::fs::read_to_string(dir.join(name)).unwrap(),
+                "{name}"
+            );
+        }
+    }
 
     fn served(dir: &Path, conn_path: &Path, command: &str, on_onert: bool) -> ConnFile {
         let conn = check_served(conn_path).unwrap();

@@ -1,0 +1,403 @@
+"""``bench`` and ``verify``: requests timed at several levels in flight, and the outputs and every
+boundary tensor compared with the source model run whole."""
+
+import json
+import os
+import threading
+import time
+
+from .cluster import (
+    connect,
+    deploy,
+    describe_placement,
+    die,
+    load_partition,
+    parse_counts_or_die,
+    parse_resources_or_die,
+    print_placement,
+    running_http,
+)
+from .engines import LiteRtPart, OnertPart, OrtPart
+from .partition import SERVED_FORMATS, part_format
+from .placement import actor_options
+from .wire import short_error, write_npz
+
+
+def model_inputs(model, fmt):
+    """[(name, numpy dtype, dims with None where free)] of a model file's inputs, as the part
+    engines read them."""
+    import numpy as np
+
+    if fmt not in SERVED_FORMATS:
+        die(2, f"{model}: a {fmt or 'unknown'} model, which nothing here runs")
+    if fmt == "tflite":
+        session = LiteRtPart(model, 1)
+    elif fmt == "circle":
+        session = OnertPart(model)
+    else:
+        session = OrtPart(model, "cpu", 1)
+    return [(name, np.dtype(dtype or "float32"), dims) for name, (dtype, dims) in session.input_specs().items()]
+
+
+def source_format(partition):
+    return part_format({"file": partition.source_file, "format": (partition.raw.get("source") or {}).get("format")})
+
+
+def random_feeds(source_file, partition, seed):
+    """Seeded inputs shaped like the source model's (free dimensions taken as 1)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, dt, dims in model_inputs(source_file, source_format(partition)):
+        if name not in partition.inputs:
+            continue
+        shape = [d if d is not None and d > 0 else 1 for d in dims]
+        if np.issubdtype(dt, np.floating):
+            feeds[name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.bool_:
+            feeds[name] = rng.integers(0, 2, shape).astype(dt)
+        else:
+            feeds[name] = rng.integers(0, 4, shape).astype(dt)
+    return feeds
+
+
+def reference_run(source_file, feeds, names):
+    """The whole source model (ONNX Runtime for ONNX, LiteRT for TFLite), every tensor in
+    `names` read out."""
+    if os.path.splitext(source_file)[1].lower() == ".tflite":
+        return _litert_reference(source_file, feeds, names)
+    try:
+        import onnx
+    except ImportError:
+        die(2, "verify needs the onnx package to expose the source's boundary tensors: pip install onnx")
+    import onnxruntime as ort
+
+    model = onnx.load(source_file)
+    have = {o.name for o in model.graph.output}
+    for n in names:
+        if n not in have:
+            # A name alone is enough: ONNX Runtime infers the type of an added output.
+            model.graph.output.append(onnx.ValueInfoProto(name=n))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    # Full graph optimisation may fuse an intermediate tensor away; basic keeps every one.
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return dict(zip(names, sess.run(list(names), feeds)))
+
+
+def _litert_reference(source_file, feeds, names):
+    """The whole TFLite model in LiteRT, its intermediate tensors kept so the boundaries can
+    be read after the run."""
+    model = LiteRtPart(source_file, 1, keep_all=True)
+    model.invoke(feeds)
+    got = model.tensors(names)
+    if got is None:
+        missing = next(n for n in names if n not in (model.tensors([n]) or {}))
+        die(2, f"{source_file}: has no tensor named {missing!r}, which the partition names")
+    return got
+
+
+def percentile(values, q):
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
+
+
+def run_load(call, count, in_flight):
+    """`count` calls of `call()` (which answers the parts' compute times) with `in_flight` of
+    them outstanding at any time."""
+    lock = threading.Lock()
+    state = {"next": 0}
+    lat, compute, errors = [], [], []
+
+    def worker():
+        while True:
+            with lock:
+                if state["next"] >= count:
+                    return
+                state["next"] += 1
+            t = time.perf_counter()
+            try:
+                times = call()
+            except Exception as e:
+                with lock:
+                    errors.append(short_error(e) or type(e).__name__)
+                continue
+            dt = time.perf_counter() - t
+            with lock:
+                lat.append(dt)
+                compute.append(times)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(in_flight)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t0, lat, compute, errors
+
+
+def handle_caller(handle, feeds, timeout_s):
+    def call():
+        r = handle.infer.remote(feeds).result(timeout_s=timeout_s)
+        return [p["compute_s"] for p in r["parts"]]
+
+    return call
+
+
+def http_caller(host, port, name, feeds, timeout_s):
+    """Requests as any HTTP client sends them: the .npz body made once, one connection per
+    client thread, the reply read whole and its header parsed."""
+    import http.client
+
+    body = write_npz(feeds)
+    local = threading.local()
+
+    def call():
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        try:
+            conn.request("POST", f"/{name}", body=body, headers={"content-type": "application/octet-stream"})
+            r = conn.getresponse()
+            data = r.read()
+        except (OSError, http.client.HTTPException):
+            local.conn = None
+            conn.close()
+            raise
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data[:200].decode(errors='replace')}")
+        return [p["compute_s"] for p in json.loads(r.headers.get("x-cleave-parts") or "[]")]
+
+    return call
+
+
+def cmd_bench(args):
+    import numpy as np
+
+    partition = load_partition(args.conn)
+    name = args.name or partition.stem
+    try:
+        levels = sorted({int(x) for x in args.in_flight.split(",") if x.strip()})
+    except ValueError:
+        die(2, f"--in-flight {args.in_flight!r} is not a comma-separated list of counts")
+    if not levels or levels[0] < 1 or args.requests < 1:
+        die(2, "--requests and every --in-flight count must be at least 1")
+    ray = connect(args.address, args.timeout)
+    from ray import serve
+
+    handle, deployed = deploy(ray, args, partition, name, reuse=True)
+    try:
+        feeds = (
+            random_feeds(partition.source_file, partition, 0)
+            if partition.source_file and os.path.exists(partition.source_file)
+            else None
+        )
+        if feeds is None:
+            feeds = _feeds_from_part(partition)
+        desc = describe_placement(handle)
+        client_timeout = args.request_timeout + 10
+        hops = len(partition.parts) + 1
+        if args.via == "http":
+            host, port = running_http(args)
+            call = http_caller(host, port, name, feeds, client_timeout)
+        else:
+            call = handle_caller(handle, feeds, client_timeout)
+        for _ in range(max(0, args.warmup)):
+            call()
+        rows = []
+        per_part = None
+        for k in levels:
+            wall, lat, compute, errors = run_load(call, args.requests, k)
+            row = {
+                "in_flight": k,
+                "requests": args.requests,
+                "ok": len(lat),
+                "errors": len(errors),
+                "throughput_rps": len(lat) / wall if wall > 0 else 0.0,
+                "latency_p50_ms": percentile(lat, 50) * 1e3,
+                "latency_p90_ms": percentile(lat, 90) * 1e3,
+                "latency_mean_ms": (float(np.mean(lat)) * 1e3) if lat else float("nan"),
+            }
+            if errors:
+                row["first_error"] = errors[0]
+            if compute:
+                c = np.asarray(compute)
+                row["compute_sum_mean_ms"] = float(c.sum(axis=1).mean() * 1e3)
+                if k == 1:
+                    per_part = (c.mean(axis=0) * 1e3).tolist()
+                    row["per_hop_overhead_ms"] = (row["latency_mean_ms"] - row["compute_sum_mean_ms"]) / hops
+            rows.append(row)
+        result = {
+            "name": name,
+            "address": args.address,
+            "parts": len(partition.parts),
+            "hops": hops,
+            "via": args.via,
+            "data_plane": desc.get("data_plane"),
+            "levels": rows,
+            "per_hop_overhead_ms": next((r.get("per_hop_overhead_ms") for r in rows if r["in_flight"] == 1), None),
+            "placement": [
+                {
+                    "deployment": p["deployment"],
+                    "backend": p["backend"],
+                    "node_id": p.get("node_id"),
+                    "is_head": p.get("is_head"),
+                    "compute_mean_ms": (per_part[i] if per_part else None),
+                }
+                for i, p in enumerate(desc["parts"])
+            ],
+        }
+        failed = any(r["errors"] for r in rows)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            plane = desc.get("data_plane") or {}
+            print(
+                f"{name} on {args.address}: {len(partition.parts)} parts on the {plane.get('kind', '?')} data plane"
+                + (f" ({plane['why']})" if plane.get("why") else "")
+                + f", requests through the {args.via}, {args.requests} per row"
+            )
+            print(f"{'in flight':>9} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'compute ms':>10} {'errors':>6}")
+            for r in rows:
+                print(
+                    f"{r['in_flight']:>9} {r['throughput_rps']:>8.1f} {r['latency_p50_ms']:>8.2f} "
+                    f"{r['latency_p90_ms']:>8.2f} "
+                    f"{r.get('compute_sum_mean_ms', float('nan')):>10.2f} {r['errors']:>6}"
+                )
+            for p in result["placement"]:
+                c = f"{p['compute_mean_ms']:.2f} ms" if p["compute_mean_ms"] is not None else "-"
+                print(
+                    f"  {p['deployment']:<14} backend {p['backend']:<6} compute {c:>10}  node "
+                    f"{str(p['node_id'])[:12]}{' (head)' if p['is_head'] else ''}"
+                )
+            if result["per_hop_overhead_ms"] is not None:
+                print(
+                    f"overhead (1 in flight): {result['per_hop_overhead_ms']:.2f} ms a hop = (mean latency - summed "
+                    f"part compute) / {hops} hops "
+                    "(the client's to the ingress, and one into each part)"
+                )
+            for r in rows:
+                if r["errors"]:
+                    print(f"{r['errors']} requests failed at {r['in_flight']} in flight, first: {r['first_error']}")
+        return 1 if failed else 0
+    finally:
+        if deployed and not args.keep:
+            serve.delete(name)
+
+
+def _feeds_from_part(partition):
+    """Zero inputs shaped by the parts that read them, when the source model is not at hand."""
+    import numpy as np
+
+    feeds = {}
+    for p in partition.parts:
+        for name, dt, dims in model_inputs(p["file"], p["format"]):
+            if name in partition.inputs and name not in feeds:
+                feeds[name] = np.zeros([d if d is not None and d > 0 else 1 for d in dims], dt)
+    return feeds
+
+
+def cmd_verify(args):
+    import numpy as np
+
+    partition = load_partition(args.conn)
+    if not partition.source_file or not os.path.exists(partition.source_file):
+        die(2, f"{partition.path}: its source model {partition.source_file} is not here; verify compares against it")
+    name = args.name or partition.stem
+    feeds = random_feeds(partition.source_file, partition, args.seed)
+    boundary_names = [n for p in partition.parts for n in p["outputs"]]
+    want = reference_run(partition.source_file, feeds, list(dict.fromkeys(partition.outputs + boundary_names)))
+    ray = connect(args.address, args.timeout)
+    from ray import serve
+
+    handle, deployed = deploy(ray, args, partition, name, reuse=True)
+    try:
+        try:
+            got = handle.infer.remote(feeds, boundaries=True).result(timeout_s=args.request_timeout + 10)
+        except Exception as e:
+            die(1, f"{name}: the request failed: {short_error(e)}")
+        desc = describe_placement(handle)
+        rows = []
+        for kind, names, have in (
+            ("output", partition.outputs, got["outputs"]),
+            ("boundary", boundary_names, got["boundaries"]),
+        ):
+            for n in names:
+                a = np.asarray(have[n])
+                b = np.asarray(want[n])
+                if a.shape != b.shape:
+                    rows.append(
+                        {
+                            "tensor": n,
+                            "kind": kind,
+                            "ok": False,
+                            "max_abs_diff": None,
+                            "why": f"shape {a.shape} vs {b.shape}",
+                        }
+                    )
+                    continue
+                d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+                diff = float(d.max()) if a.size else 0.0
+                if not np.issubdtype(b.dtype, np.floating):
+                    ok, ratio = bool(np.array_equal(a, b)), 0.0 if np.array_equal(a, b) else float("inf")
+                elif args.rtol is None and args.atol is None:
+                    # As `cleave verify` judges: the relative L2 error of the whole tensor.
+                    # Engines round differently on each side of a cut, which trips
+                    # element-wise checks on near-zero values; a miswired tensor is off by
+                    # about its own size.
+                    norm = float(np.linalg.norm(b.astype(np.float64)))
+                    rel = float(np.linalg.norm(d)) / max(norm, 1e-30) if a.size else 0.0
+                    ok, ratio = rel <= args.tol, rel / args.tol
+                else:
+                    rtol = 1e-4 if args.rtol is None else args.rtol
+                    atol = 1e-5 if args.atol is None else args.atol
+                    # Share of the allowed |a-b| <= atol + rtol*|b| used up.
+                    ratio = float((d / (atol + rtol * np.abs(b.astype(np.float64)))).max()) if a.size else 0.0
+                    ok = bool(np.allclose(a, b, rtol=rtol, atol=atol))
+                rows.append({"tensor": n, "kind": kind, "ok": ok, "max_abs_diff": diff, "tolerance_used": ratio})
+        # A part on a node without the resource it asked for means the mapping was not applied.
+        opts = actor_options(partition, parse_resources_or_die(args.resources), parse_counts_or_die(args)[0])
+        placement = []
+        for p in desc["parts"]:
+            need = opts[p["deployment"]].get("resources") or {}
+            res = p.get("node_resources") or {}
+            placed = "error" not in p and all(res.get(k, 0) > 0 for k in need)
+            placement.append(
+                {
+                    "deployment": p["deployment"],
+                    "backend": p["backend"],
+                    "node_id": p.get("node_id"),
+                    "is_head": p.get("is_head"),
+                    "node_resources": res,
+                    "placed_ok": placed,
+                }
+            )
+        ok = all(r["ok"] for r in rows) and all(p["placed_ok"] for p in placement)
+        if args.json:
+            print(
+                json.dumps(
+                    {"name": name, "seed": args.seed, "ok": ok, "tensors": rows, "placement": placement}, indent=2
+                )
+            )
+        else:
+            how = (
+                f"relative L2 error <= {args.tol:g}"
+                if args.rtol is None and args.atol is None
+                else f"rtol {args.rtol}, atol {args.atol}"
+            )
+            print(f"{name}: seed {args.seed}, {how}, against {partition.source_file}")
+            for r in rows:
+                if r["max_abs_diff"] is None:
+                    d = r.get("why", "")
+                else:
+                    d = f"max abs diff {r['max_abs_diff']:.3g}, {100 * r['tolerance_used']:.1f}% of tolerance"
+                print(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['kind']:<8} {r['tensor']:<24} {d}")
+            print_placement(desc)
+            print(f"{name}: {'outputs and boundary tensors match' if ok else 'MISMATCH'}")
+        return 0 if ok else 1
+    finally:
+        if deployed and not args.keep:
+            serve.delete(name)

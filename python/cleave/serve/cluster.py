@@ -1,0 +1,280 @@
+"""The command line's side of a cluster: connecting (bounded), deploying and checking that every
+part can be placed, and telling where the parts run."""
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+from .ingress import build_app
+from .partition import Partition, settings
+from .placement import actor_options, parse_per_backend, parse_resources
+from .wire import short_error
+
+DEFAULT_HTTP_PORT = 8000
+
+
+def die(code, message):
+    sys.stdout.flush()
+    print(f"ray_app: {message}", file=sys.stderr, flush=True)
+    # os._exit: a half-made Ray connection can hang the interpreter's normal shutdown.
+    os._exit(code)
+
+
+def load_partition(path):
+    try:
+        return Partition(path)
+    except FileNotFoundError as e:
+        die(2, f"{path}: cannot read: {e.strerror}: {e.filename}")
+    except (ValueError, KeyError, json.JSONDecodeError) as e:
+        die(2, f"{path}: not a usable conn.json: {e}")
+
+
+def split_address(address):
+    addr = address
+    for prefix in ("ray://", "http://"):
+        if addr.startswith(prefix):
+            addr = addr[len(prefix) :]
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def connect(address, timeout_s):
+    """ray.init on `address`, bounded: a dead or wrong address dies in one line, exit 2."""
+    hp = split_address(address)
+    if hp is None:
+        die(2, f"--address {address!r} is not HOST:PORT (the head's GCS address, as `ray start --head` printed it)")
+    host, port = hp
+    # A plain TCP probe first: ray.init on a closed port retries for a long while.
+    try:
+        socket.create_connection((host, port), timeout=min(5.0, timeout_s)).close()
+    except OSError as e:
+        die(2, f"cannot reach the Ray cluster at {address}: {e.strerror or type(e).__name__}")
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    import ray
+
+    kwargs = {"address": f"{host}:{port}", "logging_level": "ERROR", "log_to_driver": False, "namespace": "cleave"}
+    if host in ("127.0.0.1", "localhost"):
+        kwargs["_node_ip_address"] = "127.0.0.1"
+    box = {}
+
+    def attempt():
+        # Ray puts the driver's working folder on every worker's sys.path: a neutral empty one,
+        # so a numpy.py or onnxruntime/ in the folder cleave was run from is never imported there.
+        here = os.getcwd()
+        neutral = tempfile.mkdtemp(prefix="cleave-driver-")
+        try:
+            os.chdir(neutral)
+            ray.init(**kwargs)
+            box["ok"] = True
+        except Exception as e:
+            box["error"] = e
+        finally:
+            os.chdir(here)
+            os.rmdir(neutral)
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        die(
+            2,
+            f"cannot reach the Ray cluster at {address}: no answer within {timeout_s:g}s (is it a Ray head's GCS "
+            "port?)",
+        )
+    if "error" in box:
+        die(2, f"cannot reach the Ray cluster at {address}: {short_error(box['error'])}")
+    # Serve's driver-side INFO lines repeat what this command prints itself. A filter, not a
+    # level: Serve sets its logger's level again when it starts.
+    import logging
+
+    logging.getLogger("ray.serve").addFilter(lambda record: record.levelno >= logging.WARNING)
+    return ray
+
+
+def check_resources(ray, partition, opts):
+    """Fails fast when no node could ever take a part; Serve would wait for one forever."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    for p in partition.parts:
+        o = opts[p["deployment"]]
+        need = dict(o.get("resources") or {})
+        if o.get("num_gpus"):
+            need["GPU"] = o["num_gpus"]
+        if o.get("num_cpus"):
+            need["CPU"] = o["num_cpus"]
+        if not any(all(n["Resources"].get(k, 0) >= v for k, v in need.items()) for n in nodes):
+            hint = ", ".join(f"{k}={v:g}" for k, v in need.items())
+            die(
+                1,
+                f"no live node offers {hint} for {p['deployment']} (backend {p['backend']}): start one with e.g. "
+                f"`ray start --resources='{{\"{p['backend']}\": 1}}'`, or map the backend with --resources",
+            )
+
+
+def app_status(serve, name):
+    try:
+        st = serve.status().applications.get(name)
+    except Exception:
+        return None
+    return st
+
+
+def describe_failure(serve, name):
+    st = app_status(serve, name)
+    if st is None:
+        return "no status"
+    bits = [str(getattr(st.status, "value", st.status))]
+    for dname, d in (st.deployments or {}).items():
+        if str(getattr(d.status, "value", d.status)) != "HEALTHY":
+            # The constructor's exception, when there is one, is the last line of a traceback.
+            msg = [ln.strip() for ln in (d.message or "").strip().splitlines() if ln.strip()]
+            why = f" - {msg[0][:200]}" + (f" ... {msg[-1][:300]}" if len(msg) > 1 else "") if msg else ""
+            bits.append(f"{dname}: {getattr(d.status, 'value', d.status)}{why}")
+    return "; ".join(bits)
+
+
+def deploy(ray, args, partition, name, *, reuse):
+    """Deploys (or, with reuse, keeps a running application of the same partition); returns
+    (ingress handle, whether this call deployed it). On the compiled data plane it returns
+    once the plane is built; where the plane cannot be built it deploys the handle chain
+    instead and says why on stderr."""
+    from ray import serve
+
+    resources = parse_resources_or_die(args.resources)
+    replicas, threads = parse_counts_or_die(args)
+    plane = getattr(args, "data_plane", None) or "handles"
+    opts = actor_options(partition, resources, replicas)
+    if reuse:
+        st = app_status(serve, name)
+        if st is not None and str(getattr(st.status, "value", st.status)) == "RUNNING":
+            h = serve.get_app_handle(name)
+            try:
+                d = h.describe.remote().result(timeout_s=30)
+                if d.get("digest") == partition.digest(settings(resources, replicas, threads, plane)):
+                    return h, False
+            except Exception:
+                pass
+    check_resources(ray, partition, opts)
+    serve.start(proxy_location="HeadOnly", http_options={"host": args.http_host, "port": args.http_port})
+    t0 = time.monotonic()
+    handle = _run_app(serve, args, partition, name, resources, replicas, threads, plane, args.timeout)
+    why = _plane_failure(handle, max(1.0, args.timeout - (time.monotonic() - t0)))
+    if why:
+        print(
+            f"note: {name}: {why}; serving it on the handle chain instead (--data-plane handles)",
+            file=sys.stderr,
+            flush=True,
+        )
+        serve.delete(name)
+        handle = _run_app(serve, args, partition, name, resources, replicas, threads, "handles", args.timeout)
+    return handle, True
+
+
+def _run_app(serve, args, partition, name, resources, replicas, threads, plane, timeout_s):
+    app = build_app(
+        partition.path,
+        resources,
+        name=name,
+        request_timeout_s=args.request_timeout,
+        replicas=replicas,
+        threads=threads,
+        data_plane=plane,
+    )
+    box = {}
+
+    def go():
+        try:
+            box["handle"] = serve.run(app, name=name, route_prefix=f"/{name}")
+        except Exception as e:
+            box["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive() or "error" in box:
+        why = describe_failure(serve, name)
+        # Leave no half-deployed application retrying on the cluster.
+        try:
+            serve.delete(name, _blocking=False)
+        except Exception:
+            pass
+        if t.is_alive():
+            die(1, f"{name} did not come up within {timeout_s:g}s (removed): {why}")
+        die(1, f"{name} failed to deploy (removed): {why}")
+    return box["handle"]
+
+
+def _plane_failure(handle, timeout_s):
+    """Waits for a compiled data plane's first build; why it failed, or None (built, or the
+    handle chain)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            d = handle.describe.remote().result(timeout_s=max(1.0, end - time.monotonic()))
+        except Exception as e:
+            return f"the ingress did not describe itself: {short_error(e)}"
+        plane = d.get("data_plane") or {}
+        if plane.get("kind") != "compiled" or plane.get("state") == "ready":
+            return None
+        if plane.get("state") == "failed":
+            return f"the compiled data plane could not be built ({plane.get('last_failure')})"
+        if time.monotonic() > end:
+            waiting = plane.get("waiting_for")
+            die(
+                1,
+                f"the compiled data plane did not come up within {timeout_s:g}s"
+                + (f": waiting for a node with the resources of {', '.join(waiting)}" if waiting else ""),
+            )
+        time.sleep(0.2)
+
+
+def parse_counts_or_die(args):
+    """--replicas and --threads as per-backend tables."""
+    try:
+        return (
+            parse_per_backend(getattr(args, "replicas", None), "replicas"),
+            parse_per_backend(getattr(args, "threads", None), "threads"),
+        )
+    except ValueError as e:
+        die(2, str(e))
+
+
+def parse_resources_or_die(text):
+    try:
+        return parse_resources(text)
+    except ValueError as e:
+        die(2, str(e))
+
+
+def describe_placement(handle, timeout_s=30):
+    return handle.describe.remote().result(timeout_s=timeout_s)
+
+
+def print_placement(desc):
+    for p in desc["parts"]:
+        if "error" in p:
+            print(f"  {p['deployment']:<14} backend {p['backend']:<6} unreachable: {p['error']}")
+            continue
+        res = ", ".join(f"{k}={v:g}" for k, v in sorted(p["node_resources"].items()))
+        head = " (head)" if p.get("is_head") else ""
+        print(
+            f"  {p['deployment']:<14} backend {p['backend']:<6} node {p['node_id'][:12]}{head} "
+            f"{p.get('node_ip') or ''} [{res}]"
+        )
+
+
+def running_http(args):
+    """Where Serve's proxy really listens: options given to an already running Serve are
+    ignored. Read through a private API, hence the fallback."""
+    try:
+        from ray.serve.context import _get_global_client
+
+        cfg = _get_global_client().http_config
+        return cfg.host, int(cfg.port)
+    except Exception:
+        return args.http_host, args.http_port

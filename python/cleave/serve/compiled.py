@@ -1,0 +1,421 @@
+"""The compiled data plane: the parts as Ray actors (one per part and lane) joined by a Ray
+Compiled Graph that the ingress builds, drives, and rebuilds when an actor or its node dies."""
+
+import asyncio
+import threading
+import time
+
+from . import placement
+from .engines import open_part
+from .placement import per_backend_value
+from .wire import innermost, short_error
+
+# How long a rebuilt plane waits for its actors between two looks at why they are not up.
+PLANE_WAIT_STEP_S = 5.0
+
+
+# A compiled graph's channel readers poll (sched_yield) while they wait, a core's worth and more
+# per idle deployment; after this many seconds without a request the plane may release its
+# actors, the next request building them again (a model load and a compile: seconds). Off (0):
+# with Ray 2.60, tearing down a graph whose channels cross nodes crashed the raylet
+# (experimental_mutable_object_provider.cc:154, "Channel closed"), and a 9-part graph took
+# longer to build than a request's 10 s.
+PLANE_IDLE_S = 0.0
+
+
+# Ray errors after which a compiled graph cannot run again: an actor or its node died, or
+# Ray tore the graph down.
+_PLANE_BROKEN = (
+    "RayChannelError",
+    "RayChannelTimeoutError",
+    "ActorDiedError",
+    "RayActorError",
+    "ActorUnavailableError",
+    "RayCgraphCapacityExceeded",
+    "RaySystemError",
+)
+
+
+def compiled_plane_refusal(partition, replicas):
+    """Why the compiled data plane cannot serve this deployment, or None. One actor belongs to
+    one compiled graph, so a lane of the plane holds one replica of every part: replica
+    counts that differ between parts leave no whole number of lanes."""
+    counts = {per_backend_value(replicas, p["backend"], 1) for p in partition.parts}
+    if len(counts) > 1:
+        return (
+            f"the parts have different replica counts ({', '.join(str(c) for c in sorted(counts))}), and a compiled "
+            "graph "
+            "holds one replica of every part; give every backend the same --replicas"
+        )
+    return None
+
+
+class PartWorker:
+    """One part on its engine, in a Ray actor that a compiled graph calls. It gets the
+    request (graph inputs, deadline, whether the boundaries are wanted) when it reads a graph
+    input, and the results of the parts it reads from; it answers what its consumers read
+    and, separately, what the ingress needs (its time, and the tensors the client gets), so
+    a boundary tensor goes part to part over Ray's channels and reaches the ingress only
+    when asked for."""
+
+    def __init__(self, spec, model_bytes, to_ingress, consumers):
+        self.spec = spec
+        self.session = open_part(spec, model_bytes if model_bytes is not None else spec["file"])
+        self.engine = self.session.engine
+        self.outputs = list(spec["outputs"])
+        self.inputs = list(spec["inputs"])
+        self.to_ingress = [n for n in self.outputs if n in set(to_ingress)]
+        self.consumers = bool(consumers)
+        self.name = f"{spec['deployment']} (backend {spec['backend']})"
+        self.report = placement.node_report()
+        self.report.update(
+            deployment=spec["deployment"],
+            backend=spec["backend"],
+            engine=self.engine,
+            threads=int(spec.get("threads") or 1),
+        )
+        if self.session.note:
+            self.report["note"] = self.session.note
+
+    def ready(self):
+        return {"inputs": self.session.input_specs(), "report": self.report}
+
+    def _answer(self, down, up):
+        return (down, up) if self.consumers else up
+
+    def step(self, request, *upstream):
+        ctl = request["ctl"] if request is not None else None
+        feeds = {}
+        for r in upstream:
+            if "skipped" in r:
+                return self._answer(r, {"skipped": r["skipped"]})
+            ctl = ctl or r["ctl"]
+            for name in self.inputs:
+                if name in r["outputs"]:
+                    feeds.setdefault(name, r["outputs"][name])
+        if request is not None:
+            for name in self.inputs:
+                if name in request["feeds"]:
+                    feeds.setdefault(name, request["feeds"][name])
+        missing = [n for n in self.inputs if n not in feeds]
+        if missing:
+            raise RuntimeError(f"{self.name} was not given {missing[0]!r}")
+        left = ctl["deadline"] - time.time()
+        if left <= 0:
+            # Out of time before it started: nobody waits for it, so it does not run.
+            skipped = {"skipped": f"{self.spec['deployment']} did not start: the request was out of time"}
+            return self._answer(skipped, skipped)
+        run_options = self.session.run_options()
+        # Stops a run past the request's time where the engine can (ONNX Runtime, OpenVINO).
+        timer = threading.Timer(left, setattr, (run_options, "terminate", True))
+        timer.daemon = True
+        timer.start()
+        t = time.perf_counter()
+        try:
+            values = self.session.run(self.outputs, feeds, run_options)
+        except Exception as e:
+            raise RuntimeError(f"{self.name} failed: {short_error(e)}") from None
+        finally:
+            timer.cancel()
+        compute_s = time.perf_counter() - t
+        outputs = dict(zip(self.outputs, values))
+        keep = self.outputs if ctl["boundaries"] else self.to_ingress
+        up = {
+            "outputs": {n: outputs[n] for n in keep},
+            "report": {
+                "deployment": self.spec["deployment"],
+                "backend": self.spec["backend"],
+                "node_id": self.report["node_id"],
+                "compute_s": compute_s,
+            },
+        }
+        return self._answer({"outputs": outputs, "ctl": ctl}, up)
+
+
+class CompiledPlane:
+    """The parts of one deployment as Ray actors (one per part in each lane, a lane per
+    replica), each lane one compiled graph built from the partition's DAG and driven by the
+    ingress that built it (a compiled graph runs only from the process that compiled it).
+    When an actor or its node dies Ray tears the graph down; the plane then kills the lane's
+    actors, makes new ones (they wait until a node with their resources is up), compiles
+    again and says so in ``describe``."""
+
+    def __init__(self, meta, workers, lanes, inflight):
+        self.meta = meta
+        self.workers = workers  # per part: (spec, model_bytes, actor options)
+        self.inflight = inflight
+        self.lanes = [
+            {"index": i, "actors": [], "graph": None, "busy": 0, "ready": None, "slots": None, "reports": []}
+            for i in range(lanes)
+        ]
+        self.state = "starting"
+        self.rebuilds = 0
+        self.idle_releases = 0
+        self.release_error = None  # what went wrong releasing old actors, for describe
+        self.last_used = time.monotonic()
+        self.last_failure = None
+        self.waiting = None
+        self.specs = None
+        producer = {}
+        self.upstream, self.consumers, self.reads_request = [], [False] * len(meta["parts"]), []
+        for p in meta["parts"]:
+            ups = sorted({producer[n] for n in p["inputs"] if n in producer})
+            for j in ups:
+                self.consumers[j] = True
+            self.upstream.append(ups)
+            # A part reads the request when it takes a graph input, or nothing else tells it
+            # the request's deadline.
+            self.reads_request.append(any(n not in producer for n in p["inputs"]) or not ups)
+            for n in p["outputs"]:
+                producer[n] = len(self.upstream) - 1
+
+    async def start(self):
+        for lane in self.lanes:
+            lane["slots"] = asyncio.Semaphore(self.inflight)
+            lane["ready"] = asyncio.get_running_loop().create_task(self._build(lane, first=True))
+        if PLANE_IDLE_S > 0:
+            self.watch = asyncio.get_running_loop().create_task(self._idle_watch())
+
+    async def _idle_watch(self):
+        while True:
+            await asyncio.sleep(max(1.0, PLANE_IDLE_S / 4))
+            if (
+                self.state != "ready"
+                or any(ln["busy"] for ln in self.lanes)
+                or time.monotonic() - self.last_used < PLANE_IDLE_S
+            ):
+                continue
+            self.state = "idle"
+            self.idle_releases += 1
+            for lane in self.lanes:
+                graph, old = lane["graph"], lane["actors"]
+                lane.update(graph=None, actors=[], ready=None)
+                asyncio.get_running_loop().create_task(self._release(graph, old))
+
+    def wake(self):
+        """Builds the lanes again after an idle release."""
+        if self.state != "idle":
+            return
+        self.state = "starting"
+        for lane in self.lanes:
+            lane["slots"] = asyncio.Semaphore(self.inflight)
+            lane["ready"] = asyncio.get_running_loop().create_task(self._build(lane, first=False))
+
+    async def _build(self, lane, first):
+        import ray
+
+        cls = ray.remote(PartWorker)
+        while True:
+            actors = []
+            try:
+                for i, (spec, model_bytes, opts) in enumerate(self.workers):
+                    actors.append(
+                        cls.options(**opts).remote(spec, model_bytes, self.meta["outputs"], self.consumers[i])
+                    )
+                infos = await self._await_ready(actors)
+                graph = self._compile(actors)
+            except Exception as e:
+                for a in actors:
+                    try:
+                        ray.kill(a, no_restart=True)
+                    except Exception:
+                        pass
+                self.last_failure = f"building the compiled graph failed: {short_error(e)}"
+                if first:
+                    self.state = "failed"
+                    raise
+                self.rebuilds += 1
+                await asyncio.sleep(PLANE_WAIT_STEP_S)
+                continue
+            lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
+            if self.specs is None:
+                specs = {}
+                for x in infos:
+                    for name, s in x["inputs"].items():
+                        if name in self.meta["inputs"]:
+                            specs.setdefault(name, s)
+                self.specs = specs
+            self.waiting = None
+            self.state = "ready" if all(ln["graph"] is not None for ln in self.lanes) else self.state
+            return
+
+    async def _await_ready(self, actors):
+        """The actors' reports once all are up: an actor whose resources no live node has
+        stays pending, and ``describe`` says which."""
+        futures = [asyncio.ensure_future(a.ready.remote()) for a in actors]
+        while True:
+            pending = [i for i, f in enumerate(futures) if not f.done()]
+            if not pending:
+                return [f.result() for f in futures]
+            self.waiting = [self.workers[i][0]["deployment"] for i in pending]
+            await asyncio.wait([futures[i] for i in pending], timeout=PLANE_WAIT_STEP_S)
+
+    def _compile(self, actors):
+        from ray.dag import InputNode, MultiOutputNode
+
+        down, up = [], []
+        with InputNode() as request:
+            for i, actor in enumerate(actors):
+                args = [request] if self.reads_request[i] else []
+                args += [down[j] for j in self.upstream[i]]
+                if not self.reads_request[i]:
+                    args = [None] + args
+                if self.consumers[i]:
+                    d, u = actor.step.options(num_returns=2).bind(*args)
+                else:
+                    d, u = None, actor.step.bind(*args)
+                down.append(d)
+                up.append(u)
+            dag = MultiOutputNode(up)
+        return dag.experimental_compile(enable_asyncio=True, _max_inflight_executions=self.inflight)
+
+    def _pick(self):
+        ready = [ln for ln in self.lanes if ln["graph"] is not None]
+        if not ready:
+            return None
+        return min(ready, key=lambda ln: ln["busy"])
+
+    def unavailable(self):
+        """Why no request can run now, or None."""
+        if self._pick() is not None:
+            return None
+        if self.state == "failed":
+            return f"the compiled data plane could not be built: {self.last_failure}"
+        why = (
+            f"the compiled data plane is being rebuilt after: {self.last_failure}"
+            if self.rebuilds
+            else "the compiled data plane is starting"
+        )
+        if self.waiting:
+            why += f"; waiting for a node with the resources of {', '.join(self.waiting)}"
+        return why
+
+    async def run(self, feeds, boundaries, deadline, timeout_s):
+        lane = self._pick()
+        if lane is None:
+            raise RuntimeError(self.unavailable())
+        request = {
+            "feeds": feeds,
+            "ctl": {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries},
+        }
+        self.last_used = time.monotonic()
+        lane["busy"] += 1
+        slots = lane["slots"]
+        try:
+            await asyncio.wait_for(slots.acquire(), max(0.1, deadline - time.monotonic()))
+        except TimeoutError:
+            lane["busy"] -= 1
+            raise TimeoutError(
+                f"no room in the compiled graph within {timeout_s:g}s ({self.inflight} requests in it)"
+            ) from None
+        graph = lane["graph"]
+        task = None
+        try:
+            if graph is None:
+                raise RuntimeError(self.unavailable())
+            task = asyncio.ensure_future(_gather(await graph.execute_async(request)))
+            results = await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - time.monotonic() + 1.0))
+        except Exception as e:
+            if isinstance(e, TimeoutError) and not _plane_broken(e):
+                names = ", ".join(p["deployment"] for p in self.meta["parts"])
+                raise TimeoutError(
+                    f"{names} did not answer within {timeout_s:g}s (an actor or node may be down)"
+                ) from None
+            if _plane_broken(e):
+                self._broken(lane, graph, e)
+                raise RuntimeError(f"{short_error(e)} (the compiled data plane is being rebuilt)") from None
+            raise RuntimeError(short_error(e)) from None
+        finally:
+            lane["busy"] -= 1
+            if task is not None and not task.done():
+                # Given up: the graph still owes this execution's results; they are read
+                # before the slot is given back, so Ray's count of executions in flight stays
+                # in step with the slots.
+                asyncio.get_running_loop().create_task(self._drain(lane, graph, task, slots))
+            else:
+                slots.release()
+        skipped = [r["skipped"] for r in results if "skipped" in r]
+        if skipped:
+            raise TimeoutError(f"a part gave up: the request ran out of its {timeout_s:g}s ({skipped[0]})")
+        return results
+
+    async def _drain(self, lane, graph, task, slots):
+        try:
+            await asyncio.wait_for(task, 600)
+        except Exception as e:
+            if _plane_broken(e):
+                self._broken(lane, graph, e)
+        finally:
+            slots.release()
+
+    def _broken(self, lane, graph, e):
+        if lane["graph"] is not graph or graph is None:
+            return  # already being rebuilt
+        self.last_failure = short_error(e)
+        self.rebuilds += 1
+        self.state = "rebuilding"
+        old = lane["actors"]
+        lane.update(graph=None, actors=[], slots=asyncio.Semaphore(self.inflight))
+        lane["ready"] = asyncio.get_running_loop().create_task(self._rebuild(lane, graph, old))
+
+    async def _rebuild(self, lane, graph, old):
+        await self._release(graph, old)
+        await self._build(lane, first=False)
+
+    async def _release(self, graph, old):
+        import ray
+
+        for a in old:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception as e:  # already gone with its node
+                self.release_error = short_error(e)
+        # Teardown waits for the actors' loops to end (up to Ray's teardown timeout): off the
+        # event loop, so requests keep being answered meanwhile.
+        if graph is not None:
+            try:
+                await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, graph.teardown, True), 60)
+            except Exception as e:
+                self.release_error = short_error(e) or type(e).__name__
+
+    def describe(self):
+        return {
+            "kind": "compiled",
+            "state": self.state,
+            "lanes": len(self.lanes),
+            "max_in_flight_per_lane": self.inflight,
+            "rebuilds": self.rebuilds,
+            "last_failure": self.last_failure,
+            "waiting_for": self.waiting,
+            "idle_releases": self.idle_releases,
+            "idle_release_after_s": PLANE_IDLE_S,
+            "release_error": self.release_error,
+        }
+
+    def part_reports(self):
+        for lane in self.lanes:
+            if lane["reports"]:
+                return lane["reports"]
+        return []
+
+
+async def _gather(futures):
+    """Every result of one execution, all read even when one is an error (an unread result
+    stays buffered in the graph), the first error raised."""
+    results, first = [], None
+    for f in futures if isinstance(futures, list) else [futures]:
+        try:
+            results.append(await f)
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
+    return results
+
+
+def _plane_broken(e):
+    for x in (e, innermost(e)):
+        for cls in type(x).__mro__:
+            if cls.__name__ in _PLANE_BROKEN:
+                return True
+    return "torn down" in str(e)

@@ -1,0 +1,352 @@
+"""The ingress: the HTTP route and the handle's methods, driving the parts over either data plane;
+and ``build_app``, the Ray Serve application of a partition."""
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+from .compiled import CompiledPlane, compiled_plane_refusal
+from .handles import PART_MAX_ONGOING, PartReplica
+from .partition import INLINE_MAX_BYTES, Partition, ingress_meta, part_specs, settings
+from .placement import actor_options, parse_per_backend, per_backend_value
+from .wire import MAX_BODY_BYTES, body_limit, check_input, innermost, public_parts, read_npz, short_error, write_npz
+
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
+INGRESS_MAX_ONGOING = 64
+
+
+class Ingress:
+    """The HTTP route and the handle's methods. It drives the parts over one of two data
+    planes (``plane["kind"]``): ``compiled``, actors joined by a Ray Compiled Graph that this
+    ingress builds and runs (no part handles), or ``handles``, one Serve deployment per part
+    called through its DeploymentHandle (``part_handles``)."""
+
+    def __init__(self, meta, timeout_s, plane, *part_handles):
+        self.meta = meta
+        self.timeout_s = float(timeout_s)
+        self.handles = list(part_handles)
+        self.specs = None
+        # How many times each tensor reached this process from a part: with the boundaries
+        # not asked for, only graph outputs should (the others go part to part).
+        self.received = {}
+        self.plane_info = {k: v for k, v in plane.items() if k != "workers"}
+        self.plane = None
+        self.plane_started = False
+        if plane["kind"] == "compiled":
+            self.plane = CompiledPlane(meta, plane["workers"], plane["lanes"], plane["inflight"])
+            try:
+                asyncio.get_running_loop().create_task(self._start_plane())
+            except RuntimeError:
+                pass  # no loop yet: the first call starts it
+
+    async def _start_plane(self):
+        if not self.plane_started:
+            self.plane_started = True
+            await self.plane.start()
+
+    async def _plane_ready(self, deadline):
+        """Waits, within the request's time, for the plane's first build."""
+        await self._start_plane()
+        self.plane.last_used = time.monotonic()
+        self.plane.wake()
+        if self.plane.unavailable() and self.plane.state == "starting":
+            first = [ln["ready"] for ln in self.plane.lanes if ln["ready"] is not None]
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*first)), max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+            except Exception:
+                pass  # unavailable() says why
+        why = self.plane.unavailable()
+        if why:
+            raise RuntimeError(why)
+
+    def _start(self, env, deadline):
+        """Calls every part at once, each with the graph inputs it reads and the responses of
+        the parts it reads from: Ray Serve starts a part when those have answered and moves
+        their tensors to it directly, so parts whose inputs are ready run side by side and no
+        boundary tensor passes through the ingress. Returns the responses, in part order."""
+        producer = {}
+        responses = []
+        left = deadline - time.monotonic()
+        for i, spec in enumerate(self.meta["parts"]):
+            direct = {n: env[n] for n in spec["inputs"] if n not in producer}
+            upstream = sorted({producer[n] for n in spec["inputs"] if n in producer})
+            # Each part gets what is left of the request's time, and stops its own run then.
+            responses.append(self.handles[i].remote(direct, left, *(responses[j] for j in upstream)))
+            for n in spec["outputs"]:
+                producer[n] = i
+        return responses
+
+    async def _await(self, responses, wanted, deadline):
+        """The results of the parts `wanted` (indices), within the request's time."""
+        left = deadline - time.monotonic()
+        try:
+            return await asyncio.wait_for(asyncio.gather(*(responses[i] for i in wanted)), max(0.1, left + 1.0))
+        except asyncio.TimeoutError:
+            for r in responses:
+                r.cancel()
+            names = ", ".join(self.meta["parts"][i]["deployment"] for i in wanted)
+            raise TimeoutError(
+                f"{names} did not answer within {self.timeout_s:g}s (an actor or node may be down; Serve restarts it "
+                "once a node with its resources is up)"
+            ) from None
+        except Exception as e:
+            for r in responses:
+                r.cancel()
+            if isinstance(innermost(e), asyncio.TimeoutError):
+                raise TimeoutError(f"a part gave up: the request ran out of its {self.timeout_s:g}s") from None
+            raise RuntimeError(short_error(e)) from None
+
+    async def input_specs(self, deadline):
+        """Each graph input's dtype and dims as the part that takes it declares them, asked
+        once of the parts and kept."""
+        if self.specs is None and self.plane is not None:
+            await self._plane_ready(deadline)
+            self.specs = self.plane.specs
+        if self.specs is None:
+            graph_inputs = set(self.meta["inputs"])
+            specs = {}
+            for i, spec in enumerate(self.meta["parts"]):
+                if not graph_inputs.intersection(spec["inputs"]):
+                    continue
+                resp = self.handles[i].inputs.remote()
+                try:
+                    got = await asyncio.wait_for(resp, max(0.1, deadline - time.monotonic()))
+                except Exception as e:
+                    resp.cancel()
+                    raise RuntimeError(
+                        f"{spec['deployment']} (backend {spec['backend']}) did not say what it takes: "
+                        f"{short_error(e) or type(e).__name__}"
+                    ) from None
+                for name, s in got.items():
+                    if name in graph_inputs:
+                        specs.setdefault(name, s)
+            self.specs = specs
+        return self.specs
+
+    async def infer(self, feeds, boundaries=False):
+        missing = [n for n in self.meta["inputs"] if n not in feeds]
+        if missing:
+            raise ValueError(f"missing graph input {missing[0]!r} (expected {self.meta['inputs']})")
+        import numpy as np
+
+        deadline = time.monotonic() + self.timeout_s
+        specs = await self.input_specs(deadline)
+        env = dict(feeds)
+        for name in self.meta["inputs"]:
+            env[name] = np.asarray(env[name])
+            check_input(name, env[name].dtype, env[name].shape, specs.get(name))
+        if self.plane is not None:
+            await self._plane_ready(deadline)
+            results = await self.plane.run(
+                {n: env[n] for n in self.meta["inputs"]}, boundaries, deadline, self.timeout_s
+            )
+            reports = {}
+            for r in results:
+                reports[r["report"]["deployment"]] = r["report"]
+                env.update(r["outputs"])
+                for n in r["outputs"]:
+                    self.received[n] = self.received.get(n, 0) + 1
+            return self._answer(env, reports, boundaries)
+        responses = self._start(env, deadline)
+        # Only the parts that give graph outputs answer to the ingress (every part, when the
+        # boundaries are asked for); their results carry the others' reports.
+        graph_outputs = set(self.meta["outputs"])
+        wanted = [
+            i for i, spec in enumerate(self.meta["parts"]) if boundaries or graph_outputs.intersection(spec["outputs"])
+        ]
+        results = await self._await(responses, wanted, deadline)
+        reports = {}
+        for r in results:
+            reports.update(r["parts"])
+            env.update(r["outputs"])
+            for n in r["outputs"]:
+                self.received[n] = self.received.get(n, 0) + 1
+        return self._answer(env, reports, boundaries)
+
+    def _answer(self, env, reports, boundaries):
+        parts = [reports[spec["deployment"]] for spec in self.meta["parts"] if spec["deployment"] in reports]
+        out = {"outputs": {n: env[n] for n in self.meta["outputs"]}, "parts": parts}
+        if boundaries:
+            out["boundaries"] = {n: env[n] for spec in self.meta["parts"] for n in spec["outputs"]}
+        return out
+
+    async def describe(self):
+        deadline = time.monotonic() + self.timeout_s
+        if self.plane is not None:
+            await self._start_plane()
+            # Actors in a compiled graph take no other calls: their reports are those they
+            # gave when they came up.
+            parts = list(self.plane.part_reports()) or [
+                {"deployment": s["deployment"], "backend": s["backend"], "error": self.plane.unavailable() or "not up"}
+                for s in self.meta["parts"]
+            ]
+            return {
+                "name": self.meta["name"],
+                "digest": self.meta["digest"],
+                "inputs": self.meta["inputs"],
+                "outputs": self.meta["outputs"],
+                "parts": parts,
+                "data_plane": self.plane.describe(),
+                "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)},
+            }
+        parts = []
+        for i, spec in enumerate(self.meta["parts"]):
+            resp = self.handles[i].describe.remote()
+            try:
+                parts.append(await asyncio.wait_for(resp, max(0.1, deadline - time.monotonic())))
+            except Exception as e:
+                resp.cancel()
+                parts.append(
+                    {
+                        "deployment": spec["deployment"],
+                        "backend": spec["backend"],
+                        "error": short_error(e) or type(e).__name__,
+                    }
+                )
+        return {
+            "name": self.meta["name"],
+            "digest": self.meta["digest"],
+            "inputs": self.meta["inputs"],
+            "outputs": self.meta["outputs"],
+            "parts": parts,
+            "data_plane": dict(self.plane_info),
+            "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)},
+        }
+
+    async def __call__(self, request):
+        from starlette.responses import JSONResponse, Response
+
+        try:
+            specs = await self.input_specs(time.monotonic() + self.timeout_s)
+        except Exception as e:
+            return JSONResponse({"error": short_error(e)}, status_code=503)
+        limit, why = body_limit(specs, self.meta["inputs"])
+        try:
+            body = bytearray()
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise ValueError(f"the body passes {limit} bytes ({why})")
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        try:
+            feeds = read_npz(bytes(body), self.meta["inputs"], min(limit, MAX_BODY_BYTES), specs)
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        except Exception as e:
+            return JSONResponse({"error": f"the body is not an .npz of the inputs: {short_error(e)}"}, status_code=400)
+        want = request.query_params.get("boundaries", "0").lower() in ("1", "true", "yes")
+        try:
+            r = await self.infer(feeds, boundaries=want)
+        except ValueError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        except Exception as e:
+            return JSONResponse({"error": short_error(e)}, status_code=503)
+        tensors = dict(r.get("boundaries") or {})
+        tensors.update(r["outputs"])
+        return Response(
+            write_npz(tensors),
+            media_type="application/octet-stream",
+            headers={"x-cleave-parts": json.dumps(public_parts(r["parts"]))},
+        )
+
+
+DATA_PLANES = ("compiled", "handles")
+
+
+def build_app(
+    conn_path,
+    resources=None,
+    *,
+    name=None,
+    request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S,
+    replicas=None,
+    threads=None,
+    data_plane="handles",
+):
+    """The Ray Serve application for the partition at `conn_path`.
+
+    `resources` maps backend names to ray_actor_options fragments (see the module docstring);
+    `request_timeout_s` bounds a whole request inside the ingress; `replicas` and `threads`
+    map backend names (``"*"`` for the rest) to each part's replica count (default 1) and its
+    engine's intra-op threads (default: the ``num_cpus`` its options reserve, else 1), as
+    ``{"cpu": 2}``, or a string ``"cpu=2,npu=1"`` as the command line takes them.
+    `data_plane` is ``"handles"`` (one Serve deployment per part, called by handle; the
+    default) or ``"compiled"`` (the parts as actors joined by a Ray Compiled Graph that the
+    ingress drives; where it cannot serve the partition, the handles, and ``describe`` says
+    why).
+    """
+    if data_plane not in DATA_PLANES:
+        raise ValueError(f"data_plane {data_plane!r}: give one of {', '.join(DATA_PLANES)}")
+    from ray import cloudpickle, serve
+
+    package = sys.modules.get(__package__ or "")
+    if package is not None:
+        # Ship the package's classes and functions by value, so that replicas on other
+        # nodes need neither this package nor the application folder.
+        cloudpickle.register_pickle_by_value(package)
+    if isinstance(replicas, str):
+        replicas = parse_per_backend(replicas, "replicas")
+    if isinstance(threads, str):
+        threads = parse_per_backend(threads, "threads")
+    partition = Partition(conn_path)
+    opts = actor_options(partition, resources, replicas)
+    specs = part_specs(partition, opts, threads)
+    models = []
+    for p in partition.parts:
+        model_bytes = None
+        if os.path.getsize(p["file"]) <= INLINE_MAX_BYTES:
+            with open(p["file"], "rb") as f:
+                model_bytes = f.read()
+        models.append(model_bytes)
+    plane = {"kind": data_plane}
+    if data_plane == "compiled":
+        why = compiled_plane_refusal(partition, replicas)
+        if why:
+            plane = {"kind": "handles", "why": f"the compiled data plane cannot serve it: {why}"}
+    else:
+        plane["why"] = "the default (--data-plane compiled joins the parts by a Ray Compiled Graph instead)"
+    handles = []
+    if plane["kind"] == "compiled":
+        lanes = per_backend_value(replicas, partition.parts[0]["backend"], 1)
+        plane.update(
+            lanes=lanes,
+            inflight=max(4, 2 * len(partition.parts)),
+            workers=[
+                (spec, model_bytes, opts[p["deployment"]])
+                for p, spec, model_bytes in zip(partition.parts, specs, models)
+            ],
+        )
+    else:
+        for p, spec, model_bytes in zip(partition.parts, specs, models):
+            dep = serve.deployment(
+                PartReplica,
+                name=p["deployment"],
+                num_replicas=per_backend_value(replicas, p["backend"], 1),
+                ray_actor_options=opts[p["deployment"]],
+                max_ongoing_requests=PART_MAX_ONGOING,
+                # A part that cannot load will not load on a retry either; fail the deploy soon.
+                max_constructor_retry_count=3,
+                health_check_period_s=2,
+                health_check_timeout_s=10,
+            )
+            handles.append(dep.bind(spec, model_bytes, opts[p["deployment"]]))
+    meta = ingress_meta(
+        partition, specs, name or partition.stem, partition.digest(settings(resources, replicas, threads, data_plane))
+    )
+    ingress = serve.deployment(
+        Ingress,
+        name="ingress",
+        num_replicas=1,
+        ray_actor_options=opts["ingress"],
+        max_ongoing_requests=INGRESS_MAX_ONGOING,
+        health_check_period_s=2,
+        health_check_timeout_s=10,
+    )
+    return ingress.bind(meta, request_timeout_s, plane, *handles)

@@ -1,0 +1,112 @@
+"""Where parts run: each backend's Ray actor options (custom resources, GPU shares, CPUs), the
+per-backend replica and thread counts, and the report of the node a part landed on."""
+
+import json
+import os
+
+CUSTOM_RESOURCE_AMOUNT = 0.01
+
+
+def actor_options(partition, overrides=None, replicas=None):
+    """ray_actor_options for every part (by deployment name) and for "ingress". `replicas` is
+    the per-backend count table (see parse_per_backend): a GPU's share shrinks with it."""
+    overrides = dict(overrides or {})
+    per_backend = {}
+    for p in partition.parts:
+        per_backend[p["backend"]] = per_backend.get(p["backend"], 0) + per_backend_value(replicas, p["backend"], 1)
+    out = {}
+    for p in partition.parts:
+        b = p["backend"]
+        if b in overrides:
+            opts = dict(overrides[b] or {})
+        elif "*" in overrides:
+            opts = dict(overrides["*"] or {})
+        else:
+            opts = _default_rule(b, per_backend[b])
+        opts.setdefault("num_cpus", 0)
+        out[p["deployment"]] = opts
+    ingress = dict(overrides.get("ingress") or {"resources": {"node:__internal_head__": 0.001}})
+    ingress.setdefault("num_cpus", 0)
+    out["ingress"] = ingress
+    return out
+
+
+def _default_rule(backend, count):
+    low = backend.lower()
+    if low == "cpu":
+        return {}
+    if low.startswith(("gpu", "cuda")):
+        return {"num_gpus": round(1.0 / count, 4)}
+    return {"resources": {backend: CUSTOM_RESOURCE_AMOUNT}}
+
+
+def parse_per_backend(text, what):
+    """A count per backend from `N` (every backend) or `B=N,B=N` (`*=N` for the ones not
+    named), as --replicas and --threads take it."""
+    table = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.rpartition("=")
+        key = key.strip() if sep else "*"
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(
+                f"--{what} {text!r}: {value.strip()!r} is not a whole number (give N, or BACKEND=N,BACKEND=N)"
+            ) from None
+        if n < 1 or not key:
+            raise ValueError(f"--{what} {text!r}: {item!r} needs a backend name and a count of at least 1")
+        table[key] = n
+    return table
+
+
+def per_backend_value(table, backend, default):
+    table = table or {}
+    return table.get(backend, table.get("*", default))
+
+
+def default_threads(opts):
+    """Intra-op threads of a part: the CPUs its actor reserves (``num_cpus`` given through
+    --resources), else one, as parts on one node share its cores."""
+    n = opts.get("num_cpus") or 0
+    return max(1, int(n))
+
+
+def parse_resources(text):
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--resources is not JSON: {e}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError(
+            "--resources must map backend names to ray_actor_options objects, e.g. "
+            '\'{"npu": {"resources": {"npu": 1}}}\''
+        )
+    return value
+
+
+def node_report():
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    report = {"node_id": node_id, "node_ip": None, "node_resources": {}, "is_head": False, "pid": os.getpid()}
+    try:
+        for n in ray.nodes():
+            if n.get("NodeID") == node_id:
+                res = dict(n.get("Resources") or {})
+                report["node_ip"] = n.get("NodeManagerAddress")
+                report["is_head"] = "node:__internal_head__" in res
+                # Drop Ray's bookkeeping entries: only what a user declared says where a part belongs.
+                report["node_resources"] = {
+                    k: v
+                    for k, v in res.items()
+                    if not k.startswith("node:") and k not in ("memory", "object_store_memory")
+                }
+                break
+    except Exception:  # the report is informative; a GCS hiccup must not fail the replica
+        pass
+    return report
