@@ -67,15 +67,7 @@ class PartWorker:
         self.to_ingress = [n for n in self.outputs if n in set(to_ingress)]
         self.consumers = bool(consumers)
         self.name = f"{spec['deployment']} (backend {spec['backend']})"
-        self.report = placement.node_report()
-        self.report.update(
-            deployment=spec["deployment"],
-            backend=spec["backend"],
-            engine=self.engine,
-            threads=int(spec.get("threads") or 1),
-        )
-        if self.session.note:
-            self.report["note"] = self.session.note
+        self.report = placement.part_report(spec, self.session)
 
     def ready(self):
         return {"inputs": self.session.input_specs(), "report": self.report}

@@ -24,16 +24,7 @@ class PartReplica:
         # One computation at a time per replica, as on one device; queued requests wait here
         # while the event loop stays free to accept more and to answer health checks.
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        self.report = placement.node_report()
-        self.report.update(
-            deployment=spec["deployment"],
-            backend=spec["backend"],
-            engine=self.engine,
-            threads=int(spec.get("threads") or 1),
-            actor_options=actor_opts,
-        )
-        if self.session.note:
-            self.report["note"] = self.session.note
+        self.report = placement.part_report(spec, self.session, actor_options=actor_opts)
 
     def _run(self, feeds, run_options):
         t = time.perf_counter()

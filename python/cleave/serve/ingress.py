@@ -186,15 +186,7 @@ class Ingress:
                 {"deployment": s["deployment"], "backend": s["backend"], "error": self.plane.unavailable() or "not up"}
                 for s in self.meta["parts"]
             ]
-            return {
-                "name": self.meta["name"],
-                "digest": self.meta["digest"],
-                "inputs": self.meta["inputs"],
-                "outputs": self.meta["outputs"],
-                "parts": parts,
-                "data_plane": self.plane.describe(),
-                "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)},
-            }
+            return self._described(parts, self.plane.describe())
         parts = []
         for i, spec in enumerate(self.meta["parts"]):
             resp = self.handles[i].describe.remote()
@@ -209,13 +201,16 @@ class Ingress:
                         "error": short_error(e) or type(e).__name__,
                     }
                 )
+        return self._described(parts, dict(self.plane_info))
+
+    def _described(self, parts, data_plane):
         return {
             "name": self.meta["name"],
             "digest": self.meta["digest"],
             "inputs": self.meta["inputs"],
             "outputs": self.meta["outputs"],
             "parts": parts,
-            "data_plane": dict(self.plane_info),
+            "data_plane": data_plane,
             "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)},
         }
 

@@ -110,3 +110,19 @@ def node_report():
     except Exception:  # the report is informative; a GCS hiccup must not fail the replica
         pass
     return report
+
+
+def part_report(spec, session, **extra):
+    """What ``describe`` tells of a part: the node it runs on, its engine as opened, and, in
+    ``note``, why that engine is not what its backend asked for."""
+    report = node_report()
+    report.update(
+        deployment=spec["deployment"],
+        backend=spec["backend"],
+        engine=session.engine,
+        threads=int(spec.get("threads") or 1),
+        **extra,
+    )
+    if session.note:
+        report["note"] = session.note
+    return report
