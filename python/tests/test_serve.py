@@ -492,7 +492,7 @@ def test_compiled_plane_refuses_replica_counts_that_differ_between_parts():
 
 def test_an_idle_compiled_plane_releases_its_actors_and_the_next_request_builds_them_again(monkeypatch):
     monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
-    monkeypatch.setattr(serve, "PLANE_IDLE_S", 0.2)
+    monkeypatch.setattr(serve.compiled, "PLANE_IDLE_S", 0.2)
     n = 16
     w = (np.eye(n) + 0.05 * np.random.default_rng(1).standard_normal((n, n))).astype(np.float32)
     spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": ["y"], "backend": "npu", "deployment": "part1_npu",
