@@ -1,4 +1,4 @@
-"""Serve a cleave partition (a stem.conn.json and its part files) on a Ray cluster.
+r"""Serve a cleave partition (a stem.conn.json and its part files) on a Ray cluster.
 
 An ``ingress`` Ray Serve deployment (the HTTP route and the handle) drives the parts over one
 of two data planes (``--data-plane``, ``build_app(..., data_plane=)``):
