@@ -209,7 +209,8 @@ def test_partition(ray, serve, mod, a, idx, conn):
     check(f"{label}: handle infer(boundaries=True) equals the whole model", not bad, f"max abs diff {worst:.2e}")
 
     received = (handle.describe.remote().result(timeout_s=30).get("ingress") or {}).get("tensors_received") or {}
-    rc, out, err, secs = run_app(["bench", conn, "--json", "--requests", str(a.requests), "--in-flight", "1,8"] + common, a.app, 300)
+    rc, out, err, secs = run_app(["bench", conn, "--json", "--requests", str(a.requests), "--in-flight", "1,8", "--via", "handle",
+                                  "--cores", "0"] + common, a.app, 300)
     # The bench's requests do not ask for the boundaries: only graph outputs reach the ingress.
     after = (handle.describe.remote().result(timeout_s=30).get("ingress") or {}).get("tensors_received") or {}
     grew = {n: c - received.get(n, 0) for n, c in after.items() if c != received.get(n, 0)}
@@ -217,13 +218,12 @@ def test_partition(ray, serve, mod, a, idx, conn):
           set(grew) == set(partition.outputs) and min(grew.values(), default=0) >= a.requests,
           f"tensors the ingress received during the bench: {grew}")
     if check(f"{label}: bench 1 and 8 in flight", rc == 0 and out.strip().startswith("{"), f"{secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err + out)}"):
-        b = json.loads(out)
+        b = json.loads(out)["deployments"][0]
         FIGURES[label] = {
             "rps": {r["in_flight"]: round(r["throughput_rps"], 1) for r in b["levels"]},
             "p50_ms": {r["in_flight"]: round(r["latency_p50_ms"], 2) for r in b["levels"]},
             "p90_ms": {r["in_flight"]: round(r["latency_p90_ms"], 2) for r in b["levels"]},
-            "per_hop_overhead_ms": round(b["per_hop_overhead_ms"], 2),
-            "hops": b["hops"],
+            "around_compute_ms": round(b["around_compute_ms"], 2),
             "parts": [(p["deployment"], "head" if p["is_head"] else "worker", str(p["node_id"])[:8],
                        round(p["compute_mean_ms"], 2) if p["compute_mean_ms"] is not None else None) for p in b["placement"]],
         }
@@ -256,12 +256,31 @@ def test_cleave_binary(serve, a, mod, conn):
     bad, worst = compare(mod, r["outputs"], want)
     check("cleave serve: outputs equal the whole model", not bad, f"max abs diff {worst:.2e}")
     serve.delete(name)
-    rc, out, err, secs = run_cmd([a.cleave, "bench", conn, "--ray", a.address, "--runs", "10", "--requests", "4", "--json",
-                                  "--resources", a.resources], 300)
-    levels = []
-    if rc == 0 and out.strip().startswith("{"):
-        levels = [lv["in_flight"] for lv in json.loads(out)["levels"]]
-    check("cleave bench --ray: 1 and 4 in flight", levels == [1, 4], f"rc {rc}, levels {levels}, {secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err or out)}")
+    # The 1-stage cut first, then this one: the cost per hop needs both, in one run.
+    conns = ([a.baseline] if a.baseline else []) + [conn]
+    rc, out, err, secs = run_cmd([a.cleave, "bench"] + conns + ["--ray", a.address, "--runs", "10", "--in-flight", "1,4",
+                                 "--json", "--resources", a.resources], 400)
+    doc = json.loads(out) if rc == 0 and out.strip().startswith("{") else {}
+    got = doc.get("deployments") or []
+    levels = [[lv["in_flight"] for lv in d["levels"]] for d in got]
+    check("cleave bench --ray: each partition at 1 and 4 in flight", levels == [[1, 4]] * len(conns),
+          f"rc {rc}, levels {levels}, {secs:.1f}s" if rc == 0 else f"rc {rc}: {tail(err or out)}")
+    limit = (doc.get("limits") or {}).get(partition.source_file) or {}
+    ratios_ok = bool(got) and all(
+        abs(lv["of_limit"] - lv["throughput_rps"] / limit["limit_rps"]) < 1e-9 for d in got for lv in d["levels"]
+    ) if limit.get("limit_rps") else False
+    check("cleave bench --ray: the whole model's limit measured in the run, each level's throughput against it",
+          ratios_ok, f"limit {limit.get('limit_rps', 0):.1f} req/s on {limit.get('cores')} cores" if ratios_ok else f"{tail(out)}")
+    if a.baseline and len(got) == 2:
+        one, k = got
+        want = (k["around_compute_ms"] - one["around_compute_ms"]) / (k["parts"] - 1)
+        ok = one["parts"] == 1 and k["cost_per_hop_ms"] is not None and abs(k["cost_per_hop_ms"] - want) < 1e-9
+        check("cleave bench --ray: cost per hop against the 1-stage cut", ok,
+              f"{k['cost_per_hop_ms']:.2f} ms a hop over {k['parts']} parts" if ok else json.dumps(k)[:300])
+        FIGURES["binary_bench"] = {d["name"]: {"parts": d["parts"], "p50_at_1_ms": round(d["latency_at_1_ms"], 2),
+                                              "cost_per_hop_ms": d["cost_per_hop_ms"],
+                                              "of_limit": {lv["in_flight"]: round(lv["of_limit"], 2) for lv in d["levels"]}}
+                                   for d in got}
 
 
 def test_export(serve, a, mod, conn, tmp):
@@ -445,6 +464,7 @@ def main():
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--request-timeout", type=float, default=10.0)
     ap.add_argument("--cleave", help="the cleave binary: also serve and bench through it")
+    ap.add_argument("--baseline", help="a 1-stage cut of the first partition's model, for the binary's cost per hop")
     ap.add_argument("conns", nargs="+")
     a = ap.parse_args()
     t_all = time.monotonic()

@@ -17,9 +17,12 @@
 # nested PID namespace so that it can be killed whole, like a machine losing power.
 #
 # Environment: CLEAVE_RAY_DRIVER=bench runs scripts/reports/ray_bench.py's measurements on the same
-# cluster instead of the checks; CLEAVE_RAY_TEST_LIMIT_S (default 900) bounds the whole run;
+# cluster instead of the checks, on each data plane of CLEAVE_RAY_BENCH_PLANES (default
+# handles,compiled); CLEAVE_RAY_TEST_LIMIT_S (default 900) bounds the whole run;
 # CLEAVE_RAY_TEST_REQUESTS (default 60) requests per bench row; CLEAVE_BIN, a cleave binary
-# to also serve and bench through (`cleave serve --ray`, `cleave bench --ray`).
+# to also serve and bench through (`cleave serve --ray`, `cleave bench --ray`);
+# CLEAVE_RAY_TEST_BASELINE, a 1-stage cut of the first partition's model that the binary's
+# bench runs beside it for the cost per hop.
 set -u
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -114,12 +117,16 @@ bash "$T/start_worker.sh"
 
 # CLEAVE_RAY_DRIVER=bench: measure instead of check (scripts/reports/ray_bench.py).
 DRIVER=$HERE/ray_cluster_test.py
-[ "${CLEAVE_RAY_DRIVER:-}" = bench ] && DRIVER=$HERE/reports/ray_bench.py
-python3 "$DRIVER" --app "$APP" --address "$ADDR" --tmp "$T" \
+EXTRA=()
+if [ "${CLEAVE_RAY_DRIVER:-}" = bench ]; then
+    DRIVER=$HERE/reports/ray_bench.py
+    EXTRA=(--planes "${CLEAVE_RAY_BENCH_PLANES:-handles,compiled}")
+fi
+python3 "$DRIVER" --app "$APP" --address "$ADDR" --tmp "$T" "${EXTRA[@]}" \
     --worker-pidfile "$T/worker.pid" --worker-start "$T/start_worker.sh" \
     --resources '{"cpu": {"resources": {"cpu_dev": 0.01}}}' \
     --requests "${CLEAVE_RAY_TEST_REQUESTS:-60}" --request-timeout 10 \
-    ${CLEAVE_BIN:+--cleave "$CLEAVE_BIN"} "$@"
+    ${CLEAVE_BIN:+--cleave "$CLEAVE_BIN"} ${CLEAVE_RAY_TEST_BASELINE:+--baseline "$CLEAVE_RAY_TEST_BASELINE"} "$@"
 rc=$?
 du -sh "$T" | awk '{print "ray_cluster_test: Ray temp dir " $1}'
 if [ $rc -ne 0 ]; then

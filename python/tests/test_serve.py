@@ -514,3 +514,52 @@ def test_an_idle_compiled_plane_releases_its_actors_and_the_next_request_builds_
     assert after["state"] == "ready", after
     np.testing.assert_allclose(second["outputs"]["y"], first["outputs"]["y"])
     np.testing.assert_allclose(first["outputs"]["y"], x @ w, rtol=1e-5)
+
+
+def test_bench_costs_each_hop_against_the_one_stage_cut_and_rates_against_the_limit():
+    from cleave.serve.report import add_costs
+
+    def result(parts, latency, compute, rps):
+        return {
+            "source": "m.onnx",
+            "parts": parts,
+            "around_compute_ms": latency - compute,
+            "levels": [{"in_flight": 8, "throughput_rps": rps}],
+        }
+
+    one, two, four = result(1, 110.0, 100.0, 9.0), result(2, 115.0, 101.0, 12.0), result(4, 130.0, 104.0, 11.0)
+    other = dict(result(2, 50.0, 40.0, 5.0), source="other.onnx")
+    add_costs([two, one, four, other], {"m.onnx": {"limit_rps": 20.0}})
+    # ((L_k - C_k) - (L_1 - C_1)) / (k - 1), whatever order the cuts came in.
+    assert two["cost_per_hop_ms"] == pytest.approx((14.0 - 10.0) / 1)
+    assert four["cost_per_hop_ms"] == pytest.approx((26.0 - 10.0) / 3)
+    assert one["cost_per_hop_ms"] is None
+    # No 1-stage cut of its model, no limit measured for it: said as unknown, not as zero.
+    assert other["cost_per_hop_ms"] is None and other["levels"][0]["of_limit"] is None
+    assert [r["levels"][0]["of_limit"] for r in (one, two, four)] == pytest.approx([0.45, 0.6, 0.55])
+
+
+def test_bench_gives_a_level_up_once_requests_keep_failing():
+    from cleave.serve.checks import run_load
+
+    calls = []
+
+    def dead():
+        calls.append(1)
+        time.sleep(0.01)
+        raise TimeoutError("did not answer")
+
+    wall, lat, compute, errors = run_load(dead, 40, 4)
+    # Four in flight fail together; no fifth round of them after that.
+    assert not lat and 4 <= len(errors) == len(calls) < 8
+
+    answers = iter([RuntimeError("once")] + [[0.001]] * 39)
+
+    def flaky():
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    wall, lat, compute, errors = run_load(flaky, 40, 1)
+    assert len(lat) == 39 and len(errors) == 1

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The serving table of issue 45 in one command: resnet50 (random weights) cut into 1, 2 and 4
 # pipeline stages, each served on a one-node Ray cluster (all of this machine's cores) on each
-# data plane, timed from outside over HTTP (.npz bodies) at 1..16 requests in flight; then,
-# with Ray stopped, the whole model's best throughput on ONNX Runtime on the same cores (the
-# physical limit), and every row against it.
+# data plane by `cleave bench --ray`, timed from outside over HTTP (.npz bodies) at 1..16
+# requests in flight; then, the deployments deleted, the whole model's best throughput on ONNX
+# Runtime on the same cores (the physical limit), and every row against it; then the 1-stage
+# cut with one replica per core.
 #
 #   scripts/reports/serve_bench.sh [CLEAVE_BIN]
 #
@@ -11,7 +12,8 @@
 # (scripts/testdata/fetch-test-data.sh: light-random/light_resnet50.onnx). Environment:
 # CLEAVE_SERVE_BENCH_PLANES (default handles,compiled), CLEAVE_SERVE_BENCH_REQUESTS (per row,
 # default 40), CLEAVE_SERVE_BENCH_IN_FLIGHT (default 1,2,4,8,16), CLEAVE_SERVE_BENCH_STAGES
-# (default 1,2,4), CLEAVE_SERVE_BENCH_MODEL (another ONNX model).
+# (default 1,2,4), CLEAVE_SERVE_BENCH_MODEL (another ONNX model), CLEAVE_SERVE_BENCH_THREADS
+# (each part's intra-op threads, as --threads takes them; default 1).
 set -eu
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$(dirname "$HERE")")
@@ -34,7 +36,7 @@ if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then
         conns+=("$TMP/$stem-s$k/$stem.conn.json")
     done
     timeout --kill-after=20 3000 unshare --net --pid --fork --kill-child --mount-proc \
-        env CLEAVE_RAY_NS=1 CLEAVE_RAY_TMP="$TMP" CLEAVE_MODEL="$MODEL" bash "$0" "${conns[@]}"
+        env CLEAVE_RAY_NS=1 CLEAVE_RAY_TMP="$TMP" CLEAVE_BIN_IN="$BIN" bash "$0" "${conns[@]}"
     exit $?
 fi
 
@@ -48,13 +50,15 @@ rc=0
 trap 'ray stop --force >/dev/null 2>&1' EXIT
 ray start --head --node-ip-address=127.0.0.1 --port=6379 --num-cpus="$CORES" --temp-dir="$T/h" \
     --include-dashboard=false --disable-usage-stats >"$T/head.log" 2>&1 || { tail "$T/head.log"; exit 1; }
-python3 "$HERE/ray_bench.py" --app "$ROOT/python/cleave/serve" --address 127.0.0.1:6379 \
-    --resources '{"*": {}}' --via http --planes "${CLEAVE_SERVE_BENCH_PLANES:-handles,compiled}" \
-    --lanes "$CORES" --requests "${CLEAVE_SERVE_BENCH_REQUESTS:-40}" \
-    --in-flight "${CLEAVE_SERVE_BENCH_IN_FLIGHT:-1,2,4,8,16}" --cores "$CORES" --rows "$T/rows.json" "$@" \
-    >"$T/bench.txt" || rc=$?
-grep '^ray_bench:' "$T/bench.txt" | grep -v '^ray_bench: [^ ]*: {' || true
-ray stop --force >/dev/null 2>&1
-[ -s "$T/rows.json" ] || { tail -20 "$T/bench.txt"; exit 1; }
-python3 "$HERE/ray_bench.py" --limit "$CLEAVE_MODEL" --rows "$T/rows.json" --cores "$CORES" | tail -n +2
+IFS=, read -ra planes <<<"${CLEAVE_SERVE_BENCH_PLANES:-handles,compiled}"
+common=(--ray 127.0.0.1:6379 --resources '{"*": {}}' --runs "${CLEAVE_SERVE_BENCH_REQUESTS:-40}"
+    --in-flight "${CLEAVE_SERVE_BENCH_IN_FLIGHT:-1,2,4,8,16}" --via http
+    ${CLEAVE_SERVE_BENCH_THREADS:+--threads "$CLEAVE_SERVE_BENCH_THREADS"})
+for plane in "${planes[@]}"; do
+    echo "== the $plane data plane"
+    "$CLEAVE_BIN_IN" bench "$@" "${common[@]}" --data-plane "$plane" || rc=$?
+    # The 1-stage cut once more with a replica per core: lanes side by side instead of stages.
+    "$CLEAVE_BIN_IN" bench "$1" "${common[@]}" --data-plane "$plane" --replicas "$CORES" \
+        | grep -v '^on \|^limit: \|^p50@1: ' || rc=$?
+done
 exit $rc

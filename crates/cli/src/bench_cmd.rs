@@ -257,11 +257,24 @@ pub struct Args {
     /// TARGET is a model, placed by --part/--devices or else by the .part file beside it.
     #[arg(long)]
     pub partition: bool,
-    /// Time the partition (TARGET a stem.conn.json) served on the Ray cluster at ADDRESS,
-    /// as `serve` deploys it: --runs requests with 1 and with --requests in flight;
-    /// throughput, latency percentiles and the overhead per hop between parts.
+    /// Time the partition (TARGET a stem.conn.json, and any MORE) served on the Ray cluster
+    /// at ADDRESS, as `serve` deploys it, one partition after the other: --runs requests at
+    /// each --in-flight level; latency at 1 in flight, the parts' compute, throughput, and
+    /// each against the whole source model's best throughput on this machine's cores,
+    /// measured in the same run. Give the 1-stage cut of the model with its other cuts for
+    /// the cost per hop between parts.
     #[arg(long, value_name = "ADDRESS", conflicts_with = "partition")]
     pub ray: Option<String>,
+    /// With --ray: more partitions to bench in the same run (their stem.conn.json).
+    #[arg(value_name = "MORE", requires = "ray")]
+    pub more: Vec<std::path::PathBuf>,
+    /// With --ray: comma-separated requests-in-flight levels [default: 1,2,4,8,16].
+    #[arg(long, value_name = "LIST", requires = "ray")]
+    pub in_flight: Option<String>,
+    /// With --ray: send the requests as HTTP POSTs of an .npz to the route, as clients do,
+    /// or through the Python handle [default: http].
+    #[arg(long, value_name = "HOW", value_parser = ["http", "handle"], requires = "ray")]
+    pub via: Option<String>,
     /// With --ray: how the parts are deployed.
     #[command(flatten)]
     pub deploy: crate::setup::RayArgs,
@@ -274,11 +287,14 @@ pub fn main(a: Args) -> Result<(), Fail> {
         return crate::bench_partition::run(&a.target, &a.devices, a.runs, a.json);
     }
     if let Some(address) = &a.ray {
+        let mut conns = vec![a.target.as_path()];
+        conns.extend(a.more.iter().map(|p| p.as_path()));
         return crate::serve_cmd::bench(crate::serve_cmd::RayBenchArgs {
-            conn: &a.target,
+            conns,
             address,
             runs: a.runs,
-            requests: a.requests,
+            in_flight: a.in_flight.as_deref(),
+            via: a.via.as_deref(),
             deploy: &a.deploy,
             json: a.json,
         });

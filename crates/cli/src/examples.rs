@@ -28,7 +28,8 @@ pub const RUN: &str = "Examples:
   cleave run out/model.conn.json --engine npu=ort --requests 4";
 pub const BENCH: &str = "Examples:
   cleave bench out/model.conn.json
-  cleave bench model.onnx --devices nnapi,cpu --objective latency --costs costs.json";
+  cleave bench model.onnx --devices nnapi,cpu --objective latency --costs costs.json
+  cleave bench s1/model.conn.json s2/model.conn.json --ray 127.0.0.1:6379 --data-plane compiled";
 pub const SERVE: &str = "Examples:
   cleave serve out/model.conn.json --ray 127.0.0.1:6379
   cleave serve out/model.conn.json --ray 127.0.0.1:6379 --replicas cpu=2 --threads npu=4

@@ -9,9 +9,10 @@ use cleave::workdir::ConnFile;
 use crate::setup::RayArgs;
 use crate::Fail;
 
-/// Runs the application, saying which engine serves its circle parts.
-fn run(path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<(), Fail> {
-    let app = cleave::serve::ray_app(path, conn, args)?;
+/// Runs the application on the partitions `conns`, saying which engine serves their circle
+/// parts.
+fn run(conns: &[(&Path, &ConnFile)], args: &[OsString]) -> Result<(), Fail> {
+    let app = cleave::serve::ray_app(conns, args)?;
     let plural = |n: usize| if n == 1 { "" } else { "s" };
     if app.converted > 0 {
         eprintln!(
@@ -66,40 +67,44 @@ pub fn serve(a: Args) -> Result<(), Fail> {
         }
     }
     args.extend(a.deploy.to_args());
-    run(&a.conn, &conn, &args)
+    run(&[(&a.conn, &conn)], &args)
 }
 
 pub struct RayBenchArgs<'a> {
-    pub conn: &'a Path,
+    /// The partitions, benched one after the other.
+    pub conns: Vec<&'a Path>,
     pub address: &'a str,
     pub runs: usize,
-    pub requests: usize,
+    pub in_flight: Option<&'a str>,
+    pub via: Option<&'a str>,
     pub deploy: &'a RayArgs,
     pub json: bool,
 }
 
 pub fn bench(a: RayBenchArgs) -> Result<(), Fail> {
-    let conn = cleave::serve::check_served(a.conn)?;
-    let in_flight = if a.requests > 1 {
-        format!("1,{}", a.requests)
-    } else {
-        "1".to_string()
-    };
-    let mut args: Vec<OsString> = vec![
-        "bench".into(),
-        a.conn.into(),
+    let mut read = Vec::with_capacity(a.conns.len());
+    for c in &a.conns {
+        read.push(cleave::serve::check_served(c)?);
+    }
+    let mut args: Vec<OsString> = vec!["bench".into()];
+    args.extend(a.conns.iter().map(|c| c.as_os_str().to_os_string()));
+    args.extend([
         "--address".into(),
         a.address.into(),
         "--requests".into(),
         a.runs.to_string().into(),
-        "--in-flight".into(),
-        in_flight.into(),
-    ];
+    ]);
+    for (flag, value) in [("--in-flight", a.in_flight), ("--via", a.via)] {
+        if let Some(v) = value {
+            args.extend([flag.into(), v.into()]);
+        }
+    }
     args.extend(a.deploy.to_args());
     if a.json {
         args.push("--json".into());
     }
-    run(a.conn, &conn, &args)
+    let conns: Vec<(&Path, &ConnFile)> = a.conns.iter().copied().zip(read.iter()).collect();
+    run(&conns, &args)
 }
 
 // `cleave serve`'s flags, declared here alone; `lib.rs` dispatches them.

@@ -65,6 +65,7 @@ fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
     let model = light_random("light_resnet50");
     let two = stages(&model, "2", "cpu,npu", &tmp.path().join("s2"));
     let three = stages(&model, "3", "cpu,npu,cpu2", &tmp.path().join("s3"));
+    let one = stages(&model, "1", "cpu", &tmp.path().join("s1"));
     let face = face_detector_in_9_parts(tmp.path());
     let out = Command::new("bash")
         .arg(repo().join("scripts/ray_cluster_test.sh"))
@@ -72,6 +73,7 @@ fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
         .arg(&three)
         .arg(&face)
         .env("CLEAVE_BIN", env!("CARGO_BIN_EXE_cleave"))
+        .env("CLEAVE_RAY_TEST_BASELINE", &one)
         .env("CLEAVE_RAY_TEST_REQUESTS", "30")
         .env("CLEAVE_RAY_TEST_LIMIT_S", "900")
         .output()

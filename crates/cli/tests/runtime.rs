@@ -549,3 +549,32 @@ fn run_takes_shape_and_dim_and_checks_the_inputs_against_them() {
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("input"), "{}", stderr(&o));
 }
+
+/// `bench --ray` takes several partitions and checks each one's files before any Python runs:
+/// a missing part of the second is one line naming it; more partitions without --ray are a
+/// usage error that says what they need.
+#[test]
+fn bench_ray_checks_every_partition_it_is_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = repo().join("examples/tiny_cnn.onnx");
+    let part = repo().join("examples/tiny_cnn.part");
+    let first = partition_by_part(&model, &part, &tmp.path().join("a"));
+    let second = partition_by_part(&model, &part, &tmp.path().join("b"));
+    let conn: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&second).unwrap()).unwrap();
+    let file = conn["parts"][1]["file"].as_str().unwrap().to_string();
+    std::fs::remove_file(tmp.path().join("b").join(&file)).unwrap();
+    let o = cleave(&[
+        os("bench"),
+        first.as_os_str(),
+        second.as_os_str(),
+        os("--ray"),
+        os("127.0.0.1:1"),
+    ]);
+    assert_bad_input(&o, &second, &file);
+
+    let o = cleave(&[os("bench"), first.as_os_str(), second.as_os_str()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--ray"), "{err}");
+}

@@ -97,7 +97,8 @@ Command line (``python -m cleave.serve SUBCOMMAND --help`` for every option)
     serve  CONN.json --address HOST:PORT [--resources JSON] [--replicas SPEC] [--threads SPEC]
            [--http-port P] [--name NAME] [--detach]
     export CONN.json OUT_DIR [--resources JSON] [--name NAME] [--http-port P]
-    bench  CONN.json --address HOST:PORT [--requests N] [--in-flight 1,8] [--json]
+    bench  CONN.json [MORE.conn.json ...] --address HOST:PORT [--requests N]
+           [--in-flight 1,2,4,8,16] [--via http|handle] [--cores N] [--json]
     verify CONN.json --address HOST:PORT [--seed S] [--tol T | --rtol R --atol A] [--json]
 Exit codes: 0 success, 1 a failed check (verify mismatch, a deployment that did not come
 up, a failed request), 2 bad usage or a cluster that cannot be reached.

@@ -3,6 +3,7 @@ boundary tensor compared with the source model run whole."""
 
 import json
 import os
+import sys
 import threading
 import time
 
@@ -20,6 +21,7 @@ from .cluster import (
 from .engines import LiteRtPart, OnertPart, OrtPart
 from .partition import SERVED_FORMATS, part_format
 from .placement import actor_options
+from .report import add_costs, cores_used, cpu_sample, physical_limit, print_table
 from .wire import short_error, write_npz
 
 
@@ -107,15 +109,17 @@ def percentile(values, q):
 
 def run_load(call, count, in_flight):
     """`count` calls of `call()` (which answers the parts' compute times) with `in_flight` of
-    them outstanding at any time."""
+    them outstanding at any time; given up once `in_flight` calls in a row (at least two)
+    have failed, so a deployment that stopped answering costs one request timeout, not
+    `count` of them."""
     lock = threading.Lock()
-    state = {"next": 0}
+    state = {"next": 0, "failing": 0}
     lat, compute, errors = [], [], []
 
     def worker():
         while True:
             with lock:
-                if state["next"] >= count:
+                if state["next"] >= count or state["failing"] >= max(2, in_flight):
                     return
                 state["next"] += 1
             t = time.perf_counter()
@@ -124,9 +128,11 @@ def run_load(call, count, in_flight):
             except Exception as e:
                 with lock:
                     errors.append(short_error(e) or type(e).__name__)
+                    state["failing"] += 1
                 continue
             dt = time.perf_counter() - t
             with lock:
+                state["failing"] = 0
                 lat.append(dt)
                 compute.append(times)
 
@@ -174,32 +180,80 @@ def http_caller(host, port, name, feeds, timeout_s):
     return call
 
 
-def cmd_bench(args):
-    import numpy as np
-
-    partition = load_partition(args.conn)
-    name = args.name or partition.stem
+def _levels_or_die(args):
     try:
         levels = sorted({int(x) for x in args.in_flight.split(",") if x.strip()})
     except ValueError:
         die(2, f"--in-flight {args.in_flight!r} is not a comma-separated list of counts")
     if not levels or levels[0] < 1 or args.requests < 1:
         die(2, "--requests and every --in-flight count must be at least 1")
+    return levels
+
+
+def _names(args, partitions):
+    """One application name per partition: --name or the stem, with its part count where
+    the stem repeats (the 1-, 2- and 4-stage cuts of one model share a stem), numbered after
+    that."""
+    names = []
+    for p in partitions:
+        base = args.name or p.stem
+        name, n = base, 1
+        if name in names:
+            name = base = f"{base}-{len(p.parts)}p"
+        while name in names:
+            n += 1
+            name = f"{base}-{n}"
+        names.append(name)
+    return names
+
+
+def cmd_bench(args):
+    """Each partition deployed, timed at every in-flight level and deleted in turn (so no
+    deployment takes cores from another's); then, with none left running, the whole source
+    model's limit on this machine's cores; then the table."""
+    levels = _levels_or_die(args)
+    partitions = [load_partition(c) for c in args.conn]
     ray = connect(args.address, args.timeout)
+    results, feeds_of, kept = [], {}, False
+    for partition, name in zip(partitions, _names(args, partitions)):
+        r, feeds, deployed = _bench_one(ray, args, partition, name, levels)
+        results.append(r)
+        kept = kept or (args.keep and deployed)
+        if r["source"] and r["source"] not in feeds_of:
+            feeds_of[r["source"]] = feeds
+    limits = {}
+    if args.cores > 0:
+        for source, feeds in feeds_of.items():
+            limits[source] = physical_limit(source, feeds, args.cores, max(10, args.requests))
+    add_costs(results, limits)
+    doc = {
+        "address": args.address,
+        "via": args.via,
+        "requests": args.requests,
+        "limits": limits,
+        "limit_measured": "measured after the benchmark with the deployments still running (--keep)"
+        if kept
+        else "measured after the benchmark, its deployments deleted",
+        "deployments": results,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print_table(doc)
+    return 1 if any(row["errors"] for r in results for row in r["levels"]) else 0
+
+
+def _bench_one(ray, args, partition, name, levels):
+    """(result, the feeds it sent, whether this call deployed it) for one partition."""
+    import numpy as np
     from ray import serve
 
     handle, deployed = deploy(ray, args, partition, name, reuse=True)
     try:
-        feeds = (
-            random_feeds(partition.source_file, partition, 0)
-            if partition.source_file and os.path.exists(partition.source_file)
-            else None
-        )
-        if feeds is None:
-            feeds = _feeds_from_part(partition)
+        have_source = bool(partition.source_file and os.path.exists(partition.source_file))
+        feeds = random_feeds(partition.source_file, partition, 0) if have_source else _feeds_from_part(partition)
         desc = describe_placement(handle)
         client_timeout = args.request_timeout + 10
-        hops = len(partition.parts) + 1
         if args.via == "http":
             host, port = running_http(args)
             call = http_caller(host, port, name, feeds, client_timeout)
@@ -209,7 +263,9 @@ def cmd_bench(args):
             call()
         rows = []
         per_part = None
+        at_one = None
         for k in levels:
+            before = cpu_sample()
             wall, lat, compute, errors = run_load(call, args.requests, k)
             row = {
                 "in_flight": k,
@@ -221,24 +277,40 @@ def cmd_bench(args):
                 "latency_p90_ms": percentile(lat, 90) * 1e3,
                 "latency_mean_ms": (float(np.mean(lat)) * 1e3) if lat else float("nan"),
             }
+            row["cores"] = cores_used(before, cpu_sample(), wall)
             if errors:
                 row["first_error"] = errors[0]
+            if len(lat) + len(errors) < args.requests:
+                row["given_up"] = f"after {len(errors)} failed requests in a row"
             if compute:
                 c = np.asarray(compute)
                 row["compute_sum_mean_ms"] = float(c.sum(axis=1).mean() * 1e3)
+                row["compute_sum_p50_ms"] = float(np.median(c.sum(axis=1)) * 1e3)
                 if k == 1:
                     per_part = (c.mean(axis=0) * 1e3).tolist()
-                    row["per_hop_overhead_ms"] = (row["latency_mean_ms"] - row["compute_sum_mean_ms"]) / hops
+                    at_one = row
             rows.append(row)
+            if "given_up" in row:
+                break
+        print(
+            f"bench: {name}: "
+            + ", ".join(f"{r['throughput_rps']:.1f} req/s at {r['in_flight']}" for r in rows)
+            + (f"; level {rows[-1]['in_flight']} given up {rows[-1]['given_up']}" if "given_up" in rows[-1] else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         result = {
             "name": name,
+            "conn": partition.path,
+            "source": partition.source_file if have_source else None,
             "address": args.address,
             "parts": len(partition.parts),
-            "hops": hops,
             "via": args.via,
             "data_plane": desc.get("data_plane"),
             "levels": rows,
-            "per_hop_overhead_ms": next((r.get("per_hop_overhead_ms") for r in rows if r["in_flight"] == 1), None),
+            "latency_at_1_ms": at_one["latency_p50_ms"] if at_one else None,
+            "compute_at_1_ms": at_one["compute_sum_p50_ms"] if at_one else None,
+            "around_compute_ms": at_one["latency_p50_ms"] - at_one["compute_sum_p50_ms"] if at_one else None,
             "placement": [
                 {
                     "deployment": p["deployment"],
@@ -250,39 +322,7 @@ def cmd_bench(args):
                 for i, p in enumerate(desc["parts"])
             ],
         }
-        failed = any(r["errors"] for r in rows)
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            plane = desc.get("data_plane") or {}
-            print(
-                f"{name} on {args.address}: {len(partition.parts)} parts on the {plane.get('kind', '?')} data plane"
-                + (f" ({plane['why']})" if plane.get("why") else "")
-                + f", requests through the {args.via}, {args.requests} per row"
-            )
-            print(f"{'in flight':>9} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'compute ms':>10} {'errors':>6}")
-            for r in rows:
-                print(
-                    f"{r['in_flight']:>9} {r['throughput_rps']:>8.1f} {r['latency_p50_ms']:>8.2f} "
-                    f"{r['latency_p90_ms']:>8.2f} "
-                    f"{r.get('compute_sum_mean_ms', float('nan')):>10.2f} {r['errors']:>6}"
-                )
-            for p in result["placement"]:
-                c = f"{p['compute_mean_ms']:.2f} ms" if p["compute_mean_ms"] is not None else "-"
-                print(
-                    f"  {p['deployment']:<14} backend {p['backend']:<6} compute {c:>10}  node "
-                    f"{str(p['node_id'])[:12]}{' (head)' if p['is_head'] else ''}"
-                )
-            if result["per_hop_overhead_ms"] is not None:
-                print(
-                    f"overhead (1 in flight): {result['per_hop_overhead_ms']:.2f} ms a hop = (mean latency - summed "
-                    f"part compute) / {hops} hops "
-                    "(the client's to the ingress, and one into each part)"
-                )
-            for r in rows:
-                if r["errors"]:
-                    print(f"{r['errors']} requests failed at {r['in_flight']} in flight, first: {r['first_error']}")
-        return 1 if failed else 0
+        return result, feeds, deployed
     finally:
         if deployed and not args.keep:
             serve.delete(name)

@@ -177,8 +177,16 @@ def main(argv=None):
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def common(p, cluster=True):
-        p.add_argument("conn", help="the partition's stem.conn.json (part files beside it)")
+    def common(p, cluster=True, many=False):
+        if many:
+            p.add_argument(
+                "conn",
+                nargs="+",
+                help="partitions' stem.conn.json (part files beside each), benched one after the other; give the "
+                "1-stage cut of a model beside its other cuts for the cost per hop",
+            )
+        else:
+            p.add_argument("conn", help="the partition's stem.conn.json (part files beside it)")
         if cluster:
             p.add_argument(
                 "--address",
@@ -257,11 +265,15 @@ def main(argv=None):
     p.set_defaults(func=cmd_export)
 
     for cmd, text in (
-        ("bench", "time requests through the Python handle with 1 and with N in flight"),
+        (
+            "bench",
+            "time requests at several levels in flight, against the whole model's best throughput on this "
+            "machine's cores",
+        ),
         ("verify", "compare outputs and every boundary tensor with the source model run whole"),
     ):
         p = sub.add_parser(cmd, help=text)
-        common(p)
+        common(p, many=cmd == "bench")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--keep", action="store_true", help="leave the application running if this command deployed it")
         if cmd == "bench":
@@ -269,15 +281,26 @@ def main(argv=None):
                 "--requests", type=int, default=50, metavar="N", help="requests per in-flight level (default 50)"
             )
             p.add_argument(
-                "--in-flight", default="1,8", metavar="LIST", help="comma-separated in-flight levels (default 1,8)"
+                "--in-flight",
+                default="1,2,4,8,16",
+                metavar="LIST",
+                help="comma-separated in-flight levels (default 1,2,4,8,16)",
             )
             p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed requests first (default 3)")
             p.add_argument(
                 "--via",
                 choices=("handle", "http"),
-                default="handle",
-                help="send the requests through the Python handle, or as HTTP POSTs of an .npz to the route "
-                "(default handle)",
+                default="http",
+                help="send the requests as HTTP POSTs of an .npz to the route, as clients do, or through the "
+                "Python handle (default http)",
+            )
+            p.add_argument(
+                "--cores",
+                type=int,
+                default=os.cpu_count() or 1,
+                metavar="N",
+                help="cores the limit is measured on: the whole source model's best throughput on this machine, "
+                "after the benchmark (default: all of them; 0 skips it)",
             )
             p.set_defaults(func=cmd_bench)
         else:

@@ -58,6 +58,10 @@ pub const RAY_APP: &[(&str, &str)] = &[
         include_str!("../../../../python/cleave/serve/placement.py"),
     ),
     (
+        "report.py",
+        include_str!("../../../../python/cleave/serve/report.py"),
+    ),
+    (
         "wire.py",
         include_str!("../../../../python/cleave/serve/wire.py"),
     ),
@@ -259,22 +263,31 @@ pub struct RayApp {
     pub on_onert: usize,
 }
 
-/// Prepares the application's command line `args` (its first the subcommand, its second the
-/// conn.json) for `conn_path`, as `check_served` read it into `conn`.
-pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<RayApp, Error> {
+/// Prepares the application's command line `args` (its first the subcommand, then one
+/// conn.json per partition) for the partitions `conns`, each path with its conn.json as
+/// `check_served` read it; the application gets each partition as `as_served` makes it.
+pub fn ray_app(conns: &[(&Path, &ConnFile)], args: &[OsString]) -> Result<RayApp, Error> {
     let needs_cluster = args.first().is_some_and(|a| a != "export");
     let command = args.first().and_then(|a| a.to_str()).unwrap_or_default();
+    let circle: usize = conns.iter().map(|(_, c)| circle_parts(c)).sum();
     // Circle parts run on onert where this Python has it (the nodes need it then too); an
     // exported application, bound for nodes unknown here, holds them converted to TFLite.
-    let on_onert = needs_cluster && circle_parts(conn) > 0 && check_python(&["onert"]).is_ok();
+    let on_onert = needs_cluster && circle > 0 && check_python(&["onert"]).is_ok();
     if needs_cluster {
-        let mut need = packages_for(conn, on_onert);
-        let circle_source = part_format(&conn.source) == "circle";
-        if matches!(command, "verify" | "bench")
-            && circle_source
-            && !need.contains(&"ai_edge_litert")
-        {
-            need.push("ai_edge_litert");
+        let mut need: Vec<&str> = Vec::new();
+        for (_, conn) in conns {
+            for p in packages_for(conn, on_onert) {
+                if !need.contains(&p) {
+                    need.push(p);
+                }
+            }
+            let circle_source = part_format(&conn.source) == "circle";
+            if matches!(command, "verify" | "bench")
+                && circle_source
+                && !need.contains(&"ai_edge_litert")
+            {
+                need.push("ai_edge_litert");
+            }
         }
         check_python(&need)?;
     } else {
@@ -291,12 +304,18 @@ pub fn ray_app(conn_path: &Path, conn: &ConnFile, args: &[OsString]) -> Result<R
     }
     cleave_workdir::seal(dir.path()).map_err(|e| Error::io(&package, "cannot make private", e))?;
     let detached = args.iter().any(|a| a == "--detach");
-    let served = as_served(conn_path, conn, dir.path(), command, detached, on_onert)?;
     let mut args = args.to_vec();
-    if let Some(a) = args.get_mut(1) {
-        *a = served.into_os_string();
+    for (i, (conn_path, conn)) in conns.iter().enumerate() {
+        // One folder per partition: the cuts of one model share their file names.
+        let own = dir.path().join(format!("partition{i}"));
+        if circle_parts(conn) > 0 {
+            std::fs::create_dir(&own).map_err(|e| Error::io(&own, "cannot create", e))?;
+        }
+        let served = as_served(conn_path, conn, &own, command, detached, on_onert)?;
+        if let Some(a) = args.get_mut(i + 1) {
+            *a = served.into_os_string();
+        }
     }
-    let circle = circle_parts(conn);
     Ok(RayApp {
         dir,
         args,
