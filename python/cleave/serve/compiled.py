@@ -22,6 +22,11 @@ PLANE_WAIT_STEP_S = 5.0
 # longer to build than a request's 10 s.
 PLANE_IDLE_S = 0.0
 
+# Executions in flight in a lane whose parts run on more than one node. With Ray 2.60 a
+# 4-part graph alternating between two nodes stopped answering for good at 4 requests in
+# flight (every request out of time, none after), and ran at 2; on one node it ran at 16.
+CROSS_NODE_IN_FLIGHT = 2
+
 
 # Ray errors after which a compiled graph cannot run again: an actor or its node died, or
 # Ray tore the graph down.
@@ -220,6 +225,10 @@ class CompiledPlane:
                 await asyncio.sleep(PLANE_WAIT_STEP_S)
                 continue
             lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
+            # No request holds this lane's slots while it has no graph: safe to size them.
+            nodes = {x["report"].get("node_id") for x in infos}
+            lane["in_flight"] = min(self.inflight, CROSS_NODE_IN_FLIGHT) if len(nodes) > 1 else self.inflight
+            lane["slots"] = asyncio.Semaphore(lane["in_flight"])
             if self.specs is None:
                 specs = {}
                 for x in infos:
@@ -298,7 +307,8 @@ class CompiledPlane:
         except TimeoutError:
             lane["busy"] -= 1
             raise TimeoutError(
-                f"no room in the compiled graph within {timeout_s:g}s ({self.inflight} requests in it)"
+                f"no room in the compiled graph within {timeout_s:g}s "
+                f"({lane.get('in_flight', self.inflight)} requests in it)"
             ) from None
         graph = lane["graph"]
         task = None
@@ -376,6 +386,8 @@ class CompiledPlane:
             "state": self.state,
             "lanes": len(self.lanes),
             "max_in_flight_per_lane": self.inflight,
+            "in_flight_per_lane": [ln.get("in_flight") for ln in self.lanes],
+            "cross_node_in_flight": CROSS_NODE_IN_FLIGHT,
             "rebuilds": self.rebuilds,
             "last_failure": self.last_failure,
             "waiting_for": self.waiting,
