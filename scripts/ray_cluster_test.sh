@@ -21,7 +21,8 @@
 # handles,compiled); CLEAVE_RAY_TEST_LIMIT_S (default 900) bounds the whole run;
 # CLEAVE_RAY_TEST_REQUESTS (default 60) requests per bench row; CLEAVE_BIN, a cleave binary
 # to also serve and bench through (`cleave serve --ray`, `cleave bench --ray`);
-# CLEAVE_RAY_TEST_BASELINE, a 1-stage cut of the first partition's model that the binary's
+# CLEAVE_RAY_TEST_PLANE, the data plane the checks serve every partition on (default: the
+# application's); CLEAVE_RAY_TEST_BASELINE, a 1-stage cut of the first partition's model that the binary's
 # bench runs beside it for the cost per hop.
 set -u
 
@@ -121,6 +122,8 @@ EXTRA=()
 if [ "${CLEAVE_RAY_DRIVER:-}" = bench ]; then
     DRIVER=$HERE/reports/ray_bench.py
     EXTRA=(--planes "${CLEAVE_RAY_BENCH_PLANES:-handles,compiled}")
+elif [ -n "${CLEAVE_RAY_TEST_PLANE:-}" ]; then
+    EXTRA=(--data-plane "$CLEAVE_RAY_TEST_PLANE")
 fi
 python3 "$DRIVER" --app "$APP" --address "$ADDR" --tmp "$T" "${EXTRA[@]}" \
     --worker-pidfile "$T/worker.pid" --worker-start "$T/start_worker.sh" \

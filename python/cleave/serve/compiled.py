@@ -409,9 +409,15 @@ async def _gather(futures):
     results, first = [], None
     for f in futures if isinstance(futures, list) else [futures]:
         try:
-            results.append(await f)
+            value = await f
         except Exception as e:
             first = first or e
+            continue
+        # A channel closed under a read hands its error back as the value, not raised.
+        if isinstance(value, Exception):
+            first = first or value
+        else:
+            results.append(value)
     if first is not None:
         raise first
     return results
@@ -422,4 +428,6 @@ def _plane_broken(e):
         for cls in type(x).__mro__:
             if cls.__name__ in _PLANE_BROKEN:
                 return True
-    return "torn down" in str(e)
+    # Ray's own words for a graph it tore down: its input writer closed ("DAG execution
+    # cancelled", a plain RuntimeError) or its channels.
+    return any(w in str(x) for x in (e, innermost(e)) for w in ("torn down", "DAG execution cancelled"))
