@@ -152,6 +152,11 @@ def http_infer(port, name, feeds, boundaries, timeout_s):
         return {k: z[k] for k in z.files}, parts
 
 
+def rounded(x):
+    """A figure for the log; None (nothing answered, no limit) stays None."""
+    return None if x is None else round(x, 2)
+
+
 def test_partition(ray, serve, mod, a, idx, conn):
     partition = mod.Partition(conn)
     name = f"t{idx}"
@@ -226,9 +231,9 @@ def test_partition(ray, serve, mod, a, idx, conn):
         b = json.loads(out)["deployments"][0]
         FIGURES[label] = {
             "rps": {r["in_flight"]: round(r["throughput_rps"], 1) for r in b["levels"]},
-            "p50_ms": {r["in_flight"]: round(r["latency_p50_ms"], 2) for r in b["levels"]},
-            "p90_ms": {r["in_flight"]: round(r["latency_p90_ms"], 2) for r in b["levels"]},
-            "around_compute_ms": round(b["around_compute_ms"], 2),
+            "p50_ms": {r["in_flight"]: rounded(r["latency_p50_ms"]) for r in b["levels"]},
+            "p90_ms": {r["in_flight"]: rounded(r["latency_p90_ms"]) for r in b["levels"]},
+            "around_compute_ms": rounded(b["around_compute_ms"]),
             "parts": [(p["deployment"], "head" if p["is_head"] else "worker", str(p["node_id"])[:8],
                        round(p["compute_mean_ms"], 2) if p["compute_mean_ms"] is not None else None) for p in b["placement"]],
         }
@@ -282,9 +287,9 @@ def test_cleave_binary(serve, a, mod, conn):
         ok = one["parts"] == 1 and k["cost_per_hop_ms"] is not None and abs(k["cost_per_hop_ms"] - want) < 1e-9
         check("cleave bench --ray: cost per hop against the 1-stage cut", ok,
               f"{k['cost_per_hop_ms']:.2f} ms a hop over {k['parts']} parts" if ok else json.dumps(k)[:300])
-        FIGURES["binary_bench"] = {d["name"]: {"parts": d["parts"], "p50_at_1_ms": round(d["latency_at_1_ms"], 2),
+        FIGURES["binary_bench"] = {d["name"]: {"parts": d["parts"], "p50_at_1_ms": rounded(d["latency_at_1_ms"]),
                                               "cost_per_hop_ms": d["cost_per_hop_ms"],
-                                              "of_limit": {lv["in_flight"]: round(lv["of_limit"], 2) for lv in d["levels"]}}
+                                              "of_limit": {lv["in_flight"]: rounded(lv["of_limit"]) for lv in d["levels"]}}
                                    for d in got}
 
 

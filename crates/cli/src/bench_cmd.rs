@@ -245,8 +245,8 @@ pub struct Args {
     /// Timed runs per mode (after one warm-up run).
     #[arg(long, default_value_t = 20)]
     pub runs: usize,
-    /// Requests in flight in the pipelined mode.
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    /// Requests in flight in the pipelined mode (with --ray: --in-flight).
+    #[arg(long, default_value_t = 4, value_name = "N", conflicts_with = "ray")]
     pub requests: usize,
     #[command(flatten)]
     pub engine: crate::setup::EngineArgs,

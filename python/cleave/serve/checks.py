@@ -218,20 +218,25 @@ def cmd_bench(args):
     for partition, name in zip(partitions, _names(args, partitions)):
         r, feeds, deployed = _bench_one(ray, args, partition, name, levels)
         results.append(r)
-        kept = kept or (args.keep and deployed)
+        # Kept by --keep, or found running and reused: not deleted, so not idle for the limit.
+        kept = kept or args.keep or not deployed
         if r["source"] and r["source"] not in feeds_of:
             feeds_of[r["source"]] = feeds
     limits = {}
     if args.cores > 0:
         for source, feeds in feeds_of.items():
-            limits[source] = physical_limit(source, feeds, args.cores, max(10, args.requests))
+            try:
+                limits[source] = physical_limit(source, feeds, args.cores, max(10, args.requests))
+            except Exception as e:  # the timings taken so far still stand
+                limits[source] = {"source": source, "error": short_error(e) or type(e).__name__}
     add_costs(results, limits)
     doc = {
         "address": args.address,
         "via": args.via,
         "requests": args.requests,
         "limits": limits,
-        "limit_measured": "measured after the benchmark with the deployments still running (--keep)"
+        "limit_measured": "measured after the benchmark with deployments of it still running (--keep, or "
+        "found running and reused)"
         if kept
         else "measured after the benchmark, its deployments deleted",
         "deployments": results,
@@ -273,15 +278,16 @@ def _bench_one(ray, args, partition, name, levels):
                 "ok": len(lat),
                 "errors": len(errors),
                 "throughput_rps": len(lat) / wall if wall > 0 else 0.0,
-                "latency_p50_ms": percentile(lat, 50) * 1e3,
-                "latency_p90_ms": percentile(lat, 90) * 1e3,
-                "latency_mean_ms": (float(np.mean(lat)) * 1e3) if lat else float("nan"),
+                # None, not NaN, where nothing answered: NaN is not JSON.
+                "latency_p50_ms": percentile(lat, 50) * 1e3 if lat else None,
+                "latency_p90_ms": percentile(lat, 90) * 1e3 if lat else None,
+                "latency_mean_ms": float(np.mean(lat)) * 1e3 if lat else None,
             }
             row["cores"] = cores_used(before, cpu_sample(), wall)
             if errors:
                 row["first_error"] = errors[0]
             if len(lat) + len(errors) < args.requests:
-                row["given_up"] = f"after {len(errors)} failed requests in a row"
+                row["given_up"] = f"after {len(errors)} failed requests, the last of them in a row"
             if compute:
                 c = np.asarray(compute)
                 row["compute_sum_mean_ms"] = float(c.sum(axis=1).mean() * 1e3)

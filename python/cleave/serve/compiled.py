@@ -225,8 +225,13 @@ class CompiledPlane:
                 await asyncio.sleep(PLANE_WAIT_STEP_S)
                 continue
             lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
-            # No request holds this lane's slots while it has no graph: safe to size them.
+            # A request still waiting on the old slots finds them replaced once it has one, and
+            # gives it back (run), so the new count holds from here on.
             nodes = {x["report"].get("node_id") for x in infos}
+            try:  # the ingress's own node: its channels to and from the lane count too
+                nodes.add(ray.get_runtime_context().get_node_id())
+            except Exception:
+                pass
             lane["in_flight"] = min(self.inflight, CROSS_NODE_IN_FLIGHT) if len(nodes) > 1 else self.inflight
             lane["slots"] = asyncio.Semaphore(lane["in_flight"])
             if self.specs is None:
@@ -313,6 +318,12 @@ class CompiledPlane:
         graph = lane["graph"]
         task = None
         try:
+            if lane["slots"] is not slots:
+                # The lane was rebuilt while this request waited: its slot counts for the old
+                # graph (given back below, harmlessly), not the new one.
+                raise RuntimeError(
+                    f"the compiled data plane was rebuilt while the request waited (after: {self.last_failure})"
+                )
             if graph is None:
                 raise RuntimeError(self.unavailable())
             task = asyncio.ensure_future(_gather(await graph.execute_async(request)))

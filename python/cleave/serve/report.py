@@ -66,6 +66,8 @@ def cpu_sample():
         tick = os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError):
         return None
+    # guest and guest_nice (fields 9 and 10) are counted in user time already.
+    fields = fields[:8]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
     per = {}
     for pid in os.listdir("/proc"):
@@ -136,10 +138,10 @@ def add_costs(results, limits):
         r["cost_per_hop_ms"] = None
         if base is not None and r["parts"] > 1 and r.get("around_compute_ms") is not None:
             r["cost_per_hop_ms"] = (r["around_compute_ms"] - base["around_compute_ms"]) / (r["parts"] - 1)
-        limit = limits.get(r["source"])
-        r["limit_rps"] = limit["limit_rps"] if limit else None
+        rate = (limits.get(r["source"]) or {}).get("limit_rps")
+        r["limit_rps"] = rate
         for row in r["levels"]:
-            row["of_limit"] = row["throughput_rps"] / limit["limit_rps"] if limit else None
+            row["of_limit"] = row["throughput_rps"] / rate if rate else None
 
 
 def _f(x, width, digits):
@@ -151,6 +153,9 @@ def print_table(doc):
     levels = sorted({row["in_flight"] for r in results for row in r["levels"]})
     print(f"on {doc['address']}, requests {VIA[doc['via']]}, {doc['requests']} per in-flight level")
     for lim in doc["limits"].values():
+        if "error" in lim:
+            print(f"limit: not measured, {os.path.basename(lim['source'])} did not run whole here: {lim['error']}")
+            continue
         print(
             f"limit: {lim['limit_rps']:.1f} req/s, {os.path.basename(lim['source'])} whole on {lim['engine']} with "
             f"this machine's {lim['cores']} cores (one {lim['cores']}-thread session "

@@ -3,6 +3,7 @@
 //! Python), carried inside the binary as those same files; this module checks the partition,
 //! writes the package out (as `ray_app`) and runs it.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -200,7 +201,8 @@ const INLINE_MAX_BYTES: u64 = 64 << 20;
 /// parts, a conn.json in `dir` naming every part by its absolute path, the circle ones
 /// converted to TFLite there unless they run on onert (`on_onert`). A circle source is
 /// converted for `verify` and `bench`, whose reference run is LiteRT's. A converted part past `INLINE_MAX_BYTES` would be read from `dir` on
-/// the node, which a detached deployment outlives: refused then.
+/// the node, which a detached deployment outlives: refused then. `sources` holds the sources
+/// converted so far, so that the cuts of one circle model benched together share one.
 fn as_served(
     conn_path: &Path,
     conn: &ConnFile,
@@ -208,6 +210,7 @@ fn as_served(
     command: &str,
     detached: bool,
     on_onert: bool,
+    sources: &mut HashMap<PathBuf, PathBuf>,
 ) -> Result<PathBuf, Error> {
     if circle_parts(conn) == 0 {
         return Ok(conn_path.to_path_buf());
@@ -242,7 +245,16 @@ fn as_served(
     }
     let source_is_circle = part_format(&served.source) == "circle";
     if matches!(command, "verify" | "bench") && source_is_circle && !served.source.file.is_empty() {
-        served.source.file = to_tflite(&served.source.file)?.display().to_string();
+        let original = base.join(&served.source.file);
+        let converted = match sources.get(&original) {
+            Some(done) => done.clone(),
+            None => {
+                let done = to_tflite(&served.source.file)?;
+                sources.insert(original, done.clone());
+                done
+            }
+        };
+        served.source.file = converted.display().to_string();
     } else if !served.source.file.is_empty() {
         served.source.file = base.join(&served.source.file).display().to_string();
     }
@@ -305,13 +317,14 @@ pub fn ray_app(conns: &[(&Path, &ConnFile)], args: &[OsString]) -> Result<RayApp
     cleave_workdir::seal(dir.path()).map_err(|e| Error::io(&package, "cannot make private", e))?;
     let detached = args.iter().any(|a| a == "--detach");
     let mut args = args.to_vec();
+    let mut sources = HashMap::new();
     for (i, (conn_path, conn)) in conns.iter().enumerate() {
         // One folder per partition: the cuts of one model share their file names.
         let own = dir.path().join(format!("partition{i}"));
         if circle_parts(conn) > 0 {
             std::fs::create_dir(&own).map_err(|e| Error::io(&own, "cannot create", e))?;
         }
-        let served = as_served(conn_path, conn, &own, command, detached, on_onert)?;
+        let served = as_served(conn_path, conn, &own, command, detached, on_onert, &mut sources)?;
         if let Some(a) = args.get_mut(i + 1) {
             *a = served.into_os_string();
         }
@@ -366,7 +379,16 @@ mod tests {
 
     fn served(dir: &Path, conn_path: &Path, command: &str, on_onert: bool) -> ConnFile {
         let conn = check_served(conn_path).unwrap();
-        let out = as_served(conn_path, &conn, dir, command, false, on_onert).unwrap();
+        let out = as_served(
+            conn_path,
+            &conn,
+            dir,
+            command,
+            false,
+            on_onert,
+            &mut HashMap::new(),
+        )
+        .unwrap();
         ConnFile::from_json(&std::fs::read_to_string(out).unwrap()).unwrap()
     }
 
