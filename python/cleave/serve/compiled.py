@@ -22,6 +22,10 @@ PLANE_WAIT_STEP_S = 5.0
 # longer to build than a request's 10 s.
 PLANE_IDLE_S = 0.0
 
+# Seconds a given-up request's results may take to come out of the graph before the lane
+# counts as stuck and is built again.
+PLANE_DRAIN_S = 30.0
+
 # Executions in flight in a lane whose parts run on more than one node. With Ray 2.60 a
 # 4-part graph alternating between two nodes stopped answering for good at 4 requests in
 # flight (every request out of time, none after), and ran at 2; on one node it ran at 16.
@@ -354,7 +358,12 @@ class CompiledPlane:
 
     async def _drain(self, lane, graph, task, slots):
         try:
-            await asyncio.wait_for(task, 600)
+            await asyncio.wait_for(task, PLANE_DRAIN_S)
+        except TimeoutError:
+            # Parts skip a request past its deadline and cut a running one short, so a graph
+            # that still owes results this long is stuck (a node died under it before Ray said
+            # so): it holds slots no new request can get, and is built again.
+            self._broken(lane, graph, TimeoutError(f"no result {PLANE_DRAIN_S:g}s after a request gave up"))
         except Exception as e:
             if _plane_broken(e):
                 self._broken(lane, graph, e)
