@@ -324,7 +324,15 @@ pub fn ray_app(conns: &[(&Path, &ConnFile)], args: &[OsString]) -> Result<RayApp
         if circle_parts(conn) > 0 {
             std::fs::create_dir(&own).map_err(|e| Error::io(&own, "cannot create", e))?;
         }
-        let served = as_served(conn_path, conn, &own, command, detached, on_onert, &mut sources)?;
+        let served = as_served(
+            conn_path,
+            conn,
+            &own,
+            command,
+            detached,
+            on_onert,
+            &mut sources,
+        )?;
         if let Some(a) = args.get_mut(i + 1) {
             *a = served.into_os_string();
         }
