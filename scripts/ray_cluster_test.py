@@ -173,6 +173,15 @@ def test_partition(ray, serve, mod, a, idx, conn):
     if a.data_plane:
         plane = handle.describe.remote().result(timeout_s=30).get("data_plane") or {}
         check(f"{label}: served on the {a.data_plane} data plane", plane.get("kind") == a.data_plane, json.dumps(plane)[:300])
+        if a.data_plane == "compiled":
+            # The ingress's result reader spins between requests; it waits at SCHED_IDLE.
+            for _ in range(60):  # the graph is built once the ingress is up: seconds
+                if plane.get("state") == "ready":
+                    break
+                time.sleep(1)
+                plane = handle.describe.remote().result(timeout_s=30).get("data_plane") or {}
+            readers = (plane.get("waits_as_idle") or {}).get("ingress_readers")
+            check(f"{label}: the ingress's result reader waits at the idle policy", (readers or 0) >= 1, json.dumps(plane)[:300])
     engines = sorted({p.get("engine", "?") for p in desc["parts"]})
     want = {"tflite": "litert:", "onnx": "onnxruntime:"}
     check(f"{label}: each part runs on its format's engine ({', '.join(engines)})",
@@ -295,8 +304,9 @@ def test_cleave_binary(serve, a, mod, conn):
 
 def test_export(serve, a, mod, conn, tmp):
     out_dir = os.path.join(tmp, "exported")
+    plane = ["--data-plane", a.data_plane] if a.data_plane else []
     rc, out, err, secs = run_app(["export", conn, out_dir, "--name", "exported", "--resources", a.resources,
-                                  "--http-port", str(a.http_port)], a.app, 60)
+                                  "--http-port", str(a.http_port)] + plane, a.app, 60)
     files = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
     package = sorted(os.listdir(os.path.join(out_dir, "ray_app"))) if os.path.isdir(os.path.join(out_dir, "ray_app")) else []
     ok = rc == 0 and {"app.py", "serve_config.yaml", "ray_app"} <= set(files) and "__init__.py" in package

@@ -2,9 +2,12 @@
 against what the model takes, and a part gives up a request that ran out of time."""
 
 import asyncio
+import concurrent.futures
 import io
+import os
 import pathlib
 import struct
+import threading
 import time
 import zipfile
 
@@ -394,9 +397,20 @@ class InProcessGraph:
     def __init__(self, plane, workers):
         self.plane, self.workers = plane, workers
         self.executions = 0
+        # One thread runs every part, as each actor's loop runs on a thread of its own.
+        self.loop_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
     async def execute_async(self, request):
         self.executions += 1
+        up = await asyncio.get_running_loop().run_in_executor(self.loop_thread, self._run, request)
+        futures = []
+        for u in up:
+            f = asyncio.get_running_loop().create_future()
+            (f.set_exception if isinstance(u, Exception) else f.set_result)(u)
+            futures.append(f)
+        return futures
+
+    def _run(self, request):
         down, up = [None] * len(self.workers), []
         for i, w in enumerate(self.workers):
             args = [request if self.plane.reads_request[i] else None] + [down[j] for j in self.plane.upstream[i]]
@@ -409,12 +423,38 @@ class InProcessGraph:
                 u = d
             down[i] = d
             up.append(u)
-        futures = []
-        for u in up:
-            f = asyncio.get_running_loop().create_future()
-            (f.set_exception if isinstance(u, Exception) else f.set_result)(u)
-            futures.append(f)
-        return futures
+        return up
+
+
+def test_threads_waiting_on_a_compiled_graph_go_idle_once_quiet_and_back_with_work(monkeypatch):
+    monkeypatch.setattr(serve.compiled, "WAIT_QUIET_S", 0.05)
+    go = threading.Event()
+    reader = threading.Thread(target=go.wait, name=serve.compiled._RESULT_READER_THREAD + "_0")
+    other = threading.Thread(target=go.wait, name="someone_else")
+    reader.start()
+    other.start()
+    try:
+        assert serve.compiled._result_reader_tids() == [reader.native_id]
+        can = serve.compiled._can_leave_idle()
+        policy = serve.compiled.QuietPolicy(lambda: [reader.native_id], can)
+        policy.begin()
+        policy.end()
+        policy.begin()  # work again before the quiet time: the first timer must not demote it
+        time.sleep(0.3)
+        assert os.sched_getscheduler(reader.native_id) == os.SCHED_OTHER and not policy.idle
+        policy.end()
+        time.sleep(0.3)
+        # Going idle needs no privilege.
+        assert os.sched_getscheduler(reader.native_id) == os.SCHED_IDLE and policy.idle
+        assert os.sched_getscheduler(other.native_id) == os.SCHED_OTHER
+        policy.begin()
+        # Coming back does, where RLIMIT_NICE is low and CAP_SYS_NICE missing.
+        want = os.SCHED_OTHER if can else os.SCHED_IDLE
+        assert os.sched_getscheduler(reader.native_id) == want and policy.idle == (not can)
+    finally:
+        go.set()
+        reader.join()
+        other.join()
 
 
 def in_process_plane(monkeypatch, meta, specs, models):
@@ -422,7 +462,9 @@ def in_process_plane(monkeypatch, meta, specs, models):
     async def build(self, lane, first):
         workers = [serve.PartWorker(s, m, meta["outputs"], self.consumers[i]) for i, (s, m) in enumerate(zip(specs, models))]
         infos = [w.ready() for w in workers]
-        lane.update(actors=workers, graph=InProcessGraph(self, workers), reports=[x["report"] for x in infos])
+        graph = InProcessGraph(self, workers)
+        await self._first_run(graph)
+        lane.update(actors=workers, graph=graph, reports=[x["report"] for x in infos])
         self.specs = {n: s for x in infos for n, s in x["inputs"].items() if n in meta["inputs"]}
         self.state = "ready"
 
@@ -432,6 +474,7 @@ def in_process_plane(monkeypatch, meta, specs, models):
 
 
 def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach_the_ingress(monkeypatch):
+    monkeypatch.setattr(serve.compiled, "WAIT_QUIET_S", 0.05)
     monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     n = 64
     rng = np.random.default_rng(4)
@@ -462,7 +505,19 @@ def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach
     assert ingress.received == {"y": 1, "a": 1}
     assert [p["deployment"] for p in r["parts"]] == ["part1_npu", "part2_gpu", "part3_cpu"]
     assert all(p["compute_s"] > 0 for p in r["parts"])
+    graph, workers = plane.lanes[0]["graph"], plane.lanes[0]["actors"]
+    can = serve.compiled._can_leave_idle()
+    assert all(w.ready()["waits_as_idle"] == can for w in workers)
+    time.sleep(0.3)
+    loop_tid = graph.loop_thread.submit(threading.get_native_id).result()
+    # Quiet, the parts' loop thread waits at SCHED_IDLE (Ray's channel reads spin there) where
+    # it may come back, and it runs each part at the normal policy.
+    assert os.sched_getscheduler(loop_tid) == (os.SCHED_IDLE if can else os.SCHED_OTHER)
+    policies = []
+    for w in workers:
+        w.session.run = lambda *a, run=w.session.run: (policies.append(os.sched_getscheduler(0)), run(*a))[1]
     r = asyncio.run(ingress.infer({"x": x}, boundaries=True))
+    assert policies == [os.SCHED_OTHER] * 3, policies
     np.testing.assert_allclose(r["boundaries"]["b"], b, rtol=1e-4, atol=1e-4)
     d = asyncio.run(ingress.describe())
     assert d["data_plane"]["kind"] == "compiled" and d["data_plane"]["state"] == "ready", d

@@ -2,6 +2,7 @@
 Compiled Graph that the ingress builds, drives, and rebuilds when an actor or its node dies."""
 
 import asyncio
+import os
 import threading
 import time
 
@@ -14,17 +15,109 @@ from .wire import innermost, short_error
 PLANE_WAIT_STEP_S = 5.0
 
 
-# A compiled graph's channel readers poll (sched_yield) while they wait, a core's worth and more
-# per idle deployment; after this many seconds without a request the plane may release its
+# A compiled graph's channel readers poll (sched_yield) while they wait (see WAIT_AS_IDLE);
+# after this many seconds without a request the plane may release its
 # actors, the next request building them again (a model load and a compile: seconds). Off (0):
 # with Ray 2.60, tearing down a graph whose channels cross nodes crashed the raylet
 # (experimental_mutable_object_provider.cc:154, "Channel closed"), and a 9-part graph took
 # longer to build than a request's 10 s.
 PLANE_IDLE_S = 0.0
 
+# Seconds a new graph has to carry its first (skipped) request end to end.
+PLANE_FIRST_RUN_S = 60.0
+
 # Seconds a given-up request's results may take to come out of the graph before the lane
 # counts as stuck and is built again.
 PLANE_DRAIN_S = 30.0
+
+# Whether the threads that wait on the graph's channels (each actor's loop, the ingress's result
+# reader) wait under SCHED_IDLE: Ray's channel reads spin (sched_yield) until a value comes, and
+# at the normal policy each spinner takes a core's fair share from whatever runs beside it.
+# Under SCHED_IDLE a spinner gets only what nothing else wants. An actor's loop goes back to the
+# normal policy before its part runs (where the system lets a thread leave SCHED_IDLE:
+# RLIMIT_NICE, or CAP_SYS_NICE; else it keeps the normal policy throughout) and to SCHED_IDLE
+# WAIT_QUIET_S seconds after its last request. Ray's copies into and out of the channels run on
+# these threads too, so under other load on the node they wait for idle CPU; keeping a busy
+# deployment's waiting threads at the normal policy cost throughput on this 2-core VM (resnet50
+# in 2 stages at 8 in flight: 0.54 of the limit against 0.64 to 0.75; docs/serving.md).
+WAIT_AS_IDLE = True
+WAIT_QUIET_S = 0.0
+
+# The reader thread Ray's asyncio driver reads a compiled graph's results on (its
+# ThreadPoolExecutor's name prefix, ray/experimental/channel/common.py).
+_RESULT_READER_THREAD = "channel.AwaitableBackgroundReader"
+
+
+def _set_policy(tid, idle):
+    """Puts thread `tid` (0: the calling one) at SCHED_IDLE (idle) or back at SCHED_OTHER;
+    False where the system refuses."""
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE if idle else os.SCHED_OTHER, os.sched_param(0))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+def _can_leave_idle():
+    """Whether a thread here may go to SCHED_IDLE and come back (RLIMIT_NICE may forbid the
+    return); tried on a thread of its own, so no thread that matters is left idle."""
+    if not WAIT_AS_IDLE:
+        return False
+    got = []
+    t = threading.Thread(target=lambda: got.append(_set_policy(0, True) and _set_policy(0, False)))
+    t.start()
+    t.join()
+    return bool(got and got[0])
+
+
+def _result_reader_tids():
+    """This process's compiled-graph result reader threads."""
+    return [
+        t.native_id
+        for t in threading.enumerate()
+        if t.name.startswith(_RESULT_READER_THREAD) and t.native_id is not None
+    ]
+
+
+class QuietPolicy:
+    """Puts threads at SCHED_IDLE once WAIT_QUIET_S seconds pass with no work begun, and back at
+    SCHED_OTHER when work begins. `begin` and `end` bracket each piece of work; `tids` gives
+    the threads (read when the policy changes). A timer thread does the demotion, under a
+    lock that `begin` takes too, so a thread is never left idle with work running."""
+
+    def __init__(self, tids, can_leave_idle):
+        self.tids = tids
+        self.can_leave_idle = can_leave_idle
+        self.lock = threading.Lock()
+        self.running = 0
+        self.generation = 0
+        self.idle = False
+
+    def begin(self):
+        with self.lock:
+            self.running += 1
+            self.generation += 1
+            if self.idle and self.can_leave_idle:
+                self.idle = not all([_set_policy(t, False) for t in self.tids()])
+
+    def end(self):
+        with self.lock:
+            self.running -= 1
+            generation = self.generation
+        if WAIT_AS_IDLE and WAIT_QUIET_S <= 0:
+            self._quiet(generation)
+        elif WAIT_AS_IDLE:
+            timer = threading.Timer(WAIT_QUIET_S, self._quiet, (generation,))
+            timer.daemon = True
+            timer.start()
+
+    def _quiet(self, generation):
+        with self.lock:
+            if self.running or generation != self.generation or self.idle:
+                return
+            tids = self.tids()
+            self.idle = bool(tids) and all([_set_policy(t, True) for t in tids])
+
 
 # Executions in flight in a lane whose parts run on more than one node. With Ray 2.60 a
 # 4-part graph alternating between two nodes stopped answering for good at 4 requests in
@@ -77,14 +170,31 @@ class PartWorker:
         self.consumers = bool(consumers)
         self.name = f"{spec['deployment']} (backend {spec['backend']})"
         self.report = placement.part_report(spec, self.session)
+        # The graph's loop thread, which calls step; known from its first call.
+        self.loop_tid = None
+        can = _can_leave_idle()
+        self.quiet = QuietPolicy(lambda: [self.loop_tid] if self.loop_tid else [], can) if can else None
 
     def ready(self):
-        return {"inputs": self.session.input_specs(), "report": self.report}
+        return {"inputs": self.session.input_specs(), "report": self.report, "waits_as_idle": self.quiet is not None}
 
     def _answer(self, down, up):
         return (down, up) if self.consumers else up
 
     def step(self, request, *upstream):
+        """One request through the part (graph inputs and the upstream parts' answers in, its
+        answers out). The graph's loop calls it on one thread, which waits for the next
+        request, at SCHED_IDLE once the part has been quiet a while (WAIT_AS_IDLE)."""
+        if self.quiet is None:
+            return self._step(request, *upstream)
+        self.loop_tid = threading.get_native_id()
+        self.quiet.begin()
+        try:
+            return self._step(request, *upstream)
+        finally:
+            self.quiet.end()
+
+    def _step(self, request, *upstream):
         ctl = request["ctl"] if request is not None else None
         feeds = {}
         for r in upstream:
@@ -98,14 +208,14 @@ class PartWorker:
             for name in self.inputs:
                 if name in request["feeds"]:
                     feeds.setdefault(name, request["feeds"][name])
-        missing = [n for n in self.inputs if n not in feeds]
-        if missing:
-            raise RuntimeError(f"{self.name} was not given {missing[0]!r}")
         left = ctl["deadline"] - time.time()
         if left <= 0:
             # Out of time before it started: nobody waits for it, so it does not run.
             skipped = {"skipped": f"{self.spec['deployment']} did not start: the request was out of time"}
             return self._answer(skipped, skipped)
+        missing = [n for n in self.inputs if n not in feeds]
+        if missing:
+            raise RuntimeError(f"{self.name} was not given {missing[0]!r}")
         run_options = self.session.run_options()
         # Stops a run past the request's time where the engine can (ONNX Runtime, OpenVINO).
         timer = threading.Timer(left, setattr, (run_options, "terminate", True))
@@ -157,6 +267,10 @@ class CompiledPlane:
         self.last_failure = None
         self.waiting = None
         self.specs = None
+        # The ingress's result reader threads, each at SCHED_IDLE from its graph's first run
+        # (WAIT_AS_IDLE): they only wait and read.
+        self.reader_tids = []
+        self.parts_wait_as_idle = None
         producer = {}
         self.upstream, self.consumers, self.reads_request = [], [False] * len(meta["parts"]), []
         for p in meta["parts"]:
@@ -207,7 +321,7 @@ class CompiledPlane:
 
         cls = ray.remote(PartWorker)
         while True:
-            actors = []
+            actors, graph = [], None
             try:
                 for i, (spec, model_bytes, opts) in enumerate(self.workers):
                     actors.append(
@@ -215,12 +329,15 @@ class CompiledPlane:
                     )
                 infos = await self._await_ready(actors)
                 graph = self._compile(actors)
+                await self._first_run(graph)
             except Exception as e:
                 for a in actors:
                     try:
                         ray.kill(a, no_restart=True)
                     except Exception:
                         pass
+                if graph is not None:  # compiled, but its first request failed
+                    await self._release(graph, [])
                 self.last_failure = f"building the compiled graph failed: {short_error(e)}"
                 if first:
                     self.state = "failed"
@@ -229,6 +346,7 @@ class CompiledPlane:
                 await asyncio.sleep(PLANE_WAIT_STEP_S)
                 continue
             lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
+            self.parts_wait_as_idle = all(x.get("waits_as_idle") for x in infos)
             # A request still waiting on the old slots finds them replaced once it has one, and
             # gives it back (run), so the new count holds from here on.
             nodes = {x["report"].get("node_id") for x in infos}
@@ -279,6 +397,18 @@ class CompiledPlane:
             dag = MultiOutputNode(up)
         return dag.experimental_compile(enable_asyncio=True, _max_inflight_executions=self.inflight)
 
+    async def _first_run(self, graph):
+        """One request already out of time through a new graph: every part skips it without
+        running, which proves the channels carry a request end to end, leaves each actor's
+        loop to its quiet policy and starts the ingress's result reader, whose thread is then
+        put at SCHED_IDLE."""
+        request = {"feeds": {}, "ctl": {"deadline": 0.0, "boundaries": False}}
+        results = await asyncio.wait_for(_gather(await graph.execute_async(request)), PLANE_FIRST_RUN_S)
+        if not all("skipped" in r for r in results):
+            raise RuntimeError("a request out of time was run by a part instead of skipped")
+        if WAIT_AS_IDLE:
+            self.reader_tids = [t for t in _result_reader_tids() if _set_policy(t, True)]
+
     def _pick(self):
         ready = [ln for ln in self.lanes if ln["graph"] is not None]
         if not ready:
@@ -309,6 +439,9 @@ class CompiledPlane:
             "ctl": {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries},
         }
         self.last_used = time.monotonic()
+        return await self._run(lane, request, deadline, timeout_s)
+
+    async def _run(self, lane, request, deadline, timeout_s):
         lane["busy"] += 1
         slots = lane["slots"]
         try:
@@ -414,6 +547,11 @@ class CompiledPlane:
             "idle_releases": self.idle_releases,
             "idle_release_after_s": PLANE_IDLE_S,
             "release_error": self.release_error,
+            "waits_as_idle": {
+                "parts": self.parts_wait_as_idle,
+                "parts_after_quiet_s": WAIT_QUIET_S if WAIT_AS_IDLE else None,
+                "ingress_readers": len(self.reader_tids),
+            },
         }
 
     def part_reports(self):
