@@ -29,11 +29,11 @@ pub const RUN: &str = "Examples:
 pub const BENCH: &str = "Examples:
   cleave bench out/model.conn.json
   cleave bench model.onnx --devices nnapi,cpu --objective latency --costs costs.json
-  cleave bench s1/model.conn.json s2/model.conn.json --ray 127.0.0.1:6379 --data-plane compiled";
+  cleave bench s1/model.conn.json s2/model.conn.json --ray 127.0.0.1:6379 --data-plane handles";
 pub const SERVE: &str = "Examples:
   cleave serve out/model.conn.json --ray 127.0.0.1:6379
   cleave serve out/model.conn.json --ray 127.0.0.1:6379 --replicas cpu=2 --threads npu=4
-  cleave serve out/model.conn.json --ray 127.0.0.1:6379 --data-plane compiled
+  cleave serve out/model.conn.json --ray 127.0.0.1:6379 --data-plane handles
   cleave serve out/model.conn.json --export serve_app";
 pub const GEN: &str = "Examples:
   cleave gen --nodes 100000 -o g100k.onnx";

@@ -144,15 +144,15 @@ enum Command {
     Bench(bench_cmd::Args),
     /// Serve a written partition on a Ray cluster (Ray Serve).
     ///
-    /// Serve a written partition on a Ray cluster: each part a Ray Serve deployment (or actor),
+    /// Serve a written partition on a Ray cluster: each part a Ray actor (or Serve deployment),
     /// placed by its backend's Ray resources (a backend named gpu*/cuda* asks for a GPU, any other
     /// for a custom resource of its own name that the cluster's nodes declare, e.g.
     /// `ray start --resources='{"npu": 1}'`; `cpu` asks for nothing). Each part runs on the
     /// engine of its format: ONNX parts on ONNX Runtime (its CUDA provider for a gpu*/cuda*
     /// backend where onnxruntime-gpu is installed, else the CPU), TFLite and circle parts
     /// (converted to TFLite) on LiteRT, parts the conn file records for OpenVINO on OpenVINO.
-    /// Tensors go from part to part (one Ray Serve deployment per part; --data-plane compiled
-    /// joins them by a Ray Compiled Graph instead), parts whose inputs are ready run at once, and
+    /// Tensors go from part to part over a Ray Compiled Graph (--data-plane handles: one Ray
+    /// Serve deployment per part instead), parts whose inputs are ready run at once, and
     /// requests pipeline through the parts, behind an HTTP route (POST an .npz of the inputs;
     /// `?boundaries=1` also returns every tensor between parts). Needs Python with Ray:
     /// pip install 'cleave-nn[ray]' (and 'cleave-nn[litert]' for TFLite and circle parts).

@@ -292,11 +292,10 @@ pub struct RayArgs {
     /// num_cpus --resources reserves for the part, else 1.
     #[arg(long, value_name = "SPEC")]
     pub threads: Option<String>,
-    /// How tensors move between parts: `handles` (one Serve deployment per part, called by
-    /// handle; the default) or `compiled` (the parts as Ray actors joined by a Ray Compiled
-    /// Graph that the ingress drives: shared-memory channels on a node, no Serve request per
-    /// part; experimental: its channel readers poll, and where it cannot serve the partition,
-    /// handles, and stderr says why).
+    /// How tensors move between parts: `compiled` (the default: the parts as Ray actors
+    /// joined by a Ray Compiled Graph that the ingress drives, shared-memory channels on a
+    /// node, no Serve request per part; where it cannot serve the partition, handles, and
+    /// stderr says why) or `handles` (one Serve deployment per part, called by handle).
     #[arg(long, value_name = "PLANE", value_parser = ["compiled", "handles"])]
     pub data_plane: Option<String>,
 }

@@ -3,13 +3,15 @@ r"""Serve a cleave partition (a stem.conn.json and its part files) on a Ray clus
 An ``ingress`` Ray Serve deployment (the HTTP route and the handle) drives the parts over one
 of two data planes (``--data-plane``, ``build_app(..., data_plane=)``):
 
-* ``compiled``: the parts are Ray actors (``PartWorker``, one per part and lane),
+* ``compiled`` (default): the parts are Ray actors (``PartWorker``, one per part and lane),
   joined by a Ray Compiled Graph that the ingress builds from the partition's DAG and
   executes; tensors go part to part over Ray's shared-memory channels (its transport between
   nodes), never through the ingress unless asked for, with no Serve request per part. When an
   actor or its node dies the ingress tears the graph down and builds it again once the
-  actors' resources are back (``describe``'s ``data_plane``).
-* ``handles`` (default): one Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...); each
+  actors' resources are back (``describe``'s ``data_plane``). Ray's channel reads spin while
+  they wait; the threads that wait on them go to SCHED_IDLE once the deployment has been quiet
+  a second (``compiled.WAIT_AS_IDLE``, ``WAIT_QUIET_S``).
+* ``handles``: one Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...); each
   part's call carries the graph inputs it reads and the DeploymentResponses of the parts it
   reads from, so Ray Serve starts it once those have answered and moves their tensors to it
   worker to worker. Also used where a compiled graph cannot serve the partition (replica

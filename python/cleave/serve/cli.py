@@ -22,7 +22,7 @@ from .cluster import (
     print_placement,
     running_http,
 )
-from .ingress import DATA_PLANES, DEFAULT_REQUEST_TIMEOUT_S
+from .ingress import DATA_PLANES, DEFAULT_DATA_PLANE, DEFAULT_REQUEST_TIMEOUT_S
 
 
 def cmd_serve(args):
@@ -246,11 +246,11 @@ def main(argv=None):
         p.add_argument(
             "--data-plane",
             choices=DATA_PLANES,
-            default="handles",
+            default=DEFAULT_DATA_PLANE,
             help="how tensors move between parts: 'compiled', the parts as Ray actors joined by a Ray Compiled Graph "
-            "that the ingress drives (shared-memory channels on a node, no Serve request per part), or 'handles', "
-            "one Serve deployment per part called by handle (default handles; where a compiled graph cannot serve "
-            "the partition, handles, and the reason is printed)",
+            "that the ingress drives (shared-memory channels on a node, no Serve request per part; the default; "
+            "where a compiled graph cannot serve the partition, handles, and the reason is printed), or 'handles', "
+            "one Serve deployment per part called by handle",
         )
 
     p = sub.add_parser("serve", help="deploy on a running cluster and serve until Ctrl-C")

@@ -9,7 +9,7 @@ import tempfile
 import threading
 import time
 
-from .ingress import build_app
+from .ingress import DEFAULT_DATA_PLANE, build_app
 from .partition import Partition, settings
 from .placement import actor_options, parse_per_backend, parse_resources
 from .wire import short_error
@@ -147,7 +147,7 @@ def deploy(ray, args, partition, name, *, reuse):
 
     resources = parse_resources_or_die(args.resources)
     replicas, threads = parse_counts_or_die(args)
-    plane = getattr(args, "data_plane", None) or "handles"
+    plane = getattr(args, "data_plane", None) or DEFAULT_DATA_PLANE
     opts = actor_options(partition, resources, replicas)
     if reuse:
         st = app_status(serve, name)
@@ -171,11 +171,11 @@ def deploy(ray, args, partition, name, *, reuse):
             flush=True,
         )
         serve.delete(name)
-        handle = _run_app(serve, args, partition, name, resources, replicas, threads, "handles", args.timeout)
+        handle = _run_app(serve, args, partition, name, resources, replicas, threads, plane, args.timeout, why)
     return handle, True
 
 
-def _run_app(serve, args, partition, name, resources, replicas, threads, plane, timeout_s):
+def _run_app(serve, args, partition, name, resources, replicas, threads, plane, timeout_s, compiled_failed=None):
     app = build_app(
         partition.path,
         resources,
@@ -184,6 +184,7 @@ def _run_app(serve, args, partition, name, resources, replicas, threads, plane, 
         replicas=replicas,
         threads=threads,
         data_plane=plane,
+        compiled_failed=compiled_failed,
     )
     box = {}
 

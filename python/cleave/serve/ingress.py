@@ -253,6 +253,9 @@ class Ingress:
 
 
 DATA_PLANES = ("compiled", "handles")
+# The compiled graph's hops cost well under a handle call's (docs/serving.md, Measuring); its
+# waiting threads spin, at SCHED_IDLE (compiled.WAIT_AS_IDLE).
+DEFAULT_DATA_PLANE = "compiled"
 
 
 def build_app(
@@ -263,7 +266,8 @@ def build_app(
     request_timeout_s=DEFAULT_REQUEST_TIMEOUT_S,
     replicas=None,
     threads=None,
-    data_plane="handles",
+    data_plane=DEFAULT_DATA_PLANE,
+    compiled_failed=None,
 ):
     """The Ray Serve application for the partition at `conn_path`.
 
@@ -272,10 +276,12 @@ def build_app(
     map backend names (``"*"`` for the rest) to each part's replica count (default 1) and its
     engine's intra-op threads (default: the ``num_cpus`` its options reserve, else 1), as
     ``{"cpu": 2}``, or a string ``"cpu=2,npu=1"`` as the command line takes them.
-    `data_plane` is ``"handles"`` (one Serve deployment per part, called by handle; the
-    default) or ``"compiled"`` (the parts as actors joined by a Ray Compiled Graph that the
-    ingress drives; where it cannot serve the partition, the handles, and ``describe`` says
-    why).
+    `data_plane` is ``"compiled"`` (the parts as actors joined by a Ray Compiled Graph that
+    the ingress drives; the default; where it cannot serve the partition, the handles, and
+    ``describe`` says why) or ``"handles"`` (one Serve deployment per part, called by handle).
+    `compiled_failed`: why the compiled plane asked for could not be built (said in
+    ``describe``); the handles serve it instead, under the settings asked for (so a later
+    deploy of them finds it running).
     """
     if data_plane not in DATA_PLANES:
         raise ValueError(f"data_plane {data_plane!r}: give one of {', '.join(DATA_PLANES)}")
@@ -301,12 +307,18 @@ def build_app(
                 model_bytes = f.read()
         models.append(model_bytes)
     plane = {"kind": data_plane}
-    if data_plane == "compiled":
+    asked = data_plane
+    if compiled_failed is not None:
+        asked, data_plane = "compiled", "handles"
+        plane = {"kind": "handles", "why": compiled_failed}
+    elif data_plane == "compiled":
         why = compiled_plane_refusal(partition, replicas)
         if why:
             plane = {"kind": "handles", "why": f"the compiled data plane cannot serve it: {why}"}
     else:
-        plane["why"] = "the default (--data-plane compiled joins the parts by a Ray Compiled Graph instead)"
+        plane["why"] = (
+            "asked for (--data-plane handles; the default, compiled, joins the parts by a Ray Compiled Graph)"
+        )
     handles = []
     if plane["kind"] == "compiled":
         lanes = per_backend_value(replicas, partition.parts[0]["backend"], 1)
@@ -333,7 +345,7 @@ def build_app(
             )
             handles.append(dep.bind(spec, model_bytes, opts[p["deployment"]]))
     meta = ingress_meta(
-        partition, specs, name or partition.stem, partition.digest(settings(resources, replicas, threads, data_plane))
+        partition, specs, name or partition.stem, partition.digest(settings(resources, replicas, threads, asked))
     )
     ingress = serve.deployment(
         Ingress,

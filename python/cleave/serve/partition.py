@@ -83,7 +83,7 @@ class Partition:
         return h.hexdigest()[:16]
 
 
-def settings(resources, replicas, threads, data_plane="handles"):
+def settings(resources, replicas, threads, data_plane):
     """What, besides the partition, makes one deployment of it differ from another."""
     return {
         "resources": resources or {},

@@ -1,5 +1,6 @@
-//! Serving a written partition on Ray: one Ray Serve deployment per part, chained by
-//! deployment handles. The application is the Python package's `cleave.serve` (Ray's API is
+//! Serving a written partition on Ray: the parts as Ray actors joined by a Ray Compiled Graph
+//! behind a Ray Serve ingress (or one Serve deployment per part, chained by deployment
+//! handles). The application is the Python package's `cleave.serve` (Ray's API is
 //! Python), carried inside the binary as those same files; this module checks the partition,
 //! writes the package out (as `ray_app`) and runs it.
 
