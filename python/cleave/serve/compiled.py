@@ -439,9 +439,6 @@ class CompiledPlane:
             "ctl": {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries},
         }
         self.last_used = time.monotonic()
-        return await self._run(lane, request, deadline, timeout_s)
-
-    async def _run(self, lane, request, deadline, timeout_s):
         lane["busy"] += 1
         slots = lane["slots"]
         try:
