@@ -138,12 +138,12 @@ def compare(mod, got, want, tol=1e-3):
     return bad, worst
 
 
-def http_infer(port, name, feeds, boundaries, timeout_s):
+def http_infer(port, name, feeds, boundaries, timeout_s, host="127.0.0.1"):
     import numpy as np
 
     buf = io.BytesIO()
     np.savez(buf, **feeds)
-    url = f"http://127.0.0.1:{port}/{name}{'?boundaries=1' if boundaries else ''}"
+    url = f"http://{host}:{port}/{name}{'?boundaries=1' if boundaries else ''}"
     req = urllib.request.Request(url, data=buf.getvalue(), method="POST", headers={"content-type": "application/octet-stream"})
     with urllib.request.urlopen(req, timeout=timeout_s) as r:
         body = r.read()
@@ -210,6 +210,15 @@ def test_partition(ray, serve, mod, a, idx, conn):
         check(f"{label}: x-cleave-parts tells a client no node ids", told == ["backend", "compute_s", "deployment"], ", ".join(told))
     except (urllib.error.URLError, OSError, ValueError) as e:
         check(f"{label}: HTTP POST .npz ?boundaries=1 equals the whole model", False, str(e))
+    # The same route, answered by the ingress itself (no proxy hop): where describe says.
+    route = (desc.get("ingress") or {}).get("http") or {}
+    try:
+        got, parts = http_infer(route.get("port"), "", feeds, True, a.request_timeout + 10, route.get("host"))
+        bad, worst = compare(mod, got, want)
+        check(f"{label}: the ingress's own listener answers the same", not bad and len(parts) == len(partition.parts),
+              f"{route.get('host')}:{route.get('port')}, max abs diff {worst:.2e}" + (f", mismatched {bad}" if bad else ""))
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        check(f"{label}: the ingress's own listener answers the same", False, f"{json.dumps(route)}: {e}")
     # A tensor of the wrong dtype is the client's error: 400 naming the input, never reaching a part.
     first = partition.inputs[0]
     wrong = dict(feeds, **{first: feeds[first].astype("float64" if feeds[first].dtype.name != "float64" else "float32")})

@@ -185,6 +185,16 @@ class FakeHandle:
 
         self.inputs = _Inputs()
 
+        class _Describe:
+            @staticmethod
+            def remote():
+                async def describe():
+                    return part.describe()
+
+                return FakeResponse(describe)
+
+        self.describe = _Describe()
+
     def remote(self, *args):
         async def run():
             resolved = [await a.task if isinstance(a, FakeResponse) else a for a in args]
@@ -618,3 +628,75 @@ def test_bench_gives_a_level_up_once_requests_keep_failing():
 
     wall, lat, compute, errors = run_load(flaky, 40, 1)
     assert len(lat) == 39 and len(errors) == 1
+
+
+def test_the_ingress_answers_http_itself_as_serves_route_does(monkeypatch):
+    pytest.importorskip("uvicorn")
+    import http.client
+    import json
+
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    n = 32
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((n, n)).astype(np.float32)
+    spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": ["y"], "backend": "cpu", "deployment": "part1_cpu"}
+    handle = FakeHandle(serve.PartReplica(spec, matmuls("x", "y", n, 2, w), {}), [])
+    meta = {"name": "t", "digest": "-", "inputs": ["x"], "outputs": ["y"],
+            "parts": [{k: spec[k] for k in ("inputs", "outputs", "backend", "deployment")}],
+            "listen": {"host": "127.0.0.1", "port": 0}}
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def build():  # as Serve builds a replica: on its event loop
+        return serve.Ingress(meta, 60, {"kind": "handles"}, handle)
+
+    ingress = asyncio.run_coroutine_threadsafe(build(), loop).result(10)
+    try:
+        desc = asyncio.run_coroutine_threadsafe(ingress.describe(), loop).result(10)
+        route = desc["ingress"]["http"]
+        assert route["host"] == "127.0.0.1" and route["port"] > 0 and "error" not in route, route
+
+        def post(body, path="/"):
+            for _ in range(50):  # the server task starts on the loop: milliseconds
+                conn = http.client.HTTPConnection("127.0.0.1", route["port"], timeout=30)
+                try:
+                    conn.request("POST", path, body=body, headers={"content-type": "application/octet-stream"})
+                    r = conn.getresponse()
+                    return r.status, r.read(), r.headers
+                except ConnectionRefusedError:
+                    time.sleep(0.1)
+                finally:
+                    conn.close()
+            raise AssertionError("the listener never answered")
+
+        x = rng.standard_normal((n, n)).astype(np.float32)
+        status, body, headers = post(serve.write_npz({"x": x}), "/t?boundaries=1")
+        assert status == 200, body[:300]
+        with np.load(io.BytesIO(body), allow_pickle=False) as z:
+            got = z["y"]
+        want = x.astype(np.float64) @ w @ w
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+        assert [p["deployment"] for p in json.loads(headers["x-cleave-parts"])] == ["part1_cpu"]
+        # The client's error is a 400 naming the input, as on Serve's route.
+        status, body, _ = post(serve.write_npz({"x": x.astype(np.float64)}))
+        assert status == 400 and b"'x'" in body, body[:300]
+        # A port in use fails the replica's construction, naming the address.
+        taken = dict(meta, listen={"host": "127.0.0.1", "port": route["port"]})
+        with pytest.raises(RuntimeError, match=f"cannot listen on 127.0.0.1:{route['port']}"):
+            serve.Ingress(taken, 60, {"kind": "handles"}, handle)
+        # Off, it has no listener and says so.
+        off = serve.Ingress(dict(meta, listen=None), 60, {"kind": "handles"}, handle)
+        assert asyncio.run_coroutine_threadsafe(off.describe(), loop).result(10)["ingress"]["http"] is None
+    finally:
+        loop.call_soon_threadsafe(ingress.listener.close)
+        time.sleep(0.3)  # uvicorn looks at should_exit every 0.1 s
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_ingress_port_values():
+    assert serve.parse_ingress_port("0") == 0
+    assert serve.parse_ingress_port("8123") == 8123
+    assert serve.parse_ingress_port("OFF") is None
+    for bad in ("-1", "65536", "eighty", ""):
+        with pytest.raises(ValueError, match="--ingress-port"):
+            serve.parse_ingress_port(bad)

@@ -34,6 +34,7 @@ pub const SERVE: &str = "Examples:
   cleave serve out/model.conn.json --ray 127.0.0.1:6379
   cleave serve out/model.conn.json --ray 127.0.0.1:6379 --replicas cpu=2 --threads npu=4
   cleave serve out/model.conn.json --ray 127.0.0.1:6379 --data-plane handles
+  cleave serve out/model.conn.json --ray 127.0.0.1:6379 --ingress-port 8001
   cleave serve out/model.conn.json --export serve_app";
 pub const GEN: &str = "Examples:
   cleave gen --nodes 100000 -o g100k.onnx";

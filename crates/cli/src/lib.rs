@@ -154,7 +154,8 @@ enum Command {
     /// Tensors go from part to part over a Ray Compiled Graph (--data-plane handles: one Ray
     /// Serve deployment per part instead), parts whose inputs are ready run at once, and
     /// requests pipeline through the parts, behind an HTTP route (POST an .npz of the inputs;
-    /// `?boundaries=1` also returns every tensor between parts). Needs Python with Ray:
+    /// `?boundaries=1` also returns every tensor between parts), which the ingress also
+    /// answers on a port of its own, skipping Serve's proxy (--ingress-port). Needs Python with Ray:
     /// pip install 'cleave-nn[ray]' (and 'cleave-nn[litert]' for TFLite and circle parts).
     #[command(after_long_help = examples::SERVE)]
     Serve(serve_cmd::Args),

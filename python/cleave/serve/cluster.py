@@ -9,7 +9,8 @@ import tempfile
 import threading
 import time
 
-from .ingress import DEFAULT_DATA_PLANE, build_app
+from .ingress import DEFAULT_DATA_PLANE, DEFAULT_INGRESS_PORT, build_app
+from .listener import parse_ingress_port
 from .partition import Partition, settings
 from .placement import actor_options, parse_per_backend, parse_resources
 from .wire import short_error
@@ -148,6 +149,7 @@ def deploy(ray, args, partition, name, *, reuse):
     resources = parse_resources_or_die(args.resources)
     replicas, threads = parse_counts_or_die(args)
     plane = getattr(args, "data_plane", None) or DEFAULT_DATA_PLANE
+    listen = ingress_listen(args)
     opts = actor_options(partition, resources, replicas)
     if reuse:
         st = app_status(serve, name)
@@ -155,7 +157,7 @@ def deploy(ray, args, partition, name, *, reuse):
             h = serve.get_app_handle(name)
             try:
                 d = h.describe.remote().result(timeout_s=30)
-                if d.get("digest") == partition.digest(settings(resources, replicas, threads, plane)):
+                if d.get("digest") == partition.digest(settings(resources, replicas, threads, plane, listen)):
                     return h, False
             except Exception:
                 pass
@@ -176,6 +178,7 @@ def deploy(ray, args, partition, name, *, reuse):
 
 
 def _run_app(serve, args, partition, name, resources, replicas, threads, plane, timeout_s, compiled_failed=None):
+    listen = ingress_listen(args)
     app = build_app(
         partition.path,
         resources,
@@ -185,6 +188,8 @@ def _run_app(serve, args, partition, name, resources, replicas, threads, plane, 
         threads=threads,
         data_plane=plane,
         compiled_failed=compiled_failed,
+        ingress_port=None if listen is None else listen["port"],
+        ingress_host=args.http_host,
     )
     box = {}
 
@@ -267,6 +272,24 @@ def print_placement(desc):
             f"  {p['deployment']:<14} backend {p['backend']:<6} node {p['node_id'][:12]}{head} "
             f"{p.get('node_ip') or ''} [{res}]"
         )
+
+
+def ingress_listen(args):
+    """Where the ingress answers HTTP itself, as `--ingress-port` and `--http-host` say; None
+    for off."""
+    try:
+        port = parse_ingress_port(getattr(args, "ingress_port", DEFAULT_INGRESS_PORT))
+    except ValueError as e:
+        die(2, str(e))
+    return None if port is None else {"host": args.http_host, "port": port}
+
+
+def ingress_route(desc):
+    """The ingress's own route as described, (host, port), or None (off, or it stopped)."""
+    http = (desc.get("ingress") or {}).get("http")
+    if not http or http.get("error") or not http.get("port"):
+        return None
+    return http["host"], int(http["port"])
 
 
 def running_http(args):

@@ -9,6 +9,7 @@ import time
 
 from .compiled import CompiledPlane, compiled_plane_refusal
 from .handles import PART_MAX_ONGOING, PartReplica
+from .listener import Listener
 from .partition import INLINE_MAX_BYTES, Partition, ingress_meta, part_specs, settings
 from .placement import actor_options, parse_per_backend, per_backend_value
 from .wire import MAX_BODY_BYTES, body_limit, check_input, innermost, public_parts, read_npz, short_error, write_npz
@@ -36,12 +37,27 @@ class Ingress:
         self.plane_info = {k: v for k, v in plane.items() if k != "workers"}
         self.plane = None
         self.plane_started = False
+        listen = meta.get("listen")
+        # Bound here, so that a port in use fails the deployment with the reason.
+        self.listener = Listener(listen["host"], listen["port"], self.__call__, INGRESS_MAX_ONGOING) if listen else None
         if plane["kind"] == "compiled":
             self.plane = CompiledPlane(meta, plane["workers"], plane["lanes"], plane["inflight"])
-            try:
-                asyncio.get_running_loop().create_task(self._start_plane())
-            except RuntimeError:
-                pass  # no loop yet: the first call starts it
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: the first call starts the plane and the listener
+        self._listen()
+        if self.plane is not None:
+            asyncio.get_running_loop().create_task(self._start_plane())
+
+    def _listen(self):
+        if self.listener is not None:
+            self.listener.start()
+
+    def check_health(self):
+        if self.listener is not None and self.listener.error:
+            # Serve restarts a replica that fails this: a new one listens again.
+            raise RuntimeError(f"the ingress's HTTP listener stopped: {self.listener.error}")
 
     async def _start_plane(self):
         if not self.plane_started:
@@ -130,6 +146,7 @@ class Ingress:
         return self.specs
 
     async def infer(self, feeds, boundaries=False):
+        self._listen()
         missing = [n for n in self.meta["inputs"] if n not in feeds]
         if missing:
             raise ValueError(f"missing graph input {missing[0]!r} (expected {self.meta['inputs']})")
@@ -177,6 +194,7 @@ class Ingress:
         return out
 
     async def describe(self):
+        self._listen()
         deadline = time.monotonic() + self.timeout_s
         if self.plane is not None:
             await self._start_plane()
@@ -211,7 +229,12 @@ class Ingress:
             "outputs": self.meta["outputs"],
             "parts": parts,
             "data_plane": data_plane,
-            "ingress": {"pid": os.getpid(), "tensors_received": dict(self.received)},
+            "ingress": {
+                "pid": os.getpid(),
+                "tensors_received": dict(self.received),
+                # The route in this process, no proxy hop: None where --ingress-port off.
+                "http": self.listener.describe() if self.listener is not None else None,
+            },
         }
 
     async def __call__(self, request):
@@ -256,6 +279,9 @@ DATA_PLANES = ("compiled", "handles")
 # The compiled graph's hops cost well under a handle call's (docs/serving.md, Measuring); its
 # waiting threads spin, at SCHED_IDLE (compiled.WAIT_AS_IDLE).
 DEFAULT_DATA_PLANE = "compiled"
+# The ingress answers HTTP itself too, on any free port: Serve's proxy hop is most of what a
+# request costs outside the model (docs/serving.md, Measuring).
+DEFAULT_INGRESS_PORT = 0
 
 
 def build_app(
@@ -268,6 +294,8 @@ def build_app(
     threads=None,
     data_plane=DEFAULT_DATA_PLANE,
     compiled_failed=None,
+    ingress_port=DEFAULT_INGRESS_PORT,
+    ingress_host="127.0.0.1",
 ):
     """The Ray Serve application for the partition at `conn_path`.
 
@@ -282,6 +310,9 @@ def build_app(
     `compiled_failed`: why the compiled plane asked for could not be built (said in
     ``describe``); the handles serve it instead, under the settings asked for (so a later
     deploy of them finds it running).
+    `ingress_port`: where the ingress also answers the route itself, on `ingress_host` of its
+    node, skipping Serve's HTTP proxy (0: any free port, new each time the ingress starts;
+    ``describe()["ingress"]["http"]`` says which; None: Serve's route only).
     """
     if data_plane not in DATA_PLANES:
         raise ValueError(f"data_plane {data_plane!r}: give one of {', '.join(DATA_PLANES)}")
@@ -344,9 +375,14 @@ def build_app(
                 health_check_timeout_s=10,
             )
             handles.append(dep.bind(spec, model_bytes, opts[p["deployment"]]))
+    listen = None if ingress_port is None else {"host": ingress_host, "port": int(ingress_port)}
     meta = ingress_meta(
-        partition, specs, name or partition.stem, partition.digest(settings(resources, replicas, threads, asked))
+        partition,
+        specs,
+        name or partition.stem,
+        partition.digest(settings(resources, replicas, threads, asked, listen)),
     )
+    meta["listen"] = listen
     ingress = serve.deployment(
         Ingress,
         name="ingress",

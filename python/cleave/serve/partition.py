@@ -83,13 +83,14 @@ class Partition:
         return h.hexdigest()[:16]
 
 
-def settings(resources, replicas, threads, data_plane):
+def settings(resources, replicas, threads, data_plane, listen):
     """What, besides the partition, makes one deployment of it differ from another."""
     return {
         "resources": resources or {},
         "replicas": replicas or {},
         "threads": threads or {},
         "data_plane": data_plane,
+        "ingress_listen": listen,
     }
 
 

@@ -52,6 +52,10 @@ pub const RAY_APP: &[(&str, &str)] = &[
         include_str!("../../../../python/cleave/serve/ingress.py"),
     ),
     (
+        "listener.py",
+        include_str!("../../../../python/cleave/serve/listener.py"),
+    ),
+    (
         "partition.py",
         include_str!("../../../../python/cleave/serve/partition.py"),
     ),
