@@ -13,7 +13,8 @@
 # CLEAVE_SERVE_BENCH_PLANES (default handles,compiled), CLEAVE_SERVE_BENCH_REQUESTS (per row,
 # default 40), CLEAVE_SERVE_BENCH_IN_FLIGHT (default 1,2,4,8,16), CLEAVE_SERVE_BENCH_STAGES
 # (default 1,2,4), CLEAVE_SERVE_BENCH_MODEL (another ONNX model), CLEAVE_SERVE_BENCH_THREADS
-# (each part's intra-op threads, as --threads takes them; default 1).
+# (each part's intra-op threads, as --threads takes them; default 1), CLEAVE_SERVE_BENCH_VIA
+# (http: the ingress's own listener, the default; proxy: through Serve's HTTP proxy).
 set -eu
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$(dirname "$HERE")")
@@ -54,7 +55,7 @@ ray start --head --node-ip-address=127.0.0.1 --port=6379 --num-cpus="$CORES" --t
     --include-dashboard=false --disable-usage-stats >"$T/head.log" 2>&1 || { tail "$T/head.log"; exit 1; }
 IFS=, read -ra planes <<<"${CLEAVE_SERVE_BENCH_PLANES:-handles,compiled}"
 common=(--ray 127.0.0.1:6379 --resources '{"*": {}}' --runs "${CLEAVE_SERVE_BENCH_REQUESTS:-40}"
-    --in-flight "${CLEAVE_SERVE_BENCH_IN_FLIGHT:-1,2,4,8,16}" --via http
+    --in-flight "${CLEAVE_SERVE_BENCH_IN_FLIGHT:-1,2,4,8,16}" --via "${CLEAVE_SERVE_BENCH_VIA:-http}"
     ${CLEAVE_SERVE_BENCH_THREADS:+--threads "$CLEAVE_SERVE_BENCH_THREADS"})
 for plane in "${planes[@]}"; do
     echo "== the $plane data plane"

@@ -271,9 +271,10 @@ pub struct Args {
     /// With --ray: comma-separated requests-in-flight levels [default: 1,2,4,8,16].
     #[arg(long, value_name = "LIST", requires = "ray")]
     pub in_flight: Option<String>,
-    /// With --ray: send the requests as HTTP POSTs of an .npz to the route, as clients do,
-    /// or through the Python handle [default: http].
-    #[arg(long, value_name = "HOW", value_parser = ["http", "handle"], requires = "ray")]
+    /// With --ray: send the requests as HTTP POSTs of an .npz, as clients do, to the
+    /// ingress's own listener (`http`; Serve's route where --ingress-port is off) or through
+    /// Serve's HTTP proxy (`proxy`), or through the Python handle (`handle`) [default: http].
+    #[arg(long, value_name = "HOW", value_parser = ["http", "proxy", "handle"], requires = "ray")]
     pub via: Option<String>,
     /// With --ray: how the parts are deployed.
     #[command(flatten)]
@@ -301,7 +302,7 @@ pub fn main(a: Args) -> Result<(), Fail> {
     }
     if a.deploy.any() {
         return Err(Fail::usage(
-            "--resources, --replicas, --threads and --data-plane say how to deploy on Ray: give them with --ray ADDRESS",
+            "--resources, --replicas, --threads, --data-plane and --ingress-port say how to deploy on Ray: give them with --ray ADDRESS",
         ));
     }
     if a.devices.objective == crate::setup::Objective::Latency {

@@ -12,6 +12,7 @@ from .cluster import (
     deploy,
     describe_placement,
     die,
+    ingress_route,
     load_partition,
     parse_counts_or_die,
     parse_resources_or_die,
@@ -21,7 +22,7 @@ from .cluster import (
 from .engines import LiteRtPart, OnertPart, OrtPart
 from .partition import SERVED_FORMATS, part_format
 from .placement import actor_options
-from .report import add_costs, cores_used, cpu_sample, physical_limit, print_table
+from .report import add_costs, cores_used, cpu_sample, physical_limit, print_table, settle
 from .wire import short_error, write_npz
 
 
@@ -99,6 +100,10 @@ def _litert_reference(source_file, feeds, names):
         missing = next(n for n in names if n not in (model.tensors([n]) or {}))
         die(2, f"{source_file}: has no tensor named {missing!r}, which the partition names")
     return got
+
+
+# How bench sends its requests (--via).
+VIAS = ("http", "proxy", "handle")
 
 
 def percentile(values, q):
@@ -223,7 +228,9 @@ def cmd_bench(args):
         if r["source"] and r["source"] not in feeds_of:
             feeds_of[r["source"]] = feeds
     limits = {}
+    busy = None
     if args.cores > 0:
+        busy = None if kept else settle()
         for source, feeds in feeds_of.items():
             try:
                 limits[source] = physical_limit(source, feeds, args.cores, max(10, args.requests))
@@ -238,7 +245,8 @@ def cmd_bench(args):
         "limit_measured": "measured after the benchmark with deployments of it still running (--keep, or "
         "found running and reused)"
         if kept
-        else "measured after the benchmark, its deployments deleted",
+        else "measured after the benchmark, its deployments deleted"
+        + (f" (the machine still {busy:g} cores busy 30 s on)" if busy is not None and busy >= 0.3 else ""),
         "deployments": results,
     }
     if args.json:
@@ -259,7 +267,11 @@ def _bench_one(ray, args, partition, name, levels):
         feeds = random_feeds(partition.source_file, partition, 0) if have_source else _feeds_from_part(partition)
         desc = describe_placement(handle)
         client_timeout = args.request_timeout + 10
-        if args.via == "http":
+        route = ingress_route(desc) if args.via == "http" else None
+        via = args.via if args.via != "http" or route else "proxy"
+        if via == "http":
+            call = http_caller(route[0], route[1], "", feeds, client_timeout)
+        elif via == "proxy":
             host, port = running_http(args)
             call = http_caller(host, port, name, feeds, client_timeout)
         else:
@@ -311,7 +323,7 @@ def _bench_one(ray, args, partition, name, levels):
             "source": partition.source_file if have_source else None,
             "address": args.address,
             "parts": len(partition.parts),
-            "via": args.via,
+            "via": via,
             "data_plane": desc.get("data_plane"),
             "levels": rows,
             "latency_at_1_ms": at_one["latency_p50_ms"] if at_one else None,

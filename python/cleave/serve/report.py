@@ -8,7 +8,11 @@ import time
 
 from .engines import LiteRtPart, OrtPart
 
-VIA = {"http": "as HTTP POSTs of an .npz", "handle": "through the Python handle"}
+VIA = {
+    "http": "as HTTP POSTs of an .npz to the ingress's own listener",
+    "proxy": "as HTTP POSTs of an .npz through Serve's HTTP proxy",
+    "handle": "through the Python handle",
+}
 
 
 def _whole_model(source_file, threads):
@@ -107,6 +111,22 @@ def _title(pid, cmd):
     return "other Ray workers" if "ray" in cmd else "other"
 
 
+def settle(timeout_s=30.0, busy_below=0.3):
+    """Waits, up to `timeout_s`, for this machine's cores to go quiet: the actors of a deleted
+    deployment exit a while after ``serve.delete`` returns, and spin until then. The cores
+    last seen busy, or None without /proc."""
+    end = time.monotonic() + timeout_s
+    while True:
+        before = cpu_sample()
+        time.sleep(0.5)
+        after = cpu_sample()
+        if before is None or after is None:
+            return None
+        busy = (after[0] - before[0]) / 0.5
+        if busy < busy_below or time.monotonic() > end:
+            return round(busy, 2)
+
+
 def cores_used(before, after, wall):
     """Cores each group of processes kept busy between two samples, and the idle ones;
     None without /proc."""
@@ -151,7 +171,9 @@ def _f(x, width, digits):
 def print_table(doc):
     results = doc["deployments"]
     levels = sorted({row["in_flight"] for r in results for row in r["levels"]})
-    print(f"on {doc['address']}, requests {VIA[doc['via']]}, {doc['requests']} per in-flight level")
+    vias = list(dict.fromkeys(r["via"] for r in doc["deployments"])) or [doc["via"]]
+    how = " / ".join(VIA[v] for v in vias)
+    print(f"on {doc['address']}, requests {how}, {doc['requests']} per in-flight level")
     for lim in doc["limits"].values():
         if "error" in lim:
             print(f"limit: not measured, {os.path.basename(lim['source'])} did not run whole here: {lim['error']}")
