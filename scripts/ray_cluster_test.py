@@ -213,7 +213,9 @@ def test_partition(ray, serve, mod, a, idx, conn):
     # The same route, answered by the ingress itself (no proxy hop): where describe says.
     route = (desc.get("ingress") or {}).get("http") or {}
     try:
-        got, parts = http_infer(route.get("port"), "", feeds, True, a.request_timeout + 10, route.get("host"))
+        if not route.get("port") or route.get("error"):
+            raise ValueError("describe gives no listener")
+        got, parts = http_infer(route["port"], "", feeds, True, a.request_timeout + 10, route["host"])
         bad, worst = compare(mod, got, want)
         check(f"{label}: the ingress's own listener answers the same", not bad and len(parts) == len(partition.parts),
               f"{route.get('host')}:{route.get('port')}, max abs diff {worst:.2e}" + (f", mismatched {bad}" if bad else ""))

@@ -680,10 +680,16 @@ def test_the_ingress_answers_http_itself_as_serves_route_does(monkeypatch):
         # The client's error is a 400 naming the input, as on Serve's route.
         status, body, _ = post(serve.write_npz({"x": x.astype(np.float64)}))
         assert status == 400 and b"'x'" in body, body[:300]
-        # A port in use fails the replica's construction, naming the address.
+        # A port that stays in use fails the replica's construction, naming the address.
+        monkeypatch.setattr(serve.listener, "REBIND_S", 0.3)
         taken = dict(meta, listen={"host": "127.0.0.1", "port": route["port"]})
         with pytest.raises(RuntimeError, match=f"cannot listen on 127.0.0.1:{route['port']}"):
             serve.Ingress(taken, 60, {"kind": "handles"}, handle)
+        # An address this machine does not have: no listener, said; Serve's route still serves.
+        elsewhere = serve.Ingress(dict(meta, listen={"host": "192.0.2.1", "port": 0}), 60, {"kind": "handles"}, handle)
+        said = asyncio.run_coroutine_threadsafe(elsewhere.describe(), loop).result(10)["ingress"]["http"]
+        assert "not an address of the ingress's node" in said["error"], said
+        assert serve.cluster.ingress_route({"ingress": {"http": said}}) is None
         # Off, it has no listener and says so.
         off = serve.Ingress(dict(meta, listen=None), 60, {"kind": "handles"}, handle)
         assert asyncio.run_coroutine_threadsafe(off.describe(), loop).result(10)["ingress"]["http"] is None

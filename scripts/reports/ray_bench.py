@@ -7,7 +7,8 @@ best throughput on this machine's cores, measured in the same run once the deplo
 deleted).
 
 --planes benches on each data plane named; --lanes N adds, for each 1-stage partition, a run
-with N replicas (N lanes); --via http (default) sends the requests over HTTP; --rows FILE
+with N replicas (N lanes); --via http (default) sends the requests over HTTP to the ingress's own listener, --via
+proxy through Serve's HTTP proxy; --rows FILE
 writes every run's JSON document. CLEAVE_RAY_BENCH_RESOURCES replaces the cluster test's
 --resources (e.g. every backend on the head node).
 """
@@ -45,7 +46,7 @@ def main():
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--in-flight", default="1,2,4,8,16")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--via", choices=("handle", "http"), default="http")
+    ap.add_argument("--via", choices=("handle", "http", "proxy"), default="http")
     ap.add_argument("--planes", default="", help="comma-separated data planes (default: the app's default)")
     ap.add_argument("--lanes", type=int, default=0, help="also bench each 1-stage partition with this many replicas")
     ap.add_argument("--rows", help="write every run's JSON document here")

@@ -230,7 +230,7 @@ def cmd_bench(args):
     limits = {}
     busy = None
     if args.cores > 0:
-        busy = None if kept else settle()
+        busy = None if kept or not feeds_of else settle()
         for source, feeds in feeds_of.items():
             try:
                 limits[source] = physical_limit(source, feeds, args.cores, max(10, args.requests))

@@ -10,7 +10,7 @@ import threading
 import time
 
 from .ingress import DEFAULT_DATA_PLANE, DEFAULT_INGRESS_PORT, build_app
-from .listener import parse_ingress_port
+from .listener import is_loopback, parse_ingress_port
 from .partition import Partition, settings
 from .placement import actor_options, parse_per_backend, parse_resources
 from .wire import short_error
@@ -285,10 +285,19 @@ def ingress_listen(args):
 
 
 def ingress_route(desc):
-    """The ingress's own route as described, (host, port), or None (off, or it stopped)."""
+    """The ingress's own route as described, (host, port), or None (off, stopped, or a
+    loopback address on another node than this process's)."""
     http = (desc.get("ingress") or {}).get("http")
     if not http or http.get("error") or not http.get("port"):
         return None
+    if is_loopback(http["host"]) and http.get("node_ip"):
+        try:
+            import ray
+
+            if http["node_ip"] != ray.util.get_node_ip_address():
+                return None
+        except Exception:
+            return None
     return http["host"], int(http["port"])
 
 

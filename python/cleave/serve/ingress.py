@@ -39,7 +39,7 @@ class Ingress:
         self.plane_started = False
         listen = meta.get("listen")
         # Bound here, so that a port in use fails the deployment with the reason.
-        self.listener = Listener(listen["host"], listen["port"], self.__call__, INGRESS_MAX_ONGOING) if listen else None
+        self.listener = Listener(listen["host"], listen["port"], self.__call__) if listen else None
         if plane["kind"] == "compiled":
             self.plane = CompiledPlane(meta, plane["workers"], plane["lanes"], plane["inflight"])
         try:
@@ -54,10 +54,16 @@ class Ingress:
         if self.listener is not None:
             self.listener.start()
 
-    def check_health(self):
-        if self.listener is not None and self.listener.error:
+    async def check_health(self):
+        if self.listener is not None and self.listener.task is not None and self.listener.error:
             # Serve restarts a replica that fails this: a new one listens again.
             raise RuntimeError(f"the ingress's HTTP listener stopped: {self.listener.error}")
+
+    def __del__(self):
+        # Serve calls this when it stops the replica: a fixed port is free for the next one.
+        listener = getattr(self, "listener", None)
+        if listener is not None:
+            listener.close()
 
     async def _start_plane(self):
         if not self.plane_started:

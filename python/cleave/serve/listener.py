@@ -5,12 +5,22 @@ docs/serving.md, Measuring)."""
 
 import asyncio
 import contextlib
+import errno
 import socket
+import time
 
 from .wire import short_error
 
 # The whole machine is one wildcard address: a client needs a real one.
 WILDCARDS = ("", "0.0.0.0", "::")
+# Open connections at once (idle keep-alive ones count); beyond, 503. Serve's route queues
+# instead; this is well above what a replica that runs 64 requests at a time keeps busy.
+MAX_CONNECTIONS = 256
+# A fixed port may still be held by the ingress this one replaces (a redeploy, a restart):
+# its process exits a while after Serve lets it go.
+REBIND_S = 15.0
+# As Serve's proxy keeps an idle client connection open.
+KEEP_ALIVE_S = 90
 
 
 def parse_ingress_port(text):
@@ -27,35 +37,55 @@ def parse_ingress_port(text):
     return port
 
 
-class Listener:
-    """A socket bound when the ingress is built (so a port in use fails the deployment with
-    the reason) and served, once the ingress's event loop runs, by uvicorn (which Serve's own
-    proxy runs on) calling `handler(request)` for every request, whatever its path."""
+def _bind(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
-    def __init__(self, host, port, handler, limit):
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-        except OSError as e:
-            sock.close()
-            raise RuntimeError(
-                f"the ingress cannot listen on {host}:{port}: {e.strerror or e} "
-                "(give another --ingress-port, 0 for any free one, or 'off')"
-            ) from None
-        self.sock = sock
+
+class Listener:
+    """A socket bound when the ingress is built (so a fixed port that stays in use fails the
+    deployment with the reason) and served, once the ingress's event loop runs, by uvicorn
+    (which Serve's own proxy runs on) calling `handler(request)` for every request, whatever
+    its path. An address this node does not have (the ingress placed on another node than
+    --http-host names) leaves it without a listener, said in `describe`: Serve's route
+    still serves."""
+
+    def __init__(self, host, port, handler):
         self.host = host
-        self.port = sock.getsockname()[1]
+        self.port = port
         self.handler = handler
-        self.limit = limit
+        self.sock = None
         self.task = None
         self.server = None
         self.error = None
+        end = time.monotonic() + (REBIND_S if port else 0.0)
+        while True:
+            try:
+                self.sock = _bind(host, port)
+                break
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE and time.monotonic() < end:
+                    time.sleep(0.5)
+                    continue
+                why = f"cannot listen on {host}:{port}: {e.strerror or e}"
+                if e.errno == errno.EADDRNOTAVAIL:
+                    self.error = f"{why} (not an address of the ingress's node; --http-host 0.0.0.0 listens on all)"
+                    return
+                raise RuntimeError(
+                    f"the ingress {why} (give another --ingress-port, 0 for any free one, or 'off')"
+                ) from None
+        self.port = self.sock.getsockname()[1]
 
     def start(self):
-        """Serves from the running event loop; a no-op once started."""
-        if self.task is None:
+        """Serves from the running event loop; a no-op once started, or without a socket."""
+        if self.task is None and self.sock is not None:
             self.task = asyncio.get_running_loop().create_task(self._serve())
 
     async def _serve(self):
@@ -83,8 +113,8 @@ class Listener:
             lifespan="off",
             log_config=None,
             access_log=False,
-            # Serve's max_ongoing_requests for the route: beyond it, 503.
-            limit_concurrency=self.limit,
+            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         self.server = Server(config)
         try:
@@ -92,29 +122,37 @@ class Listener:
             self.error = "stopped"
         except Exception as e:
             self.error = short_error(e) or type(e).__name__
+            self.sock.close()
 
     def close(self):
-        """Asks the server to stop; call on its loop."""
+        """Stops serving (call on its loop) and lets the port go."""
         if self.server is not None:
             self.server.should_exit = True
+        elif self.sock is not None:
+            self.sock.close()
 
     def address(self):
         """(host a client uses, port): on a wildcard, this node's address."""
-        host = self.host
-        if host in WILDCARDS:
-            try:
-                import ray
-
-                host = ray.util.get_node_ip_address()
-            except Exception:
-                host = socket.gethostname()
-        return host, self.port
+        return (_node_ip() if self.host in WILDCARDS else self.host), self.port
 
     def describe(self):
         host, port = self.address()
-        out = {"host": host, "port": port, "bound": f"{self.host}:{self.port}"}
+        out = {"host": host, "port": port, "bound": f"{self.host}:{self.port}", "node_ip": _node_ip()}
         if self.error:
             out["error"] = self.error
         elif self.task is None:
             out["state"] = "not started"
         return out
+
+
+def _node_ip():
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:
+        return socket.gethostname()
+
+
+def is_loopback(host):
+    return host in ("localhost", "::1") or str(host).startswith("127.")
