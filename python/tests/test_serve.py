@@ -168,6 +168,19 @@ class FakeResponse:
         self.task.cancel()
 
 
+class FakeMethod:
+    """A handle's method without arguments (``inputs``, ``describe``): `.remote()` answers `f()`."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def remote(self):
+        async def call():
+            return self.f()
+
+        return FakeResponse(call)
+
+
 class FakeHandle:
     """A part behind a handle, resolving responses passed as arguments as Ray Serve does."""
 
@@ -175,25 +188,8 @@ class FakeHandle:
         self.part, self.log = part, log
         self.calls = []
 
-        class _Inputs:
-            @staticmethod
-            def remote():
-                async def specs():
-                    return part.inputs()
-
-                return FakeResponse(specs)
-
-        self.inputs = _Inputs()
-
-        class _Describe:
-            @staticmethod
-            def remote():
-                async def describe():
-                    return part.describe()
-
-                return FakeResponse(describe)
-
-        self.describe = _Describe()
+        self.inputs = FakeMethod(part.inputs)
+        self.describe = FakeMethod(part.describe)
 
     def remote(self, *args):
         async def run():

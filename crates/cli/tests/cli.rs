@@ -588,17 +588,21 @@ fn an_engine_panic_is_one_line_and_exit_2() {
 
 #[test]
 fn a_bad_ingress_port_is_refused_before_anything_starts() {
-    for bad in ["70000", "eighty", "80.5"] {
+    let serve = |port: &str| {
         let o = cleave(&[
             os("serve"),
             os("missing.conn.json"),
             os("--ray"),
             os("127.0.0.1:1"),
             os("--ingress-port"),
-            os(bad),
+            os(port),
         ]);
         let e = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{bad}: {e}");
+        assert_eq!(o.status.code(), Some(2), "{port}: {e}");
+        e
+    };
+    for bad in ["70000", "eighty", "80.5"] {
+        let e = serve(bad);
         assert!(
             e.contains("--ingress-port") && e.contains("'off'"),
             "{bad}: {e}"
@@ -606,16 +610,7 @@ fn a_bad_ingress_port_is_refused_before_anything_starts() {
     }
     for good in ["0", "8123", "off"] {
         // Past the flag: the missing partition is what stops it.
-        let o = cleave(&[
-            os("serve"),
-            os("missing.conn.json"),
-            os("--ray"),
-            os("127.0.0.1:1"),
-            os("--ingress-port"),
-            os(good),
-        ]);
-        let e = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{good}: {e}");
+        let e = serve(good);
         assert!(
             !e.contains("--ingress-port") && e.contains("missing.conn.json"),
             "{good}: {e}"
