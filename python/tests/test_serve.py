@@ -695,6 +695,19 @@ def test_the_ingress_answers_http_itself_as_serves_route_does(monkeypatch):
         loop.call_soon_threadsafe(loop.stop)
 
 
+def test_a_saved_ray_token_is_sent_unless_the_mode_is_set(tmp_path):
+    use = serve.cluster.use_saved_ray_token
+    env = {}
+    assert not use(env, str(tmp_path)) and env == {}
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t" * 64)
+    assert use(env, str(tmp_path)) and env == {"RAY_AUTH_MODE": "token"}
+    env = {"RAY_AUTH_MODE": "disabled"}
+    assert not use(env, str(tmp_path)) and env == {"RAY_AUTH_MODE": "disabled"}
+    env = {"RAY_AUTH_TOKEN": "x"}
+    assert use(env, str(tmp_path / "elsewhere")) and env["RAY_AUTH_MODE"] == "token"
+
+
 def test_ingress_port_values():
     assert serve.parse_ingress_port("0") == 0
     assert serve.parse_ingress_port("8123") == 8123

@@ -37,6 +37,9 @@ fi
 # ---- inside the namespaces: loopback only ----
 T=$CLEAVE_RAY_TMP
 ip link set lo up
+# Loopback only, so no token: without this, a ~/.ray/auth_token left by any earlier local
+# ray.init (Ray >= 2.59) makes `ray start` demand it of every client.
+export RAY_AUTH_MODE=disabled
 export RAY_USAGE_STATS_ENABLED=0 RAY_DISABLE_DOCKER_CPU_WARNING=1 RAY_BACKEND_LOG_LEVEL=error
 CORES=$(nproc)
 trap 'ray stop --force >/dev/null 2>&1' EXIT

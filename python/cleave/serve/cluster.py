@@ -45,6 +45,22 @@ def split_address(address):
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def use_saved_ray_token(environ, home):
+    """Sets RAY_AUTH_MODE=token where it is unset and a Ray token is at hand (RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH, or HOME/.ray/auth_token); True if it did. Ray (2.59 and later) writes
+    that file at any local ``ray.init()``, and from then on ``ray start`` on this machine turns
+    token authentication on by itself, but ``ray.init(address=...)`` sends the token only when
+    RAY_AUTH_MODE says so: without this, connecting failed with no word about a token. A token
+    sent to a cluster without authentication is ignored."""
+    if "RAY_AUTH_MODE" in environ:
+        return False
+    if not (environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")):
+        if not os.path.isfile(os.path.join(home, ".ray", "auth_token")):
+            return False
+    environ["RAY_AUTH_MODE"] = "token"
+    return True
+
+
 def connect(address, timeout_s):
     """ray.init on `address`, bounded: a dead or wrong address dies in one line, exit 2."""
     hp = split_address(address)
@@ -57,6 +73,8 @@ def connect(address, timeout_s):
     except OSError as e:
         die(2, f"cannot reach the Ray cluster at {address}: {e.strerror or type(e).__name__}")
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    # Before Ray is loaded: its core reads the mode from the environment.
+    use_saved_ray_token(os.environ, os.path.expanduser("~"))
     import ray
 
     kwargs = {"address": f"{host}:{port}", "logging_level": "ERROR", "log_to_driver": False, "namespace": "cleave"}
@@ -89,7 +107,13 @@ def connect(address, timeout_s):
             "port?)",
         )
     if "error" in box:
-        die(2, f"cannot reach the Ray cluster at {address}: {short_error(box['error'])}")
+        hint = ""
+        if os.environ.get("RAY_AUTH_MODE", "disabled").lower() == "disabled":
+            hint = (
+                " (its port answers: if the cluster was started with token authentication, give its token in "
+                "RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+            )
+        die(2, f"cannot reach the Ray cluster at {address}: {short_error(box['error'])}{hint}")
     # Serve's driver-side INFO lines repeat what this command prints itself. A filter, not a
     # level: Serve sets its logger's level again when it starts.
     import logging
