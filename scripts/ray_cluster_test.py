@@ -182,6 +182,9 @@ def test_partition(ray, serve, mod, a, idx, conn):
                 plane = handle.describe.remote().result(timeout_s=30).get("data_plane") or {}
             readers = (plane.get("waits_as_idle") or {}).get("ingress_readers")
             check(f"{label}: the ingress's result reader waits at the idle policy", (readers or 0) >= 1, json.dumps(plane)[:300])
+            # Root here: the parts leave Ray's worker niceness (15) for their own.
+            check(f"{label}: the parts run at niceness {mod.compiled.PART_NICENESS}",
+                  plane.get("parts_niceness") == [mod.compiled.PART_NICENESS], json.dumps(plane)[:300])
     engines = sorted({p.get("engine", "?") for p in desc["parts"]})
     want = {"tflite": "litert:", "onnx": "onnxruntime:"}
     check(f"{label}: each part runs on its format's engine ({', '.join(engines)})",

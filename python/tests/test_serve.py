@@ -542,6 +542,32 @@ def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach
         asyncio.run(bad.infer({"x": x}))
 
 
+@pytest.mark.parametrize("niceness", [None, 7])
+def test_a_part_runs_at_the_niceness_set_for_parts(monkeypatch, niceness):
+    # 7 is above anything this process runs at, and going up needs no privilege.
+    monkeypatch.setattr(serve.compiled, "PART_NICENESS", niceness)
+    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    n = 8
+    spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": ["y"], "backend": "cpu",
+            "deployment": "part1_cpu", "format": "onnx", "engine": None}
+    model = matmuls("x", "y", n, 1, np.eye(n, dtype=np.float32))
+    x = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    # Fresh threads, as an actor's: a thread's niceness outlives the test otherwise.
+    with concurrent.futures.ThreadPoolExecutor(1) as made, concurrent.futures.ThreadPoolExecutor(1) as loop:
+        worker, at_init = made.submit(
+            lambda: (serve.PartWorker(spec, model, ["y"], False), os.getpriority(os.PRIO_PROCESS, 0))).result()
+        seen = []
+        run = worker.session.run
+        worker.session.run = lambda *a: (seen.append(os.getpriority(os.PRIO_PROCESS, 0)), run(*a))[1]
+        request = {"ctl": {"deadline": time.time() + 60, "boundaries": False}, "feeds": {"x": x}}
+        up = loop.submit(worker.step, request).result()
+    np.testing.assert_array_equal(up["outputs"]["y"], x)
+    want = before if niceness is None else niceness
+    assert (at_init, seen, worker.ready()["niceness"]) == (want, [want], want)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
 def test_compiled_plane_refuses_replica_counts_that_differ_between_parts():
     class P:
         parts = [{"backend": "cpu"}, {"backend": "npu"}]

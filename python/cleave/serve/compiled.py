@@ -43,6 +43,15 @@ PLANE_DRAIN_S = 30.0
 WAIT_AS_IDLE = True
 WAIT_QUIET_S = 0.0
 
+# The niceness a part's threads run at where the system allows it (None: as Ray made them).
+# Ray starts every worker at niceness 15 (its worker_niceness) so that its own daemons come
+# first; beside a part's engine the other claimants of the cores are the graph's waiting
+# threads, whose SCHED_IDLE weight (3) is a twelfth of a niceness-15 thread's (36) and under a
+# three-hundredth of a niceness-0 one's (1024). At 15, the ingress's spinning result reader and
+# the waiting actors kept taking a tenth of a core from the parts. Raising a thread's priority
+# needs CAP_SYS_NICE or RLIMIT_NICE; where neither is there the part keeps Ray's niceness.
+PART_NICENESS = 0
+
 # The reader thread Ray's asyncio driver reads a compiled graph's results on (its
 # ThreadPoolExecutor's name prefix, ray/experimental/channel/common.py).
 _RESULT_READER_THREAD = "channel.AwaitableBackgroundReader"
@@ -53,6 +62,18 @@ def _set_policy(tid, idle):
     False where the system refuses."""
     try:
         os.sched_setscheduler(tid, os.SCHED_IDLE if idle else os.SCHED_OTHER, os.sched_param(0))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+def _set_niceness(tid):
+    """Puts thread `tid` (0: the calling one) at PART_NICENESS; False where the system refuses."""
+    if PART_NICENESS is None:
+        return False
+    try:
+        # On Linux PRIO_PROCESS with a thread id sets that thread only.
+        os.setpriority(os.PRIO_PROCESS, tid, PART_NICENESS)
         return True
     except (AttributeError, OSError):
         return False
@@ -162,6 +183,8 @@ class PartWorker:
 
     def __init__(self, spec, model_bytes, to_ingress, consumers):
         self.spec = spec
+        # Before the engine starts: the threads it makes (intra-op pools) take this niceness.
+        self.niceness = os.getpriority(os.PRIO_PROCESS, 0) if not _set_niceness(0) else PART_NICENESS
         self.session = open_part(spec, model_bytes if model_bytes is not None else spec["file"])
         self.engine = self.session.engine
         self.outputs = list(spec["outputs"])
@@ -176,7 +199,12 @@ class PartWorker:
         self.quiet = QuietPolicy(lambda: [self.loop_tid] if self.loop_tid else [], can) if can else None
 
     def ready(self):
-        return {"inputs": self.session.input_specs(), "report": self.report, "waits_as_idle": self.quiet is not None}
+        return {
+            "inputs": self.session.input_specs(),
+            "report": self.report,
+            "waits_as_idle": self.quiet is not None,
+            "niceness": self.niceness,
+        }
 
     def _answer(self, down, up):
         return (down, up) if self.consumers else up
@@ -185,9 +213,13 @@ class PartWorker:
         """One request through the part (graph inputs and the upstream parts' answers in, its
         answers out). The graph's loop calls it on one thread, which waits for the next
         request, at SCHED_IDLE once the part has been quiet a while (WAIT_AS_IDLE)."""
+        tid = threading.get_native_id()
+        if tid != self.loop_tid:
+            self.loop_tid = tid
+            if self.niceness == PART_NICENESS:
+                _set_niceness(tid)
         if self.quiet is None:
             return self._step(request, *upstream)
-        self.loop_tid = threading.get_native_id()
         self.quiet.begin()
         try:
             return self._step(request, *upstream)
@@ -271,6 +303,7 @@ class CompiledPlane:
         # (WAIT_AS_IDLE): they only wait and read.
         self.reader_tids = []
         self.parts_wait_as_idle = None
+        self.parts_niceness = None  # the niceness (or nicenesses) the parts' threads run at
         producer = {}
         self.upstream, self.consumers, self.reads_request = [], [False] * len(meta["parts"]), []
         for p in meta["parts"]:
@@ -347,6 +380,7 @@ class CompiledPlane:
                 continue
             lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
             self.parts_wait_as_idle = all(x.get("waits_as_idle") for x in infos)
+            self.parts_niceness = sorted({x.get("niceness") for x in infos}, key=str)
             # A request still waiting on the old slots finds them replaced once it has one, and
             # gives it back (run), so the new count holds from here on.
             nodes = {x["report"].get("node_id") for x in infos}
@@ -544,6 +578,7 @@ class CompiledPlane:
             "idle_releases": self.idle_releases,
             "idle_release_after_s": PLANE_IDLE_S,
             "release_error": self.release_error,
+            "parts_niceness": self.parts_niceness,
             "waits_as_idle": {
                 "parts": self.parts_wait_as_idle,
                 "parts_after_quiet_s": WAIT_QUIET_S if WAIT_AS_IDLE else None,
