@@ -46,9 +46,6 @@ pub fn serve(a: Args) -> Result<(), Fail> {
     match (a.ray.as_deref(), a.export.as_deref()) {
         (Some(address), None) => {
             args.extend(["serve".into(), a.conn.as_os_str().into(), "--address".into(), address.into()]);
-            if let Some(p) = a.http_port {
-                args.extend(["--http-port".into(), p.to_string().into()]);
-            }
             if let Some(n) = a.name.as_deref() {
                 args.extend(["--name".into(), n.into()]);
             }
@@ -65,6 +62,13 @@ pub fn serve(a: Args) -> Result<(), Fail> {
                 "give --ray ADDRESS (deploy on a running cluster) or --export DIR (write a Ray Serve application)",
             ))
         }
+    }
+    // The exported serve_config.yaml and app.py take the route's port and host too.
+    if let Some(p) = a.http_port {
+        args.extend(["--http-port".into(), p.to_string().into()]);
+    }
+    if let Some(h) = a.http_host.as_deref() {
+        args.extend(["--http-host".into(), h.into()]);
     }
     args.extend(a.deploy.to_args());
     run(&[(&a.conn, &conn)], &args)
@@ -126,9 +130,13 @@ pub struct Args {
     pub export: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub deploy: crate::setup::RayArgs,
-    /// HTTP port of the route.
+    /// HTTP port of the route (default 8000).
     #[arg(long, value_name = "PORT")]
     pub http_port: Option<u16>,
+    /// Address Serve's HTTP proxy and the ingress's own listener bind on (default 127.0.0.1;
+    /// 0.0.0.0 to answer other machines).
+    #[arg(long, value_name = "HOST")]
+    pub http_host: Option<String>,
     /// Name of the Ray Serve application (default: the partition's stem).
     #[arg(long)]
     pub name: Option<String>,

@@ -617,3 +617,37 @@ fn a_bad_ingress_port_is_refused_before_anything_starts() {
         );
     }
 }
+
+#[test]
+fn an_exported_application_takes_the_routes_port_and_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ex = repo().join("examples");
+    let out = tmp.path().join("p");
+    ok(&cleave(&[
+        os("partition"),
+        ex.join("tiny_cnn.onnx").as_os_str(),
+        os("--part"),
+        ex.join("tiny_cnn.part").as_os_str(),
+        os("-o"),
+        out.as_os_str(),
+    ]));
+    let app = tmp.path().join("app");
+    ok(&cleave(&[
+        os("serve"),
+        out.join("tiny_cnn.conn.json").as_os_str(),
+        os("--export"),
+        app.as_os_str(),
+        os("--http-port"),
+        os("9123"),
+        os("--http-host"),
+        os("0.0.0.0"),
+    ]));
+    let config = std::fs::read_to_string(app.join("serve_config.yaml")).unwrap();
+    assert!(
+        config.contains("host: 0.0.0.0") && config.contains("port: 9123"),
+        "{config}"
+    );
+    // The ingress's own listener binds on the same host.
+    let app_py = std::fs::read_to_string(app.join("app.py")).unwrap();
+    assert!(app_py.contains("0.0.0.0"), "{app_py}");
+}
