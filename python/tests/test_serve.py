@@ -510,7 +510,7 @@ def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach
     # output that part 3 also reads, reached it once.
     assert ingress.received == {"y": 1, "a": 1}
     assert [p["deployment"] for p in r["parts"]] == ["part1_npu", "part2_gpu", "part3_cpu"]
-    assert all(p["compute_s"] > 0 for p in r["parts"])
+    assert all(p["compute_s"] > 0 and 0 < p["cpu_s"] <= p["compute_s"] + 1e-3 for p in r["parts"])
     graph, workers = plane.lanes[0]["graph"], plane.lanes[0]["actors"]
     can = serve.compiled._can_leave_idle()
     assert all(w.ready()["waits_as_idle"] == can for w in workers)
@@ -611,12 +611,12 @@ def test_bench_costs_each_hop_against_the_one_stage_cut_and_rates_against_the_li
             "source": "m.onnx",
             "parts": parts,
             "around_compute_ms": latency - compute,
-            "levels": [{"in_flight": 8, "throughput_rps": rps}],
+            "levels": [{"in_flight": 8, "throughput_rps": rps, "cpu_sum_mean_ms": compute + 5.0}],
         }
 
     one, two, four = result(1, 110.0, 100.0, 9.0), result(2, 115.0, 101.0, 12.0), result(4, 130.0, 104.0, 11.0)
     other = dict(result(2, 50.0, 40.0, 5.0), source="other.onnx")
-    add_costs([two, one, four, other], {"m.onnx": {"limit_rps": 20.0}})
+    add_costs([two, one, four, other], {"m.onnx": {"limit_rps": 20.0}}, 2)
     # ((L_k - C_k) - (L_1 - C_1)) / (k - 1), whatever order the cuts came in.
     assert two["cost_per_hop_ms"] == pytest.approx((14.0 - 10.0) / 1)
     assert four["cost_per_hop_ms"] == pytest.approx((26.0 - 10.0) / 3)
@@ -624,6 +624,9 @@ def test_bench_costs_each_hop_against_the_one_stage_cut_and_rates_against_the_li
     # No 1-stage cut of its model, no limit measured for it: said as unknown, not as zero.
     assert other["cost_per_hop_ms"] is None and other["levels"][0]["of_limit"] is None
     assert [r["levels"][0]["of_limit"] for r in (one, two, four)] == pytest.approx([0.45, 0.6, 0.55])
+    # Throughput times the summed compute at that level, over the cores: no limit needed.
+    assert other["levels"][0]["parts_computing"] == pytest.approx(5.0 * 0.045 / 2)
+    assert four["levels"][0]["parts_computing"] == pytest.approx(11.0 * 0.109 / 2)
 
 
 def test_bench_gives_a_level_up_once_requests_keep_failing():

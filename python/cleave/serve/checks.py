@@ -113,7 +113,7 @@ def percentile(values, q):
 
 
 def run_load(call, count, in_flight):
-    """`count` calls of `call()` (which answers the parts' compute times) with `in_flight` of
+    """`count` calls of `call()` (which answers what the parts said of their times) with `in_flight` of
     them outstanding at any time; given up once `in_flight` calls in a row (at least two)
     have failed, so a deployment that stopped answering costs one request timeout, not
     `count` of them."""
@@ -153,7 +153,7 @@ def run_load(call, count, in_flight):
 def handle_caller(handle, feeds, timeout_s):
     def call():
         r = handle.infer.remote(feeds).result(timeout_s=timeout_s)
-        return [p["compute_s"] for p in r["parts"]]
+        return r["parts"]
 
     return call
 
@@ -180,7 +180,7 @@ def http_caller(host, port, name, feeds, timeout_s):
             raise
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {data[:200].decode(errors='replace')}")
-        return [p["compute_s"] for p in json.loads(r.headers.get("x-cleave-parts") or "[]")]
+        return json.loads(r.headers.get("x-cleave-parts") or "[]")
 
     return call
 
@@ -236,7 +236,7 @@ def cmd_bench(args):
                 limits[source] = physical_limit(source, feeds, args.cores, max(10, args.requests))
             except Exception as e:  # the timings taken so far still stand
                 limits[source] = {"source": source, "error": short_error(e) or type(e).__name__}
-    add_costs(results, limits)
+    add_costs(results, limits, args.cores)
     doc = {
         "address": args.address,
         "via": args.via,
@@ -301,7 +301,10 @@ def _bench_one(ray, args, partition, name, levels):
             if len(lat) + len(errors) < args.requests:
                 row["given_up"] = f"after {len(errors)} failed requests, the last of them in a row"
             if compute:
-                c = np.asarray(compute)
+                c = np.asarray([[p["compute_s"] for p in parts] for parts in compute])
+                cpu = [[p.get("cpu_s") for p in parts] for parts in compute]
+                if all(x is not None for parts in cpu for x in parts):
+                    row["cpu_sum_mean_ms"] = float(np.asarray(cpu).sum(axis=1).mean() * 1e3)
                 row["compute_sum_mean_ms"] = float(c.sum(axis=1).mean() * 1e3)
                 row["compute_sum_p50_ms"] = float(np.median(c.sum(axis=1)) * 1e3)
                 if k == 1:

@@ -141,11 +141,16 @@ def cores_used(before, after, wall):
     }
 
 
-def add_costs(results, limits):
+def add_costs(results, limits, cores):
     """Fills in each benched deployment's cost per hop, ((L_k - C_k) - (L_1 - C_1)) / (k - 1)
     with L the median latency and C the median summed compute of the parts at 1 in flight,
-    against the 1-stage deployment of the same source among `results`, and its throughput
-    against its source's limit."""
+    against the 1-stage deployment of the same source among `results`; its throughput
+    against its source's limit; and, per level, the share of the `cores` the parts spent
+    computing (throughput times the CPU time of the threads that ran them, summed; the
+    compiled plane reports it). That share comes from the same seconds as the throughput, so a
+    VM whose speed swings between the rows and the limit moves it less; it counts compute
+    slowed by the other parts as work, and misses an engine's other threads: for parts of one
+    thread it is the limit's measure."""
     for r in results:
         base = next(
             (
@@ -162,6 +167,8 @@ def add_costs(results, limits):
         r["limit_rps"] = rate
         for row in r["levels"]:
             row["of_limit"] = row["throughput_rps"] / rate if rate else None
+            c = row.get("cpu_sum_mean_ms")
+            row["parts_computing"] = row["throughput_rps"] * c / 1e3 / cores if c is not None and cores > 0 else None
 
 
 def _f(x, width, digits):
@@ -228,6 +235,12 @@ def print_table(doc):
                 f"  {r['name']}: cores at {row['in_flight']} in flight, this machine's: "
                 + ", ".join(f"{t} {v:.2f}" for t, v in c["by"].items() if v >= 0.01)
                 + f"; idle {c['idle']:.2f}"
+                + (
+                    f"; the parts computing {row['parts_computing']:.2f} of the cores (throughput x their "
+                    "summed CPU time)"
+                    if row.get("parts_computing") is not None
+                    else ""
+                )
             )
         for row in r["levels"]:
             if row.get("given_up"):

@@ -9,9 +9,10 @@ MAX_BODY_BYTES = int(os.environ.get("CLEAVE_MAX_BODY_BYTES", str(1 << 30)))
 
 
 def public_parts(parts):
-    """What any HTTP client may see of each part: its name, backend and compute time (which
-    Ray node ran it is for ``describe``, on the handle only)."""
-    return [{k: p[k] for k in ("deployment", "backend", "compute_s") if k in p} for p in parts]
+    """What any HTTP client may see of each part: its name, backend, compute time and, on the
+    compiled plane, the CPU time of the thread that ran it (which Ray node ran it is for
+    ``describe``, on the handle only)."""
+    return [{k: p[k] for k in ("deployment", "backend", "compute_s", "cpu_s") if k in p} for p in parts]
 
 
 def body_limit(specs, inputs):
