@@ -724,17 +724,16 @@ def test_the_ingress_answers_http_itself_as_serves_route_does(monkeypatch):
         loop.call_soon_threadsafe(loop.stop)
 
 
-def test_a_saved_ray_token_is_sent_unless_the_mode_is_set(tmp_path):
-    use = serve.cluster.use_saved_ray_token
-    env = {}
-    assert not use(env, str(tmp_path)) and env == {}
+def test_a_failed_connection_names_ray_token_authentication(tmp_path):
+    hint = serve.cluster.ray_token_hint
+    assert "set RAY_AUTH_MODE=token" in hint({}, str(tmp_path)) and "auth_token" not in hint({}, str(tmp_path))
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("t" * 64)
-    assert use(env, str(tmp_path)) and env == {"RAY_AUTH_MODE": "token"}
-    env = {"RAY_AUTH_MODE": "disabled"}
-    assert not use(env, str(tmp_path)) and env == {"RAY_AUTH_MODE": "disabled"}
-    env = {"RAY_AUTH_TOKEN": "x"}
-    assert use(env, str(tmp_path / "elsewhere")) and env["RAY_AUTH_MODE"] == "token"
+    said = hint({}, str(tmp_path))
+    assert str(tmp_path / ".ray" / "auth_token") in said and "RAY_AUTH_MODE=disabled" in said, said
+    assert "is the token the cluster's" in hint({"RAY_AUTH_MODE": "token"}, str(tmp_path))
+    # Told to connect without a token: nothing to add.
+    assert hint({"RAY_AUTH_MODE": "disabled"}, str(tmp_path)) == ""
 
 
 def test_ingress_port_values():

@@ -45,20 +45,27 @@ def split_address(address):
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def use_saved_ray_token(environ, home):
-    """Sets RAY_AUTH_MODE=token where it is unset and a Ray token is at hand (RAY_AUTH_TOKEN,
-    RAY_AUTH_TOKEN_PATH, or HOME/.ray/auth_token); True if it did. Ray (2.59 and later) writes
-    that file at any local ``ray.init()``, and from then on ``ray start`` on this machine turns
-    token authentication on by itself, but ``ray.init(address=...)`` sends the token only when
-    RAY_AUTH_MODE says so: without this, connecting failed with no word about a token. A token
-    sent to a cluster without authentication is ignored."""
-    if "RAY_AUTH_MODE" in environ:
-        return False
-    if not (environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")):
-        if not os.path.isfile(os.path.join(home, ".ray", "auth_token")):
-            return False
-    environ["RAY_AUTH_MODE"] = "token"
-    return True
+def ray_token_hint(environ, home):
+    """What to say when ``ray.init`` fails on a port that answers and the cause may be Ray's
+    token authentication (Ray 2.59 and later): a local ``ray.init()`` writes
+    HOME/.ray/auth_token, from then on ``ray start`` on that machine turns authentication on by
+    itself, and a client sends the token only when RAY_AUTH_MODE=token says so. Not set for the
+    user: a client in token mode breaks a cluster without authentication (its workers cannot
+    reach the driver), and only the user knows which the cluster is."""
+    mode = environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() == "token":
+        return " (RAY_AUTH_MODE=token: is the token the cluster's?)"
+    if mode is not None:
+        return ""
+    if os.path.isfile(os.path.join(home, ".ray", "auth_token")):
+        return (
+            f" ({os.path.join(home, '.ray', 'auth_token')} exists, so a cluster `ray start` began on this machine "
+            "asks for that token: set RAY_AUTH_MODE=token, or start the cluster with RAY_AUTH_MODE=disabled)"
+        )
+    return (
+        " (if the cluster asks for Ray's token authentication, set RAY_AUTH_MODE=token and give its token in "
+        "RAY_AUTH_TOKEN)"
+    )
 
 
 def connect(address, timeout_s):
@@ -73,8 +80,6 @@ def connect(address, timeout_s):
     except OSError as e:
         die(2, f"cannot reach the Ray cluster at {address}: {e.strerror or type(e).__name__}")
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
-    # Before Ray is loaded: its core reads the mode from the environment.
-    use_saved_ray_token(os.environ, os.path.expanduser("~"))
     import ray
 
     kwargs = {"address": f"{host}:{port}", "logging_level": "ERROR", "log_to_driver": False, "namespace": "cleave"}
@@ -107,12 +112,8 @@ def connect(address, timeout_s):
             "port?)",
         )
     if "error" in box:
-        hint = ""
-        if os.environ.get("RAY_AUTH_MODE", "disabled").lower() == "disabled":
-            hint = (
-                " (its port answers: if the cluster was started with token authentication, give its token in "
-                "RAY_AUTH_TOKEN or ~/.ray/auth_token)"
-            )
+        # Its port answered the probe above, so an unsent or wrong token is a likely cause.
+        hint = ray_token_hint(os.environ, os.path.expanduser("~"))
         die(2, f"cannot reach the Ray cluster at {address}: {short_error(box['error'])}{hint}")
     # Serve's driver-side INFO lines repeat what this command prints itself. A filter, not a
     # level: Serve sets its logger's level again when it starts.
