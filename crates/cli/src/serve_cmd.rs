@@ -46,9 +46,6 @@ pub fn serve(a: Args) -> Result<(), Fail> {
     match (a.ray.as_deref(), a.export.as_deref()) {
         (Some(address), None) => {
             args.extend(["serve".into(), a.conn.as_os_str().into(), "--address".into(), address.into()]);
-            if let Some(n) = a.name.as_deref() {
-                args.extend(["--name".into(), n.into()]);
-            }
             if a.detach {
                 args.push("--detach".into());
             }
@@ -63,7 +60,10 @@ pub fn serve(a: Args) -> Result<(), Fail> {
             ))
         }
     }
-    // The exported serve_config.yaml and app.py take the route's port and host too.
+    // The exported serve_config.yaml and app.py take the name, the route's port and host too.
+    if let Some(n) = a.name.as_deref() {
+        args.extend(["--name".into(), n.into()]);
+    }
     if let Some(p) = a.http_port {
         args.extend(["--http-port".into(), p.to_string().into()]);
     }

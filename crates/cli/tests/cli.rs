@@ -619,7 +619,7 @@ fn a_bad_ingress_port_is_refused_before_anything_starts() {
 }
 
 #[test]
-fn an_exported_application_takes_the_routes_port_and_host() {
+fn an_exported_application_takes_the_name_and_the_routes_port_and_host() {
     let tmp = tempfile::tempdir().unwrap();
     let ex = repo().join("examples");
     let out = tmp.path().join("p");
@@ -641,10 +641,14 @@ fn an_exported_application_takes_the_routes_port_and_host() {
         os("9123"),
         os("--http-host"),
         os("0.0.0.0"),
+        os("--name"),
+        os("cnn"),
     ]));
     let config = std::fs::read_to_string(app.join("serve_config.yaml")).unwrap();
     assert!(
-        config.contains("host: 0.0.0.0") && config.contains("port: 9123"),
+        config.contains("host: 0.0.0.0")
+            && config.contains("port: 9123")
+            && config.contains("route_prefix: /cnn"),
         "{config}"
     );
     // The ingress's own listener binds on the same host.

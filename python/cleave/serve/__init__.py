@@ -71,7 +71,8 @@ HTTP
 ``POST http://HOST:PORT/NAME`` with an .npz body holding the graph inputs by name answers an
 .npz of the graph outputs; ``?boundaries=1`` adds every part's outputs (the tensors crossing
 between parts). The header ``x-cleave-parts`` carries, as JSON, each part's deployment, backend
-and compute time (never which node ran it: that is ``describe``, on the handle). Bad input
+and compute time (``compute_s``; on the compiled plane also ``cpu_s``, its thread's CPU time),
+never which node ran it: that is ``describe``, on the handle. Bad input
 answers 400 with the reason (not an .npz, a missing input, a dtype or shape the model does not
 take, a body many times larger than the inputs declare or, where a dim is dynamic, than
 CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or does not answer in time answers
@@ -94,15 +95,15 @@ Python (DeploymentHandle)
     r = h.infer.remote({"gpu_0/data_0": x}, boundaries=True).result(timeout_s=60)
     r["outputs"]     # {name: ndarray}, the graph outputs
     r["boundaries"]  # {name: ndarray}, every part's outputs (only with boundaries=True)
-    r["parts"]       # [{"deployment", "backend", "node_id", "compute_s"}, ...]
+    r["parts"]       # [{"deployment", "backend", "node_id", "compute_s"[, "cpu_s"]}, ...]
     h.describe.remote().result()  # each part's node id and that node's resources
 Inside another deployment, ``await h.infer.remote(...)`` instead of ``.result()``.
 
 Command line (``python -m cleave.serve SUBCOMMAND --help`` for every option)
 --------------------------------------------------------------------------
     serve  CONN.json --address HOST:PORT [--resources JSON] [--replicas SPEC] [--threads SPEC]
-           [--http-port P] [--ingress-port P|off] [--name NAME] [--detach]
-    export CONN.json OUT_DIR [--resources JSON] [--name NAME] [--http-port P]
+           [--http-port P] [--http-host H] [--ingress-port P|off] [--name NAME] [--detach]
+    export CONN.json OUT_DIR [--resources JSON] [--name NAME] [--http-port P] [--http-host H]
     bench  CONN.json [MORE.conn.json ...] --address HOST:PORT [--requests N]
            [--in-flight 1,2,4,8,16] [--via http|proxy|handle] [--cores N] [--json]
     verify CONN.json --address HOST:PORT [--seed S] [--tol T | --rtol R --atol A] [--json]

@@ -384,7 +384,8 @@ class CompiledPlane:
                 continue
             lane.update(actors=actors, graph=graph, reports=[x["report"] for x in infos])
             self.parts_wait_as_idle = all(x.get("waits_as_idle") for x in infos)
-            self.parts_niceness = sorted({x.get("niceness") for x in infos}, key=str)
+            # Every lane's, rebuilt ones included.
+            self.parts_niceness = sorted(set(self.parts_niceness or []) | {x.get("niceness") for x in infos}, key=str)
             # A request still waiting on the old slots finds them replaced once it has one, and
             # gives it back (run), so the new count holds from here on.
             nodes = {x["report"].get("node_id") for x in infos}
