@@ -140,6 +140,52 @@ class QuietPolicy:
             self.idle = bool(tids) and all([_set_policy(t, True) for t in tids])
 
 
+class Watchdog:
+    """Stops runs past their deadline (``terminate`` on their run options, as ONNX Runtime and
+    OpenVINO take it) from one thread per part, which sleeps until the earliest deadline or
+    WATCH_STEP_S. A thread per request (threading.Timer) cost 0.1 ms to start on this VM, and
+    its start waits for a core, on the path of every request."""
+
+    WATCH_STEP_S = 1.0
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.armed = {}  # token: (deadline on the monotonic clock, run options)
+        self.tokens = 0
+        self.wake_at = float("inf")  # when the thread looks next on its own
+        self.thread = None
+
+    def arm(self, left_s, run_options):
+        deadline = time.monotonic() + left_s
+        with self.cv:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, name="cleave-watchdog", daemon=True)
+                self.thread.start()
+            self.tokens += 1
+            self.armed[self.tokens] = (deadline, run_options)
+            # Woken only for a deadline before its next look: most requests cost it nothing.
+            if deadline < self.wake_at:
+                self.cv.notify()
+            return self.tokens
+
+    def disarm(self, token):
+        with self.cv:
+            self.armed.pop(token, None)
+
+    def _watch(self):
+        with self.cv:
+            while True:
+                now = time.monotonic()
+                for token in [t for t, (d, _) in self.armed.items() if d <= now]:
+                    _, options = self.armed.pop(token)
+                    try:
+                        options.terminate = True
+                    except Exception:  # an engine that cannot stop: the run finishes
+                        pass
+                self.wake_at = min([d for d, _ in self.armed.values()] + [now + self.WATCH_STEP_S])
+                self.cv.wait(max(0.0, self.wake_at - now))
+
+
 # Executions in flight in a lane whose parts run on more than one node. With Ray 2.60 a
 # 4-part graph alternating between two nodes stopped answering for good at 4 requests in
 # flight (every request out of time, none after), and ran at 2; on one node it ran at 16.
@@ -193,6 +239,7 @@ class PartWorker:
         self.consumers = bool(consumers)
         self.name = f"{spec['deployment']} (backend {spec['backend']})"
         self.report = placement.part_report(spec, self.session)
+        self.watchdog = Watchdog()
         # The graph's loop thread, which calls step; known from its first call.
         self.loop_tid = None
         can = _can_leave_idle()
@@ -213,20 +260,23 @@ class PartWorker:
         """One request through the part (graph inputs and the upstream parts' answers in, its
         answers out). The graph's loop calls it on one thread, which waits for the next
         request, at SCHED_IDLE once the part has been quiet a while (WAIT_AS_IDLE)."""
+        # On the node's monotonic clock, which every process on it shares: the ingress turns
+        # it into the time the part's inputs took to reach it (CompiledPlane._timeline).
+        t_in = time.monotonic()
         tid = threading.get_native_id()
         if tid != self.loop_tid:
             self.loop_tid = tid
             if self.niceness == PART_NICENESS:
                 _set_niceness(tid)
         if self.quiet is None:
-            return self._step(request, *upstream)
+            return self._step(t_in, request, *upstream)
         self.quiet.begin()
         try:
-            return self._step(request, *upstream)
+            return self._step(t_in, request, *upstream)
         finally:
             self.quiet.end()
 
-    def _step(self, request, *upstream):
+    def _step(self, t_in, request, *upstream):
         ctl = request["ctl"] if request is not None else None
         feeds = {}
         for r in upstream:
@@ -250,16 +300,14 @@ class PartWorker:
             raise RuntimeError(f"{self.name} was not given {missing[0]!r}")
         run_options = self.session.run_options()
         # Stops a run past the request's time where the engine can (ONNX Runtime, OpenVINO).
-        timer = threading.Timer(left, setattr, (run_options, "terminate", True))
-        timer.daemon = True
-        timer.start()
+        token = self.watchdog.arm(left, run_options)
         t, t_cpu = time.perf_counter(), time.thread_time()
         try:
             values = self.session.run(self.outputs, feeds, run_options)
         except Exception as e:
             raise RuntimeError(f"{self.name} failed: {short_error(e)}") from None
         finally:
-            timer.cancel()
+            self.watchdog.disarm(token)
         compute_s = time.perf_counter() - t
         # This thread's CPU time: an engine on one thread computes on it, and what it waited
         # for a core (parts outnumbering cores) is not in it.
@@ -274,6 +322,8 @@ class PartWorker:
                 "node_id": self.report["node_id"],
                 "compute_s": compute_s,
                 "cpu_s": cpu_s,
+                "t_in": t_in,
+                "t_out": time.monotonic(),
             },
         }
         return self._answer({"outputs": outputs, "ctl": ctl}, up)
@@ -308,6 +358,7 @@ class CompiledPlane:
         self.reader_tids = []
         self.parts_wait_as_idle = None
         self.parts_niceness = None  # the niceness (or nicenesses) the parts' threads run at
+        self.node_id = None  # the ingress's Ray node: parts on it share its monotonic clock
         producer = {}
         self.upstream, self.consumers, self.reads_request = [], [False] * len(meta["parts"]), []
         for p in meta["parts"]:
@@ -390,7 +441,8 @@ class CompiledPlane:
             # gives it back (run), so the new count holds from here on.
             nodes = {x["report"].get("node_id") for x in infos}
             try:  # the ingress's own node: its channels to and from the lane count too
-                nodes.add(ray.get_runtime_context().get_node_id())
+                self.node_id = ray.get_runtime_context().get_node_id()
+                nodes.add(self.node_id)
             except Exception:
                 pass
             lane["in_flight"] = min(self.inflight, CROSS_NODE_IN_FLIGHT) if len(nodes) > 1 else self.inflight
@@ -499,6 +551,7 @@ class CompiledPlane:
                 )
             if graph is None:
                 raise RuntimeError(self.unavailable())
+            t_submit = time.monotonic()
             task = asyncio.ensure_future(_gather(await graph.execute_async(request)))
             results = await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - time.monotonic() + 1.0))
         except Exception as e:
@@ -509,7 +562,7 @@ class CompiledPlane:
                 ) from None
             if _plane_broken(e):
                 self._broken(lane, graph, e)
-                raise RuntimeError(f"{short_error(e)} (the compiled data plane is being rebuilt)") from None
+                raise RuntimeError(_broken_error(e)) from None
             raise RuntimeError(short_error(e)) from None
         finally:
             lane["busy"] -= 1
@@ -520,10 +573,33 @@ class CompiledPlane:
                 asyncio.get_running_loop().create_task(self._drain(lane, graph, task, slots))
             else:
                 slots.release()
+        t_back = time.monotonic()
         skipped = [r["skipped"] for r in results if "skipped" in r]
         if skipped:
             raise TimeoutError(f"a part gave up: the request ran out of its {timeout_s:g}s ({skipped[0]})")
+        self._timeline([r["report"] for r in results], t_submit, t_back)
         return results
+
+    def _timeline(self, reports, t_submit, t_back):
+        """Replaces each part's clock readings by what they tell of the path between the parts:
+        ``in_s``, from its inputs being ready (the last of its producers done, or the ingress
+        handing the graph the request) to the part beginning, and for a part only the ingress
+        reads, ``out_s``, from its end to the ingress holding the request's results. A hop on
+        the data plane is the one, the way back the other. Left out where a part ran on
+        another node, whose clock is not this one."""
+        stamps = [(r.pop("t_in", None), r.pop("t_out", None)) for r in reports]
+        if (
+            len(reports) != len(self.upstream)
+            or any(t is None for pair in stamps for t in pair)
+            or any(r.get("node_id") != self.node_id for r in reports)
+            or self.node_id is None
+        ):
+            return
+        for i, r in enumerate(reports):
+            ready = max((stamps[j][1] for j in self.upstream[i]), default=t_submit)
+            r["in_s"] = stamps[i][0] - ready
+            if not self.consumers[i]:
+                r["out_s"] = t_back - stamps[i][1]
 
     async def _drain(self, lane, graph, task, slots):
         try:
@@ -542,7 +618,7 @@ class CompiledPlane:
     def _broken(self, lane, graph, e):
         if lane["graph"] is not graph or graph is None:
             return  # already being rebuilt
-        self.last_failure = short_error(e)
+        self.last_failure = _broken_cause(e)
         self.rebuilds += 1
         self.state = "rebuilding"
         old = lane["actors"]
@@ -624,5 +700,25 @@ def _plane_broken(e):
             if cls.__name__ in _PLANE_BROKEN:
                 return True
     # Ray's own words for a graph it tore down: its input writer closed ("DAG execution
-    # cancelled", a plain RuntimeError) or its channels.
-    return any(w in str(x) for x in (e, innermost(e)) for w in ("torn down", "DAG execution cancelled"))
+    # cancelled", a plain RuntimeError) or its channels. A channel closed under the result
+    # reader reaches the awaiting request as a TypeError naming the error that Ray 2.60's
+    # result cache tried to iterate ("'RayChannelError' object is not iterable").
+    words = ("torn down", "DAG execution cancelled", *(f"'{n}'" for n in _PLANE_BROKEN))
+    return any(w in str(x) for x in (e, innermost(e)) for w in words)
+
+
+def _broken_cause(e):
+    """Ray's error for a broken graph in one line: Ray 2.60's own text where it raised one, and
+    for the TypeError its result cache raises on a closed channel, the error it was handed."""
+    for x in (e, innermost(e)):
+        if any(c.__name__ in _PLANE_BROKEN for c in type(x).__mro__):
+            return short_error(x)
+    for name in _PLANE_BROKEN:
+        if f"'{name}'" in str(e):
+            return f"{name}: a channel closed while the ingress read a result"
+    return short_error(e)
+
+
+def _broken_error(e):
+    """What a request that met a broken graph is told."""
+    return f"the compiled data plane broke ({_broken_cause(e)}); it is being rebuilt"
