@@ -21,10 +21,11 @@ import cleave
 from cleave import serve
 
 
-def npz(members):
-    """An .npz whose members are raw bytes, deflated (so a header can lie about its data)."""
+def npz(members, how=zipfile.ZIP_DEFLATED):
+    """An .npz whose members are raw bytes, deflated or stored (so a header can lie about its
+    data either way)."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(buf, "w", how) as z:
         for name, data in members.items():
             z.writestr(name + ".npy", data)
     return buf.getvalue()
@@ -64,12 +65,34 @@ def test_inputs_are_checked_against_the_model_before_they_are_unpacked():
         ({"x": npy_header("<f4", "(3, 4)") + b"\0" * 20}, "ends after 20 of the 48 bytes"),
         ({"x": b"not an npy at all"}, "x.npy is not an .npy file"),
     ]
-    for members, message in cases:
-        with pytest.raises(ValueError) as e:
-            serve.read_npz(npz(members), ["x", "ids"], 1 << 20, SPECS)
-        assert message in str(e.value), (message, str(e.value))
-    with pytest.raises(ValueError, match="Python objects"):
-        serve.read_npz(npz({"x": npy_header("|O", "(2,)")}), ["x"], 1 << 20)
+    for how in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
+        for members, message in cases:
+            with pytest.raises(ValueError) as e:
+                serve.read_npz(npz(members, how), ["x", "ids"], 1 << 20, SPECS)
+            assert message in str(e.value), (how, message, str(e.value))
+        with pytest.raises(ValueError, match="Python objects"):
+            serve.read_npz(npz({"x": npy_header("|O", "(2,)")}, how), ["x"], 1 << 20)
+    # Cut short mid-member: the directory is gone, and zipfile says so.
+    with pytest.raises(zipfile.BadZipFile):
+        serve.read_npz(npz({"x": npy(x)}, zipfile.ZIP_STORED)[:100], ["x"], 1 << 20, SPECS)
+
+
+def test_a_stored_member_is_read_over_the_bodys_bytes_where_aligned_and_copied_once_where_not():
+    x = np.random.default_rng(3).standard_normal((3, 4))
+    # 30 bytes of zip header, the 10 of the name and numpy's 128 of .npy header: the data
+    # lies at byte 168 of the body, aligned for float64; under the name "x.npy" at 163.
+    aligned = serve.read_npz(npz({"abcdef": npy(x)}, zipfile.ZIP_STORED), ["abcdef"], 1 << 20)["abcdef"]
+    moved = serve.read_npz(npz({"x": npy(x)}, zipfile.ZIP_STORED), ["x"], 1 << 20)["x"]
+    np.testing.assert_array_equal(aligned, x)
+    np.testing.assert_array_equal(moved, x)
+    assert not aligned.flags.owndata and not aligned.flags.writeable
+    assert moved.flags.owndata and moved.flags.aligned
+    # What write_npz writes, np.load reads, and back: 0-d, empty, Fortran-ordered, structured.
+    for a in [np.array(2.5), np.zeros((0, 3), np.float32), np.asfortranarray(x), np.zeros(2, [("a", "<f4"), ("b", "<i2")]),
+              x[:, ::2]]:
+        body = serve.write_npz({"t": a})
+        for got in (np.load(io.BytesIO(body))["t"], serve.read_npz(body, ["t"], 1 << 20)["t"]):
+            assert got.dtype == a.dtype and got.shape == a.shape and (got == a).all()
 
 
 def slow_model(n=512, layers=150):
@@ -473,6 +496,7 @@ def in_process_plane(monkeypatch, meta, specs, models):
         graph = InProcessGraph(self, workers)
         await self._first_run(graph)
         lane.update(actors=workers, graph=graph, reports=[x["report"] for x in infos])
+        self.node_id = "local"
         self.specs = {n: s for x in infos for n, s in x["inputs"].items() if n in meta["inputs"]}
         self.state = "ready"
 
@@ -513,6 +537,10 @@ def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach
     assert ingress.received == {"y": 1, "a": 1}
     assert [p["deployment"] for p in r["parts"]] == ["part1_npu", "part2_gpu", "part3_cpu"]
     assert all(p["compute_s"] > 0 and 0 < p["cpu_s"] <= p["compute_s"] + 1e-3 for p in r["parts"])
+    # Each part's inputs took in_s to reach it; only the part whose answer nothing else reads
+    # says how long it took to reach the ingress; the clock readings behind them stay inside.
+    assert all(0 <= p["in_s"] < 1 and "t_in" not in p and "t_out" not in p for p in r["parts"])
+    assert [("out_s" in p) for p in r["parts"]] == [False, False, True] and 0 <= r["parts"][2]["out_s"] < 1
     graph, workers = plane.lanes[0]["graph"], plane.lanes[0]["actors"]
     can = serve.compiled._can_leave_idle()
     assert all(w.ready()["waits_as_idle"] == can for w in workers)
@@ -580,6 +608,101 @@ def test_compiled_plane_refuses_replica_counts_that_differ_between_parts():
     assert why and "different replica counts (1, 2)" in why
 
 
+def test_the_watchdog_stops_only_runs_past_their_deadline_and_on_time():
+    from cleave.serve import compiled
+
+    class Options:
+        terminate = False
+
+    dog = compiled.Watchdog()
+    late, early, done = Options(), Options(), Options()
+    t = time.monotonic()
+    # A far deadline first: the thread sleeps towards its next look, and a nearer one armed
+    # after it must wake it rather than wait for that look.
+    dog.arm(30.0, late)
+    dog.arm(0.1, early)
+    token = dog.arm(0.1, done)
+    dog.disarm(token)  # finished in time: never stopped
+    while not early.terminate and time.monotonic() - t < 5:
+        time.sleep(0.01)
+    assert early.terminate and time.monotonic() - t < compiled.Watchdog.WATCH_STEP_S
+    time.sleep(0.2)
+    assert not late.terminate and not done.terminate
+    assert list(dog.armed) == [1] and dog.thread is not None
+
+
+def test_the_ingress_times_each_hop_on_the_nodes_clock_and_only_where_it_is_shared():
+    from cleave.serve import compiled
+
+    # x -> part1 -> a; x -> part2 -> b; (a, b) -> part3 -> y: part 3 waits for the later of two.
+    meta = {"inputs": ["x"], "outputs": ["y"],
+            "parts": [{"inputs": ins, "outputs": outs, "backend": "cpu", "deployment": f"part{i + 1}_cpu"}
+                      for i, (ins, outs) in enumerate([(["x"], ["a"]), (["x"], ["b"]), (["a", "b"], ["y"])])]}
+    plane = compiled.CompiledPlane(meta, [], 1, 2)
+    plane.node_id = "n1"
+
+    def reports(nodes):
+        stamps = [(10.002, 10.050), (10.003, 10.070), (10.0705, 10.100)]
+        return [{"deployment": f"part{i + 1}_cpu", "node_id": n, "t_in": a, "t_out": b}
+                for i, ((a, b), n) in enumerate(zip(stamps, nodes))]
+
+    got = reports(["n1"] * 3)
+    plane._timeline(got, 10.000, 10.1012)
+    assert [r["in_s"] for r in got] == pytest.approx([0.002, 0.003, 0.0005])
+    assert [r.get("out_s") for r in got] == [None, None, pytest.approx(0.0012)]
+    assert not any("t_in" in r or "t_out" in r for r in got)
+    # A part on another node reads another clock: no figure rather than a wrong one.
+    got = reports(["n1", "n2", "n1"])
+    plane._timeline(got, 10.000, 10.1012)
+    assert not any(k in r for r in got for k in ("in_s", "out_s", "t_in", "t_out"))
+
+
+class RayChannelError(Exception):
+    """Named as Ray's: the plane knows Ray's errors by name."""
+
+
+@pytest.mark.parametrize(
+    "error, cause",
+    [
+        (TypeError("'RayChannelError' object is not iterable"),
+         "RayChannelError: a channel closed while the ingress read a result"),
+        (RayChannelError("Channel closed."), "RayChannelError: Channel closed."),
+    ],
+)
+def test_a_request_that_meets_a_broken_graph_is_told_so_and_the_lane_is_rebuilt(monkeypatch, error, cause):
+    from cleave.serve import compiled
+
+    meta = {"inputs": ["x"], "outputs": ["y"],
+            "parts": [{"inputs": ["x"], "outputs": ["y"], "backend": "cpu", "deployment": "part1_cpu"}]}
+    plane = compiled.CompiledPlane(meta, [], 1, 2)
+    rebuilt = []
+
+    async def rebuild(lane, graph, old):
+        rebuilt.append(graph)
+
+    monkeypatch.setattr(plane, "_rebuild", rebuild)
+
+    class Graph:
+        async def execute_async(self, request):
+            async def fail():
+                raise error
+
+            return [asyncio.ensure_future(fail())]
+
+    async def go():
+        graph = Graph()
+        plane.lanes[0].update(graph=graph, slots=asyncio.Semaphore(2), in_flight=2)
+        with pytest.raises(RuntimeError) as e:
+            await plane.run({"x": np.ones(2, np.float32)}, False, time.monotonic() + 5, 5.0)
+        await asyncio.sleep(0)
+        return graph, str(e.value), plane.describe()
+
+    graph, message, described = asyncio.run(go())
+    assert message == f"the compiled data plane broke ({cause}); it is being rebuilt"
+    assert described["state"] == "rebuilding" and described["rebuilds"] == 1
+    assert described["last_failure"] == cause and rebuilt == [graph]
+
+
 def test_an_idle_compiled_plane_releases_its_actors_and_the_next_request_builds_them_again(monkeypatch):
     monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
     monkeypatch.setattr(serve.compiled, "PLANE_IDLE_S", 0.2)
@@ -630,6 +753,24 @@ def test_bench_costs_each_hop_against_the_one_stage_cut_and_rates_against_the_li
     # Throughput times the summed compute at that level, over the cores: no limit needed.
     assert other["levels"][0]["parts_computing"] == pytest.approx(5.0 * 0.045 / 2)
     assert four["levels"][0]["parts_computing"] == pytest.approx(11.0 * 0.109 / 2)
+
+
+def test_bench_splits_the_time_around_the_compute_along_the_graphs_path():
+    from cleave.serve.checks import path_at_one
+
+    def parts(hop):
+        return [{"compute_s": 0.040, "in_s": 0.001}, {"compute_s": 0.050, "in_s": hop},
+                {"compute_s": 0.002, "in_s": hop, "out_s": 0.0008}]
+
+    # Three requests: the medians are the middle one's figures.
+    got = path_at_one([0.1, 0.2, 0.1], [parts(0.0005), parts(0.0004), parts(0.0006)])
+    assert got["into_graph_ms"] == pytest.approx(1.0)
+    assert got["between_parts_ms"] == pytest.approx(1.0) and got["hop_in_run_ms"] == pytest.approx(0.5)
+    assert got["out_of_graph_ms"] == pytest.approx(0.8)
+    # 100 ms less 92 ms of compute, 2 ms on the way in and between the parts, 0.8 ms back.
+    assert got["outside_graph_ms"] == pytest.approx(100 - 92 - 2.0 - 0.8)
+    # Parts that did not time the path (the handles plane, another node): no figures at all.
+    assert path_at_one([0.1], [[{"compute_s": 0.04}]]) == {}
 
 
 def test_bench_gives_a_level_up_once_requests_keep_failing():

@@ -14,7 +14,10 @@
 # default 40), CLEAVE_SERVE_BENCH_IN_FLIGHT (default 1,2,4,8,16), CLEAVE_SERVE_BENCH_STAGES
 # (default 1,2,4), CLEAVE_SERVE_BENCH_MODEL (another ONNX model), CLEAVE_SERVE_BENCH_THREADS
 # (each part's intra-op threads, as --threads takes them; default 1), CLEAVE_SERVE_BENCH_VIA
-# (http: the ingress's own listener, the default; proxy: through Serve's HTTP proxy).
+# (http: the ingress's own listener, the default; proxy: through Serve's HTTP proxy),
+# CLEAVE_SERVE_BENCH_HOP_MIB (instead of resnet50, a chain of elementwise ops whose every
+# boundary is one tensor of that many MiB, scripts/reports/hop_model.py: the parts compute next
+# to nothing, so the rows time the hops).
 set -eu
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$(dirname "$HERE")")
@@ -24,9 +27,13 @@ if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then
     [ -x "$BIN" ] || { echo "serve_bench: no cleave binary at $BIN (give its path)" >&2; exit 2; }
     DATA=${CLEAVE_TEST_DATA:-$HOME/.cache/cleave/test-data}
     MODEL=${CLEAVE_SERVE_BENCH_MODEL:-$DATA/light-random/light_resnet50.onnx}
-    [ -f "$MODEL" ] || { echo "serve_bench: $MODEL not found (scripts/testdata/fetch-test-data.sh)" >&2; exit 2; }
     TMP=$(mktemp -d /tmp/csb.XXXXXX)
     trap 'rm -rf "$TMP"' EXIT
+    if [ -n "${CLEAVE_SERVE_BENCH_HOP_MIB:-}" ]; then
+        MODEL=$TMP/hops_${CLEAVE_SERVE_BENCH_HOP_MIB}mib.onnx
+        python3 "$HERE/hop_model.py" "$MODEL" "$CLEAVE_SERVE_BENCH_HOP_MIB" || exit 2
+    fi
+    [ -f "$MODEL" ] || { echo "serve_bench: $MODEL not found (scripts/testdata/fetch-test-data.sh)" >&2; exit 2; }
     stem=$(basename "$MODEL" .onnx)
     devices=(cpu npu cpu2 npu2)
     conns=()

@@ -71,7 +71,9 @@ HTTP
 ``POST http://HOST:PORT/NAME`` with an .npz body holding the graph inputs by name answers an
 .npz of the graph outputs; ``?boundaries=1`` adds every part's outputs (the tensors crossing
 between parts). The header ``x-cleave-parts`` carries, as JSON, each part's deployment, backend
-and compute time (``compute_s``; on the compiled plane also ``cpu_s``, its thread's CPU time),
+and compute time (``compute_s``; on the compiled plane also ``cpu_s``, its thread's CPU time,
+and, where it ran on the ingress's node, ``in_s``, the time its inputs took to reach it, and for
+a part only the ingress reads ``out_s``, the time its results took to reach the ingress),
 never which node ran it: that is ``describe``, on the handle. Bad input
 answers 400 with the reason (not an .npz, a missing input, a dtype or shape the model does not
 take, a body many times larger than the inputs declare or, where a dim is dynamic, than
@@ -95,7 +97,7 @@ Python (DeploymentHandle)
     r = h.infer.remote({"gpu_0/data_0": x}, boundaries=True).result(timeout_s=60)
     r["outputs"]     # {name: ndarray}, the graph outputs
     r["boundaries"]  # {name: ndarray}, every part's outputs (only with boundaries=True)
-    r["parts"]       # [{"deployment", "backend", "node_id", "compute_s"[, "cpu_s"]}, ...]
+    r["parts"]       # [{"deployment", "backend", "node_id", "compute_s"[, "cpu_s", "in_s", "out_s"]}, ...]
     h.describe.remote().result()  # each part's node id and that node's resources
 Inside another deployment, ``await h.infer.remote(...)`` instead of ``.result()``.
 

@@ -150,6 +150,39 @@ def run_load(call, count, in_flight):
     return time.perf_counter() - t0, lat, compute, errors
 
 
+PATH_KEYS = ("into_graph_ms", "between_parts_ms", "hop_in_run_ms", "out_of_graph_ms", "outside_graph_ms")
+
+
+def path_at_one(lat, compute):
+    """Where the latency around the compute went, as the compiled plane timed it on its node's
+    clock (medians over the requests): into the graph (the ingress handing the first part the
+    request), between the parts (the later parts' ``in_s`` summed; in a chain of stages, the
+    hops), out of the graph (the last part's end to the ingress holding its results), and the
+    rest, outside the graph (the client's HTTP, the .npz read and written, the ingress). Empty
+    where the parts did not report those times (the handles plane, parts on other nodes)."""
+    import numpy as np
+
+    rows = [
+        (latency, parts)
+        for latency, parts in zip(lat, compute)
+        if parts and all("in_s" in p for p in parts) and any("out_s" in p for p in parts)
+    ]
+    if not rows:
+        return {}
+    into = [parts[0]["in_s"] for _, parts in rows]
+    between = [sum(p["in_s"] for p in parts[1:]) for _, parts in rows]
+    back = [min(p["out_s"] for p in parts if "out_s" in p) for _, parts in rows]
+    outside = [latency - sum(p["compute_s"] + p["in_s"] for p in parts) - b for (latency, parts), b in zip(rows, back)]
+    n = len(rows[0][1])
+    return {
+        "into_graph_ms": float(np.median(into)) * 1e3,
+        "between_parts_ms": float(np.median(between)) * 1e3,
+        "hop_in_run_ms": float(np.median(between)) * 1e3 / (n - 1) if n > 1 else None,
+        "out_of_graph_ms": float(np.median(back)) * 1e3,
+        "outside_graph_ms": float(np.median(outside)) * 1e3,
+    }
+
+
 def handle_caller(handle, feeds, timeout_s):
     def call():
         r = handle.infer.remote(feeds).result(timeout_s=timeout_s)
@@ -310,6 +343,7 @@ def _bench_one(ray, args, partition, name, levels):
                 if k == 1:
                     per_part = (c.mean(axis=0) * 1e3).tolist()
                     at_one = row
+                    row.update(path_at_one(lat, compute))
             rows.append(row)
             if "given_up" in row:
                 break
@@ -332,6 +366,7 @@ def _bench_one(ray, args, partition, name, levels):
             "latency_at_1_ms": at_one["latency_p50_ms"] if at_one else None,
             "compute_at_1_ms": at_one["compute_sum_p50_ms"] if at_one else None,
             "around_compute_ms": at_one["latency_p50_ms"] - at_one["compute_sum_p50_ms"] if at_one else None,
+            **{k: (at_one or {}).get(k) for k in PATH_KEYS},
             "placement": [
                 {
                     "deployment": p["deployment"],

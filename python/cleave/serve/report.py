@@ -228,6 +228,18 @@ def print_table(doc):
                 f"  {r['name']}: {p['deployment']:<14} backend {p['backend']:<6} compute {c:>10}  node "
                 f"{str(p['node_id'])[:12]}{' (head)' if p['is_head'] else ''}"
             )
+        if r.get("into_graph_ms") is not None:
+            hop = r.get("hop_in_run_ms")
+            print(
+                f"  {r['name']}: at 1 in flight, into the graph {r['into_graph_ms']:.2f} ms"
+                + (
+                    f", between the parts {r['between_parts_ms']:.2f} ms ({hop:.2f} ms a hop)"
+                    if hop is not None
+                    else ""
+                )
+                + f", back to the ingress {r['out_of_graph_ms']:.2f} ms, outside the graph (HTTP, .npz, the "
+                f"ingress) {r['outside_graph_ms']:.2f} ms (as the parts and the ingress timed them)"
+            )
         row = min(r["levels"], key=lambda x: abs(x["in_flight"] - 8), default=None)
         if row is not None and row.get("cores"):
             c = row["cores"]
