@@ -246,11 +246,11 @@ def test_partition(ray, serve, mod, a, idx, conn):
     bad, worst = compare(mod, merged, want)
     check(f"{label}: handle infer(boundaries=True) equals the whole model", not bad, f"max abs diff {worst:.2e}")
 
-    received = (handle.describe.remote().result(timeout_s=30).get("ingress") or {}).get("tensors_received") or {}
+    received = (handle.describe.remote().result(timeout_s=60).get("ingress") or {}).get("tensors_received") or {}
     rc, out, err, secs = run_app(["bench", conn, "--json", "--requests", str(a.requests), "--in-flight", "1,8", "--via", "handle",
                                   "--cores", "0"] + common, a.app, 300)
     # The bench's requests do not ask for the boundaries: only graph outputs reach the ingress.
-    after = (handle.describe.remote().result(timeout_s=30).get("ingress") or {}).get("tensors_received") or {}
+    after = (handle.describe.remote().result(timeout_s=60).get("ingress") or {}).get("tensors_received") or {}
     grew = {n: c - received.get(n, 0) for n, c in after.items() if c != received.get(n, 0)}
     check(f"{label}: bench requests' boundary tensors went part to part, not through the ingress",
           set(grew) == set(partition.outputs) and min(grew.values(), default=0) >= a.requests,

@@ -773,6 +773,42 @@ def test_bench_splits_the_time_around_the_compute_along_the_graphs_path():
     assert path_at_one([0.1], [[{"compute_s": 0.04}]]) == {}
 
 
+def test_a_running_application_slow_to_describe_itself_is_asked_again_not_replaced(monkeypatch):
+    from cleave.serve import cluster
+
+    class Answer:
+        def __init__(self, value):
+            self.value = value
+
+        def result(self, timeout_s):
+            if isinstance(self.value, Exception):
+                raise self.value
+            return self.value
+
+    class Handle:
+        def __init__(self, answers):
+            self.answers = iter(answers)
+
+        @property
+        def describe(self):
+            return self
+
+        def remote(self):
+            return Answer(next(self.answers))
+
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    slow = [TimeoutError("describe took 30s")] * 2 + [{"digest": "d1"}]
+    assert cluster._describe_running(Handle(slow), "app") == {"digest": "d1"}
+
+    def die(code, message):
+        raise SystemExit(f"{code}: {message}")
+
+    monkeypatch.setattr(cluster, "die", die)
+    monkeypatch.setattr(cluster, "REUSE_DESCRIBE_S", 0.0)
+    with pytest.raises(SystemExit, match="2: app: an application of that name is running but did not describe"):
+        cluster._describe_running(Handle([TimeoutError("describe took 30s")] * 2), "app")
+
+
 def test_bench_gives_a_level_up_once_requests_keep_failing():
     from cleave.serve.checks import run_load
 

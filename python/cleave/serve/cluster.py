@@ -164,6 +164,34 @@ def describe_failure(serve, name):
     return "; ".join(bits)
 
 
+# How long a running application found by name has to describe itself before reuse gives up.
+REUSE_DESCRIBE_S = 120.0
+
+
+def _describe_running(handle, name):
+    """A running application's describe(), tried until REUSE_DESCRIBE_S pass: on a loaded
+    cluster one call can outlast its 30 s, and taking that for "not ours" would replace a
+    running application (and, after a bench, delete it)."""
+    deadline = time.monotonic() + REUSE_DESCRIBE_S
+    while True:
+        try:
+            return handle.describe.remote().result(timeout_s=30)
+        except Exception as e:
+            if time.monotonic() > deadline:
+                die(
+                    2,
+                    f"{name}: an application of that name is running but did not describe itself within "
+                    f"{REUSE_DESCRIBE_S:g}s ({short_error(e) or type(e).__name__}); give --name another "
+                    "name, or delete it",
+                )
+            print(
+                f"note: {name}: describe failed ({short_error(e) or type(e).__name__}); trying again",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(2.0)
+
+
 def deploy(ray, args, partition, name, *, reuse):
     """Deploys (or, with reuse, keeps a running application of the same partition); returns
     (ingress handle, whether this call deployed it). On the compiled data plane it returns
@@ -180,12 +208,15 @@ def deploy(ray, args, partition, name, *, reuse):
         st = app_status(serve, name)
         if st is not None and str(getattr(st.status, "value", st.status)) == "RUNNING":
             h = serve.get_app_handle(name)
-            try:
-                d = h.describe.remote().result(timeout_s=30)
-                if d.get("digest") == partition.digest(settings(resources, replicas, threads, plane, listen)):
-                    return h, False
-            except Exception:
-                pass
+            d = _describe_running(h, name)
+            if d.get("digest") == partition.digest(settings(resources, replicas, threads, plane, listen)):
+                return h, False
+            print(
+                f"note: {name}: the running application of that name serves another partition or settings; "
+                "deploying this one in its place",
+                file=sys.stderr,
+                flush=True,
+            )
     check_resources(ray, partition, opts)
     serve.start(proxy_location="HeadOnly", http_options={"host": args.http_host, "port": args.http_port})
     t0 = time.monotonic()
