@@ -18,7 +18,7 @@
 #
 # Environment: CLEAVE_RAY_DRIVER=bench runs scripts/reports/ray_bench.py's measurements on the same
 # cluster instead of the checks, on each data plane of CLEAVE_RAY_BENCH_PLANES (default
-# handles,compiled); CLEAVE_RAY_TEST_LIMIT_S (default 900) bounds the whole run;
+# handles,compiled); CLEAVE_RAY_TEST_LIMIT_S (default 1200) bounds the whole run;
 # CLEAVE_RAY_TEST_REQUESTS (default 60) requests per bench row; CLEAVE_BIN, a cleave binary
 # to also serve and bench through (`cleave serve --ray`, `cleave bench --ray`);
 # CLEAVE_RAY_TEST_PLANE, the data plane the checks serve every partition on (default: the
@@ -29,7 +29,7 @@ set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 APP=$ROOT/python/cleave/serve
-LIMIT=${CLEAVE_RAY_TEST_LIMIT_S:-900}
+LIMIT=${CLEAVE_RAY_TEST_LIMIT_S:-1200}
 
 if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then
     if [ $# -eq 0 ]; then

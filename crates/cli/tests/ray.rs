@@ -64,7 +64,7 @@ fn cluster_test(plane: &str, conns: &[&Path], one: &Path) -> String {
         .env("CLEAVE_RAY_TEST_BASELINE", one)
         .env("CLEAVE_RAY_TEST_PLANE", plane)
         .env("CLEAVE_RAY_TEST_REQUESTS", "30")
-        .env("CLEAVE_RAY_TEST_LIMIT_S", "900")
+        .env("CLEAVE_RAY_TEST_LIMIT_S", "1200")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
