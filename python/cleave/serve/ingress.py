@@ -261,8 +261,9 @@ class Ingress:
         except ValueError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         try:
-            # One copy of the body, which the inputs are then read over (read_npz).
-            body = chunks[0] if len(chunks) == 1 and isinstance(chunks[0], bytes) else b"".join(chunks)
+            # One copy of the body (none for a body in one chunk), which the inputs are then read
+            # over (read_npz).
+            body = b"".join(chunks)
             feeds = read_npz(body, self.meta["inputs"], min(limit, MAX_BODY_BYTES), specs)
         except ValueError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
