@@ -443,15 +443,25 @@ class InProcessGraph:
         down, up = [None] * len(self.workers), []
         for i, w in enumerate(self.workers):
             args = [request if self.plane.reads_request[i] else None] + [down[j] for j in self.plane.upstream[i]]
+            consumers, read = self.plane.consumers[i], self.plane.read[i]
+            failed = [x for x in args if isinstance(x, Exception)]
             try:
+                if failed:  # Ray hands an upstream error on without calling the part
+                    raise failed[0]
                 r = w.step(*args)
             except Exception as e:  # the graph hands an error on to whoever reads it
-                r = (e, e) if self.plane.consumers[i] else e
-            d, u = r if self.plane.consumers[i] else (None, r)
-            if isinstance(d, Exception) and not isinstance(u, Exception):
+                r = (e, e) if consumers and read else e
+            if isinstance(r, Exception):
+                d, u = (r if consumers else None), (r if read else None)
+            elif consumers:
+                d, u = r if read else (r, None)
+            else:
+                d, u = None, r
+            if isinstance(d, Exception) and u is not None and not isinstance(u, Exception):
                 u = d
             down[i] = d
-            up.append(u)
+            if u is not None:
+                up.append(u)
         return up
 
 
@@ -491,7 +501,7 @@ def in_process_plane(monkeypatch, meta, specs, models):
     # The workers are made on this thread: it keeps its niceness.
     monkeypatch.setattr(serve.compiled, "PART_NICENESS", None)
     async def build(self, lane, first):
-        workers = [serve.PartWorker(s, m, meta["outputs"], self.consumers[i]) for i, (s, m) in enumerate(zip(specs, models))]
+        workers = [serve.PartWorker(s, m, meta["outputs"], self.consumers[i], self.read[i]) for i, (s, m) in enumerate(zip(specs, models))]
         infos = [w.ready() for w in workers]
         graph = InProcessGraph(self, workers)
         await self._first_run(graph)
@@ -526,6 +536,8 @@ def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach
     plane = ingress.plane
     assert plane.upstream == [[], [], [0, 1]] and plane.consumers == [True, True, False]
     assert plane.reads_request == [True, True, False]
+    # Part 2 gives no graph output and has a consumer: its report reaches the ingress in part 3's.
+    assert plane.read == [True, False, True]
     x = rng.standard_normal((n, n)).astype(np.float32)
     a, b = x.astype(np.float64) @ ws[0], x.astype(np.float64) @ ws[1]
 
@@ -569,6 +581,10 @@ def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach
     # A part that fails is named, though the ingress hears of it through the last part.
     bad = in_process_plane(monkeypatch, meta, specs[:2] + [dict(specs[2])], models[:2] + [models[0]])
     with pytest.raises(RuntimeError, match="part3_cpu .backend cpu. "):
+        asyncio.run(bad.infer({"x": x}))
+    # So is one the ingress does not read, whose error reaches it through its consumer.
+    bad = in_process_plane(monkeypatch, meta, specs, models[:1] + [models[0]] + models[2:])
+    with pytest.raises(RuntimeError, match="part2_gpu .backend gpu. failed"):
         asyncio.run(bad.infer({"x": x}))
 
 
