@@ -266,7 +266,11 @@ def cmd_bench(args):
         busy = None if kept or not feeds_of else settle()
         for source, feeds in feeds_of.items():
             try:
+                before = cpu_sample()
+                t = time.monotonic()
                 limits[source] = physical_limit(source, feeds, args.cores, max(10, args.requests))
+                # What else held the cores meanwhile: a limit read low says why here.
+                limits[source]["cores_while_measured"] = cores_used(before, cpu_sample(), time.monotonic() - t)
             except Exception as e:  # the timings taken so far still stand
                 limits[source] = {"source": source, "error": short_error(e) or type(e).__name__}
     add_costs(results, limits, args.cores)
