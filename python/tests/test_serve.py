@@ -496,31 +496,6 @@ def test_threads_waiting_on_a_compiled_graph_go_idle_once_quiet_and_back_with_wo
         other.join()
 
 
-def test_cross_node_channel_threads_are_found_by_name_and_idled_only_after_their_quiet_time():
-    go = threading.Event()
-    channel = threading.Thread(target=go.wait)
-    channel.start()
-    try:
-        # Ray names its C++ channel thread so; Python 3.11 leaves a thread's OS name alone.
-        with open(f"/proc/self/task/{channel.native_id}/comm", "w") as f:
-            f.write(serve.compiled._CHANNEL_THREAD + "_io")
-        assert serve.compiled._channel_tids() == [channel.native_id]
-        policy = serve.compiled.QuietPolicy(serve.compiled._channel_tids, True, 0.4)
-        policy.begin()
-        policy.end()
-        time.sleep(0.1)
-        # It carries the last value across after the part's work ends: not idled at once.
-        assert os.sched_getscheduler(channel.native_id) == os.SCHED_OTHER and not policy.idle
-        time.sleep(0.6)
-        assert os.sched_getscheduler(channel.native_id) == os.SCHED_IDLE and policy.idle
-        policy.begin()  # where the system lets it come back (the test above checks that case)
-        if serve.compiled._can_leave_idle():
-            assert os.sched_getscheduler(channel.native_id) == os.SCHED_OTHER
-    finally:
-        go.set()
-        channel.join()
-
-
 def in_process_plane(monkeypatch, meta, specs, models):
     """An Ingress on the compiled plane whose graph runs here instead of on Ray actors."""
     # The workers are made on this thread: it keeps its niceness.

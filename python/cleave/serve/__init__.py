@@ -10,8 +10,7 @@ of two data planes (``--data-plane``, ``build_app(..., data_plane=)``):
   actor or its node dies the ingress tears the graph down and builds it again once the
   actors' resources are back (``describe``'s ``data_plane``). Ray's channel reads spin while
   they wait; the threads that wait on them wait at SCHED_IDLE between requests
-  (``compiled.WAIT_AS_IDLE``, ``WAIT_QUIET_S``), and a lane's cross-node channel threads a
-  second after the last (``CHANNEL_QUIET_S``).
+  (``compiled.WAIT_AS_IDLE``, ``WAIT_QUIET_S``).
 * ``handles``: one Ray Serve deployment per part (``part1_cpu``, ``part2_npu``, ...); each
   part's call carries the graph inputs it reads and the DeploymentResponses of the parts it
   reads from, so Ray Serve starts it once those have answered and moves their tensors to it

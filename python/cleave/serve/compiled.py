@@ -43,20 +43,6 @@ PLANE_DRAIN_S = 30.0
 WAIT_AS_IDLE = True
 WAIT_QUIET_S = 0.0
 
-# Seconds after its last request that a process's cross-node channel threads go to SCHED_IDLE.
-# Where a channel's writer and reader are on different nodes, Ray 2.60 gives the writer's
-# process a thread (named "worker.channel...") that polls the channel to push each value to the
-# other node, and it spins while the graph is idle: measured on this 2-core VM, a 2-actor graph
-# across two nodes kept two of them at 0.4-0.8 of a core each. Ray starts them at the niceness
-# of the thread that compiled the graph, which for a part is PART_NICENESS, so an idle
-# deployment spanning nodes took the cores from everything else on them (the cluster test's
-# whole-model limit fell to 0.3-0.8 requests/s beside one, from 21). They carry each value
-# across, so under load they keep the normal policy, and only a second's quiet idles them.
-CHANNEL_QUIET_S = 1.0
-
-# The name Ray 2.60's core worker gives a process's cross-node channel threads.
-_CHANNEL_THREAD = "worker.channel"
-
 # The niceness a part's threads run at where the system allows it (None: as Ray made them).
 # Ray starts every worker at niceness 15 (its worker_niceness) so that its own daemons come
 # first; beside a part's engine the other claimants of the cores are the graph's waiting
@@ -105,19 +91,6 @@ def _can_leave_idle():
     return bool(got and got[0])
 
 
-def _channel_tids():
-    """This process's cross-node channel threads (C++ threads, unseen by ``threading``)."""
-    tids = []
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().startswith(_CHANNEL_THREAD):
-                    tids.append(int(tid))
-    except (OSError, ValueError):  # not Linux, or a thread gone while read
-        pass
-    return tids
-
-
 def _result_reader_tids():
     """This process's compiled-graph result reader threads."""
     return [
@@ -128,23 +101,18 @@ def _result_reader_tids():
 
 
 class QuietPolicy:
-    """Puts threads at SCHED_IDLE once `quiet_s` seconds (None: WAIT_QUIET_S) pass with no work
-    begun, and back at SCHED_OTHER when work begins. `begin` and `end` bracket each piece of
-    work; `tids` gives the threads (read when the policy changes). With a quiet time, one
-    thread looks every half of it and does the demotion, under a lock that `begin` takes too,
-    so a thread is never left idle with work running (a timer thread per request cost 0.1 ms
-    to start here, waiting for a core)."""
+    """Puts threads at SCHED_IDLE once WAIT_QUIET_S seconds pass with no work begun, and back at
+    SCHED_OTHER when work begins. `begin` and `end` bracket each piece of work; `tids` gives
+    the threads (read when the policy changes). A timer thread does the demotion, under a
+    lock that `begin` takes too, so a thread is never left idle with work running."""
 
-    def __init__(self, tids, can_leave_idle, quiet_s=None):
+    def __init__(self, tids, can_leave_idle):
         self.tids = tids
         self.can_leave_idle = can_leave_idle
-        self.quiet_s = quiet_s
         self.lock = threading.Lock()
         self.running = 0
         self.generation = 0
         self.idle = False
-        self.ended_at = 0.0
-        self.monitor = None
 
     def begin(self):
         with self.lock:
@@ -154,26 +122,15 @@ class QuietPolicy:
                 self.idle = not all([_set_policy(t, False) for t in self.tids()])
 
     def end(self):
-        quiet_s = WAIT_QUIET_S if self.quiet_s is None else self.quiet_s
         with self.lock:
             self.running -= 1
             generation = self.generation
-            self.ended_at = time.monotonic()
-            if WAIT_AS_IDLE and quiet_s > 0 and self.monitor is None:
-                self.monitor = threading.Thread(target=self._watch, name="cleave-quiet", daemon=True)
-                self.monitor.start()
-        if WAIT_AS_IDLE and quiet_s <= 0:
+        if WAIT_AS_IDLE and WAIT_QUIET_S <= 0:
             self._quiet(generation)
-
-    def _watch(self):
-        while True:
-            quiet_s = WAIT_QUIET_S if self.quiet_s is None else self.quiet_s
-            time.sleep(max(0.01, quiet_s / 2))
-            with self.lock:
-                due = not self.running and not self.idle and time.monotonic() - self.ended_at >= quiet_s
-                generation = self.generation
-            if due:
-                self._quiet(generation)
+        elif WAIT_AS_IDLE:
+            timer = threading.Timer(WAIT_QUIET_S, self._quiet, (generation,))
+            timer.daemon = True
+            timer.start()
 
     def _quiet(self, generation):
         with self.lock:
@@ -292,9 +249,6 @@ class PartWorker:
         self.loop_tid = None
         can = _can_leave_idle()
         self.quiet = QuietPolicy(lambda: [self.loop_tid] if self.loop_tid else [], can) if can else None
-        # The cross-node channel threads, found at the first request (the graph makes them).
-        self.channel_tids = []
-        self.channel_quiet = QuietPolicy(lambda: self.channel_tids, can, CHANNEL_QUIET_S) if can else None
 
     def ready(self):
         return {
@@ -321,18 +275,13 @@ class PartWorker:
             self.loop_tid = tid
             if self.niceness == PART_NICENESS:
                 _set_niceness(tid)
-            self.channel_tids = _channel_tids()
         if self.quiet is None:
             return self._step(t_in, request, *upstream)
         self.quiet.begin()
-        if self.channel_tids:
-            self.channel_quiet.begin()
         try:
             return self._step(t_in, request, *upstream)
         finally:
             self.quiet.end()
-            if self.channel_tids:
-                self.channel_quiet.end()
 
     def _step(self, t_in, request, *upstream):
         ctl = request["ctl"] if request is not None else None
@@ -419,10 +368,6 @@ class CompiledPlane:
         # The ingress's result reader threads, each at SCHED_IDLE from its graph's first run
         # (WAIT_AS_IDLE): they only wait and read.
         self.reader_tids = []
-        # Its cross-node channel threads (a lane whose request-reading parts run on another
-        # node), idled after CHANNEL_QUIET_S without a request as the parts' are.
-        self.channel_tids = []
-        self.channel_quiet = None
         self.parts_wait_as_idle = None
         self.parts_niceness = None  # the niceness (or nicenesses) the parts' threads run at
         self.node_id = None  # the ingress's Ray node: parts on it share its monotonic clock
@@ -577,12 +522,6 @@ class CompiledPlane:
             raise RuntimeError("a request out of time was run by a part instead of skipped")
         if WAIT_AS_IDLE:
             self.reader_tids = [t for t in _result_reader_tids() if _set_policy(t, True)]
-            # Every lane's, rebuilt ones included; a gone thread's id is refused harmlessly.
-            self.channel_tids = sorted(set(self.channel_tids) | set(_channel_tids()))
-            if self.channel_tids and self.channel_quiet is None and _can_leave_idle():
-                self.channel_quiet = QuietPolicy(lambda: self.channel_tids, True, CHANNEL_QUIET_S)
-                self.channel_quiet.begin()
-                self.channel_quiet.end()
 
     def _pick(self):
         ready = [ln for ln in self.lanes if ln["graph"] is not None]
@@ -614,15 +553,6 @@ class CompiledPlane:
             "ctl": {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries},
         }
         self.last_used = time.monotonic()
-        if self.channel_quiet is not None:
-            self.channel_quiet.begin()
-        try:
-            return await self._run(lane, request, deadline, timeout_s)
-        finally:
-            if self.channel_quiet is not None:
-                self.channel_quiet.end()
-
-    async def _run(self, lane, request, deadline, timeout_s):
         lane["busy"] += 1
         slots = lane["slots"]
         try:
@@ -767,8 +697,6 @@ class CompiledPlane:
                 "parts": self.parts_wait_as_idle,
                 "parts_after_quiet_s": WAIT_QUIET_S if WAIT_AS_IDLE else None,
                 "ingress_readers": len(self.reader_tids),
-                "ingress_channel_threads": len(self.channel_tids),
-                "channel_threads_after_quiet_s": CHANNEL_QUIET_S,
             },
         }
 
