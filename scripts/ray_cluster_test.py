@@ -190,7 +190,7 @@ def test_partition(ray, serve, mod, a, idx, conn):
     check(f"{label}: each part runs on its format's engine ({', '.join(engines)})",
           all(p.get("engine", "").startswith(want[q["format"]]) for p, q in zip(desc["parts"], partition.parts)), str(engines))
 
-    # 240 s was not enough on the compiled plane here: the 9-part detector took 156-228 s and twice
+    # 240 s was not enough on the compiled plane here: the 9-part detector's took 75-295 s, twice
     # over 240 (see docs/serving.md, "The cluster test").
     rc, out, err, secs = run_app(["verify", conn, "--json", "--seed", "7"] + common, a.app, 420)
     detail = f"rc {rc}: {tail(err or out)}"
