@@ -295,9 +295,9 @@ def test_idle_deployment_leaves_the_cores(bare, label):
         now = work_rate(own_session=own)
         ratios[where] = round(now / bare[own], 2) if bare[own] else 0.0
         log(f"{label} idle: work {where} got {ratios[where]:.2f} of the loops a second it got before anything was deployed")
+    # Figures, not checks: in Ray's session even spinners at the normal policy yield (sched_yield)
+    # to work beside them, so no bound there could fail; in another session it is 0.14 today.
     FIGURES["work_beside_idle_deployment"] = ratios
-    check(f"{label} idle: work in Ray's session gets at least half of the cores' loops it got before",
-          ratios["in Ray's session"] >= 0.5, json.dumps(ratios))
 
 
 def busy_threads(seconds=3.0, top=10):
