@@ -939,3 +939,38 @@ def test_ingress_port_values():
     for bad in ("-1", "65536", "eighty", ""):
         with pytest.raises(ValueError, match="--ingress-port"):
             serve.parse_ingress_port(bad)
+
+
+@pytest.mark.parametrize(
+    "enabled, cgroup, subtree, want",
+    [
+        ("1", "4:cpu,cpuacct:/\n0::/\n", None, True),
+        ("1", "4:cpu,cpuacct:/docker/abc\n0::/\n", None, False),
+        ("0", "4:cpu,cpuacct:/\n", None, False),
+        ("1", "0::/\n", None, True),
+        ("1", "0::/user.slice/session-3.scope\n", {"": "memory pids", "user.slice": "memory"}, True),
+        ("1", "0::/user.slice/session-3.scope\n", {"": "cpu memory pids", "user.slice": "cpu"}, False),
+        ("1", "0::/system.slice/ray.service\n", {"": "memory"}, False),  # unreadable below: not assumed
+    ],
+)
+def test_a_node_shares_its_cores_by_autogroup_only_with_autogroups_on_and_no_cpu_cgroup(tmp_path, enabled, cgroup, subtree, want):
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "sys/kernel").mkdir(parents=True)
+    (proc / "self").mkdir()
+    (proc / "sys/kernel/sched_autogroup_enabled").write_text(enabled + "\n")
+    (proc / "self/cgroup").write_text(cgroup)
+    for path, controllers in (subtree or {}).items():
+        (root / path).mkdir(parents=True, exist_ok=True)
+        (root / path / "cgroup.subtree_control").write_text(controllers + "\n")
+    assert serve.placement.shares_cores_by_autogroup(str(proc), str(root)) is want
+
+
+def test_a_compiled_deployment_on_autogroup_nodes_says_what_its_idling_costs_other_sessions():
+    parts = [
+        {"deployment": "part1_cpu", "autogroup": True},
+        {"deployment": "part2_npu", "autogroup": False},
+    ]
+    note = serve.cluster.autogroup_note({"data_plane": {"kind": "compiled"}, "parts": parts})
+    assert note.startswith("note: the nodes of part1_cpu share their cores") and "part2_npu" not in note
+    assert serve.cluster.autogroup_note({"data_plane": {"kind": "handles"}, "parts": parts}) is None
+    assert serve.cluster.autogroup_note({"data_plane": {"kind": "compiled"}, "parts": parts[1:]}) is None

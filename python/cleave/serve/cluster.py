@@ -328,6 +328,25 @@ def print_placement(desc):
             f"  {p['deployment']:<14} backend {p['backend']:<6} node {p['node_id'][:12]}{head} "
             f"{p.get('node_ip') or ''} [{res}]"
         )
+    note = autogroup_note(desc)
+    if note:
+        print(note)
+
+
+def autogroup_note(desc):
+    """A line for a compiled deployment whose parts' nodes share their cores by autogroup,
+    where its idle waiters cost work in other sessions; None elsewhere."""
+    if (desc.get("data_plane") or {}).get("kind") != "compiled":
+        return None
+    parts = [p["deployment"] for p in desc["parts"] if p.get("autogroup")]
+    if not parts:
+        return None
+    return (
+        f"note: the nodes of {', '.join(parts)} share their cores between sessions first (autogroup): "
+        "while this deployment idles its waiting threads spin, and Ray's session takes up to its share "
+        "of the cores from work started in other sessions (docs/serving.md, 'An idle deployment and the "
+        "rest of the machine')"
+    )
 
 
 def ingress_listen(args):

@@ -89,11 +89,51 @@ def parse_resources(text):
     return value
 
 
+def shares_cores_by_autogroup(proc="/proc", cgroup_root="/sys/fs/cgroup"):
+    """Whether the kernel shares the cores between this process's session and the others
+    before it weighs their threads: autogroups on, and the process in the root CPU cgroup
+    (cgroup v1's cpu hierarchy at "/", or v2 at "/" or without the cpu controller above it).
+    There a compiled graph's spinning waiters take their session's share of the cores from
+    work in other sessions, whatever the waiters' policy (docs/serving.md)."""
+    try:
+        with open(os.path.join(proc, "sys/kernel/sched_autogroup_enabled"), encoding="ascii") as f:
+            if f.read().strip() != "1":
+                return False
+        with open(os.path.join(proc, "self/cgroup"), encoding="ascii") as f:
+            lines = [ln.split(":", 2) for ln in f.read().splitlines() if ln.count(":") >= 2]
+    except OSError:
+        return False
+    for _, controllers, path in lines:
+        if "cpu" in controllers.split(","):
+            return path == "/"
+    unified = [path for hierarchy, controllers, path in lines if hierarchy == "0" and not controllers]
+    if not unified or unified[0] == "/":
+        return True
+    # v2: in the root task group unless some ancestor hands the cpu controller down.
+    parts = unified[0].strip("/").split("/")
+    for depth in range(len(parts)):
+        above = os.path.join(cgroup_root, *parts[:depth])
+        try:
+            with open(os.path.join(above, "cgroup.subtree_control"), encoding="ascii") as f:
+                if "cpu" in f.read().split():
+                    return False
+        except OSError:
+            return False
+    return True
+
+
 def node_report():
     import ray
 
     node_id = ray.get_runtime_context().get_node_id()
-    report = {"node_id": node_id, "node_ip": None, "node_resources": {}, "is_head": False, "pid": os.getpid()}
+    report = {
+        "node_id": node_id,
+        "node_ip": None,
+        "node_resources": {},
+        "is_head": False,
+        "pid": os.getpid(),
+        "autogroup": shares_cores_by_autogroup(),
+    }
     try:
         for n in ray.nodes():
             if n.get("NodeID") == node_id:
