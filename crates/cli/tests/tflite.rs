@@ -724,13 +724,21 @@ fn tflite_files_with_bad_indices_are_refused_in_one_line() {
         (
             "zero-element-constant",
             Box::new(move |m| {
+                // y = CONCATENATION(x [1,4], z [1,0]; axis 1): z has no elements and no data.
                 let mut z = s::TensorT::default();
-                z.shape = Some(vec![0]);
+                z.shape = Some(vec![1, 0]);
                 z.name = Some("z".into());
-                z.type_ = s::TensorType::INT32;
+                z.type_ = s::TensorType::FLOAT32;
+                let code = &mut m.operator_codes.as_mut().unwrap()[0];
+                code.builtin_code = s::BuiltinOperator::CONCATENATION;
+                code.deprecated_builtin_code = 2;
                 let g = sg(m);
                 g.tensors.as_mut().unwrap().push(z);
-                g.operators.as_mut().unwrap()[0].inputs = Some(vec![0, 1, 3]);
+                let op = &mut g.operators.as_mut().unwrap()[0];
+                op.inputs = Some(vec![0, 3]);
+                let mut axis = s::ConcatenationOptionsT::default();
+                axis.axis = 1;
+                op.builtin_options = s::BuiltinOptionsT::ConcatenationOptions(Box::new(axis));
             }),
             "",
         ),

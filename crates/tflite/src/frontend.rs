@@ -67,6 +67,10 @@ impl TfliteSource {
 
     pub fn new(file: FlatModel) -> Result<TfliteSource, FrontendError> {
         let converted = cleave_ir::phases::phase("IR build, check and types", || to_ir(&file))?;
+        // What LiteRT refuses or crashes on, cleave refuses, naming where the file lies: past
+        // what the IR build reads of the main subgraph, the bodies, quantization, options.
+        crate::trust::check_for_engine(&file, crate::trust::EngineNeeds::LITERT)
+            .map_err(|m| FrontendError::new(&file.path, m))?;
         let index = converted
             .names
             .iter()

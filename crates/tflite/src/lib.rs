@@ -22,8 +22,10 @@ mod ops;
 pub mod pack;
 pub mod schema;
 pub mod to_ir;
+pub mod trust;
 
 pub use frontend::{TfliteFrontend, TfliteSource};
 pub use model::{FlatModel, Format};
 pub use ops::TfliteSemantics;
 pub use to_ir::{to_ir, Converted};
+pub use trust::{check_for_engine, keeps_state, EngineNeeds};

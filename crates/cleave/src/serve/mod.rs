@@ -115,6 +115,18 @@ pub fn check_served(conn: &Path) -> Result<ConnFile, Error> {
                 ),
             ));
         }
+        // A served part's engine runs inside a Ray actor: what it would trust of the file
+        // wrongly is refused here, in one line, instead of crashing the actor on each request.
+        if matches!(format.as_str(), "tflite" | "circle") {
+            let f = dir.join(&p.file);
+            let needs = if format == "circle" {
+                cleave_tflite::EngineNeeds::ONERT
+            } else {
+                cleave_tflite::EngineNeeds::LITERT
+            };
+            let model = cleave_tflite::FlatModel::load(&f).map_err(Error::from)?;
+            cleave_tflite::check_for_engine(&model, needs).map_err(|m| Error::model(&f, m))?;
+        }
     }
     Ok(parsed)
 }
