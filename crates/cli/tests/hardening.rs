@@ -264,3 +264,50 @@ fn an_engine_library_without_its_functions_is_one_line_and_exit_2() {
         assert_bad_input(&o, &lib, "does not export");
     }
 }
+
+#[test]
+fn a_cleave_python_that_is_not_python_is_named_not_onnxruntime() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, conn) = example_parts(tmp.path());
+    let fake = tmp.path().join("not-python");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'not-python: no such option -c' >&2\nexit 5\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // An empty HOME: no library cached under ~/.cache/cleave/ort, so the Python is asked.
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cleave"))
+        .args([
+            os("verify"),
+            model.as_os_str(),
+            conn.as_os_str(),
+            os("--reference"),
+            os("ort"),
+        ])
+        .current_dir(tmp.path())
+        .env_remove("ORT_DYLIB_PATH")
+        .env("CLEAVE_PYTHON", &fake)
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert_bad_input(
+        &o,
+        &fake,
+        &format!(
+            "CLEAVE_PYTHON={}: is not a Python (exit code 5: not-python: no such option -c), \
+             so cleave cannot look for the onnxruntime package",
+            fake.display()
+        ),
+    );
+    assert!(
+        !stderr(&o).contains("pip install onnxruntime"),
+        "{}",
+        stderr(&o)
+    );
+}

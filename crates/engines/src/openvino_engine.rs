@@ -36,11 +36,13 @@ pub fn openvino_library_path() -> Result<PathBuf, String> {
         };
     }
     let python = crate::python_pkg::python();
-    let from_python = crate::python_pkg::package_dir(&python, "openvino").and_then(|dir| {
-        let libs = Path::new(&dir).join("libs");
-        crate::python_pkg::first_with_prefix(&libs, "libopenvino_c.so")
-            .ok_or_else(|| format!("no libopenvino_c.so in {}", libs.display()))
-    });
+    let from_python = crate::python_pkg::package_dir(&python, "openvino")
+        .map_err(String::from)
+        .and_then(|dir| {
+            let libs = Path::new(&dir).join("libs");
+            crate::python_pkg::first_with_prefix(&libs, "libopenvino_c.so")
+                .ok_or_else(|| format!("no libopenvino_c.so in {}", libs.display()))
+        });
     match from_python {
         Ok(p) => Ok(p),
         Err(e) => openvino_sys::library::find().ok_or_else(|| format!("{e}; {install}")),

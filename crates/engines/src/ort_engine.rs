@@ -19,22 +19,41 @@ pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
 /// `~/.cache/cleave/ort/libonnxruntime.so.1.31.1`, else the library inside the `onnxruntime`
 /// package of the user's Python (`$CLEAVE_PYTHON`, else `python3`).
 pub fn ort_library_path() -> PathBuf {
+    ort_library().0
+}
+
+/// [`ort_library_path`], and why the user's Python could not be asked when that is why the
+/// library is missing (it is not a Python, say): the fix is then CLEAVE_PYTHON, not a pip
+/// install.
+fn ort_library() -> (PathBuf, Option<String>) {
     if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
-        return PathBuf::from(p);
+        return (PathBuf::from(p), None);
     }
     let cached = PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
         .join(".cache/cleave/ort")
         .join(ORT_LIBRARY);
     if cached.is_file() {
-        return cached;
+        return (cached, None);
     }
-    python_library().unwrap_or(cached)
+    match python_library() {
+        Ok(Some(p)) => (p, None),
+        Ok(None) => (cached, None),
+        Err(why) => (cached, Some(why)),
+    }
 }
 
-/// `libonnxruntime.so*` in the `onnxruntime` package's `capi` folder, if Python has one.
-fn python_library() -> Option<PathBuf> {
-    let dir = crate::python_pkg::package_dir(&crate::python_pkg::python(), "onnxruntime").ok()?;
-    crate::python_pkg::first_with_prefix(&Path::new(&dir).join("capi"), "libonnxruntime.so")
+/// `libonnxruntime.so*` in the `onnxruntime` package's `capi` folder, if Python has one;
+/// an error when the Python itself failed.
+fn python_library() -> Result<Option<PathBuf>, String> {
+    use crate::python_pkg::{first_with_prefix, package_dir, python, PackageError};
+    match package_dir(&python(), "onnxruntime") {
+        Ok(dir) => Ok(first_with_prefix(
+            &Path::new(&dir).join("capi"),
+            "libonnxruntime.so",
+        )),
+        Err(PackageError::Python(why)) => Err(why),
+        Err(PackageError::Package(_)) => Ok(None),
+    }
 }
 
 static ENV: OnceLock<Result<Environment, String>> = OnceLock::new();
@@ -47,7 +66,15 @@ impl OnnxRuntime {
     /// Loads the shared library once per process; reports it unavailable with the fix.
     pub fn new() -> Result<OnnxRuntime, RuntimeError> {
         let env = ENV.get_or_init(|| {
-            let path = ort_library_path();
+            let (path, python_failed) = ort_library();
+            // Only asked when nothing else gave the library, so then it is missing.
+            if let Some(why) = python_failed {
+                return Err(format!(
+                    "{why}, so cleave cannot look for the onnxruntime package; set \
+                     CLEAVE_PYTHON to a Python that has it, or ORT_DYLIB_PATH to \
+                     libonnxruntime.so"
+                ));
+            }
             if !path.is_file() {
                 return Err(format!(
                     "{} not found; pip install onnxruntime (cleave finds the library in the package), or set ORT_DYLIB_PATH to libonnxruntime.so",

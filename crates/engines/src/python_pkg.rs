@@ -7,7 +7,9 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// The Python cleave asks: `$CLEAVE_PYTHON` (the Python package sets it to its own
 /// interpreter), else the first executable `python3` in an absolute `PATH` folder (a relative
@@ -84,28 +86,157 @@ pub fn run_code(python: impl AsRef<OsStr>, program: &str) -> Command {
     c
 }
 
+/// How long a Python may take to answer a probe. A Python answers in well under a second; one
+/// that has not answered in a minute will not (a script that sleeps, a wrapper waiting on a
+/// terminal), and cleave must not wait on it forever.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `python` as a message names it: `CLEAVE_PYTHON=PATH` when that variable chose it, so the
+/// user sees which setting to fix.
+pub fn describe(python: &str) -> String {
+    match std::env::var_os("CLEAVE_PYTHON") {
+        Some(v) if v == OsStr::new(python) => format!("CLEAVE_PYTHON={python}"),
+        _ => python.to_string(),
+    }
+}
+
+/// Runs `cmd`, a program of `python` (see [`run_code`]), to its end and returns its output, or
+/// says why not: it could not be started, or did not finish within `timeout` (it is killed,
+/// with whatever it started: it runs in a process group of its own).
+pub fn probe_output(mut cmd: Command, python: &str, timeout: Duration) -> Result<Output, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {} ({e})", describe(python)))?;
+    let pid = child.id();
+    // The pipes are read to their end on another thread: a program that keeps them open
+    // (or one of its children that does) is the timeout's to end.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.map_err(|e| format!("{}: {e}", describe(python))),
+        Err(_) => {
+            #[cfg(unix)]
+            if let Ok(group) = i32::try_from(pid) {
+                // SAFETY: signals the process group this call made (pgid = the child's pid);
+                // the thread above still waits on the child, so the pid is not yet reused.
+                unsafe { libc::kill(-group, libc::SIGKILL) };
+            }
+            #[cfg(not(unix))]
+            let _ = pid;
+            Err(format!(
+                "{}: did not answer within {} s",
+                describe(python),
+                timeout.as_secs()
+            ))
+        }
+    }
+}
+
+/// Why the Python cleave asks could not say where a package is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PackageError {
+    /// The Python itself failed: it could not be run, did not answer, or is not a Python.
+    Python(String),
+    /// The Python answered: it has no such package, or gave an answer not to trust.
+    Package(String),
+}
+
+impl std::fmt::Display for PackageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PackageError::Python(m) | PackageError::Package(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<PackageError> for String {
+    fn from(e: PackageError) -> String {
+        e.to_string()
+    }
+}
+
+/// Starts the one line of a probe's answer: a program that is not Python but exits 0 (or
+/// prints something) is not taken as a Python saying "no such package".
+const ANSWER: &str = "cleave-probe:";
+
 /// The folder of `package` as `python` would import it, found without importing it (an
 /// engine package's `__init__` pulls in numpy and more) and never in the working folder.
-pub fn package_dir(python: &str, package: &str) -> Result<String, String> {
+pub fn package_dir(python: &str, package: &str) -> Result<String, PackageError> {
+    package_dir_within(python, package, PROBE_TIMEOUT)
+}
+
+fn package_dir_within(
+    python: &str,
+    package: &str,
+    timeout: Duration,
+) -> Result<String, PackageError> {
+    // A package that fails to be found (a broken one) is an answer too: no folder.
     let probe = format!(
-        "import importlib.util as u; s = u.find_spec('{package}'); \
-         print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')"
+        "import importlib.util as u\n\
+         try:\n    s = u.find_spec('{package}')\nexcept Exception:\n    s = None\n\
+         print('{ANSWER}' + (s.submodule_search_locations[0] \
+         if s and s.submodule_search_locations else ''))"
     );
-    let out = run_code(python, &probe)
-        .output()
-        .map_err(|e| format!("cannot run {python} to find {package} ({e})"))?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() || dir.is_empty() {
-        return Err(format!("{python} has no {package} package"));
+    let out =
+        probe_output(run_code(python, &probe), python, timeout).map_err(PackageError::Python)?;
+    let who = describe(python);
+    if !out.status.success() {
+        return Err(PackageError::Python(format!(
+            "{who}: is not a Python ({})",
+            exit_and_stderr(&out)
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let Some(dir) = stdout.lines().last().and_then(|l| l.strip_prefix(ANSWER)) else {
+        return Err(PackageError::Python(format!(
+            "{who}: is not a Python (it ran, but did not answer cleave's probe)"
+        )));
+    };
+    let dir = dir.trim();
+    if dir.is_empty() {
+        return Err(PackageError::Package(format!(
+            "{python} has no {package} package"
+        )));
     }
     // Anything but one absolute folder is not an answer to trust (a relative one would be
     // read against the working folder).
-    if dir.lines().count() != 1 || !Path::new(&dir).is_absolute() {
-        return Err(format!(
+    if !Path::new(dir).is_absolute() {
+        return Err(PackageError::Package(format!(
             "{python} answered '{dir}' for the {package} package's folder, not an absolute path"
-        ));
+        )));
     }
-    Ok(dir)
+    Ok(dir.to_string())
+}
+
+/// `exit code N: first line of stderr`, or `killed by signal N`, for a message.
+fn exit_and_stderr(out: &Output) -> String {
+    let status = match (out.status.code(), signal(&out.status)) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        (None, None) => out.status.to_string(),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match stderr.lines().map(str::trim).find(|l| !l.is_empty()) {
+        Some(line) => format!("{status}: {}", line.chars().take(200).collect::<String>()),
+        None => status,
+    }
+}
+
+#[cfg(unix)]
+fn signal(s: &std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(s)
+}
+
+#[cfg(not(unix))]
+fn signal(_: &std::process::ExitStatus) -> Option<i32> {
+    None
 }
 
 /// A library shipped inside a Python package: named by an environment variable, else found at
@@ -145,7 +276,14 @@ impl PackagedLibrary {
                 ))
             };
         }
-        let dir = package_dir(python, package).map_err(|e| format!("{e}; {install}"))?;
+        let dir = package_dir(python, package).map_err(|e| match e {
+            // Installing into a Python that does not answer would not help.
+            PackageError::Python(e) => format!(
+                "{e}; set CLEAVE_PYTHON to a Python with the {wheel} wheel, or {variable} to \
+                 its {name}"
+            ),
+            PackageError::Package(e) => format!("{e}; {install}"),
+        })?;
         let lib = Path::new(&dir).join(file);
         if lib.is_file() {
             Ok(lib)
@@ -224,6 +362,70 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&open.stdout).trim(), "False");
+    }
+
+    /// An executable shell script at `dir/name`.
+    #[cfg(unix)]
+    fn script(dir: &Path, name: &str, body: &str) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p.display().to_string()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_python_that_does_not_answer_is_given_up_on() {
+        let dir = tempfile::tempdir().unwrap();
+        // The shell's child holds the pipes too: the whole group is ended.
+        let sleeper = script(dir.path(), "sleeper", "sleep 600");
+        let start = std::time::Instant::now();
+        let e = package_dir_within(&sleeper, "onnxruntime", Duration::from_secs(1)).unwrap_err();
+        assert_eq!(
+            e,
+            PackageError::Python(format!("{sleeper}: did not answer within 1 s"))
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_program_that_is_not_python_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let fails = script(dir.path(), "fails", "echo 'usage: fails [x]' >&2; exit 3");
+        assert_eq!(
+            package_dir_within(&fails, "onnxruntime", PROBE_TIMEOUT).unwrap_err(),
+            PackageError::Python(format!(
+                "{fails}: is not a Python (exit code 3: usage: fails [x])"
+            ))
+        );
+        let silent = script(dir.path(), "silent", "exit 0");
+        assert_eq!(
+            package_dir_within(&silent, "onnxruntime", PROBE_TIMEOUT).unwrap_err(),
+            PackageError::Python(format!(
+                "{silent}: is not a Python (it ran, but did not answer cleave's probe)"
+            ))
+        );
+        let text = dir.path().join("text.py");
+        std::fs::write(&text, "print('hi')\n").unwrap();
+        let e = package_dir_within(&text.display().to_string(), "onnxruntime", PROBE_TIMEOUT)
+            .unwrap_err();
+        assert!(
+            matches!(&e, PackageError::Python(m) if m.starts_with("cannot run ")),
+            "{e:?}"
+        );
+        // A real Python without the package says so.
+        assert_eq!(
+            package_dir_within(&python(), "no_such_package_here", PROBE_TIMEOUT).unwrap_err(),
+            PackageError::Package(format!("{} has no no_such_package_here package", python()))
+        );
+        let site = package_dir_within(&python(), "json", PROBE_TIMEOUT).unwrap();
+        assert!(Path::new(&site).join("__init__.py").is_file(), "{site}");
     }
 
     #[test]
