@@ -1,16 +1,17 @@
 # Stubs of the extension module (crates/python); the public API is in cleave/__init__.py.
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 
 __version__: str
-__all__ = ["cli_main", "builtin_devices", "load_path", "load_bytes", "Model", "WholeModel", "Plan", "Runner",
-           "__version__"]
+__all__ = ["cli_main", "builtin_devices", "_engine_worker", "load_path", "load_bytes", "Model", "WholeModel", "Plan",
+           "Runner", "__version__"]
 
 _Dim = Union[int, str, None]
 
 def cli_main(argv: List[str]) -> int: ...
 def builtin_devices() -> List[str]: ...
+def _engine_worker() -> NoReturn: ...
 def load_path(
     path: str,
     shape: Optional[Dict[str, List[int]]] = None,

@@ -186,3 +186,83 @@ def test_arguments_of_the_wrong_type_raise_argument_error(tmp_path, tiny_cnn, ti
     for call in bad_calls:
         with pytest.raises(cleave.ArgumentError):
             call()
+
+
+def _worker_pids(engine="litert"):
+    """This interpreter's child processes that serve `engine` for cleave (the label is their
+    last argument)."""
+    me, found = os.getpid(), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        args = command.rstrip(b"\0").split(b"\0")
+        if parent == me and b"_engine_worker" in command and args[-1] == engine.encode():
+            found.append(int(pid))
+    return found
+
+
+def _tflite_runner():
+    pytest.importorskip("ai_edge_litert")
+    from conftest import test_data
+
+    path = test_data() / "tflite" / "face_detection_short_range.tflite"
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run `bash scripts/testdata/fetch-test-data.sh`")
+    model = cleave.load(path)
+    plan = model.partition(rules={"backends": ["npu", "cpu"], "default": "npu", "comply": "opcode",
+                                  "OPCODE": {"ADD": "cpu"}})
+    (info,) = model.inputs
+    x = np.random.default_rng(0).standard_normal(info.shape, dtype=np.float32)
+    # The plan too: a runner keeps its part files, which the test checks by dropping the plan
+    # in the first test and keeping it here.
+    return plan.runner(), {info.name: x}, plan
+
+
+def test_litert_runs_in_a_worker_process_and_a_dead_worker_is_replaced():
+    import signal
+
+    runner, feeds, plan = _tflite_runner()
+    # The runner alone: its parts load again from files it keeps.
+    del plan
+    first = runner.run(feeds)
+    workers = _worker_pids()
+    assert len(workers) == 1, workers
+    # As a hostile model crashing LiteRT would: the worker dies, this interpreter does not,
+    # and the parts load again into a new worker at their next run.
+    os.kill(workers[0], signal.SIGSEGV)
+    deadline = time.monotonic() + 10
+    while workers[0] in _worker_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    again = runner.run(feeds)
+    assert set(again) == set(first) and all(np.array_equal(again[k], first[k]) for k in first)
+    assert _worker_pids() and workers[0] not in _worker_pids()
+
+
+def test_a_worker_killed_during_a_run_is_replaced_and_the_run_answers():
+    import signal
+
+    runner, feeds, _plan = _tflite_runner()
+    first = runner.run(feeds)
+    (worker,) = _worker_pids()
+    # Stopped, it takes the next request without answering; killed, it never will. The run
+    # is made once more on a new worker (a second crash would be the part's, and an error:
+    # the Rust tests of the worker cover it).
+    os.kill(worker, signal.SIGSTOP)
+    got = []
+
+    def run():
+        got.append(runner.run(feeds))
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)
+    os.kill(worker, signal.SIGKILL)
+    t.join(30)
+    assert not t.is_alive() and len(got) == 1
+    assert all(np.array_equal(got[0][k], first[k]) for k in first)
+    assert _worker_pids() and worker not in _worker_pids()

@@ -14,6 +14,19 @@ pub fn engine_registry() -> &'static Registry {
     cleave_engines::registry()
 }
 
+/// From now on, the engines that parse model files they do not verify (LiteRT, onert) run
+/// in worker processes that `launcher` starts, each calling [`engine_worker_main`]: a crash
+/// inside one is an error naming the part, and this process goes on.
+pub fn isolate_engines(launcher: cleave_engines::Launcher) {
+    cleave_engines::set_launcher(launcher);
+}
+
+/// The body of an engine worker process, until the process that started it lets go; the exit
+/// code.
+pub fn engine_worker_main() -> i32 {
+    cleave_engines::worker_main()
+}
+
 /// The engine of a kind.
 pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, Error> {
     Ok(engine_registry().make(&kind)?)

@@ -269,6 +269,16 @@ fn pythons_start_isolated_and_temporary_folders_are_private() {
             ));
         }
     }
+    // The Python package's engine workers are its own interpreter, isolated by its flags
+    // (`-I`: no working folder, no user site, no PYTHON* variables; `-S`: no site at all).
+    let (_, worker) = code
+        .iter()
+        .find(|(p, _)| p.ends_with("python/src/isolate.rs"))
+        .expect("crates/python/src/isolate.rs");
+    assert!(
+        worker.contains(r#"["-I", "-S", "-c", PROGRAM]"#),
+        "the engine worker's interpreter must start with -I -S"
+    );
     assert!(hits.is_empty(), "{}", hits.join("\n"));
 }
 

@@ -5,9 +5,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static WHOLE_PROCESS: AtomicBool = AtomicBool::new(false);
 
-/// Says that the process ends when the command returns.
+/// The hidden first argument with which the binary starts itself as an engine worker.
+pub const ENGINE_WORKER: &str = "__engine-worker";
+
+/// Says that the process ends when the command returns, and that engines which parse model
+/// files unverified run in copies of this binary started with [`ENGINE_WORKER`].
 pub fn set_whole_process() {
     WHOLE_PROCESS.store(true, Ordering::Relaxed);
+    // Interrupted, the binary removes its temporary folders first. Without the handler
+    // (the system refused a thread) it ends as before, leaving them.
+    let _ = cleave::workdir::remove_on_signals();
+    // Without its own path (an unusual /proc), the engines run in process, as before.
+    if let Ok(program) = std::env::current_exe() {
+        cleave::isolate_engines(cleave::Launcher {
+            program,
+            args: vec![ENGINE_WORKER.into()],
+        });
+    }
+}
+
+/// The binary as an engine worker ([`ENGINE_WORKER`]): runs until its starter lets go.
+pub fn engine_worker() -> u8 {
+    u8::try_from(cleave::engine_worker_main()).unwrap_or(70)
 }
 
 /// Lets go of a loaded model and what was built from it. In the binary, whose exit follows,

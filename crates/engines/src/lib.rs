@@ -8,6 +8,7 @@
 
 mod dylib;
 mod guard;
+mod isolate;
 mod litert_dims;
 mod litert_engine;
 mod litert_ffi;
@@ -23,6 +24,7 @@ use std::sync::OnceLock;
 
 use cleave_runtime::{Devices, Engine, EngineEntry, EngineKind, Registry, RuntimeError};
 
+pub use isolate::{set_launcher, worker_main, Launcher, ISOLATE_VARIABLE};
 pub use litert_engine::{litert_library_path, Litert};
 pub use onert_engine::Onert;
 use onert_engine::ONERT_DEFAULT_BACKENDS;
@@ -68,12 +70,19 @@ pub fn registry() -> &'static Registry {
         r.register(plain("tract", &[], &["onnx"], &["onnx"], |_| {
             guarded(Ok(Tract))
         }));
+        // LiteRT and onert read flatbuffers they do not verify: each runs in a worker process
+        // where the program can start one (`isolate`).
         r.register(plain(
             "litert",
             &["tflite"],
             &["tflite"],
             &["tflite"],
-            |_| guarded(Litert::new()),
+            |_| {
+                let library = &litert_engine::LIBRARY;
+                isolate::or_in_process("litert", "LiteRT", "litert".into(), library, || {
+                    guarded(Litert::new())
+                })
+            },
         ));
         r.register(EngineEntry {
             whole_model: false,
@@ -100,7 +109,20 @@ pub fn registry() -> &'static Registry {
                 &["nnfw"],
                 &["circle", "tflite"],
                 &["circle"],
-                |backends| guarded(Onert::new(backends.unwrap_or(ONERT_DEFAULT_BACKENDS))),
+                |backends| {
+                    let backends = backends.unwrap_or(ONERT_DEFAULT_BACKENDS);
+                    onert_engine::check_backends(backends).map_err(|message| {
+                        RuntimeError::Unavailable {
+                            engine: "onert",
+                            message,
+                        }
+                    })?;
+                    let label = format!("onert:{backends}");
+                    let library = &onert_engine::LIBRARY;
+                    isolate::or_in_process("onert", "onert", label, library, || {
+                        guarded(Onert::new(backends))
+                    })
+                },
             )
         });
         r
@@ -113,6 +135,29 @@ fn guarded<E: Engine + 'static>(
     engine: Result<E, RuntimeError>,
 ) -> Result<Box<dyn Engine>, RuntimeError> {
     Ok(Box::new(guard::Guarded(Box::new(engine?))))
+}
+
+/// A TFLite or circle file, verified, and checked against what an engine with `needs`
+/// believes of it without checking (`cleave_tflite::trust`).
+fn trusted(
+    path: &std::path::Path,
+    needs: cleave_tflite::EngineNeeds,
+    engine: &'static str,
+) -> Result<cleave_tflite::FlatModel, RuntimeError> {
+    // A file that cannot be read is said as such, not as a bad model.
+    std::fs::File::open(path).map_err(|source| RuntimeError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let model = cleave_tflite::FlatModel::load(path).map_err(|e| RuntimeError::Model {
+        path: path.to_path_buf(),
+        message: e.message,
+    })?;
+    cleave_tflite::check_for_engine(&model, needs).map_err(|m| RuntimeError::Model {
+        path: path.to_path_buf(),
+        message: format!("{engine} would trust the file where it is wrong: {m}"),
+    })?;
+    Ok(model)
 }
 
 /// The engine of a kind.

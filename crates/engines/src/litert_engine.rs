@@ -14,7 +14,7 @@ use crate::litert_ffi::{self as ffi, Api, Handle, Layout, RankedTensorType, Stat
 use crate::python_pkg::PackagedLibrary;
 
 const ENGINE: &str = "litert";
-const LIBRARY: PackagedLibrary = PackagedLibrary {
+pub(crate) const LIBRARY: PackagedLibrary = PackagedLibrary {
     variable: "CLEAVE_LITERT_LIB",
     package: "ai_edge_litert",
     file: "libLiteRt.so",
@@ -241,6 +241,9 @@ impl LitertSession {
         path: &Path,
         single_thread: bool,
     ) -> Result<LitertSession, RuntimeError> {
+        // What LiteRT believes of a file without checking it (buffer sizes, quantization
+        // arrays, indices), checked first.
+        crate::trusted(path, cleave_tflite::EngineNeeds::LITERT, ENGINE)?;
         // LiteRT reads a model file without verifying it (a truncated one crashes it), and
         // verifies a model in memory: so the file is read here and handed over as bytes.
         let bytes = std::fs::read(path).map_err(|source| RuntimeError::Read {
@@ -793,14 +796,14 @@ mod tests {
         );
         assert!(e.contains("pip install ai-edge-litert==2.3.0"), "{e}");
         let e = LIBRARY.find(None, "/nonexistent/python3").unwrap_err();
-        assert!(e.contains("cannot run /nonexistent/python3"), "{e}");
+        assert!(e.contains("cannot run /nonexistent/python3 ("), "{e}");
         assert!(
-            e.contains("/nonexistent/python3 -m pip install ai-edge-litert==2.3.0"),
+            e.contains("set CLEAVE_PYTHON to a Python with the ai-edge-litert==2.3.0 wheel, or CLEAVE_LITERT_LIB to its libLiteRt.so"),
             "{e}"
         );
-        // A Python without the package: `false` runs and prints nothing.
+        // `false` runs, answers nothing and fails: no Python at all.
         let e = LIBRARY.find(None, "false").unwrap_err();
-        assert!(e.contains("false has no ai_edge_litert package"), "{e}");
+        assert!(e.contains("false: is not a Python (exit code 1)"), "{e}");
     }
 
     #[test]

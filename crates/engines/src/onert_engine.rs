@@ -17,7 +17,7 @@ use crate::python_pkg::PackagedLibrary;
 use crate::stderr_capture;
 
 const ENGINE: &str = "onert";
-const LIBRARY: PackagedLibrary = PackagedLibrary {
+pub(crate) const LIBRARY: PackagedLibrary = PackagedLibrary {
     variable: "CLEAVE_ONERT_LIB",
     package: "onert",
     file: "native/libonert.so",
@@ -52,7 +52,7 @@ fn api() -> Result<&'static Api, RuntimeError> {
 
 /// Backends as `nnfw_set_available_backends` takes them: names separated by `;`, each a
 /// library `libbackend_NAME.so` beside onert's own, so only letters, digits and `_`.
-fn check_backends(backends: &str) -> Result<(), String> {
+pub(crate) fn check_backends(backends: &str) -> Result<(), String> {
     let ok = backends
         .split(';')
         .all(|b| !b.is_empty() && b.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
@@ -230,10 +230,7 @@ impl OnertSession {
         path: &Path,
         backends: &CString,
     ) -> Result<OnertSession, RuntimeError> {
-        let model = FlatModel::load(path).map_err(|e| RuntimeError::Model {
-            path: path.to_path_buf(),
-            message: e.message,
-        })?;
+        let model = crate::trusted(path, cleave_tflite::EngineNeeds::ONERT, ENGINE)?;
         // onert picks its reader by the file's extension.
         let ext = path
             .extension()
@@ -410,19 +407,42 @@ impl OnertSession {
     }
 
     fn info(&self, input: bool, i: u32) -> Result<nnfw_tensorinfo, RuntimeError> {
+        /// Room past the 6 dims: onert writes as many dims as the tensor's rank, and a rank
+        /// it computed at run time is checked by nobody before (files are, in `trust`).
+        #[repr(C)]
+        struct Roomy {
+            info: nnfw_tensorinfo,
+            spare: [i32; 58],
+        }
         let a = self.api;
-        let mut info = nnfw_tensorinfo::default();
-        // SAFETY: `i` is below the count onert gave; `info` has nnfw.h's layout.
+        let mut room = Roomy {
+            info: nnfw_tensorinfo::default(),
+            spare: [0; 58],
+        };
+        // SAFETY: `i` is below the count onert gave; `room` starts with nnfw.h's layout and
+        // holds 64 dims.
         let st = unsafe {
+            let info = &mut room.info as *mut nnfw_tensorinfo;
             if input {
-                (a.nnfw_input_tensorinfo)(self.session, i, &mut info)
+                (a.nnfw_input_tensorinfo)(self.session, i, info)
             } else {
-                (a.nnfw_output_tensorinfo)(self.session, i, &mut info)
+                (a.nnfw_output_tensorinfo)(self.session, i, info)
             }
         };
         let side = if input { "input" } else { "output" };
         self.check(&format!("reading {side} {i}'s shape"), st)?;
-        Ok(info)
+        let rank = usize::try_from(room.info.rank).unwrap_or(usize::MAX);
+        if rank > ffi::MAX_RANK {
+            return Err(unsupported(
+                &self.path,
+                format!(
+                    "{side} {i} has rank {}; onert's API describes at most {} dims",
+                    room.info.rank,
+                    ffi::MAX_RANK
+                ),
+            ));
+        }
+        Ok(room.info)
     }
 
     /// Tells onert an input's shape where it differs from what it has.
@@ -621,7 +641,10 @@ mod tests {
         );
         assert!(e.contains("pip install onert"), "{e}");
         let e = LIBRARY.find(None, "false").unwrap_err();
-        assert!(e.contains("false has no onert package"), "{e}");
+        assert!(
+            e.contains("false: is not a Python (exit code 1); set CLEAVE_PYTHON to a Python with the onert wheel, or CLEAVE_ONERT_LIB to its libonert.so"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! by nature (exceptions with attributes, numpy feeds, the Ray app) lives there.
 
 mod errors;
+mod isolate;
 mod model;
 mod plan;
 mod tensors;
@@ -30,6 +31,8 @@ fn builtin_devices() -> Vec<String> {
 fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_devices, m)?)?;
+    m.add_function(wrap_pyfunction!(isolate::_engine_worker, m)?)?;
+    isolate::set_launcher(m.py())?;
     m.add_function(wrap_pyfunction!(model::load_path, m)?)?;
     m.add_function(wrap_pyfunction!(model::load_bytes, m)?)?;
     m.add_class::<model::Model>()?;

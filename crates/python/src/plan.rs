@@ -30,7 +30,7 @@ pub struct Plan {
     /// Lines `cleave partition` prints about the stages, when stages made the plan.
     stage_lines: Vec<String>,
     /// Where the parts are written for `runner`, `part_bytes` and `report`.
-    scratch: Mutex<Option<(TempDir, Emitted)>>,
+    scratch: Mutex<Option<(Arc<TempDir>, Emitted)>>,
     _model_tmp: Option<Arc<TempDir>>,
     /// What messages call the model's private copy.
     names: Names,
@@ -114,6 +114,8 @@ impl PartInfo {
 
 /// The parts as written into a plan's scratch folder.
 struct Scratch {
+    /// The folder, shared with the runners loaded from it.
+    dir: Arc<TempDir>,
     written: Emitted,
     /// The plan's names, and the scratch folder as `<parts of the plan>`.
     names: Names,
@@ -177,10 +179,11 @@ impl Plan {
                         names,
                     )
                 })?;
-                *slot = Some((dir, written));
+                *slot = Some((Arc::new(dir), written));
             }
             match slot.as_ref() {
                 Some((dir, w)) => Ok(Scratch {
+                    dir: dir.clone(),
                     written: w.clone(),
                     names: self.scratch_names(dir.path()),
                 }),
@@ -370,7 +373,7 @@ impl Plan {
         let parts = py
             .detach(|| cleave::load_parts(&conn_json, &map, false))
             .map_err(|e| from_engine_in(e, &names))?;
-        Ok(Runner::new(parts, names))
+        Ok(Runner::new(parts, names, Some(scratch.dir)))
     }
 }
 
@@ -378,6 +381,9 @@ impl Plan {
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Runner {
     parts: Mutex<LoadedParts>,
+    /// The part files, kept while the runner lives: an engine whose worker process died loads
+    /// its part again from them.
+    _files: Option<Arc<TempDir>>,
     outputs: Vec<String>,
     /// Every tensor a part hands to another, in part order.
     boundaries: Vec<String>,
@@ -385,7 +391,7 @@ pub struct Runner {
 }
 
 impl Runner {
-    fn new(parts: LoadedParts, names: Names) -> Runner {
+    fn new(parts: LoadedParts, names: Names, files: Option<Arc<TempDir>>) -> Runner {
         let inputs: HashSet<&String> = parts.conn.source.inputs.iter().collect();
         let outputs = parts.conn.source.outputs.clone();
         let mut seen = HashSet::new();
@@ -399,6 +405,7 @@ impl Runner {
             .collect();
         Runner {
             parts: Mutex::new(parts),
+            _files: files,
             outputs,
             boundaries,
             names,
