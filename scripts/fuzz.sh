@@ -11,6 +11,9 @@
 # tensor_files (.npy and TensorProto .pb inputs), load_tflite (TFLite/circle bytes → IR, then the
 # whole model, a part and the other format written back). Needs the nightly toolchain and cargo-fuzz, which it
 # installs when missing. Builds with debug assertions, so integer overflow is a crash.
+# engine_mutants is not a cargo-fuzz target: mutants of valid TFLite and circle models run through
+# `cleave verify` on LiteRT and onert for SECONDS per format (crates/cli/tests/engine_mutants.rs,
+# on the test build: nothing is compiled for it here).
 # Seeds: the ONNX node-test models, the examples and the small TFLite test models
 # (scripts/testdata/fetch-test-data.sh first).
 # Inputs found, crash artifacts and the instrumented build live under ~/.cache/cleave/.
@@ -19,7 +22,29 @@ set -euo pipefail
 secs="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(load_onnx pipeline_onnx part_rules tensor_files load_tflite)
+[ ${#targets[@]} -gt 0 ] || targets=(engine_mutants load_onnx pipeline_onnx part_rules tensor_files load_tflite)
+
+status=0
+fuzz_targets=()
+for t in "${targets[@]}"; do
+  if [ "$t" = engine_mutants ]; then
+    echo "fuzzing engine_mutants for ${secs}s per format"
+    found="$HOME/.cache/cleave/fuzz-artifacts/engine_mutants.found"
+    mkdir -p "$(dirname "$found")"
+    if (cd "$(dirname "${BASH_SOURCE[0]}")/.." && CLEAVE_MUTATE_SECS="$secs" CLEAVE_MUTATE_FOUND="$found" \
+        cargo test --locked -q -p cleave-cli --test engine_mutants -- --nocapture 2>&1 \
+        | grep -E '^(engine mutants|Crash|Hang|EngineCrash|test result)'); then
+      echo "engine_mutants: ok, no crash"
+    else
+      status=1
+      echo "engine_mutants: CRASH (lines to keep in crates/cli/tests/data/engine_mutants.txt: $found)"
+    fi
+  else
+    fuzz_targets+=("$t")
+  fi
+done
+targets=("${fuzz_targets[@]}")
+[ ${#targets[@]} -gt 0 ] || exit $status
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$HOME/.cache/cleave"
@@ -67,7 +92,6 @@ flags=(-O -a --sanitizer none)
 cd "$root/fuzz"
 cargo +nightly fuzz build "${flags[@]}"
 
-status=0
 for t in "${targets[@]}"; do
   case "$t" in
     part_rules) seed="$seeds/part" ;;

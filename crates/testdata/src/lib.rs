@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod mutate;
 pub mod synth;
 
 /// The folders of ONNX's backend test data that cleave's tests use.
