@@ -92,6 +92,7 @@ pub fn run(a: Args) -> Result<(), Fail> {
         .load(source.path(), false)
         .map_err(runtime_fail)?;
     let n = a.requests.max(1);
+    inputs::check_requests(&feeds, n)?;
     let mut piped = load_parts(&conn, &map, true)?;
     let mut stats = vec![PartStats::default(); parts.sessions.len()];
     bar.finish_and_clear();

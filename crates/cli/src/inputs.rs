@@ -108,3 +108,20 @@ pub fn gather(
     }
     Ok(out)
 }
+
+/// `--requests N` as copies of `feeds` held at once (pipelined runs keep every request's
+/// tensors until it finishes): refused, naming the flag, where they could not fit in memory.
+/// Each request is counted at its inputs plus 4 KiB of bookkeeping.
+pub fn check_requests(feeds: &[(String, HostTensor)], requests: usize) -> Result<(), Fail> {
+    let each = feeds
+        .iter()
+        .try_fold(4096u64, |n, (_, t)| n.checked_add(t.data.len() as u64));
+    let all = each.and_then(|e| e.checked_mul(requests as u64));
+    cleave::runtime::memory::check(all)
+        .map(|_| ())
+        .map_err(|e| {
+            Fail::usage(format!(
+                "--requests {requests}: that many copies of the inputs are {e}"
+            ))
+        })
+}

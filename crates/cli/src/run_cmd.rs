@@ -40,6 +40,7 @@ pub fn run(a: Args) -> Result<(), Fail> {
     let feeds = inputs::gather(&source.model().graph, &a.input.inputs, 0, random)?;
     let map = engines(&a.engine.engines)?;
     let pipelined = a.requests > 1;
+    inputs::check_requests(&feeds, a.requests)?;
     if pipelined && a.invokes > 1 {
         return Err(Fail::usage(
             "--invokes runs one request after another on the same state; it cannot be pipelined with --requests",

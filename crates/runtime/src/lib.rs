@@ -11,6 +11,7 @@
 
 pub mod engine;
 mod error;
+pub mod memory;
 mod npy;
 pub mod pipeline;
 pub mod runner;

@@ -183,16 +183,20 @@ impl HostTensor {
 
     /// Seeded random data of a type: normal floats, small non-negative integers, booleans.
     pub fn random(elem: ElemType, shape: &[usize], seed: u64) -> Result<HostTensor, String> {
-        let n = shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .ok_or_else(|| format!("shape {shape:?} has more elements than memory can hold"))?;
+        let width = match elem {
+            ElemType::F64 | ElemType::I64 => 8,
+            ElemType::F32 | ElemType::I32 => 4,
+            _ => 1,
+        };
+        let bytes = crate::memory::elements(shape, width)
+            .map_err(|e| format!("shape {shape:?} of {elem} is {e}"))?;
+        let n = usize::try_from(bytes / width).map_err(|e| e.to_string())?;
         let mut rng = cleave_ir::XorShift64::seeded(seed);
         let mut next = || rng.next_u64();
         let mut uniform = || (next() >> 11) as f64 / (1u64 << 53) as f64;
         let data: Vec<u8> = match elem {
             ElemType::F32 | ElemType::F64 => {
-                let mut v = Vec::with_capacity(n * 8);
+                let mut v = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0));
                 for _ in 0..n {
                     // Box-Muller: a standard normal sample.
                     let (u1, u2) = (uniform().max(1e-12), uniform());
