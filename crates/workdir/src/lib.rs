@@ -10,6 +10,7 @@ mod atomic;
 mod conn;
 mod naming;
 mod private;
+mod signals;
 mod staged;
 
 pub use atomic::{copy_atomic, write_atomic, write_with, WriteError};
@@ -18,4 +19,5 @@ pub use naming::{
     backend_of, check_backend_name, is_part_file, part_file_name, relative_path, stale_parts,
 };
 pub use private::{private_tempdir, private_tempdir_in, seal, write_private};
+pub use signals::remove_on_signals;
 pub use staged::{ConnFiles, Staged};

@@ -19,14 +19,20 @@ fn builder(prefix: &str) -> Builder<'_, 'static> {
     b
 }
 
-/// A new folder `prefix*` in the system's temporary folder, mode 0700, removed when dropped.
+/// A new folder `prefix*` in the system's temporary folder, mode 0700, removed when dropped
+/// (and on SIGINT, SIGTERM and SIGHUP where the program asked: `remove_on_signals`).
 pub fn private_tempdir(prefix: &str) -> std::io::Result<TempDir> {
-    builder(prefix).tempdir()
+    let d = builder(prefix).tempdir()?;
+    crate::signals::made(d.path().to_path_buf());
+    Ok(d)
 }
 
-/// A new folder `prefix*` inside `dir`, mode 0700, removed when dropped.
+/// A new folder `prefix*` inside `dir`, mode 0700, removed when dropped (and on signals, as
+/// [`private_tempdir`]).
 pub fn private_tempdir_in(prefix: &str, dir: &Path) -> std::io::Result<TempDir> {
-    builder(prefix).tempdir_in(dir)
+    let d = builder(prefix).tempdir_in(dir)?;
+    crate::signals::made(d.path().to_path_buf());
+    Ok(d)
 }
 
 /// Writes `bytes` to the new file `path` with mode 0600 (it must not exist: a name planted in
