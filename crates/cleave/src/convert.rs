@@ -5,7 +5,9 @@
 use std::path::Path;
 
 use cleave_frontend::FrontendError;
-use cleave_onnx::{encode_model, to_ir, write_atomic, OnnxModel, MIN_EXTERNAL_BYTES};
+use cleave_onnx::{
+    check_external_data, encode_model, to_ir, write_atomic, OnnxModel, MIN_EXTERNAL_BYTES,
+};
 use cleave_tflite::{FlatModel, Format, TfliteSource};
 
 use crate::{Error, ExternalData};
@@ -33,7 +35,8 @@ pub fn convert(
     let onnx = |e: cleave_onnx::OnnxError| Error::from(FrontendError::from(e));
     let model = OnnxModel::load(input).map_err(onnx)?;
     // Refuse to write out a graph cleave could not use: same checks as every other command.
-    to_ir(&model).map_err(onnx)?;
+    let ir = to_ir(&model).map_err(onnx)?;
+    check_external_data(&model.path, &ir).map_err(onnx)?;
     match external {
         None => model.save(output).map_err(onnx)?,
         Some(ExternalData::Inline) => model

@@ -342,6 +342,193 @@ fn external_data_outside_the_model_folder_is_refused() {
     );
 }
 
+/// `cleave ARGS`, killed (and the test failed) if it has not ended within a minute: what a
+/// hang looks like from outside.
+fn cleave_within_a_minute(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cleave"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("cleave {args:?} hung: killed after a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `src` with its one initializer's external data entries changed by `edit`, as `name`.
+fn with_external_data(src: &Path, name: &str, edit: impl Fn(&mut TensorProto)) -> PathBuf {
+    let mut m = ModelProto::decode(&std::fs::read(src).unwrap()[..]).unwrap();
+    edit(&mut m.graph.as_mut().unwrap().initializer[0]);
+    write(src.parent().unwrap(), name, &m.encode_to_vec())
+}
+
+#[test]
+fn external_data_whose_length_disagrees_with_its_dims_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, _) = external_model(tmp.path());
+    // float32 [4, 4] is 64 bytes; the file has them, but the tensor claims 8.
+    let short = with_external_data(&src, "short.onnx", |t| {
+        t.external_data[2].value = Some("8".into())
+    });
+    // No length: the rest of the file past the offset, which must then be the tensor.
+    let no_length = with_external_data(&src, "no_length.onnx", |t| {
+        t.external_data[1].value = Some("90".into());
+        t.external_data.truncate(2);
+    });
+    for (model, cause) in [
+        (
+            &short,
+            "tensor 'w': external data length 8 does not match float32 [4, 4], which needs 64",
+        ),
+        (
+            &no_length,
+            "tensor 'w': external data has no length, and the 74 bytes",
+        ),
+    ] {
+        let out = tmp.path().join("out");
+        let converted = tmp.path().join("c.onnx");
+        for args in [
+            vec![
+                os("partition"),
+                model.as_os_str(),
+                os("--devices"),
+                os("cpu"),
+                os("-o"),
+                out.as_os_str(),
+            ],
+            vec![os("convert"), model.as_os_str(), converted.as_os_str()],
+        ] {
+            assert_bad_input(&cleave(&args), model, cause);
+        }
+        assert!(!out.exists() && !converted.exists(), "a model was written");
+    }
+}
+
+#[test]
+fn external_data_that_is_not_a_regular_file_is_refused_without_waiting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, _) = external_model(tmp.path());
+    let fifo = tmp.path().join("data/fifo.bin");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // A FIFO with no writer blocks whoever opens it, until a writer comes: forever.
+    let at_fifo = with_external_data(&src, "fifo.onnx", |t| {
+        t.external_data[0].value = Some("data/fifo.bin".into())
+    });
+    let at_folder = with_external_data(&src, "folder.onnx", |t| {
+        t.external_data[0].value = Some("data".into())
+    });
+    let folder = tmp.path().join("data");
+    for (model, cause) in [
+        (
+            &at_fifo,
+            format!("{}: a FIFO, not a regular file", fifo.display()),
+        ),
+        (
+            &at_folder,
+            format!("{}: a folder, not a regular file", folder.display()),
+        ),
+    ] {
+        let out = tmp.path().join("out");
+        let converted = tmp.path().join("c.onnx");
+        for args in [
+            vec![os("inspect"), model.as_os_str()],
+            vec![
+                os("partition"),
+                model.as_os_str(),
+                os("--devices"),
+                os("cpu"),
+                os("-o"),
+                out.as_os_str(),
+            ],
+            vec![os("convert"), model.as_os_str(), converted.as_os_str()],
+        ] {
+            let o = cleave_within_a_minute(&args);
+            assert_bad_input(&o, model, &format!("tensor 'w': external data {cause}"));
+        }
+        assert!(!out.exists() && !converted.exists());
+    }
+}
+
+/// An `If` whose then-branch holds an `If` ... `depth` deep.
+fn nested_ifs(depth: usize) -> ModelProto {
+    use proto::{attribute_proto::AttributeType, AttributeProto, GraphProto};
+    let graph_attr = |name: &str, g| AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    };
+    let leaf = |name: &str| GraphProto {
+        name: Some(name.into()),
+        node: vec![node(
+            &format!("{name}_id"),
+            "Identity",
+            &["x"],
+            &[&format!("{name}_out")],
+        )],
+        output: vec![float_input(&format!("{name}_out"), &[1, 4])],
+        ..Default::default()
+    };
+    let mut body = leaf("b0");
+    for d in 1..depth {
+        let mut n = node(&format!("if{d}"), "If", &["c"], &[&format!("b{d}_out")]);
+        n.attribute = vec![
+            graph_attr("then_branch", body),
+            graph_attr("else_branch", leaf(&format!("e{d}"))),
+        ];
+        body = GraphProto {
+            name: Some(format!("b{d}")),
+            node: vec![n],
+            output: vec![float_input(&format!("b{d}_out"), &[1, 4])],
+            ..Default::default()
+        };
+    }
+    let mut top = node("top", "If", &["c"], &["y"]);
+    top.attribute = vec![
+        graph_attr("then_branch", body),
+        graph_attr("else_branch", leaf("e_top")),
+    ];
+    let mut m = model(vec![top], vec![], "y");
+    let c = ValueInfoProto {
+        name: Some("c".into()),
+        r#type: Some(proto::TypeProto {
+            value: Some(proto::type_proto::Value::TensorType(
+                proto::type_proto::Tensor {
+                    elem_type: Some(tensor_proto::DataType::Bool as i32),
+                    shape: Some(proto::TensorShapeProto::default()),
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    m.graph.as_mut().unwrap().input.push(c);
+    m
+}
+
+#[test]
+fn a_model_nested_too_deep_is_refused_in_one_short_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let deep = write(tmp.path(), "deep.onnx", &nested_ifs(60).encode_to_vec());
+    let o = cleave(&[os("inspect"), deep.as_os_str()]);
+    assert_bad_input(&o, &deep, "recursion limit reached");
+    let err = stderr(&o);
+    // The path of fields prost was inside, 180 of them, is cut to its two ends.
+    assert!(err.len() < 400, "{} bytes: {err}", err.len());
+    assert!(err.contains(" levels) …: "), "{err}");
+}
+
 #[test]
 fn help_explains_the_commands() {
     let o = cleave(&[os("--help")]);

@@ -13,7 +13,7 @@ pub enum OnnxError {
     },
     #[error("empty file, not an ONNX model")]
     Empty { path: PathBuf },
-    #[error("not an ONNX model or truncated ({source})")]
+    #[error("not an ONNX model or truncated ({})", decode_cause(.source))]
     Decode {
         path: PathBuf,
         source: prost::DecodeError,
@@ -72,5 +72,74 @@ impl OnnxError {
             | OnnxError::NoRecord { path, .. }
             | OnnxError::Invalid { path, .. } => path,
         }
+    }
+}
+
+/// prost's message names every field it was inside ("AttributeProto.g: NodeProto.attribute:
+/// GraphProto.node: ..."), up to its recursion limit of 100, so a model nested 60 `If`s deep
+/// gave a line of 2 KB. The first (innermost) and last two levels say where it went wrong; the
+/// count says how deep.
+fn decode_cause(e: &prost::DecodeError) -> String {
+    shorten_levels(&e.to_string())
+}
+
+fn shorten_levels(text: &str) -> String {
+    const PREFIX: &str = "failed to decode Protobuf message: ";
+    let (prefix, rest) = match text.strip_prefix(PREFIX) {
+        Some(rest) => (PREFIX, rest),
+        None => ("", text),
+    };
+    let parts: Vec<&str> = rest.split(": ").collect();
+    // Levels are `Message.field`; the cause after them may hold ": " itself.
+    let levels = parts
+        .iter()
+        .take_while(|p| is_level(p))
+        .count()
+        .min(parts.len().saturating_sub(1));
+    if levels <= 5 {
+        return text.to_string();
+    }
+    format!(
+        "{prefix}{}: … ({} levels) …: {}",
+        parts[..2].join(": "),
+        levels - 4,
+        parts[levels - 2..].join(": ")
+    )
+}
+
+fn is_level(p: &str) -> bool {
+    // Fields named by Rust keywords are spelled raw: `ValueInfoProto.r#type`.
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '#')
+    };
+    p.split_once('.').is_some_and(|(m, f)| ident(m) && ident(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shorten_levels;
+
+    #[test]
+    fn deep_decode_errors_keep_the_ends_of_the_path() {
+        // prost names the innermost level first.
+        let level = "AttributeProto.g: NodeProto.attribute: GraphProto.node: ";
+        let deep = format!(
+            "failed to decode Protobuf message: ValueInfoProto.r#type: GraphProto.output: \
+             {}recursion limit reached",
+            level.repeat(40)
+        );
+        assert!(deep.len() > 2000);
+        assert_eq!(
+            shorten_levels(&deep),
+            "failed to decode Protobuf message: ValueInfoProto.r#type: GraphProto.output: \
+             … (118 levels) …: NodeProto.attribute: GraphProto.node: recursion limit reached"
+        );
+        // Shallow paths and causes with ": " in them are left as they are.
+        let shallow = "failed to decode Protobuf message: GraphProto.node: NodeProto.name: \
+                       invalid wire type: Varint (expected LengthDelimited)";
+        assert_eq!(shorten_levels(shallow), shallow);
+        assert_eq!(shorten_levels("buffer underflow"), "buffer underflow");
     }
 }

@@ -1,12 +1,12 @@
 //! Tensors whose bytes live in another file (`data_location = EXTERNAL`).
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
 use cleave_ir::{Weight, WeightData};
 
+use crate::data_file::{checked_length, open_regular};
 use crate::error::OnnxError;
 use crate::proto::{tensor_proto::DataLocation, GraphProto, ModelProto, NodeProto, TensorProto};
 
@@ -113,28 +113,16 @@ pub fn read_weight(w: &Weight) -> std::io::Result<Bytes> {
             offset,
             length,
         } => {
-            let file = File::open(path)?;
+            let file = open_regular(path)?;
             let size = file.metadata()?.len();
-            let len = length.unwrap_or(size.saturating_sub(*offset));
-            let end = offset
-                .checked_add(len)
-                .filter(|&e| e <= size)
-                .ok_or_else(|| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "{}: wants bytes {offset}..{} of a {size}-byte file",
-                            path.display(),
-                            offset.saturating_add(len)
-                        ),
-                    )
-                })?;
+            let len = checked_length(path, *offset, *length, (w.elem, &w.dims), size)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             if len == 0 {
                 return Ok(Bytes::new());
             }
             // SAFETY: read-only map; see `io::map_file`.
             let map = unsafe { memmap2::Mmap::map(&file) }?;
-            Ok(Bytes::from_owner(map).slice(*offset as usize..end as usize))
+            Ok(Bytes::from_owner(map).slice(*offset as usize..(*offset + len) as usize))
         }
         WeightData::Strings(_) | WeightData::Opaque => Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
@@ -228,9 +216,24 @@ pub(crate) fn carry_external_files(
         }
         // A copy (copy_file_range: extents shared where the file system can), not a hard link:
         // onnx refuses data files with more than one link as a possible hard-link attack.
-        cleave_workdir::copy_atomic(&src_real, &dst).map_err(|e| write_err(&dst, e.source))?;
+        copy_regular(&src_real, &dst)?;
     }
     Ok(())
+}
+
+/// `cleave_workdir::copy_atomic` from a regular file only (see [`open_regular`]); a source
+/// that cannot be read is the source's error, not the output's.
+pub(crate) fn copy_regular(src: &Path, dst: &Path) -> Result<(), OnnxError> {
+    let mut from = open_regular(src).map_err(|e| OnnxError::Read {
+        path: src.to_path_buf(),
+        source: e,
+    })?;
+    cleave_workdir::write_with(dst, |f| std::io::copy(&mut from, f).map(|_| ())).map_err(|e| {
+        OnnxError::Write {
+            path: e.path,
+            source: e.source,
+        }
+    })
 }
 
 #[cfg(test)]

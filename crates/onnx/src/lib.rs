@@ -11,6 +11,7 @@
 
 pub mod conformance;
 mod cost;
+mod data_file;
 mod dtype;
 pub mod emit;
 mod error;
@@ -67,6 +68,16 @@ pub(crate) fn registry() -> &'static op_registry::OpRegistry {
 /// after [`infer_types`].
 pub fn check_typed(path: &std::path::Path, ir: &cleave_ir::Model) -> Result<(), OnnxError> {
     validate::typed(ir).map_err(|(what, cause)| OnnxError::Invalid {
+        path: path.to_path_buf(),
+        what,
+        cause,
+    })
+}
+
+/// Refuses external data that is not a regular file holding what its tensor needs (see
+/// [`to_checked_ir`], which checks this among the rest).
+pub fn check_external_data(path: &std::path::Path, ir: &cleave_ir::Model) -> Result<(), OnnxError> {
+    validate::external_data(&ir.graph).map_err(|(what, cause)| OnnxError::Invalid {
         path: path.to_path_buf(),
         what,
         cause,

@@ -13,10 +13,14 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
+use cleave_ir::ElemType;
+
+use crate::data_file::{checked_length, open_regular, regular_metadata};
+use crate::dtype::elem_from_code;
 use crate::error::OnnxError;
 #[cfg(test)]
 use crate::external::external_ref;
-use crate::external::{external_path, is_external};
+use crate::external::{copy_regular, external_path, is_external};
 use crate::io::OnnxModel;
 use crate::proto::{tensor_proto::DataLocation, StringStringEntryProto, TensorProto};
 
@@ -119,25 +123,20 @@ pub fn write_weights_file_to(
     for t in tensors {
         if is_external(t) {
             let (r, path) = external_path(t, &source.path, &base)?;
-            let size = std::fs::metadata(&path)
+            let size = regular_metadata(&path)
                 .map_err(|e| OnnxError::Read {
                     path: path.clone(),
                     source: e,
                 })?
                 .len();
-            let length = r.length.unwrap_or(size.saturating_sub(r.offset));
-            if r.offset.checked_add(length).is_none_or(|end| end > size) {
-                return Err(OnnxError::External {
+            let elem = elem_from_code(t.data_type()).unwrap_or(ElemType::Other(0));
+            let length = checked_length(&path, r.offset, r.length, (elem, &t.dims), size).map_err(
+                |reason| OnnxError::External {
                     path: source.path.clone(),
                     tensor: t.name().to_string(),
-                    reason: format!(
-                        "wants bytes {}..{} of {}, which has {size}",
-                        r.offset,
-                        r.offset.saturating_add(length),
-                        path.display()
-                    ),
-                });
-            }
+                    reason,
+                },
+            )?;
             plan.push((
                 t.name(),
                 Origin::File {
@@ -227,7 +226,7 @@ pub fn write_weights_file_to(
             if out_real.as_ref() == Some(&only_real) {
                 return Ok(Some(done(WeightsSource::Existing)));
             }
-            if cleave_workdir::copy_atomic(&only_real, write_to).is_ok() {
+            if copy_regular(&only_real, write_to).is_ok() {
                 return Ok(Some(done(WeightsSource::WholeFile)));
             }
         }
@@ -285,7 +284,7 @@ fn stream(plan: &[(&str, Origin)], out: &Path) -> Result<HashMap<String, (u64, u
                     let src = match sources.entry(path.as_path()) {
                         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
                         std::collections::hash_map::Entry::Vacant(v) => {
-                            v.insert(File::open(path).map_err(&mut read_err)?)
+                            v.insert(open_regular(path).map_err(&mut read_err)?)
                         }
                     };
                     src.seek(SeekFrom::Start(*offset)).map_err(&mut read_err)?;

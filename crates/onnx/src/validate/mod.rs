@@ -89,23 +89,30 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
         if w.dims.iter().any(|&d| d < 0) {
             return Err((what(), format!("negative dimension in {:?}", w.dims)));
         }
-        if let (WeightData::Bytes(b), Some(bits)) = (&w.data, w.elem.bits()) {
-            let need = w
-                .element_count()
-                .checked_mul(u64::from(bits))
-                .map(|b| b.div_ceil(8));
-            if need != Some(b.len() as u64) {
-                return Err((
-                    what(),
-                    format!(
-                        "holds {} bytes, but {} {:?} needs {}",
-                        b.len(),
-                        w.elem.name(),
-                        w.dims,
-                        need.map_or("more than 2^64".to_string(), |n| n.to_string())
-                    ),
-                ));
+        match &w.data {
+            WeightData::Bytes(b) => {
+                if let Some(need) = crate::data_file::tensor_bytes(w.elem, &w.dims) {
+                    if need != Some(b.len() as u64) {
+                        return Err((
+                            what(),
+                            format!(
+                                "holds {} bytes, but {} {:?} needs {}",
+                                b.len(),
+                                w.elem.name(),
+                                w.dims,
+                                need.map_or("more than 2^64".to_string(), |n| n.to_string())
+                            ),
+                        ));
+                    }
+                }
             }
+            WeightData::External {
+                path,
+                offset,
+                length,
+            } => external(path, *offset, *length, (w.elem, &w.dims))
+                .map_err(|cause| (what(), format!("external data {cause}")))?,
+            WeightData::Strings(_) | WeightData::Opaque => {}
         }
     }
     for (i, n) in g.nodes.iter().enumerate() {
@@ -146,6 +153,52 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+/// The external data checks of [`validate`] alone, through every subgraph: for `convert`,
+/// which writes a model out as it is, but must neither copy nor wait on data that no engine
+/// would read as its tensor.
+pub fn external_data(g: &Graph) -> Result<(), Refusal> {
+    for (id, w) in g.weights() {
+        if let WeightData::External {
+            path,
+            offset,
+            length,
+        } = &w.data
+        {
+            external(path, *offset, *length, (w.elem, &w.dims)).map_err(|cause| {
+                (
+                    Subject::Tensor(g.value(id).name.to_string()),
+                    format!("external data {cause}"),
+                )
+            })?;
+        }
+    }
+    for n in &g.nodes {
+        for a in &n.attrs {
+            match &a.value {
+                AttrValue::Graph(sub) => external_data(sub)?,
+                AttrValue::Graphs(subs) => subs.iter().try_for_each(external_data)?,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An external tensor's file is a regular file holding exactly the bytes its type needs where
+/// the tensor says: checked at load (the file's metadata only; nothing is read), so a part
+/// never receives bytes that no engine reads as the tensor, and nothing later opens a FIFO.
+fn external(
+    path: &std::path::Path,
+    offset: u64,
+    length: Option<u64>,
+    ty: (ElemType, &[i64]),
+) -> Result<(), String> {
+    let size = crate::data_file::regular_metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    crate::data_file::checked_length(path, offset, length, ty, size).map(|_| ())
 }
 
 pub(crate) fn ints<'a>(n: &'a Node, name: &str) -> Option<&'a [i64]> {
