@@ -27,13 +27,21 @@ fn remove_all() {
 
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
+/// The signals to take: those not ignored (under `nohup`, SIGHUP stays ignored; a blocked
+/// ignored signal is never delivered anyway).
 fn signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a set owned here.
+    // SAFETY: sigemptyset/sigaddset initialise and fill a set owned here; sigaction with no
+    // new action only reads the current one into `old`.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for s in SIGNALS {
-            libc::sigaddset(&mut set, s);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            let ignored = libc::sigaction(s, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN;
+            if !ignored {
+                libc::sigaddset(&mut set, s);
+            }
         }
         set
     }
