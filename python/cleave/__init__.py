@@ -590,10 +590,18 @@ def verify(
     >>> v = cleave.verify(model, plan)
     >>> v.passed, [t["kind"] for t in v.tensors]
     (True, ['output', 'boundary', 'boundary', 'boundary', 'boundary'])
+
+    Raises :class:`ArgumentError` when the plan does not give the model's outputs (a plan of
+    another model), naming those missing and extra, and :class:`UnsupportedError` when no
+    tensor could be compared, as ``cleave verify`` refuses both.
     """
     if invokes < 1:
         raise ArgumentError(f"invokes={invokes}: run at least once")
     runner = plan.runner(engines)
+    # The same refusals as `cleave verify` (cleave-runtime's `verify::check_outputs` and
+    # `Report::verdict`): a plan that does not give the model's outputs, all of them, or a
+    # comparison of nothing, proves nothing about the model.
+    _check_outputs(model, [t.name for t in model.outputs], runner.outputs)
     names = runner.outputs + (runner.boundaries if boundaries else [])
     whole = model.session(outputs=names, engine=reference)
     result = Verification(passed=True, reference=reference or whole.engine)
@@ -603,7 +611,26 @@ def verify(
         got = runner.run(inputs, boundaries=boundaries)
         want = whole.run(inputs)
         _compare(result, runner.outputs, names, got, want, f" @{k}" if invokes > 1 else "", rtol, atol)
+    if not result.tensors:
+        raise UnsupportedError(
+            "nothing was compared: no output of the model is a tensor that both the parts "
+            "and the whole model give",
+            model.path,
+        )
     return result
+
+
+def _check_outputs(model: Model, model_outputs: List[str], plan_outputs: List[str]) -> None:
+    missing = [o for o in model_outputs if o not in plan_outputs]
+    extra = [o for o in plan_outputs if o not in model_outputs]
+    if not missing and not extra:
+        return
+    why = []
+    if missing:
+        why.append("lacks the model's outputs " + ", ".join(f"'{n}'" for n in missing))
+    if extra:
+        why.append("gives outputs the model does not: " + ", ".join(f"'{n}'" for n in extra))
+    raise ArgumentError(f"the plan's outputs are not the model's: it {' and '.join(why)}", model.path)
 
 
 def _compare(

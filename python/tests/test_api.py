@@ -121,6 +121,22 @@ def test_verify_on_tract_and_whole_model_run(tiny_cnn, tiny_part):
         np.testing.assert_allclose(mine[k], theirs[k], rtol=1e-5, atol=1e-6)
 
 
+def test_verify_refuses_a_plan_that_does_not_give_the_models_outputs(tiny_cnn, tiny_part):
+    # The same network with its output passed through an Identity: tiny_cnn's plan gives
+    # 'probs', which this model computes inside but does not output.
+    m = onnx.load(str(tiny_cnn))
+    m.graph.node.append(helper.make_node("Identity", ["probs"], ["renamed"]))
+    m.graph.output[0].name = "renamed"
+    other = cleave.load(m, shape={"input": (1, 3, 16, 16)})
+    plan = cleave.load(tiny_cnn, shape={"input": (1, 3, 16, 16)}).partition(rules=tiny_part)
+    with pytest.raises(cleave.ArgumentError) as e:
+        cleave.verify(other, plan)
+    assert str(e.value).endswith(
+        "the plan's outputs are not the model's: it lacks the model's outputs 'renamed' "
+        "and gives outputs the model does not: 'probs'"
+    ), e.value
+
+
 def test_rules_as_a_dict_equal_the_part_file(tiny_cnn, tiny_part):
     model = cleave.load(tiny_cnn)
     from_file = model.partition(rules=tiny_part)

@@ -46,6 +46,7 @@ mod check;
 mod convert;
 pub mod coverage;
 mod devices;
+mod disagreements;
 mod error;
 mod generate;
 mod learn;
@@ -77,6 +78,7 @@ pub use cleave_view as view;
 pub use cleave_workdir as workdir;
 
 pub use check::{check_conn, read_partition, CheckError, CheckReport, ReadPartition};
+pub use cleave_engines::Launcher;
 pub use cleave_frontend::{
     Emitted, ExternalData, FixedDims, FormatModel, PartRecord, RewriteLevel, NO_RECORD,
 };
@@ -84,6 +86,7 @@ pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
 pub use convert::convert;
 pub use devices::{DeviceRequest, Devices, Rules};
+pub use disagreements::known_disagreement;
 pub use error::{Error, NodeRef};
 pub use generate::{generate_model, Generated};
 pub use learn::Learned;
@@ -99,8 +102,8 @@ pub use request::{
     load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, ModelSource, Objective,
 };
 pub use run::{
-    conn_source, default_engine, engine, engine_map, engine_registry, load_parts, parse_engine,
-    EngineEvaluator,
+    conn_source, default_engine, engine, engine_map, engine_registry, engine_worker_main,
+    isolate_engines, load_parts, parse_engine, EngineEvaluator,
 };
 pub use stages::{parse_memory, StageRequest, StageTime, Stages};
 pub use views::{write_read_views, write_views, Views};

@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use cleave::runtime::runner::PartStats;
-use cleave::runtime::verify::{Report, Row, Tolerance};
+use cleave::runtime::verify::{check_outputs, Report, Row, Tolerance};
 use cleave::{conn_source, load_model, load_parts};
 
 use crate::run_cmd::{engines, runtime_fail};
@@ -58,6 +58,14 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     let g = &model.graph;
     let map = engines(a.engines)?;
     let mut parts = load_parts(&conn_path, &map, false)?;
+    // A partition verifies the model only when it gives the model's outputs, all of them.
+    let model_outputs: Vec<&str> = g
+        .outputs
+        .iter()
+        .map(|&v| g.value(v).name.as_str())
+        .collect();
+    check_outputs(&model_outputs, &parts.conn.source.outputs)
+        .map_err(|e| Fail::input(&conn_path, e))?;
 
     // The tensors to compare: the model's outputs, and with --boundaries every tensor that
     // crosses between parts.
@@ -127,8 +135,36 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
         compare(&names, &expected, &got, &a, &conn_path, &mut report, label)?;
     }
     bar.finish_and_clear();
+    let passed = report.verdict().map_err(|e| Fail::input(&conn_path, e))?;
+    for name in &report.skipped {
+        eprintln!("cleave: note: '{name}' is not a tensor; not compared");
+    }
+    // A difference two engines are known to make without either being wrong is said so.
+    for row in report.rows.iter().filter(|r| !r.ok) {
+        let tensor = row.tensor.split(" @").next().unwrap_or(&row.tensor);
+        let Some(v) = g.find(tensor) else { continue };
+        let Some(node) = g.value(v).producer() else {
+            continue;
+        };
+        let part = parts
+            .conn
+            .parts
+            .iter()
+            .position(|p| p.outputs.iter().any(|o| o == tensor));
+        let (Some(part), Some(elem)) = (part, g.value(v).ty.elem) else {
+            continue;
+        };
+        let engines = [parts.engines[part].name(), reference.name()];
+        let node = g.node(node);
+        let input = node.inputs.first().copied().flatten();
+        let input = input.and_then(|v| g.value(v).ty.elem);
+        let (op, d) = (node.op_type.as_str(), row.diff.max_abs);
+        if let Some(why) = cleave::known_disagreement(op, input, elem, d, engines) {
+            eprintln!("cleave: note: '{}': {why}", row.tensor);
+        }
+    }
     print(&report, &a.tolerance, a.json, &reference.label());
-    Ok(report.passed())
+    Ok(passed)
 }
 
 /// Every tensor of `names` the parts gave against the whole model's, into `report`.
@@ -146,7 +182,9 @@ fn compare(
         let want = expected.iter().find(|(n, _)| *n == name).map(|(_, t)| t);
         if want.is_none() && !got.contains_key(&name) {
             // Neither side gives it as a tensor (a sequence or map output): nothing to compare.
-            eprintln!("cleave: note: '{name}' is not a tensor; not compared");
+            if !report.skipped.contains(&name) {
+                report.skipped.push(name);
+            }
             continue;
         }
         let want = want.ok_or_else(|| {

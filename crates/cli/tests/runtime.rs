@@ -142,6 +142,104 @@ fn verify_sees_a_miswired_part() {
 }
 
 #[test]
+fn verify_refuses_a_partition_that_does_not_give_the_models_outputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("w");
+    let model = example("tiny_cnn.onnx");
+    let model = model.to_str().unwrap();
+    let rules = example("tiny_cnn.part");
+    ok(&run(&[
+        "partition",
+        model,
+        "--part",
+        rules.to_str().unwrap(),
+        "-o",
+        work.to_str().unwrap(),
+    ]));
+    let conn = work.join("tiny_cnn.conn.json");
+    let mut j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&conn).unwrap()).unwrap();
+    assert_eq!(j["source"]["outputs"], serde_json::json!(["probs"]));
+    // With no output, nothing was compared, and "0 tensors match" proved nothing.
+    for (outputs, cause) in [
+        (
+            serde_json::json!([]),
+            "the partition's outputs are not the model's: it lacks the model's outputs 'probs'",
+        ),
+        (
+            serde_json::json!(["probs", "logits"]),
+            "it gives outputs the model does not: 'logits'",
+        ),
+    ] {
+        j["source"]["outputs"] = outputs;
+        let bad = work.join("bad.conn.json");
+        std::fs::write(&bad, j.to_string()).unwrap();
+        let o = run(&["verify", model, bad.to_str().unwrap()]);
+        assert_bad_input(&o, &bad, cause);
+        assert!(
+            o.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}
+
+#[test]
+fn verify_that_compares_nothing_fails() {
+    use cleave::onnx::proto::{type_proto, TypeProto, ValueInfoProto};
+    use prost::Message;
+    // The one output is a sequence: ONNX Runtime runs it, and verify has no tensor to compare.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut m = model(
+        vec![
+            node("relu", "Relu", &["x"], &["r"]),
+            node("seq", "SequenceConstruct", &["r"], &["s"]),
+        ],
+        vec![],
+        "s",
+    );
+    let tensor = float_input("s", &[1, 4]).r#type.unwrap();
+    m.graph.as_mut().unwrap().output = vec![ValueInfoProto {
+        name: Some("s".into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::SequenceType(Box::new(
+                type_proto::Sequence {
+                    elem_type: Some(Box::new(tensor)),
+                },
+            ))),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    let path = write(tmp.path(), "seq.onnx", &m.encode_to_vec());
+    let work = tmp.path().join("w");
+    ok(&run(&[
+        "partition",
+        path.to_str().unwrap(),
+        "--devices",
+        "cpu",
+        "-o",
+        work.to_str().unwrap(),
+    ]));
+    let conn = work.join("seq.conn.json");
+    let o = run(&[
+        "verify",
+        path.to_str().unwrap(),
+        conn.to_str().unwrap(),
+        "--reference",
+        "ort",
+        "--engine",
+        "cpu=ort",
+    ]);
+    assert_bad_input(&o, &conn, "nothing was compared: 's' is not a tensor");
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+#[test]
 fn verify_defaults_pass_correct_random_splits_and_fail_miswired_ones() {
     // scripts/reports/verify_matrix.py: random 3-device splits verified on tract and ONNX Runtime with
     // default tolerances, then one part input rewired to another tensor of its type and shape.

@@ -83,12 +83,75 @@ pub struct Row {
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     pub rows: Vec<Row>,
+    /// Tensors not compared because neither side gives them as a tensor (a sequence or map
+    /// output), each once.
+    pub skipped: Vec<String>,
 }
 
 impl Report {
+    /// Every row within tolerance. A report without rows passes here; [`Report::verdict`]
+    /// refuses it.
     pub fn passed(&self) -> bool {
         self.rows.iter().all(|r| r.ok)
     }
+
+    /// Whether the parts match the whole model, or why the comparison proves nothing: with no
+    /// tensor compared, "every tensor matches" says nothing.
+    pub fn verdict(&self) -> Result<bool, String> {
+        if self.rows.is_empty() {
+            let why = match self.skipped.as_slice() {
+                [] => "no output of the model is a tensor that both the parts and the whole \
+                       model give"
+                    .to_string(),
+                [one] => format!("'{one}' is not a tensor"),
+                many => format!(
+                    "{} are not tensors",
+                    many.iter()
+                        .map(|n| format!("'{n}'"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            return Err(format!("nothing was compared: {why}"));
+        }
+        Ok(self.passed())
+    }
+}
+
+/// Why a partition with `conn_outputs` cannot stand for a model with `model_outputs`: the
+/// outputs the model gives and the partition does not (missing), and those the partition
+/// gives that the model does not (extra), named. A partition that drops an output would
+/// otherwise verify by comparing only what is left (nothing, for `"outputs": []`).
+pub fn check_outputs(model_outputs: &[&str], conn_outputs: &[String]) -> Result<(), String> {
+    let missing: Vec<&str> = model_outputs
+        .iter()
+        .copied()
+        .filter(|o| !conn_outputs.iter().any(|c| c == o))
+        .collect();
+    let extra: Vec<&str> = conn_outputs
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !model_outputs.contains(c))
+        .collect();
+    let list = |v: &[&str]| {
+        v.iter()
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let why = match (missing.is_empty(), extra.is_empty()) {
+        (true, true) => return Ok(()),
+        (false, true) => format!("lacks the model's outputs {}", list(&missing)),
+        (true, false) => format!("gives outputs the model does not: {}", list(&extra)),
+        (false, false) => format!(
+            "lacks the model's outputs {} and gives outputs the model does not: {}",
+            list(&missing),
+            list(&extra)
+        ),
+    };
+    Err(format!(
+        "the partition's outputs are not the model's: it {why}"
+    ))
 }
 
 #[cfg(test)]
@@ -130,6 +193,46 @@ mod tests {
         assert!(!Tolerance::default().compare(&off, &tail).1);
         // A wrong shape or element type is never within tolerance.
         assert!(!Tolerance::default().compare(&f32s(&[10.0]), &want).1);
+    }
+
+    #[test]
+    fn a_partition_must_give_the_models_outputs_and_compare_something() {
+        let conn = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(check_outputs(&["y", "z"], &conn(&["z", "y"])), Ok(()));
+        assert_eq!(
+            check_outputs(&["y"], &conn(&[])).unwrap_err(),
+            "the partition's outputs are not the model's: it lacks the model's outputs 'y'"
+        );
+        assert_eq!(
+            check_outputs(&["y", "z"], &conn(&["y", "w"])).unwrap_err(),
+            "the partition's outputs are not the model's: it lacks the model's outputs 'z' \
+             and gives outputs the model does not: 'w'"
+        );
+        assert!(check_outputs(&["y"], &conn(&["y", "w"]))
+            .unwrap_err()
+            .ends_with("it gives outputs the model does not: 'w'"));
+        let e = Report::default().verdict().unwrap_err();
+        assert!(e.starts_with("nothing was compared"), "{e}");
+        let row = |ok| Row {
+            tensor: "y".into(),
+            is_output: true,
+            diff: Diff::default(),
+            ok,
+        };
+        let skipped = Report {
+            skipped: vec!["s".into()],
+            ..Report::default()
+        };
+        assert_eq!(
+            skipped.verdict().unwrap_err(),
+            "nothing was compared: 's' is not a tensor"
+        );
+        let report = |ok| Report {
+            rows: vec![row(ok)],
+            ..skipped.clone()
+        };
+        assert_eq!(report(true).verdict(), Ok(true));
+        assert_eq!(report(false).verdict(), Ok(false));
     }
 
     #[test]
