@@ -47,6 +47,7 @@ Exits 1 on any mismatch, printing the worst tensor; prints one summary line othe
 import argparse
 import re
 import json
+import os
 import pathlib
 import sys
 
@@ -105,6 +106,10 @@ class OnertPart:
         self.fb = tc.Flatbuffer(path)
         self.inputs = self.fb.inputs()
         self.outputs = self.fb.outputs()
+        # With outputs onert allocates, its linear executor frees a part output another op of
+        # the part reads and returns the reused buffer (onert 0.1.0, the MEAN part's 1.68 of
+        # docs/engine-disagreements.md); the dataflow executor keeps outputs whole.
+        os.environ["EXECUTOR"] = "Dataflow"
         self.session = infer.nnfw_session(str(path), backends)
         self.prepared = False
         # The session's own view, to catch a file the loader reads differently from the schema.

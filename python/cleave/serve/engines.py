@@ -261,6 +261,10 @@ class OnertPart:
             with open(path, "rb") as f:
                 data = f.read()
         self.input_names, self.output_names = circle_io_names(data)
+        # With outputs onert allocates (below), its linear executor frees a part output that
+        # another op of the part reads and hands back the reused buffer (onert 0.1.0;
+        # docs/engine-disagreements.md); its dataflow executor keeps outputs whole.
+        os.environ["EXECUTOR"] = "Dataflow"
         self.session = infer.nnfw_session(path, backends)
         n_in, n_out = self.session.input_size(), self.session.output_size()
         if (n_in, n_out) != (len(self.input_names), len(self.output_names)):
