@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub use fail::Fail;
-pub use process::set_whole_process;
+pub use process::{engine_worker, set_whole_process, ENGINE_WORKER};
 
 /// Every environment variable cleave reads (docs/commands.md lists the same; a test compares
 /// both with the variables the code reads).
@@ -53,7 +53,18 @@ Environment:
   CLEAVE_OPENVINO_PROPERTIES  KEY=VALUE,... compile properties for OpenVINO
   CLEAVE_CACHE                where OpenVINO's answers are cached (default: ~/.cache/cleave)
   CLEAVE_RESOURCES            serving: backend -> Ray actor options, for an exported app
+  CLEAVE_ISOLATE              0 runs LiteRT and onert inside cleave's process (default: each
+                              in a worker process, so a model that crashes one is an error)
   CLEAVE_MAX_BODY_BYTES       serving: the largest HTTP body read where a dim is dynamic
+  CLEAVE_MAX_NPZ_ENTRIES      serving: the most entries a request's .npz may hold (1024)
+  CLEAVE_MAX_NPZ_RATIO        serving: the most an .npz entry may unpack to per packed byte (100)
+  CLEAVE_MAX_INFLIGHT_BYTES   serving: bytes all requests in flight may hold (2 x max body)
+  CLEAVE_BODY_TIMEOUT_S       serving: seconds a request body may take to arrive (30, plus
+  CLEAVE_BODY_MIN_RATE          1 s per CLEAVE_BODY_MIN_RATE bytes, 256 KiB)
+  CLEAVE_MAX_UPLOADS_PER_CLIENT serving: bodies one client address may send at once (32)
+  CLEAVE_MAX_CONNECTIONS      serving: connections the ingress's own port keeps (256, 64 per
+  CLEAVE_MAX_CONNECTIONS_PER_CLIENT client address)
+  CLEAVE_HEADER_TIMEOUT_S     serving: seconds a request's headers may take there (10)
   TMPDIR                      where private temporary folders (mode 0700) are made
   PYTHONPATH                  passed on to that Python with its relative entries removed";
 

@@ -76,10 +76,13 @@ and, where it ran on the ingress's node, ``in_s``, the time its inputs took to r
 a part only the ingress reads ``out_s``, the time its results took to reach the ingress),
 never which node ran it: that is ``describe``, on the handle. Bad input
 answers 400 with the reason (not an .npz, a missing input, a dtype or shape the model does not
-take, a body many times larger than the inputs declare or, where a dim is dynamic, than
-CLEAVE_MAX_BODY_BYTES, 1 GiB by default); a part that fails or does not answer in time answers
-503. A request that runs out of time is stopped at its part (queued, it never runs; running,
-ONNX Runtime terminates it), so it does not hold the part's one worker.
+take, a negative dim); a request past a limit answers 413, 408, 429 or 503 naming the limit's
+variable (a body many times larger than the inputs declare or, where a dim is dynamic, than
+CLEAVE_MAX_BODY_BYTES, 1 GiB by default; an archive's entries, its compression ratio, the bytes
+all requests in flight hold, a body too slow, a client's bodies arriving at once: docs/serving.md,
+Limits); a part that fails or does not answer in time answers 503. A request that runs out of
+time is stopped at its part (queued, it never runs; running, ONNX Runtime terminates it), so it
+does not hold the part's one worker.
 The ingress answers the same requests on a port of its own too (``--ingress-port``,
 ``build_app(..., ingress_port=)``; 0, the default, for any free one; ``describe()["ingress"]
 ["http"]`` says where): no hop through Serve's HTTP proxy, about 10 ms less a request.

@@ -2,22 +2,48 @@
 and ``build_app``, the Ray Serve application of a partition."""
 
 import asyncio
+import functools
 import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from .compiled import CompiledPlane, compiled_plane_refusal
 from .handles import PART_MAX_ONGOING, PartReplica
 from .listener import Listener
 from .partition import INLINE_MAX_BYTES, Partition, ingress_meta, part_specs, settings
 from .placement import actor_options, parse_per_backend, per_backend_value
-from .wire import MAX_BODY_BYTES, body_limit, check_input, innermost, public_parts, read_npz, short_error, write_npz
+from .wire import (
+    BODY_MIN_RATE,
+    BODY_TIMEOUT_S,
+    MAX_BODY_BYTES,
+    MAX_INFLIGHT_BYTES,
+    MAX_UPLOADS_PER_CLIENT,
+    Budget,
+    Refused,
+    body_limit,
+    check_input,
+    innermost,
+    public_parts,
+    read_npz,
+    reads_inline,
+    short_error,
+    write_npz,
+)
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 
 
 INGRESS_MAX_ONGOING = 64
+# Threads that read request archives (zipfile's directory, inflating), off the event loop: a
+# big archive delays only its own request. Few are busy at once: the in-flight budget refuses
+# what would unpack past it.
+PARSE_THREADS = 4
+
+
+class _Gone(Exception):
+    """The client went away before its body arrived."""
 
 
 class Ingress:
@@ -37,6 +63,12 @@ class Ingress:
         self.plane_info = {k: v for k, v in plane.items() if k != "workers"}
         self.plane = None
         self.plane_started = False
+        # Made here, in the replica: bodies and their arrays held by the requests in flight,
+        # on both routes; requests per client address whose bodies are still arriving; the
+        # threads that read archives (started on first use).
+        self.budget = Budget(MAX_INFLIGHT_BYTES)
+        self.uploads = {}
+        self.parse_pool = None
         listen = meta.get("listen")
         # Bound here, so that a port in use fails the deployment with the reason.
         self.listener = Listener(listen["host"], listen["port"], self.__call__) if listen else None
@@ -251,38 +283,144 @@ class Ingress:
         except Exception as e:
             return JSONResponse({"error": short_error(e)}, status_code=503)
         limit, why = body_limit(specs, self.meta["inputs"])
+        lease = self.budget.lease()
+        parse = None
+        read = False
         try:
-            chunks, size = [], 0
-            async for chunk in request.stream():
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limit:
-                    raise ValueError(f"the body passes {limit} bytes ({why})")
-        except ValueError as e:
-            return JSONResponse({"error": str(e)}, status_code=400)
+            try:
+                body = await self._read_body(request, limit, why, lease)
+                read = True
+                reading = functools.partial(
+                    read_npz, body, self.meta["inputs"], min(limit, MAX_BODY_BYTES), specs, why=why, lease=lease
+                )
+                if reads_inline(body):
+                    feeds = reading()
+                else:
+                    # On a worker thread: zipfile's directory and inflating take the GIL only
+                    # in part, and the event loop keeps answering others meanwhile.
+                    parse = asyncio.get_running_loop().run_in_executor(self._parse_pool(), reading)
+                    del body, reading
+                    feeds = await parse
+            except Refused as e:
+                headers = dict(e.headers)
+                if not read:  # the rest of the body is still on the connection
+                    headers["connection"] = "close"
+                return JSONResponse({"error": str(e)}, status_code=e.status, headers=headers)
+            except _Gone:
+                return Response(status_code=400)
+            except ValueError as e:
+                return JSONResponse({"error": str(e)}, status_code=400)
+            except Exception as e:
+                return JSONResponse(
+                    {"error": f"the body is not an .npz of the inputs: {short_error(e)}"}, status_code=400
+                )
+            want = request.query_params.get("boundaries", "0").lower() in ("1", "true", "yes")
+            try:
+                r = await self.infer(feeds, boundaries=want)
+            except ValueError as e:
+                return JSONResponse({"error": str(e)}, status_code=400)
+            except Exception as e:
+                return JSONResponse({"error": short_error(e)}, status_code=503)
+            del feeds
+            tensors = dict(r.get("boundaries") or {})
+            tensors.update(r["outputs"])
+            return Response(
+                write_npz(tensors),
+                media_type="application/octet-stream",
+                headers={"x-cleave-parts": json.dumps(public_parts(r["parts"]))},
+            )
+        finally:
+            if parse is not None and not parse.done():
+                # Given up (the client went): the thread still holds what it unpacked.
+                parse.add_done_callback(lambda f: (f.cancelled() or f.exception(), lease.close()))
+            else:
+                lease.close()
+
+    def _parse_pool(self):
+        if self.parse_pool is None:
+            self.parse_pool = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="cleave-npz")
+        return self.parse_pool
+
+    async def _read_body(self, request, limit, why, lease):
+        """The request's body, refused (Refused) past `limit` bytes, when its client already
+        has MAX_UPLOADS_PER_CLIENT bodies arriving, when the in-flight budget cannot hold it,
+        or when it does not arrive within BODY_TIMEOUT_S plus a second per BODY_MIN_RATE
+        bytes received; held bytes are taken from `lease`."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise Refused(f"the body passes {limit} bytes ({why})")
+        client = request.client.host if request.client is not None else "?"
+        arriving = self.uploads.get(client, 0)
+        if arriving >= MAX_UPLOADS_PER_CLIENT:
+            raise Refused(
+                f"{client} has {arriving} requests whose bodies are still arriving, the most one client may "
+                "(CLEAVE_MAX_UPLOADS_PER_CLIENT)",
+                429,
+                retry_after=1,
+            )
+        self.uploads[client] = arriving + 1
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        start = loop.time()
+        state = {"size": 0, "late": False, "timer": None}
+
+        def check():
+            # One timer for the whole body, moved on as bytes arrive (cheaper than a timeout
+            # on every chunk): past the deadline, the wait for the next chunk is cancelled.
+            due = start + BODY_TIMEOUT_S + state["size"] / BODY_MIN_RATE
+            if loop.time() >= due:
+                state["late"] = True
+                task.cancel()
+            else:
+                state["timer"] = loop.call_at(due, check)
+
+        state["timer"] = loop.call_at(start + BODY_TIMEOUT_S, check)
+        chunks = []
         try:
-            # One copy of the body (none for a body in one chunk), which the inputs are then read
-            # over (read_npz).
-            body = b"".join(chunks)
-            feeds = read_npz(body, self.meta["inputs"], min(limit, MAX_BODY_BYTES), specs)
-        except ValueError as e:
-            return JSONResponse({"error": str(e)}, status_code=400)
-        except Exception as e:
-            return JSONResponse({"error": f"the body is not an .npz of the inputs: {short_error(e)}"}, status_code=400)
-        want = request.query_params.get("boundaries", "0").lower() in ("1", "true", "yes")
-        try:
-            r = await self.infer(feeds, boundaries=want)
-        except ValueError as e:
-            return JSONResponse({"error": str(e)}, status_code=400)
-        except Exception as e:
-            return JSONResponse({"error": short_error(e)}, status_code=503)
-        tensors = dict(r.get("boundaries") or {})
-        tensors.update(r["outputs"])
-        return Response(
-            write_npz(tensors),
-            media_type="application/octet-stream",
-            headers={"x-cleave-parts": json.dumps(public_parts(r["parts"]))},
-        )
+            while True:
+                try:
+                    message = await request.receive()
+                except asyncio.CancelledError:
+                    if not state["late"]:
+                        raise
+                    if hasattr(task, "uncancel"):
+                        task.uncancel()
+                    raise Refused(
+                        f"the body did not arrive in time: {state['size']} bytes in {loop.time() - start:.0f}s "
+                        f"(a body has CLEAVE_BODY_TIMEOUT_S={BODY_TIMEOUT_S:g}s, and a second more for every "
+                        f"CLEAVE_BODY_MIN_RATE={BODY_MIN_RATE} bytes of it)",
+                        408,
+                    ) from None
+                kind = message.get("type")
+                if kind == "http.disconnect":
+                    raise _Gone()
+                if kind != "http.request":
+                    continue
+                chunk = message.get("body", b"")
+                if chunk:
+                    if state["size"] + len(chunk) > limit:
+                        raise Refused(f"the body passes {limit} bytes ({why})")
+                    lease.take(len(chunk))
+                    state["size"] += len(chunk)
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+        finally:
+            state["timer"].cancel()
+            left = self.uploads[client] - 1
+            if left:
+                self.uploads[client] = left
+            else:
+                del self.uploads[client]
+        if len(chunks) == 1 and isinstance(chunks[0], bytes):
+            return chunks[0]
+        # One copy, while the chunks are still held: both count.
+        size = state["size"]
+        lease.take(size)
+        body = b"".join(chunks)
+        chunks.clear()
+        lease.give(size)
+        return body
 
 
 DATA_PLANES = ("compiled", "handles")
