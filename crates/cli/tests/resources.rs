@@ -90,11 +90,14 @@ fn a_billion_requests_are_refused_naming_the_flag() {
         );
     }
     // A sane count still runs.
+    let got = tmp.path().join("got");
     ok(&cleave(&[
         os("run"),
         conn.as_os_str(),
         os("--requests"),
         os("4"),
+        os("-o"),
+        got.as_os_str(),
     ]));
 }
 

@@ -149,7 +149,10 @@ mod tests {
         );
         let mut s = e.load(Path::new("m.tflite"), false).unwrap();
         let err = s.run(&[]).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("the engine crashed running it (SIGSEGV"), "{err}");
+        assert!(
+            err.contains("the engine crashed running it (SIGSEGV"),
+            "{err}"
+        );
     }
 
     #[test]
