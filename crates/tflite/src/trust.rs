@@ -163,6 +163,22 @@ pub fn check_for_engine(m: &FlatModel, needs: EngineNeeds) -> Result<(), String>
             operator(m, &op, &ios, needs)
                 .map_err(|e| format!("subgraph {si}, operator #{oi}: {e}"))?;
         }
+        // What an operator reads, something gives: onert ran an operator on a tensor no one
+        // had written (a body's constant whose data was cut away) and crashed. A variable
+        // starts from its own data or zeros, and a tensor of no elements has nothing to give
+        // (Keras writes empty shape constants so).
+        for (oi, op) in sg.operators().into_iter().flatten().enumerate() {
+            for i in op.inputs().into_iter().flatten().filter(|&i| i >= 0) {
+                let t = &tensors[i as usize];
+                let empty = t.shape().is_some_and(|s| s.iter().any(|d| d == 0));
+                if given[i as usize].is_none() && !t.is_variable() && !empty {
+                    return Err(format!(
+                        "subgraph {si}, operator #{oi} reads tensor '{}' (#{i}), which nothing gives: no input of the subgraph, no constant data, no operator's output",
+                        t.name().unwrap_or("")
+                    ));
+                }
+            }
+        }
         if si == 0 {
             if let Some(max) = needs.max_io_rank {
                 for i in sg
