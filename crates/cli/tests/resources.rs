@@ -6,7 +6,7 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use common::*;
 use prost::Message;
 
 /// `y = Relu(x)` on float32 `dims`, written as `name` in `dir`.
-fn relu(dir: &Path, name: &str, dims: &[i64]) -> std::path::PathBuf {
+fn relu(dir: &Path, name: &str, dims: &[i64]) -> PathBuf {
     let mut m = model(vec![node("r", "Relu", &["x"], &["y"])], vec![], "y");
     let g = m.graph.as_mut().unwrap();
     g.input = vec![float_input("x", dims)];
@@ -22,11 +22,10 @@ fn relu(dir: &Path, name: &str, dims: &[i64]) -> std::path::PathBuf {
     write(dir, name, &m.encode_to_vec())
 }
 
-#[test]
-fn a_declared_input_past_memory_is_refused_naming_it_before_any_allocation() {
-    let tmp = tempfile::tempdir().unwrap();
-    let m = relu(tmp.path(), "huge.onnx", &[1 << 20, 1 << 20]);
-    let out = tmp.path().join("out");
+/// [`relu`] partitioned on the cpu into `dir/out`: the model and its connection file.
+fn partitioned(dir: &Path, stem: &str, dims: &[i64]) -> (PathBuf, PathBuf) {
+    let m = relu(dir, &format!("{stem}.onnx"), dims);
+    let out = dir.join("out");
     ok(&cleave(&[
         os("partition"),
         m.as_os_str(),
@@ -35,7 +34,13 @@ fn a_declared_input_past_memory_is_refused_naming_it_before_any_allocation() {
         os("-o"),
         out.as_os_str(),
     ]));
-    let conn = out.join("huge.conn.json");
+    (m, out.join(format!("{stem}.conn.json")))
+}
+
+#[test]
+fn a_declared_input_past_memory_is_refused_naming_it_before_any_allocation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, conn) = partitioned(tmp.path(), "huge", &[1 << 20, 1 << 20]);
     for args in [
         vec![os("run"), conn.as_os_str()],
         vec![os("verify"), m.as_os_str(), conn.as_os_str()],
@@ -64,17 +69,7 @@ fn a_declared_input_past_memory_is_refused_naming_it_before_any_allocation() {
 #[test]
 fn a_billion_requests_are_refused_naming_the_flag() {
     let tmp = tempfile::tempdir().unwrap();
-    let m = relu(tmp.path(), "small.onnx", &[1, 4]);
-    let out = tmp.path().join("out");
-    ok(&cleave(&[
-        os("partition"),
-        m.as_os_str(),
-        os("--devices"),
-        os("cpu"),
-        os("-o"),
-        out.as_os_str(),
-    ]));
-    let conn = out.join("small.conn.json");
+    let (_, conn) = partitioned(tmp.path(), "small", &[1, 4]);
     for cmd in ["run", "bench"] {
         let o = cleave(&[
             os(cmd),
