@@ -266,3 +266,24 @@ def test_a_worker_killed_during_a_run_is_replaced_and_the_run_answers():
     assert not t.is_alive() and len(got) == 1
     assert all(np.array_equal(got[0][k], first[k]) for k in first)
     assert _worker_pids() and worker not in _worker_pids()
+
+
+def test_a_part_that_keeps_state_is_not_silently_started_over_on_a_new_worker():
+    import signal
+
+    pytest.importorskip("ai_edge_litert")
+    from conftest import test_data
+
+    path = test_data() / "tflite-stateful" / "okay_nabu.tflite"
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run `bash scripts/testdata/fetch-test-data.sh`")
+    model = cleave.load(path)
+    plan = model.partition(rules={"backends": ["host"], "default": "host"})
+    runner = plan.runner()
+    feeds = model.random_inputs(0)
+    runner.run(feeds)
+    (worker,) = _worker_pids()
+    os.kill(worker, signal.SIGKILL)
+    # Loaded again, its variables would start over and its answers drift from the model's.
+    with pytest.raises(cleave.EngineError, match="keeps state from run to run"):
+        runner.run(feeds)

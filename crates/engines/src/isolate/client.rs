@@ -27,18 +27,9 @@ enum Reply {
     Failed(RuntimeError),
 }
 
-/// How a worker ended, in words: its signal or exit code, and the last thing it printed;
-/// and whether it was gone before the request that learns of it reached it (then the request
-/// did not crash it, and may be made again on a new worker).
+/// How a worker ended, in words: its signal or exit code, and the last thing it printed.
 #[derive(Clone, Debug)]
-struct Death(String, bool);
-
-impl Death {
-    fn before(mut self) -> Death {
-        self.1 = true;
-        self
-    }
-}
+struct Death(String);
 
 #[derive(Default)]
 struct Pending {
@@ -173,12 +164,8 @@ impl Worker {
     }
 
     fn is_dead(&self) -> bool {
-        self.death().is_some()
-    }
-
-    fn death(&self) -> Option<Death> {
         let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        p.dead.clone()
+        p.dead.is_some()
     }
 
     fn session_id(&self) -> u32 {
@@ -191,22 +178,17 @@ impl Worker {
         {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(d) = &p.dead {
-                return Err(d.clone().before());
+                return Err(d.clone());
             }
             p.waiting.insert(session, tx);
         }
-        let sent = {
+        {
             let mut w = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
-            wire::write_frame(&mut *w, session, op, parts)
-        };
-        // A failed write means the worker is gone (its reader says how) before it read this.
-        let reply = rx
-            .recv()
-            .unwrap_or_else(|_| Err(Death("it stopped answering".into(), false)));
-        match (reply, sent) {
-            (Err(d), Err(_)) => Err(d.before()),
-            (reply, _) => reply,
+            // A failed write means the worker is gone; its reader says how.
+            let _ = wire::write_frame(&mut *w, session, op, parts);
         }
+        rx.recv()
+            .unwrap_or_else(|_| Err(Death("it stopped answering".into())))
     }
 
     fn close(&self, session: u32) {
@@ -294,13 +276,10 @@ fn read_replies(
         Some(e) => format!("{how}, after a reply cleave could not read: {e}"),
         None => how,
     };
-    let death = Death(
-        match said.last_words() {
-            Some(w) => format!("{how}; its last words: {w}"),
-            None => how,
-        },
-        false,
-    );
+    let death = Death(match said.last_words() {
+        Some(w) => format!("{how}; its last words: {w}"),
+        None => how,
+    });
     let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
     p.dead = Some(death.clone());
     for (_, tx) in p.waiting.drain() {
@@ -343,51 +322,42 @@ impl Isolated {
         Ok(w)
     }
 
+    /// A session of `path` on this engine's worker. Whether a crash there was this load's or
+    /// another session's (or the worker died before), the answer is the same once more on a
+    /// new worker: a second crash is this part's.
     fn open(&self, path: &Path, single_thread: bool) -> Result<IsolatedSession, RuntimeError> {
-        match self.try_open(path, single_thread) {
-            // The worker died of something else before this load reached it: a new one.
-            Err(Opened::Gone) => self.try_open(path, single_thread),
-            r => r,
+        match self.try_open(path, single_thread)? {
+            Ok(s) => Ok(s),
+            Err(_) => match self.try_open(path, single_thread)? {
+                Ok(s) => Ok(s),
+                Err(d) => Err(crashed(self.engine, path, "loading", &d)),
+            },
         }
-        .map_err(|e| match e {
-            Opened::Gone => crashed(
-                self.engine,
-                path,
-                "loading",
-                &Death("it ended".into(), true),
-            ),
-            Opened::Failed(e) => e,
-        })
     }
 
-    fn try_open(&self, path: &Path, single_thread: bool) -> Result<IsolatedSession, Opened> {
-        let worker = self.worker(path).map_err(Opened::Failed)?;
+    /// The session, an engine's refusal, or how its worker died.
+    fn try_open(
+        &self,
+        path: &Path,
+        single_thread: bool,
+    ) -> Result<Result<IsolatedSession, Death>, RuntimeError> {
+        let worker = self.worker(path)?;
         let id = worker.session_id();
         let body = worker::load_body(&self.label, path, single_thread);
         match worker.call(id, wire::LOAD, &[&body.bytes]) {
-            Ok(Reply::Loaded) => Ok(IsolatedSession {
+            Ok(Reply::Loaded) => Ok(Ok(IsolatedSession {
                 engine: self.clone(),
                 path: path.to_path_buf(),
                 single_thread,
                 worker,
                 id,
-                stateful: cleave_tflite::FlatModel::load(path)
-                    .is_ok_and(|m| cleave_tflite::keeps_state(&m)),
                 runs: 0,
-            }),
-            Ok(Reply::Failed(e)) => Err(Opened::Failed(e)),
-            Ok(_) => Err(Opened::Failed(out_of_turn(self.engine, path))),
-            Err(Death(_, true)) => Err(Opened::Gone),
-            Err(d) => Err(Opened::Failed(crashed(self.engine, path, "loading", &d))),
+            })),
+            Ok(Reply::Failed(e)) => Err(e),
+            Ok(_) => Err(out_of_turn(self.engine, path)),
+            Err(d) => Ok(Err(d)),
         }
     }
-}
-
-/// Why a session did not open.
-enum Opened {
-    /// Its worker was gone before the request reached it.
-    Gone,
-    Failed(RuntimeError),
 }
 
 fn out_of_turn(engine: &'static str, path: &Path) -> RuntimeError {
@@ -446,15 +416,18 @@ struct IsolatedSession {
     single_thread: bool,
     worker: Arc<Worker>,
     id: u32,
-    /// The model keeps state between runs, which a session loaded again would not have.
-    stateful: bool,
+    /// Runs made: after the first, a model that keeps state between runs cannot be loaded
+    /// again without losing it.
     runs: u64,
 }
 
 impl IsolatedSession {
     /// The session again, on a new worker, where nothing it kept is lost by that.
     fn reopen(&mut self, d: &Death) -> Result<(), RuntimeError> {
-        if self.stateful && self.runs > 0 {
+        let stateful = || {
+            cleave_tflite::FlatModel::load(&self.path).is_ok_and(|m| cleave_tflite::keeps_state(&m))
+        };
+        if self.runs > 0 && stateful() {
             return Err(RuntimeError::Engine {
                 path: self.path.clone(),
                 engine: self.engine.engine,
@@ -477,18 +450,14 @@ impl Session for IsolatedSession {
         &mut self,
         inputs: &[(String, HostTensor)],
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
-        if let Some(d) = self.worker.death() {
-            // Another session crashed the worker this one lived in: load it again.
-            self.reopen(&d)?;
-        }
         let (head, data) = wire::tensors_body(inputs.iter().map(|(n, t)| (n.as_str(), t)));
         let mut parts = vec![head.bytes.as_slice()];
         parts.extend(data);
         let mut reply = self.worker.call(self.id, wire::RUN, &parts);
         if let Err(d) = &reply {
-            // Whether this run crashed the worker or another session's did while this one
-            // waited, the answer is the same once more on a new worker: a second crash is
-            // this part's.
+            // Whether this run crashed the worker, or another session's did (before or while
+            // this one waited), the answer is the same once more on a new worker: a second
+            // crash is this part's.
             self.reopen(d)?;
             reply = self.worker.call(self.id, wire::RUN, &parts);
         }
