@@ -69,8 +69,12 @@ class Zip:
             at = len(self.out)
             self.out += LOCAL.pack(b"PK\x03\x04", 20, 0, method, 0, 0x21, crc, len(packed), len(data), len(n), 0)
             self.out += n + packed
-        self.cd.append(CENTRAL.pack(b"PK\x01\x02", 20, 0, 20, 0, 0, method, 0, 0x21, crc, len(packed), len(data),
-                                    len(n), 0, 0, 0, 0, 0, at) + n)
+        self.cd.append(
+            CENTRAL.pack(
+                b"PK\x01\x02", 20, 0, 20, 0, 0, method, 0, 0x21, crc, len(packed), len(data), len(n), 0, 0, 0, 0, 0, at
+            )
+            + n
+        )
 
     def finish(self, comment=b"", zip64=False):
         cd = b"".join(self.cd)
@@ -79,8 +83,9 @@ class Zip:
         if zip64:  # the zip64 end record and its locator, as zipfile writes them past 65535 entries
             tail = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, len(cd), start)
             tail += struct.pack("<4sLQL", b"PK\x06\x07", 0, start + len(cd), 1)
-        end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, min(count, 0xFFFF), min(count, 0xFFFF), len(cd),
-                          start, len(comment))
+        end = struct.pack(
+            "<4s4H2LH", b"PK\x05\x06", 0, 0, min(count, 0xFFFF), min(count, 0xFFFF), len(cd), start, len(comment)
+        )
         return bytes(self.out) + cd + tail + end + comment
 
 
@@ -247,8 +252,14 @@ def test_entries_are_counted_as_zipfile_reads_them():
     z64 = Zip()
     for name in "abc":
         z64.add(name + ".npy", npy(x))
-    bodies = [saved.getvalue(), packed.getvalue(), serve.write_npz({"a": x, "b": x, "c": x}), commented.getvalue(),
-              z64.finish(zip64=True), b"prepended data" + saved.getvalue()]
+    bodies = [
+        saved.getvalue(),
+        packed.getvalue(),
+        serve.write_npz({"a": x, "b": x, "c": x}),
+        commented.getvalue(),
+        z64.finish(zip64=True),
+        b"prepended data" + saved.getvalue(),
+    ]
     for body in bodies:
         want = len(zipfile.ZipFile(io.BytesIO(body)).infolist())
         assert serve.wire.count_entries(body, 1024) == want
@@ -332,8 +343,13 @@ class EchoPart:
         return Answer(run())
 
 
-META = {"name": "t", "digest": "-", "inputs": ["a", "b"], "outputs": ["y"],
-        "parts": [{"inputs": ["a", "b"], "outputs": ["y"], "backend": "cpu", "deployment": "part1_cpu"}]}
+META = {
+    "name": "t",
+    "digest": "-",
+    "inputs": ["a", "b"],
+    "outputs": ["y"],
+    "parts": [{"inputs": ["a", "b"], "outputs": ["y"], "backend": "cpu", "deployment": "part1_cpu"}],
+}
 
 
 def ok_body():
@@ -354,8 +370,15 @@ def request(chunks, client=("10.0.0.1", 4000), headers=()):
         body = pending.pop(0) if pending else b""
         return {"type": "http.request", "body": body, "more_body": bool(pending)}
 
-    scope = {"type": "http", "method": "POST", "path": "/t", "raw_path": b"/t", "query_string": b"",
-             "headers": [(k.encode(), v.encode()) for k, v in headers], "client": client}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/t",
+        "raw_path": b"/t",
+        "query_string": b"",
+        "headers": [(k.encode(), v.encode()) for k, v in headers],
+        "client": client,
+    }
     return Request(scope, receive)
 
 
@@ -406,8 +429,10 @@ def test_one_client_cannot_hold_every_upload(monkeypatch):
         assert ingress.uploads == {"10.6.6.6": 2}
         status, said, headers = await answered(ingress, request([body], client=bad))
         assert status == 429 and headers["retry-after"] == "1" and headers["connection"] == "close"
-        assert said["error"] == ("10.6.6.6 has 2 requests whose bodies are still arriving, the most one client may "
-                                 "(CLEAVE_MAX_UPLOADS_PER_CLIENT)")
+        assert said["error"] == (
+            "10.6.6.6 has 2 requests whose bodies are still arriving, the most one client may "
+            "(CLEAVE_MAX_UPLOADS_PER_CLIENT)"
+        )
         # Another client is served meanwhile.
         status, _, _ = await answered(ingress, request([body], client=("10.0.0.2", 1)))
         assert status == 200
@@ -509,8 +534,9 @@ def listening(monkeypatch):
 
     def make(reply=0):
         async def build():  # as Serve builds a replica: on its event loop
-            return serve.Ingress(dict(META, listen={"host": "127.0.0.1", "port": 0}), 60, {"kind": "handles"},
-                                 EchoPart(reply))
+            return serve.Ingress(
+                dict(META, listen={"host": "127.0.0.1", "port": 0}), 60, {"kind": "handles"}, EchoPart(reply)
+            )
 
         made["ingress"] = ingress = asyncio.run_coroutine_threadsafe(build(), loop).result(10)
         port = ingress.listener.port
@@ -583,7 +609,7 @@ def was_closed(s):
         s.setblocking(True)
 
 
-HEAD = (b"POST /t HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: 1000\r\n\r\n")
+HEAD = b"POST /t HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: 1000\r\n\r\n"
 
 
 def test_the_listener_closes_slow_clients_and_keeps_answering_others(listening):
