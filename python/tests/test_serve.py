@@ -920,16 +920,83 @@ def test_the_ingress_answers_http_itself_as_serves_route_does(monkeypatch):
         loop.call_soon_threadsafe(loop.stop)
 
 
-def test_a_failed_connection_names_ray_token_authentication(tmp_path):
+def test_a_failed_connection_names_ray_token_authentication(tmp_path, monkeypatch):
     hint = serve.cluster.ray_token_hint
+    assert "is the token the cluster's" in hint({"RAY_AUTH_MODE": "token"}, str(tmp_path))
+    # Told to connect without a token: nothing to add.
+    assert hint({"RAY_AUTH_MODE": "disabled"}, str(tmp_path)) == ""
+    # Mode unset: the cluster was asked before connecting, and a token sent if it wanted one.
+    monkeypatch.setattr(serve.cluster, "token_probe_available", lambda: True)
+    assert hint({}, str(tmp_path)) == ""
+    # A Ray that cannot be asked: the hint names what to set.
+    monkeypatch.setattr(serve.cluster, "token_probe_available", lambda: False)
     assert "set RAY_AUTH_MODE=token" in hint({}, str(tmp_path)) and "auth_token" not in hint({}, str(tmp_path))
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("t" * 64)
     said = hint({}, str(tmp_path))
     assert str(tmp_path / ".ray" / "auth_token") in said and "RAY_AUTH_MODE=disabled" in said, said
-    assert "is the token the cluster's" in hint({"RAY_AUTH_MODE": "token"}, str(tmp_path))
-    # Told to connect without a token: nothing to add.
-    assert hint({"RAY_AUTH_MODE": "disabled"}, str(tmp_path)) == ""
+
+
+class _FakeRay:
+    """Ray's private pieces as ``ray_token`` uses them: a GCS that wants a token or not, a
+    token loader that has one or not, and a record of the config being read again."""
+
+    class AuthenticationError(Exception):
+        pass
+
+    def __init__(self, wants_token, has_token, unreachable=False):
+        fake = self
+
+        class Gcs:
+            def __init__(self, address):
+                fake.asked = address
+
+            def internal_kv_get(self, key, namespace, timeout):
+                if unreachable:
+                    raise ConnectionError("no answer")
+                if wants_token:
+                    raise fake.AuthenticationError("InvalidAuthToken")
+
+        class Loader:
+            @staticmethod
+            def instance():
+                return Loader()
+
+            def has_token(self, ignore_auth_mode):
+                return has_token
+
+        class Config:
+            @staticmethod
+            def initialize(_):
+                fake.reinitialized = True
+
+        self.asked = None
+        self.reinitialized = False
+        self.parts = (Gcs, self.AuthenticationError, Loader, Config)
+
+
+def test_the_token_is_sent_only_where_the_cluster_asks_for_it():
+    send = serve.ray_token.send_token_if_asked
+    # The cluster wants a token and one is at hand: token mode, said.
+    ray, env = _FakeRay(wants_token=True, has_token=True), {}
+    said = send("127.0.0.1:6379", env, ray.parts)
+    assert env == {"RAY_AUTH_MODE": "token"} and ray.reinitialized and ray.asked == "127.0.0.1:6379"
+    assert said.startswith("note: ") and "asks for a token" in said, said
+    # It wants one and none is at hand: an error naming where to put it; the mode untouched.
+    ray, env = _FakeRay(wants_token=True, has_token=False), {}
+    said = send("127.0.0.1:6379", env, ray.parts)
+    assert said.startswith("error: ") and "~/.ray/auth_token" in said and env == {}, said
+    # A cluster without authentication, a token on the machine: nothing sent (token mode would
+    # break it), nothing said.
+    ray, env = _FakeRay(wants_token=False, has_token=True), {}
+    assert send("127.0.0.1:6379", env, ray.parts) is None and env == {} and not ray.reinitialized
+    # Unreachable: left to ray.init to say.
+    ray, env = _FakeRay(wants_token=True, has_token=True, unreachable=True), {}
+    assert send("127.0.0.1:6379", env, ray.parts) is None and env == {}
+    # A mode the user set is theirs: the cluster is not even asked.
+    ray, env = _FakeRay(wants_token=True, has_token=True), {"RAY_AUTH_MODE": "disabled"}
+    assert send("127.0.0.1:6379", env, ray.parts) is None and ray.asked is None
+    assert env == {"RAY_AUTH_MODE": "disabled"}
 
 
 def test_ingress_port_values():

@@ -12,6 +12,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 
 use cleave_testdata::{light_random, tflite_files};
 use common::{cleave, ok, os, repo};
@@ -96,6 +97,9 @@ fn cluster_test(plane: &str, conns: &[&Path], one: &Path) -> String {
     stdout
 }
 
+/// One cluster at a time: two would starve each other on two cores.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
 /// Both data planes, one after the other (two clusters at once would starve each other on
 /// two cores): the handle chain, and the compiled graph with the TFLite partition and a
 /// worker node killed and brought back.
@@ -106,6 +110,7 @@ fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
         eprintln!("CLEAVE_SKIP_RAY is set: the Ray cluster test did not run");
         return;
     }
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let model = light_random("light_resnet50");
     let two = stages(&model, "2", "cpu,npu", &tmp.path().join("s2"));
@@ -118,5 +123,54 @@ fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
     assert!(
         compiled.contains("PASS node restart: requests succeed again"),
         "{compiled}"
+    );
+}
+
+/// Clusters started after a token file exists (Ray 2.60's `ray start` then asks every client
+/// for it), with no `RAY_AUTH_*` variable set: `cleave serve` and an exported app send the
+/// token where the cluster asks for it, send none where it does not, and say where to put
+/// one that is missing (scripts/ray_token_test.sh).
+#[test]
+fn serve_sends_rays_token_where_the_cluster_asks_for_it() {
+    if std::env::var_os("CLEAVE_SKIP_RAY").is_some() {
+        eprintln!("CLEAVE_SKIP_RAY is set: the Ray token test did not run");
+        return;
+    }
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let model = repo().join("examples/tiny_cnn.onnx");
+    let out = tmp.path().join("p");
+    ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--part"),
+        repo().join("examples/tiny_cnn.part").as_os_str(),
+        os("-o"),
+        out.as_os_str(),
+    ]));
+    let inputs = tmp.path().join("in.npz");
+    let made = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, numpy as np; np.savez(sys.argv[1], input=np.random.rand(2, 3, 16, 16).astype('float32'))",
+        ])
+        .arg(&inputs)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let run = Command::new("bash")
+        .arg(repo().join("scripts/ray_token_test.sh"))
+        .arg(env!("CARGO_BIN_EXE_cleave"))
+        .arg(out.join("tiny_cnn.conn.json"))
+        .arg(&inputs)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    println!("{stdout}");
+    assert!(
+        run.status.success() && stdout.contains("ray_token_test: 9 passed, 0 failed"),
+        "exit {:?}\n{stdout}\n{}",
+        run.status.code(),
+        String::from_utf8_lossy(&run.stderr)
     );
 }

@@ -88,6 +88,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from ray_app import build_app  # noqa: E402
+from ray_app.ray_token import send_token_if_asked  # noqa: E402
+
+# `serve run app:app` imports this file before it connects: where the cluster at RAY_ADDRESS asks
+# for a token and one is at hand, Ray's client is told to send it.
+import ray  # noqa: E402
+
+_said = None if ray.is_initialized() else send_token_if_asked(os.environ.get("RAY_ADDRESS", "").removeprefix("ray://"))
+if _said:
+    print(_said, file=sys.stderr, flush=True)
 
 # Backend -> ray_actor_options, as given to `export --resources` (see ray_app/__init__.py);
 # CLEAVE_RESOURCES in the environment replaces it.

@@ -13,6 +13,7 @@ from .ingress import DEFAULT_DATA_PLANE, DEFAULT_INGRESS_PORT, build_app
 from .listener import is_loopback, parse_ingress_port
 from .partition import Partition, settings
 from .placement import actor_options, parse_per_backend, parse_resources
+from .ray_token import send_token_if_asked, token_probe_available
 from .wire import short_error
 
 DEFAULT_HTTP_PORT = 8000
@@ -47,15 +48,13 @@ def split_address(address):
 
 def ray_token_hint(environ, home):
     """What to say when ``ray.init`` fails on a port that answers and the cause may be Ray's
-    token authentication (Ray 2.59 and later): a local ``ray.init()`` writes
-    HOME/.ray/auth_token, from then on ``ray start`` on that machine turns authentication on by
-    itself, and a client sends the token only when RAY_AUTH_MODE=token says so. Not set for the
-    user: a client in token mode breaks a cluster without authentication (its workers cannot
-    reach the driver), and only the user knows which the cluster is."""
+    token authentication. Where the mode is unset, ``send_token_if_asked`` has already asked
+    the cluster and sent a token it wanted, so only a Ray too old or too new to be asked gets
+    the hint."""
     mode = environ.get("RAY_AUTH_MODE")
     if mode is not None and mode.lower() == "token":
         return " (RAY_AUTH_MODE=token: is the token the cluster's?)"
-    if mode is not None:
+    if mode is not None or token_probe_available():
         return ""
     if os.path.isfile(os.path.join(home, ".ray", "auth_token")):
         return (
@@ -81,6 +80,12 @@ def connect(address, timeout_s):
         die(2, f"cannot reach the Ray cluster at {address}: {e.strerror or type(e).__name__}")
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     import ray
+
+    said = send_token_if_asked(f"{host}:{port}")
+    if said is not None and said.startswith("error: "):
+        die(2, said[len("error: ") :])
+    if said is not None:
+        print(said, file=sys.stderr, flush=True)
 
     kwargs = {"address": f"{host}:{port}", "logging_level": "ERROR", "log_to_driver": False, "namespace": "cleave"}
     if host in ("127.0.0.1", "localhost"):

@@ -64,6 +64,10 @@ pub const RAY_APP: &[(&str, &str)] = &[
         include_str!("../../../../python/cleave/serve/placement.py"),
     ),
     (
+        "ray_token.py",
+        include_str!("../../../../python/cleave/serve/ray_token.py"),
+    ),
+    (
         "report.py",
         include_str!("../../../../python/cleave/serve/report.py"),
     ),
