@@ -192,7 +192,7 @@ def test_partition(ray, serve, mod, a, idx, conn):
     check(f"{label}: each part runs on its format's engine ({', '.join(engines)})",
           all(p.get("engine", "").startswith(want[q["format"]]) for p, q in zip(desc["parts"], partition.parts)), str(engines))
 
-    # 3-7 s here; 75-295 s when it ran in a session of its own (docs/serving.md, "The cluster test").
+    # 3-7 s here; 75-295 s when it ran in a session of its own.
     rc, out, err, secs = run_app(["verify", conn, "--json", "--seed", "7"] + common, a.app, 240)
     detail = f"rc {rc}: {tail(err or out)}"
     if rc in (0, 1) and out.strip().startswith("{"):

@@ -1,4 +1,4 @@
-"""The models and splits scripts/reports/ray_bench.py measures (docs/serving.md's table):
+"""The models and splits scripts/reports/ray_bench.py measures (docs/figures.md, "Tensors between two nodes"):
 
 * b4k, b1m, b16m: x[1, n] through 8 × (Mul by a scalar, Tanh), n giving a 4 KiB, 1 MiB and
   16 MiB tensor at every boundary and little compute; cut into 1 and 2 stages;

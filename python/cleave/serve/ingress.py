@@ -424,11 +424,11 @@ class Ingress:
 
 
 DATA_PLANES = ("compiled", "handles")
-# The compiled graph's hops cost well under a handle call's (docs/serving.md, Measuring); its
+# The compiled graph's hops cost well under a handle call's (docs/figures.md, "What a hop between parts costs"); its
 # waiting threads spin, at SCHED_IDLE (compiled.WAIT_AS_IDLE).
 DEFAULT_DATA_PLANE = "compiled"
 # The ingress answers HTTP itself too, on any free port: Serve's proxy hop is most of what a
-# request costs outside the model (docs/serving.md, Measuring).
+# request costs outside the model (docs/figures.md, "Serve's proxy against the fast route").
 DEFAULT_INGRESS_PORT = 0
 
 

@@ -1,7 +1,7 @@
 """The ingress's own HTTP listener: the same route as Serve's, answered in the ingress's
 process, so a request skips Serve's HTTP proxy and its hop to the replica (on 2 cores that
 path costs about 40 ms of CPU a request, most of the gap to the machine's limit:
-docs/serving.md, Measuring)."""
+docs/figures.md, "Serve's proxy against the fast route")."""
 
 import asyncio
 import contextlib
