@@ -1041,3 +1041,16 @@ def test_a_compiled_deployment_on_autogroup_nodes_says_what_its_idling_costs_oth
     assert note.startswith("note: the nodes of part1_cpu share their cores") and "part2_npu" not in note
     assert serve.cluster.autogroup_note({"data_plane": {"kind": "handles"}, "parts": parts}) is None
     assert serve.cluster.autogroup_note({"data_plane": {"kind": "compiled"}, "parts": parts[1:]}) is None
+
+
+def test_random_feeds_take_the_shapes_the_partition_was_cut_for(tmp_path, tiny_cnn, tiny_part):
+    # tiny_cnn's batch is a free dim; cut for a batch of 2, the checks send a batch of 2.
+    model = cleave.load(tiny_cnn, shape={"input": (2, 3, 16, 16)})
+    conn = model.partition(rules=str(tiny_part)).save(tmp_path / "cut")
+    partition = serve.Partition(conn)
+    assert partition.raw["source"]["shapes"] == {"input": [2, 3, 16, 16]}
+    assert serve.random_feeds(partition.source_file, partition, 0)["input"].shape == (2, 3, 16, 16)
+    # A partition without the record: free dims taken as 1.
+    free = cleave.load(tiny_cnn).partition(rules=str(tiny_part)).save(tmp_path / "free")
+    partition = serve.Partition(free)
+    assert serve.random_feeds(partition.source_file, partition, 0)["input"].shape == (1, 3, 16, 16)

@@ -57,6 +57,7 @@ mod pipeline;
 mod placement;
 mod profile;
 mod python_terms;
+mod recorded_shapes;
 mod request;
 mod run;
 pub mod serve;
@@ -98,6 +99,7 @@ pub use placement::{
 };
 pub use profile::{median_seconds, profile, ProfileOptions};
 pub use python_terms::python_terms;
+pub use recorded_shapes::{as_flags, conn_source_fixed};
 pub use request::{
     load_and_assign, load_and_stage, load_fixed, AssignRequest, Assigned, ModelSource, Objective,
 };

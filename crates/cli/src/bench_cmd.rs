@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use cleave::load_parts;
 use cleave::runtime::pipeline::run_pipelined;
 use cleave::runtime::runner::PartStats;
-use cleave::{conn_source, load_parts};
 use serde::Serialize;
 
 use crate::run_cmd::{engines, runtime_fail};
@@ -75,7 +75,7 @@ pub fn run(a: Args) -> Result<(), Fail> {
     };
     let bar = crate::progress::spinner("loading");
     // Random inputs take the shapes --shape and --dim fix.
-    let source = a.devices.fix(conn_source(&conn)?)?;
+    let source = crate::setup::conn_source(&conn, &a.devices.fixed_dims()?)?;
     let feeds = inputs::gather(&source.model().graph, &[], 0, true)?;
     let map = engines(&a.engine.engines)?;
     let runs = a.runs.max(1);

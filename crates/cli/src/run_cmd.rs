@@ -1,7 +1,7 @@
+use cleave::load_parts;
 use cleave::runtime::pipeline::run_pipelined;
 use cleave::runtime::runner::PartStats;
 use cleave::runtime::{write_npy, EngineMap, RuntimeError};
-use cleave::{conn_source, load_parts};
 
 use crate::{inputs, Fail};
 
@@ -31,7 +31,7 @@ fn file_name(tensor: &str) -> String {
 
 pub fn run(a: Args) -> Result<(), Fail> {
     let fixed = crate::setup::parse_fixed(&a.shape, &a.dim)?;
-    let source = crate::setup::fix_source(conn_source(&a.conn)?, &fixed)?;
+    let source = crate::setup::conn_source(&a.conn, &fixed)?;
     // With no --input at all, a run is a smoke test: seeded random data, said on stderr.
     let random = a.input.inputs.is_empty();
     if random {

@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 
 use cleave::runtime::runner::PartStats;
 use cleave::runtime::verify::{check_outputs, Report, Row, Tolerance};
-use cleave::{conn_source, load_model, load_parts};
+use cleave::{load_model, load_parts};
 
 use crate::run_cmd::{engines, runtime_fail};
 use crate::setup::DeviceArgs;
@@ -36,13 +36,12 @@ pub fn run(a: VerifyArgs) -> Result<bool, Fail> {
     // With --optimize the parts are cut from the rewritten model; the reference stays the
     // untouched source, so the check spans the rewrites as well as the cut.
     let rewritten = a.conn.is_none() && a.devices.optimize.is_some();
+    // Random inputs take the shapes --shape and --dim fix, else those the partition records.
     let source = if rewritten {
-        load_model(a.model)?.source
+        a.devices.fix(load_model(a.model)?.source)?
     } else {
-        conn_source(&conn_path)?
+        crate::setup::conn_source(&conn_path, &a.devices.fixed_dims()?)?
     };
-    // Random inputs take the shapes --shape and --dim fix.
-    let source = a.devices.fix(source)?;
     let same = |p: &Path| p.canonicalize().ok();
     if same(source.path()) != same(a.model) {
         return Err(Fail::input(

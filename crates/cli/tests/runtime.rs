@@ -676,3 +676,92 @@ fn bench_ray_checks_every_partition_it_is_given() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--ray"), "{err}");
 }
+
+/// `partition --shape` records the shapes the parts were cut for in conn.json, and `run`,
+/// `verify` and `bench` take them with no shape flag (tiny_cnn with its batch renamed
+/// `count`, a dim no command would guess); a flag still wins; without the record, the same
+/// commands refuse the dynamic input.
+#[test]
+fn commands_run_parts_at_the_shapes_the_partition_recorded() {
+    use cleave::onnx::proto;
+    use prost::Message;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut m =
+        proto::ModelProto::decode(&*std::fs::read(example("tiny_cnn.onnx")).unwrap()).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    for vi in g.input.iter_mut().chain(g.output.iter_mut()) {
+        let Some(proto::type_proto::Value::TensorType(t)) =
+            vi.r#type.as_mut().and_then(|t| t.value.as_mut())
+        else {
+            continue;
+        };
+        for d in t.shape.iter_mut().flat_map(|s| s.dim.iter_mut()) {
+            if let Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) = &mut d.value {
+                *p = "count".into();
+            }
+        }
+    }
+    let model = write(tmp.path(), "counted.onnx", &m.encode_to_vec());
+    let work = tmp.path().join("w");
+    ok(&run(&[
+        "partition",
+        model.to_str().unwrap(),
+        "--part",
+        example("tiny_cnn.part").to_str().unwrap(),
+        "--shape",
+        "input=2,3,16,16",
+        "-o",
+        work.to_str().unwrap(),
+    ]));
+    let conn = work.join("counted.conn.json");
+    let text = std::fs::read_to_string(&conn).unwrap();
+    assert!(
+        text.contains("\"shapes\" : { \"input\" : [ 2, 3, 16, 16 ] }"),
+        "{text}"
+    );
+    let c = conn.to_str().unwrap();
+    let out = tmp.path().join("out");
+    let o = run(&["run", c, "-o", out.to_str().unwrap()]);
+    let said = ok(&o);
+    assert!(said.contains("probs [2, 10]"), "{said}");
+    assert!(
+        stderr(&o).contains("the parts were cut for --shape input=2,3,16,16"),
+        "{}",
+        stderr(&o)
+    );
+    let said = ok(&run(&[
+        "verify",
+        model.to_str().unwrap(),
+        c,
+        "--boundaries",
+    ]));
+    assert!(said.contains("match the whole model"), "{said}");
+    ok(&run(&["bench", c, "--runs", "1", "--requests", "2"]));
+    // A flag chooses otherwise.
+    let said = ok(&run(&[
+        "run",
+        c,
+        "--shape",
+        "input=3,3,16,16",
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    assert!(said.contains("probs [3, 10]"), "{said}");
+    // Without the record, `count` is a dim the commands cannot guess.
+    std::fs::write(
+        &conn,
+        text.replace(
+            "\"shapes\" : { \"input\" : [ 2, 3, 16, 16 ] }",
+            "\"format\" : \"onnx\"",
+        ),
+    )
+    .unwrap();
+    for args in [
+        vec!["run", c, "-o", out.to_str().unwrap()],
+        vec!["bench", c, "--runs", "1"],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("has a dynamic shape"), "{}", stderr(&o));
+    }
+}

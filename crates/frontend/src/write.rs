@@ -3,13 +3,16 @@
 //! the connection files, removal of an earlier run's parts, a bounded pool of writer threads
 //! and the summary. A format only encodes one part ([`PartEncoder`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use cleave_ir::phases::{counted, phase};
-use cleave_ir::{Model, ValueId};
+use cleave_ir::{Dim, Model, ValueId};
 use cleave_partition::ValidatedPlan;
-use cleave_workdir::{part_file_name, relative_path, ConnFile, ConnModel, Staged, WriteError};
+use cleave_workdir::{
+    part_file_name, relative_path, ConnDim, ConnFile, ConnModel, Staged, WriteError,
+};
 
 use crate::{Emitted, EmittedPart, ExternalData, FrontendError, PartRecord, SharedWeights};
 
@@ -157,6 +160,7 @@ pub fn write_partition(
             file: relative_path(&work_real, &source_real),
             inputs: names(&g.inputs),
             outputs: names(&g.outputs),
+            shapes: Some(input_shapes(model)),
             ..Default::default()
         },
         parts: Vec::with_capacity(files.len()),
@@ -195,6 +199,27 @@ pub fn write_partition(
         weights: side.weights,
         notes,
     })
+}
+
+/// Each input's shape as the parts were cut for it, for the commands that run them later.
+fn input_shapes(model: &Model) -> BTreeMap<String, Vec<ConnDim>> {
+    let g = &model.graph;
+    g.inputs
+        .iter()
+        .filter_map(|&v| {
+            let value = g.value(v);
+            let dims = value.ty.shape.as_ref()?;
+            let dims = dims
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => ConnDim::Fixed(*n),
+                    Dim::Param(p) => ConnDim::Named(p.to_string()),
+                    Dim::Unknown => ConnDim::Unknown,
+                })
+                .collect();
+            Some((value.name.to_string(), dims))
+        })
+        .collect()
 }
 
 enum Written {

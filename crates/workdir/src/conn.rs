@@ -2,7 +2,18 @@
 //! indent, `"key" : value`, one-line arrays); `.conn.ini` has `[source]`, `[models]` and one
 //! section per part, each followed by a blank line.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+
+/// One dim of a recorded input shape: a number, a dim parameter's name, or unknown (`null`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ConnDim {
+    Fixed(i64),
+    Named(String),
+    Unknown,
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnModel {
@@ -27,6 +38,11 @@ pub struct ConnModel {
     /// cleave's addition, for pipeline stages: the peak of the part's live activations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation_peak_bytes: Option<u64>,
+    /// cleave's addition, for the source: each input's shape as the parts were cut for it
+    /// (`--shape`/`--dim` applied), which `run`, `verify`, `bench` and `serve` take unless
+    /// told otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shapes: Option<BTreeMap<String, Vec<ConnDim>>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +90,31 @@ fn model_json(m: &ConnModel, indent: &str) -> String {
     }
     if let Some(a) = m.activation_peak_bytes {
         fields.push(format!("{indent}  \"activation_peak_bytes\" : {a}"));
+    }
+    if let Some(shapes) = m.shapes.as_ref().filter(|s| !s.is_empty()) {
+        let one = |dims: &[ConnDim]| {
+            let d: Vec<String> = dims
+                .iter()
+                .map(|d| match d {
+                    ConnDim::Fixed(n) => n.to_string(),
+                    ConnDim::Named(p) => quote(p),
+                    ConnDim::Unknown => "null".to_string(),
+                })
+                .collect();
+            if d.is_empty() {
+                "[]".to_string()
+            } else {
+                format!("[ {} ]", d.join(", "))
+            }
+        };
+        let entries: Vec<String> = shapes
+            .iter()
+            .map(|(name, dims)| format!("{} : {}", quote(name), one(dims)))
+            .collect();
+        fields.push(format!(
+            "{indent}  \"shapes\" : {{ {} }}",
+            entries.join(", ")
+        ));
     }
     format!("{{\n{}\n{indent}}}", fields.join(",\n"))
 }
@@ -137,6 +178,7 @@ mod tests {
             engine: None,
             weights_bytes: None,
             activation_peak_bytes: None,
+            shapes: None,
         };
         ConnFile {
             source: m(
@@ -194,6 +236,27 @@ mod tests {
         let c = example();
         assert_eq!(c.to_json(), want);
         assert_eq!(ConnFile::from_json(want).unwrap(), c);
+    }
+
+    #[test]
+    fn recorded_shapes_are_one_line_and_read_back() {
+        let mut c = example();
+        let mut shapes = BTreeMap::new();
+        shapes.insert(
+            "Input".to_string(),
+            vec![
+                ConnDim::Named("batch".into()),
+                ConnDim::Fixed(3),
+                ConnDim::Unknown,
+            ],
+        );
+        c.source.shapes = Some(shapes);
+        let json = c.to_json();
+        assert!(
+            json.contains("    \"shapes\" : { \"Input\" : [ \"batch\", 3, null ] }\n  },"),
+            "{json}"
+        );
+        assert_eq!(ConnFile::from_json(&json).unwrap(), c);
     }
 
     #[test]

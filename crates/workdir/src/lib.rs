@@ -14,7 +14,7 @@ mod signals;
 mod staged;
 
 pub use atomic::{copy_atomic, write_atomic, write_with, WriteError};
-pub use conn::{ConnFile, ConnModel};
+pub use conn::{ConnDim, ConnFile, ConnModel};
 pub use naming::{
     backend_of, check_backend_name, is_part_file, part_file_name, relative_path, stale_parts,
 };

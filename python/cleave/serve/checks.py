@@ -47,15 +47,22 @@ def source_format(partition):
 
 
 def random_feeds(source_file, partition, seed):
-    """Seeded inputs shaped like the source model's (free dimensions taken as 1)."""
+    """Seeded inputs shaped as the partition's conn.json records its parts were cut for, else
+    like the source model's (free dimensions taken as 1)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    recorded = (partition.raw.get("source") or {}).get("shapes") or {}
     feeds = {}
     for name, dt, dims in model_inputs(source_file, source_format(partition)):
         if name not in partition.inputs:
             continue
-        shape = [d if d is not None and d > 0 else 1 for d in dims]
+        cut = recorded.get(name)
+        if not isinstance(cut, list) or len(cut) != len(dims):
+            cut = [None] * len(dims)
+        shape = [
+            c if isinstance(c, int) and c > 0 else d if d is not None and d > 0 else 1 for c, d in zip(cut, dims)
+        ]
         if np.issubdtype(dt, np.floating):
             feeds[name] = rng.standard_normal(shape).astype(dt)
         elif dt == np.bool_:
