@@ -315,8 +315,32 @@ impl LoadedModel {
             let out: PathBuf = dir.join(format!("{stem}.{}", self.source.extension()));
             self.source.save_as(&out)?;
         }
-        Ok(phase("emission", || {
+        let learned = self.learn_for_parts(plan);
+        let mut emitted = phase("emission", || {
             self.source.write_parts(plan, workdir, external, &record)
-        })?)
+        })?;
+        if let Some(note) = learned {
+            emitted.notes.insert(0, note);
+        }
+        Ok(emitted)
+    }
+
+    /// Where a part would receive a tensor whose dims the file leaves open and the format finds
+    /// them by a run (TFLite), that run, unless `--learn-dims` made one; what it did, as a note.
+    fn learn_for_parts(&mut self, plan: &ValidatedPlan) -> Option<String> {
+        if self.learned.is_some() || !self.source.learns_dims_by_default() {
+            return None;
+        }
+        let g = self.graph();
+        let open = plan
+            .parts
+            .iter()
+            .flat_map(|p| &p.inputs)
+            .any(|&v| !g.inputs.contains(&v) && g.value(v).ty.static_dims().is_none());
+        if !open {
+            return None;
+        }
+        self.learn_dims_unasked();
+        self.learned.as_ref().and_then(crate::Learned::unasked_note)
     }
 }

@@ -170,6 +170,20 @@ impl DeviceArgs {
     }
 }
 
+/// The source of the partition at `conn` with the shapes it was cut for applied under
+/// `given`; says on stderr which recorded ones it took.
+pub fn conn_source(conn: &Path, given: &FixedDims) -> Result<Box<dyn cleave::FormatModel>, Fail> {
+    let (source, recorded) = cleave::conn_source_fixed(conn, given)?;
+    if !recorded.is_empty() {
+        eprintln!(
+            "note: {}: the parts were cut for {}; running them so (--shape or --dim chooses otherwise)",
+            conn.display(),
+            cleave::as_flags(&recorded)
+        );
+    }
+    Ok(source)
+}
+
 /// `source` with `fixed` dims applied (itself when there are none).
 pub fn fix_source(
     source: Box<dyn cleave::FormatModel>,
@@ -240,6 +254,10 @@ pub fn say_learned(model_path: &Path, loaded: &LoadedModel) {
     let Some(l) = &loaded.learned else {
         return;
     };
+    if l.unasked.is_some() {
+        // Said in the partition's notes.
+        return;
+    }
     if l.tensors.is_empty() {
         eprintln!(
             "cleave: note: {}: --learn-dims: inference types every tensor; the model was not run",

@@ -683,7 +683,8 @@ print(json.dumps(out))
 }
 
 /// A dim computed at run time (`synth::computed_dims`: -1 in `shape_signature`, a placeholder
-/// 1 in `shape`) reaching a part as its input. Written as the file has it, LiteRT cannot
+/// 1 in `shape`) reaching a part as its input. By default one run at the file's shapes gives
+/// the part its dims; without an engine to run it, written as the file has it, LiteRT cannot
 /// prepare the part (a 3-high VALID convolution over a height of 1), and the partition says
 /// so; with the input fixed by `--shape` and `--learn-dims`, the part carries the dims the run
 /// showed (the signature's -1 kept), prepares before any run, and reproduces the source.
@@ -711,9 +712,43 @@ fn computed_dims_reach_parts_as_a_run_shows_them() {
         common::cleave(&args)
     };
 
-    // As the file has it: the part cannot be prepared, and the summary says why and what to do.
+    // By default one run of the source at the file's shapes (x as [1, 16, 6, 1]) gives y its
+    // height, and both parts prepare before any run; the signature's -1 stays.
     let plain = tmp.path().join("plain");
     let o = run(&plain, &[]);
+    let said = common::ok(&o);
+    assert!(!said.contains("leaves dynamic"), "{said}");
+    assert!(
+        said.contains("note: 5 tensors whose dims only a run computes took the dims one run of the model on litert showed, at x=1,16,6,1"),
+        "{said}"
+    );
+    let conn = plain.join("synth_computed_dims.conn.json");
+    let parts = prepare_parts(&conn);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    for p in &parts {
+        assert_eq!(p["prepared"], "ok", "{parts:?}");
+    }
+    assert_eq!(
+        parts[1]["inputs"]["y"],
+        serde_json::json!([[1, 16, 3, 2], [1, -1, 3, 2]])
+    );
+
+    // Without an engine to run it, the file's placeholder stays: the part cannot be prepared,
+    // and the command says why and what to do.
+    let no_engine = tmp.path().join("no-engine");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cleave"))
+        .args([
+            os("partition"),
+            model.as_os_str(),
+            os("--part"),
+            part.as_os_str(),
+            os("-o"),
+        ])
+        .arg(&no_engine)
+        .env("CLEAVE_LITERT_LIB", tmp.path().join("absent/libLiteRt.so"))
+        .env("CLEAVE_ISOLATE", "0")
+        .output()
+        .unwrap();
     let said = common::ok(&o);
     assert!(
         said.contains("1 part input(s) have dims the file leaves dynamic")
@@ -721,9 +756,11 @@ fn computed_dims_reach_parts_as_a_run_shows_them() {
             && said.contains("--learn-dims"),
         "{said}"
     );
-    let conn = plain.join("synth_computed_dims.conn.json");
-    let parts = prepare_parts(&conn);
-    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert!(
+        said.contains("could not be computed by a run on litert"),
+        "{said}"
+    );
+    let parts = prepare_parts(&no_engine.join("synth_computed_dims.conn.json"));
     assert_eq!(parts[0]["prepared"], "ok", "{parts:?}");
     assert_ne!(parts[1]["prepared"], "ok", "{parts:?}");
     assert_eq!(parts[1]["inputs"]["y"][0], serde_json::json!([1, 1, 3, 2]));
@@ -749,6 +786,24 @@ fn computed_dims_reach_parts_as_a_run_shows_them() {
         for p in &parts {
             assert_eq!(p["prepared"], "ok", "{parts:?}");
         }
+        // The commands that run the parts take the shape the partition recorded, no flag.
+        let said = common::ok(&common::cleave(&[
+            os("verify"),
+            model.as_os_str(),
+            conn.as_os_str(),
+            os("--boundaries"),
+        ]));
+        assert!(said.contains("match the whole model"), "{said}");
+        let said = common::ok(&common::cleave(&[
+            os("run"),
+            conn.as_os_str(),
+            os("-o"),
+            work.join("run").as_os_str(),
+        ]));
+        assert!(
+            said.contains(&format!("out [1, {}, 1, 8]", height - 2)),
+            "{said}"
+        );
         // --shape fixes the input, signature included; the run gives y's height.
         assert_eq!(
             parts[0]["inputs"]["x"],

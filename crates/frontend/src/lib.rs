@@ -330,6 +330,19 @@ pub trait FormatModel: Send + Sync {
             .collect()
     }
 
+    /// The shape a run gives input `v` where the model leaves its dims open: the placeholder
+    /// a format writes beside a dynamic dim (TFLite's `shape`), if it has one.
+    fn placeholder_shape(&self, v: ValueId) -> Option<Vec<i64>> {
+        let _ = v;
+        None
+    }
+
+    /// Whether the dims this format leaves open are found by one run of the model unasked,
+    /// where cleave has no shape inference of its own for them (TFLite).
+    fn learns_dims_by_default(&self) -> bool {
+        false
+    }
+
     /// The tensors of [`FormatModel::to_learn`] typed with the dims an engine showed for
     /// every tensor, in the file's tensor order (`Engine::tensor_dims`); empty for a format
     /// whose tensors have no such order.

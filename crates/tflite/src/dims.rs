@@ -121,6 +121,19 @@ pub(crate) fn types_from_tensor_dims(
         .collect()
 }
 
+/// The converter's placeholder `shape` of an input whose `shape_signature` leaves dims open,
+/// where every dim of it is above 0.
+pub(crate) fn placeholder_shape(src: &TfliteSource, v: ValueId) -> Option<Vec<i64>> {
+    let i = src.tensor(v).ok()?;
+    if let Some(d) = src.dims.get(&i) {
+        return Some(d.shape.iter().map(|&x| i64::from(x)).collect());
+    }
+    let sg = src.file.root().subgraphs()?.get(0);
+    let shape = sg.tensors()?.get(i).shape()?;
+    let dims: Vec<i64> = shape.iter().map(i64::from).collect();
+    dims.iter().all(|&d| d > 0).then_some(dims)
+}
+
 /// Takes the dims a run showed: the IR's unknown dims are filled in, and each tensor is
 /// written with them as its `shape`, its `shape_signature` kept (a dim the file calls
 /// dynamic stays so for an engine that resizes).

@@ -317,6 +317,15 @@ impl FormatModel for TfliteSource {
         crate::dims::types_from_tensor_dims(self, dims)
     }
 
+    fn placeholder_shape(&self, v: ValueId) -> Option<Vec<i64>> {
+        crate::dims::placeholder_shape(self, v)
+    }
+
+    fn learns_dims_by_default(&self) -> bool {
+        // LiteRT runs TFLite files; a circle model is converted first (`cleave convert`).
+        self.file.format == crate::Format::Tflite
+    }
+
     fn learn_types(&mut self, learned: &[(ValueId, TensorType)]) -> Result<(), FrontendError> {
         crate::dims::learn(self, learned);
         Ok(())
