@@ -752,7 +752,7 @@ fn computed_dims_reach_parts_as_a_run_shows_them() {
     let said = common::ok(&o);
     assert!(
         said.contains("1 part input(s) have dims the file leaves dynamic")
-            && said.contains("'y' as [1, 1, 3, 2]")
+            && said.contains("'y' as [1, 1, 3, 2] into part 00002 (acl_cl)")
             && said.contains("--learn-dims"),
         "{said}"
     );

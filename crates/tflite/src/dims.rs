@@ -176,8 +176,8 @@ pub(crate) fn learn(src: &mut TfliteSource, learned: &[(ValueId, TensorType)]) {
 /// Says which part inputs keep a converter's placeholder dims, and how to get the real ones.
 pub(crate) fn placeholder_note(src: &TfliteSource, plan: &ValidatedPlan) -> Option<String> {
     let g = &src.converted.model.graph;
-    let mut kept: BTreeMap<String, String> = BTreeMap::new();
-    for part in &plan.parts {
+    let mut kept: BTreeMap<String, (String, usize, String)> = BTreeMap::new();
+    for (k, part) in plan.parts.iter().enumerate() {
         for &v in &part.inputs {
             let value = g.value(v);
             if g.inputs.contains(&v) || value.ty.static_dims().is_some() {
@@ -196,17 +196,20 @@ pub(crate) fn placeholder_note(src: &TfliteSource, plan: &ValidatedPlan) -> Opti
                 .and_then(|t| t.shape())
                 .map(|s| format!("{:?}", s.iter().collect::<Vec<i32>>()))
                 .unwrap_or_else(|| "no shape".into());
-            kept.insert(value.name.to_string(), written);
+            kept.insert(
+                value.name.to_string(),
+                (written, k + 1, plan.device_name(part).to_string()),
+            );
         }
     }
-    let (name, shape) = kept.iter().next()?;
+    let (name, (shape, k, backend)) = kept.iter().next()?;
     // Only LiteRT shows a run's dims, and it runs TFLite files.
     let fix = match src.file.format {
         crate::Format::Tflite => "fix the model's inputs with --shape and add --learn-dims, which runs the source once and writes the dims it shows",
         crate::Format::Circle => "convert the model to TFLite (cleave convert MODEL.circle MODEL.tflite), then partition that with --shape and --learn-dims, which runs it once and writes the dims it shows",
     };
     Some(format!(
-        "{} part input(s) have dims the file leaves dynamic (-1 in shape_signature) and are written with the converter's placeholder shape beside them, e.g. '{name}' as {shape}: LiteRT resizes such an input on a part's first run, but allocating before one (or an engine that prepares at load) needs the real dims: {fix}",
+        "{} part input(s) have dims the file leaves dynamic (-1 in shape_signature) and are written with the converter's placeholder shape beside them, e.g. '{name}' as {shape} into part {k:05} ({backend}): LiteRT resizes such an input on a part's first run, but allocating before one (or an engine that prepares at load) needs the real dims: {fix}",
         kept.len()
     ))
 }
