@@ -1,5 +1,6 @@
 """The Python API against onnxruntime's own Python package as the oracle."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -605,3 +606,68 @@ def test_latency_objective_without_costs_uses_the_built_in_estimates(tmp_path):
     assert cap_parts == 12 and len(plan.parts) < cap_parts, (len(plan.parts), p)
     assert p["total_ms"] < cap_ms and len(p["part_ms"]) == len(plan.parts)
     assert abs(sum(p["part_ms"]) - p["total_ms"]) < 1e-6 * p["total_ms"]
+
+
+@pytest.mark.parametrize("external_data", ["inline", "shared"])
+def test_constants_kept_in_external_data_reach_the_parts(tmp_path, external_data):
+    # Exporters of models over 2 GB put Constant values in external data too (a decoder's
+    # rotary inv_freq): the parts live in another folder, so those bytes must travel with them.
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    rng = np.random.default_rng(3)
+
+    def value(name, shape):
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Constant", [], ["c"], name="const_c", value=value("cv", (1, 4))),
+        helper.make_node("Add", ["x", "c"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node("Constant", [], ["d"], name="const_d", value=value("dv", (1, 4))),
+        helper.make_node("Mul", ["r", "d"], ["m"], name="mul"),
+        helper.make_node("MatMul", ["m", "w"], ["y"], name="mm"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [value("w", (4, 4))],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = tmp_path / "src"
+    src.mkdir()
+    convert_model_to_external_data(
+        m, all_tensors_to_one_file=True, location="m.onnx_data", size_threshold=0, convert_attribute=True
+    )
+    onnx.save_model(m, src / "m.onnx")
+    assert [a.t.data_location for n in m.graph.node if n.op_type == "Constant" for a in n.attribute] == [1, 1]
+    rules = {"backends": ["cpu", "npu"], "default": "cpu", "comply": "opcode"}
+    rules["OPCODE"] = {"RELU": "npu", "MATMUL": "npu"}
+    conn = cleave.load(src / "m.onnx").partition(rules=rules).save(tmp_path / "out", external_data=external_data)
+    x = rng.standard_normal((1, 4)).astype(np.float32)
+    want = ort.InferenceSession(str(src / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    values = {"x": x}
+    parts = json.loads(pathlib.Path(conn).read_text())["parts"]
+    assert len(parts) == 4
+    for p in parts:
+        path = str(tmp_path / "out" / p["file"])
+        onnx.checker.check_model(path, full_check=True)
+        s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        values.update(zip(p["outputs"], s.run(p["outputs"], {i: values[i] for i in p["inputs"]})))
+    np.testing.assert_allclose(values["y"], want, rtol=1e-6)
+    # A part whose Constant points at data that is not beside it is refused by `cleave check`,
+    # naming the node, as onnx's checker refuses it.
+    from onnx.external_data_helper import set_external_data
+
+    first = tmp_path / "out" / parts[0]["file"]
+    part = onnx.load(first)
+    for n in part.graph.node:
+        if n.op_type == "Constant":
+            t = n.attribute[0].t
+            set_external_data(t, "m.onnx_data", 0, 16)
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+    onnx.save(part, first)
+    r = subprocess.run([CLEAVE, "check", str(conn)], capture_output=True, text=True)
+    assert r.returncode == 2 and "(Constant): attribute 'value': external data" in r.stderr, r.stderr

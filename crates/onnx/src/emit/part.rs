@@ -171,6 +171,17 @@ pub(crate) fn part_model_with(
     } else {
         None
     };
+    // A node's tensors (a Constant's value, a subgraph's initializers) may lie in external
+    // data too; the part's folder has no such file, so they are written into the part.
+    let raw = match raw {
+        Some(records) => Some(
+            records
+                .into_iter()
+                .map(|b| inline_record_tensors(b, source))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
     let nodes = if raw.is_some() {
         Vec::new()
     } else {
@@ -184,6 +195,9 @@ pub(crate) fn part_model_with(
                 ))),
                 Err(e) => Err(EmitError::from(e)),
             })
+            .collect::<Result<Vec<NodeProto>, _>>()?
+            .into_iter()
+            .map(|mut n| inline_node_tensors(&mut n, source).map(|_| n))
             .collect::<Result<Vec<NodeProto>, _>>()?
     };
 
@@ -425,6 +439,50 @@ fn inline_external(t: &TensorProto, source: &OnnxModel) -> Result<TensorProto, E
     out.external_data.clear();
     out.raw_data = Some(bytes);
     Ok(out)
+}
+
+/// A node record with its external tensors written in; the record itself where it has none
+/// (an external reference names a `location`, so a record without those bytes has none).
+fn inline_record_tensors(
+    record: bytes::Bytes,
+    source: &OnnxModel,
+) -> Result<bytes::Bytes, EmitError> {
+    if !record.windows(8).any(|w| w == b"location") {
+        return Ok(record);
+    }
+    let mut n = NodeProto::decode(record.clone())
+        .map_err(|e| EmitError::Source(format!("a node record does not decode: {e}")))?;
+    Ok(if inline_node_tensors(&mut n, source)? {
+        n.encode_to_vec().into()
+    } else {
+        record
+    })
+}
+
+/// Writes every external tensor of the node's attributes (and of their subgraphs) into it;
+/// whether there was one.
+fn inline_node_tensors(n: &mut NodeProto, source: &OnnxModel) -> Result<bool, EmitError> {
+    let mut changed = false;
+    for a in &mut n.attribute {
+        for t in a.t.iter_mut().chain(a.tensors.iter_mut()) {
+            if t.data_location == Some(DataLocation::External as i32) {
+                *t = inline_external(t, source)?;
+                changed = true;
+            }
+        }
+        for g in a.g.iter_mut().chain(a.graphs.iter_mut()) {
+            for t in &mut g.initializer {
+                if t.data_location == Some(DataLocation::External as i32) {
+                    *t = inline_external(t, source)?;
+                    changed = true;
+                }
+            }
+            for inner in &mut g.node {
+                changed |= inline_node_tensors(inner, source)?;
+            }
+        }
+    }
+    Ok(changed)
 }
 
 /// The model-local functions that the nodes call, directly or through other functions or

@@ -148,8 +148,40 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
                         graph(s, opsets)?;
                     }
                 }
+                AttrValue::Tensor(_) | AttrValue::Tensors(_) => {
+                    attr_external(g, i, a)?;
+                }
                 _ => {}
             }
+        }
+    }
+    Ok(())
+}
+
+/// A tensor attribute's external data (a Constant's value), as an initializer's is checked.
+fn attr_external(g: &Graph, i: usize, a: &cleave_ir::Attribute) -> Result<(), Refusal> {
+    let tensors: Vec<&cleave_ir::Weight> = match &a.value {
+        AttrValue::Tensor(w) => vec![w],
+        AttrValue::Tensors(ws) => ws.iter().collect(),
+        _ => Vec::new(),
+    };
+    for w in tensors {
+        if let WeightData::External {
+            path,
+            offset,
+            length,
+        } = &w.data
+        {
+            external(path, *offset, *length, (w.elem, &w.dims)).map_err(|cause| {
+                let n = &g.nodes[i];
+                (
+                    Subject::Node {
+                        label: g.node_label(cleave_ir::NodeId(i as u32)).to_string(),
+                        op: n.op_type.to_string(),
+                    },
+                    format!("attribute '{}': external data {cause}", a.name),
+                )
+            })?;
         }
     }
     Ok(())
@@ -174,11 +206,12 @@ pub fn external_data(g: &Graph) -> Result<(), Refusal> {
             })?;
         }
     }
-    for n in &g.nodes {
+    for (i, n) in g.nodes.iter().enumerate() {
         for a in &n.attrs {
             match &a.value {
                 AttrValue::Graph(sub) => external_data(sub)?,
                 AttrValue::Graphs(subs) => subs.iter().try_for_each(external_data)?,
+                AttrValue::Tensor(_) | AttrValue::Tensors(_) => attr_external(g, i, a)?,
                 _ => {}
             }
         }
