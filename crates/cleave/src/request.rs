@@ -153,9 +153,17 @@ impl From<LoadedModel> for ModelSource<'_> {
     }
 }
 
-/// [`ModelSource::load`], then, when `req` asks, the types one run shows.
-fn load_for(source: ModelSource<'_>, req: &AssignRequest) -> Result<LoadedModel, Error> {
+/// [`ModelSource::load`], then, when `req` asks, the rewrite for `devices` and the types one
+/// run shows.
+fn load_for(
+    source: ModelSource<'_>,
+    req: &AssignRequest,
+    devices: &Devices,
+) -> Result<LoadedModel, Error> {
     let mut loaded = source.load(&req.fixed)?;
+    if let Some(level) = req.optimize {
+        loaded = loaded.rewrite(level, devices, req.fold_limit)?;
+    }
     if req.learn_dims {
         let engine = learning_engine(&loaded)?;
         loaded.learn_types(engine, 0)?;
@@ -248,7 +256,7 @@ pub fn load_and_stage<'a>(
         Some(path) => Costs::read(path)?,
         None => Costs::default(),
     };
-    let loaded = load_for(source.into(), req)?;
+    let loaded = load_for(source.into(), req, &profiles)?;
     let stages = loaded.stages(&StageRequest {
         stages,
         devices: &req.devices.devices,

@@ -309,3 +309,41 @@ fn weights_behind_constant_nodes_count_in_the_stage_that_carries_them() {
     }
     eprintln!("{out}");
 }
+
+/// `--optimize` applies to a `--stages` cut as to any other (it was once ignored there): the
+/// stages are cut from the rewritten model, which the connection file names, and they
+/// reproduce it.
+#[test]
+fn stages_are_cut_from_the_optimized_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = cleave_testdata::light_random("light_resnet50");
+    let out = tmp.path().join("s");
+    let said = ok(&cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os("--stages"),
+        os("2"),
+        os("--optimize"),
+        os("basic"),
+        os("-o"),
+        out.as_os_str(),
+    ]));
+    assert!(
+        said.contains("rewritten before assignment: 176 nodes → 123 (fold_batchnorm 53)"),
+        "{said}"
+    );
+    let conn = out.join("light_resnet50.conn.json");
+    let text = std::fs::read_to_string(&conn).unwrap();
+    assert!(
+        text.contains("\"file\" : \"light_resnet50.optimized/light_resnet50.onnx\""),
+        "{text}"
+    );
+    let optimized = out.join("light_resnet50.optimized/light_resnet50.onnx");
+    let said = ok(&cleave(&[
+        os("verify"),
+        optimized.as_os_str(),
+        conn.as_os_str(),
+        os("--boundaries"),
+    ]));
+    assert!(said.contains("match the whole model"), "{said}");
+}
