@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cleave::load_parts;
 use cleave::runtime::pipeline::run_pipelined;
 use cleave::runtime::runner::PartStats;
 use serde::Serialize;
 
-use crate::run_cmd::{engines, runtime_fail};
+use crate::run_cmd::{engines, load_parts, runtime_fail};
 use crate::{inputs, Fail};
 
 #[derive(Serialize)]

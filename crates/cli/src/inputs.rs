@@ -16,7 +16,7 @@ fn batch_like(name: &str) -> bool {
 }
 
 /// Prints a note on stderr the first time this process gives it (bench gathers inputs twice).
-fn note_once(line: String) {
+pub(crate) fn note_once(line: String) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
     if !said.contains(&line) {

@@ -1,4 +1,3 @@
-use cleave::load_parts;
 use cleave::runtime::pipeline::run_pipelined;
 use cleave::runtime::runner::PartStats;
 use cleave::runtime::{write_npy, EngineMap, RuntimeError};
@@ -10,6 +9,20 @@ pub fn runtime_fail(e: RuntimeError) -> Fail {
         Some(p) => Fail::input(p, &e),
         None => Fail::usage(e),
     }
+}
+
+/// The parts of `conn` on their engines; says on stderr which part runs on another engine
+/// than its default, because the default could not load it.
+pub fn load_parts(
+    conn: &std::path::Path,
+    map: &EngineMap,
+    single_thread: bool,
+) -> Result<cleave::runtime::runner::LoadedParts, Fail> {
+    let parts = cleave::load_parts(conn, map, single_thread)?;
+    for n in &parts.notes {
+        inputs::note_once(format!("note: {n}"));
+    }
+    Ok(parts)
 }
 
 pub fn engines(pairs: &[String]) -> Result<EngineMap, Fail> {

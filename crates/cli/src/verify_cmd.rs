@@ -1,10 +1,10 @@
 use std::path::{Path, PathBuf};
 
+use cleave::load_model;
 use cleave::runtime::runner::PartStats;
 use cleave::runtime::verify::{check_outputs, Report, Row, Tolerance};
-use cleave::{load_model, load_parts};
 
-use crate::run_cmd::{engines, runtime_fail};
+use crate::run_cmd::{engines, load_parts, runtime_fail};
 use crate::setup::DeviceArgs;
 use crate::{inputs, Fail};
 

@@ -765,3 +765,78 @@ fn commands_run_parts_at_the_shapes_the_partition_recorded() {
         assert!(stderr(&o).contains("has a dynamic shape"), "{}", stderr(&o));
     }
 }
+
+/// A part tract has no kernel for (com.microsoft's Inverse) runs on the next engine that loads
+/// it, ONNX Runtime, and the command says so; an engine the user names is not replaced.
+#[test]
+fn a_part_the_default_engine_cannot_run_falls_back_to_one_that_can() {
+    use cleave::onnx::proto::{GraphProto, ModelProto, OperatorSetIdProto};
+    use prost::Message;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut inverse = node("inverse", "Inverse", &["x"], &["g"]);
+    inverse.domain = Some("com.microsoft".into());
+    let opset = |domain: &str, version| OperatorSetIdProto {
+        domain: Some(domain.into()),
+        version: Some(version),
+    };
+    let m = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![opset("", 17), opset("com.microsoft", 1)],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: vec![inverse, node("sig", "Sigmoid", &["g"], &["y"])],
+            input: vec![float_input("x", &[2, 4, 4])],
+            output: vec![float_input("y", &[2, 4, 4])],
+            value_info: vec![float_input("g", &[2, 4, 4])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let model = write(tmp.path(), "inverse.onnx", &m.encode_to_vec());
+    let rules = tmp.path().join("r.part");
+    std::fs::write(
+        &rules,
+        "[partition]\nbackends=cpu,npu\ndefault=cpu\ncomply=opcode\n\n[OPCODE]\nInverse=npu\n",
+    )
+    .unwrap();
+    let work = tmp.path().join("w");
+    ok(&run(&[
+        "partition",
+        model.to_str().unwrap(),
+        "--part",
+        rules.to_str().unwrap(),
+        "-o",
+        work.to_str().unwrap(),
+    ]));
+    let conn = work.join("inverse.conn.json");
+    let o = run(&[
+        "verify",
+        model.to_str().unwrap(),
+        conn.to_str().unwrap(),
+        "--boundaries",
+        "--reference",
+        "ort",
+    ]);
+    let said = ok(&o);
+    assert!(said.contains("match the whole model"), "{said}");
+    assert!(
+        stderr(&o).contains("inverse.00001_npu.onnx: tract cannot run it, so it runs on ort"),
+        "{}",
+        stderr(&o)
+    );
+    // Named, tract stays, and its refusal is the error.
+    let o = run(&[
+        "run",
+        conn.to_str().unwrap(),
+        "--engine",
+        "npu=tract",
+        "-o",
+        tmp.path().join("o").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("tract does not support it"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -97,6 +97,11 @@ impl Session for GuardedSession {
         let inner = &mut self.inner;
         guarded(self.engine, &self.path, || inner.run(inputs))
     }
+
+    fn precheck(&mut self) -> Result<(), RuntimeError> {
+        let inner = &mut self.inner;
+        guarded(self.engine, &self.path, || inner.precheck())
+    }
 }
 
 #[cfg(test)]

@@ -146,6 +146,16 @@ impl TractSession {
 }
 
 impl Session for TractSession {
+    fn precheck(&mut self) -> Result<(), RuntimeError> {
+        // Typing the model as declared finds an operator tract has no kernel for, or an output
+        // of a type it cannot give, without waiting for inputs; the plans stay per shape.
+        self.model
+            .clone()
+            .into_typed()
+            .map(|_| ())
+            .map_err(|e| unsupported(&self.path, e))
+    }
+
     fn run(
         &mut self,
         inputs: &[(String, HostTensor)],

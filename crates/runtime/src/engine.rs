@@ -14,6 +14,13 @@ pub trait Session: Send {
         &mut self,
         inputs: &[(String, HostTensor)],
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError>;
+
+    /// For an engine that builds its plan at the first run: whether it can build one for the
+    /// model as its file declares it, so that a part it cannot run is known before any input
+    /// (`Unsupported`). An engine that built everything at load has nothing more to say.
+    fn precheck(&mut self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 pub trait Engine: Send + Sync {
@@ -295,6 +302,21 @@ impl EngineMap {
                     r.names()
                 )
             })
+    }
+
+    /// Whether `kind` is the part's engine only by default: neither `--engine`, nor the
+    /// connection file, nor the backend's name chose it.
+    pub fn is_default(
+        &self,
+        backend: &str,
+        format: &str,
+        recorded: Option<&str>,
+        kind: &EngineKind,
+    ) -> bool {
+        !self.map.contains_key(backend)
+            && recorded.is_none()
+            && self.registry.named_by_backend(backend, format).is_none()
+            && self.registry.default_for(format).as_ref() == Some(kind)
     }
 
     /// The engine for a part of a connection file: `--engine`'s choice for its backend,

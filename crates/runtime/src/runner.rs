@@ -17,6 +17,9 @@ pub struct LoadedParts {
     pub backends: Vec<String>,
     pub engines: Vec<EngineKind>,
     pub sessions: Vec<Box<dyn Session>>,
+    /// What the caller should say: parts that run on another engine than their default,
+    /// because the default could not load them.
+    pub notes: Vec<String>,
 }
 
 /// Per-part counters (the VPU page's performance counts).
@@ -52,6 +55,7 @@ pub fn load_parts(
     let mut kinds = Vec::new();
     let mut sessions = Vec::new();
     let mut made: HashMap<EngineKind, Box<dyn crate::Engine>> = HashMap::new();
+    let mut notes = Vec::new();
     for p in &conn.parts {
         let backend = cleave_workdir::backend_of(&p.file, p.backend.as_deref());
         let path = dir.join(&p.file);
@@ -74,7 +78,39 @@ pub fn load_parts(
                 message: format!("part file {} is missing", path.display()),
             });
         }
-        sessions.push(engine.load(&path, single_thread)?);
+        let chosen = engines.is_default(&backend, &format, p.engine.as_deref(), &kind);
+        // A precheck that fails keeps its session: where no other engine loads the part,
+        // the default still runs it, and a run with real shapes says what it can.
+        let loaded = match engine.load(&path, single_thread) {
+            Ok(mut s) if chosen => match s.precheck() {
+                Ok(()) => Ok(s),
+                Err(e) => Err((e, Some(s))),
+            },
+            Ok(s) => Ok(s),
+            Err(e) => Err((e, None)),
+        };
+        let (session, kind) = match loaded {
+            Ok(session) => (session, kind),
+            Err((first @ RuntimeError::Unsupported { .. }, kept)) if chosen => {
+                match fall_back(engines, &path, &format, &kind, single_thread, first) {
+                    Ok((session, other)) => {
+                        notes.push(format!(
+                            "{}: {} cannot run it, so it runs on {} (--engine {backend}=ENGINE chooses)",
+                            p.file,
+                            kind.label(),
+                            other.label()
+                        ));
+                        (session, other)
+                    }
+                    Err(e) => match kept {
+                        Some(session) => (session, kind),
+                        None => return Err(e),
+                    },
+                }
+            }
+            Err((e, _)) => return Err(e),
+        };
+        sessions.push(session);
         backends.push(backend);
         kinds.push(kind);
     }
@@ -84,7 +120,49 @@ pub fn load_parts(
         backends,
         engines: kinds,
         sessions,
+        notes,
     })
+}
+
+/// The next engine registered for `format` that loads the part `default` could not; where
+/// none does, `first` (the default's refusal) with what each other engine said.
+fn fall_back(
+    engines: &EngineMap,
+    path: &Path,
+    format: &str,
+    default: &EngineKind,
+    single_thread: bool,
+    first: RuntimeError,
+) -> Result<(Box<dyn Session>, EngineKind), RuntimeError> {
+    let mut tried = Vec::new();
+    for kind in engines.registry().candidates(format) {
+        if &kind == default {
+            continue;
+        }
+        let loaded = engines
+            .registry()
+            .make(&kind)
+            .and_then(|e| e.load(path, single_thread));
+        match loaded {
+            Ok(session) => return Ok((session, kind)),
+            Err(e) => tried.push(format!("{}: {e}", kind.label())),
+        }
+    }
+    match first {
+        RuntimeError::Unsupported {
+            path,
+            engine,
+            message,
+        } if !tried.is_empty() => Err(RuntimeError::Unsupported {
+            path,
+            engine,
+            message: format!(
+                "{message}; nor did the other engines ({})",
+                tried.join("; ")
+            ),
+        }),
+        e => Err(e),
+    }
 }
 
 impl LoadedParts {
