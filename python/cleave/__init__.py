@@ -532,6 +532,9 @@ class Runner:
 
     def __init__(self, inner: Any) -> None:
         self._r = inner
+        # A part whose default engine could not load it runs on another; said as `cleave run` says it.
+        for note in self._r.notes:
+            warnings.warn(note, UserWarning, stacklevel=3)
 
     @property
     def outputs(self) -> List[str]:

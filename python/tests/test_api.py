@@ -671,3 +671,27 @@ def test_constants_kept_in_external_data_reach_the_parts(tmp_path, external_data
     onnx.save(part, first)
     r = subprocess.run([CLEAVE, "check", str(conn)], capture_output=True, text=True)
     assert r.returncode == 2 and "(Constant): attribute 'value': external data" in r.stderr, r.stderr
+
+
+def test_a_part_tract_cannot_run_runs_on_onnx_runtime_with_a_warning(tmp_path):
+    nodes = [
+        helper.make_node("Inverse", ["x"], ["g"], name="inverse", domain="com.microsoft"),
+        helper.make_node("Sigmoid", ["g"], ["y"], name="sig"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 4])],
+        value_info=[helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 4, 4])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    path = tmp_path / "inverse.onnx"
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=8), path)
+    model = cleave.load(path)
+    plan = model.partition(
+        rules={"backends": ["cpu", "npu"], "default": "cpu", "comply": "opcode", "OPCODE": {"Inverse": "npu"}}
+    )
+    with pytest.warns(UserWarning, match="tract cannot run it, so it runs on ort"):
+        v = cleave.verify(model, plan, reference="ort")
+    assert v.passed, v.tensors

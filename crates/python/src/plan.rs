@@ -387,6 +387,8 @@ pub struct Runner {
     outputs: Vec<String>,
     /// Every tensor a part hands to another, in part order.
     boundaries: Vec<String>,
+    /// Parts that run on another engine than their default, which could not load them.
+    notes: Vec<String>,
     names: Names,
 }
 
@@ -403,11 +405,13 @@ impl Runner {
             .filter(|t| !inputs.contains(t) && !outputs.contains(t) && seen.insert(t.to_string()))
             .cloned()
             .collect();
+        let notes = parts.notes.clone();
         Runner {
             parts: Mutex::new(parts),
             _files: files,
             outputs,
             boundaries,
+            notes,
             names,
         }
     }
@@ -419,6 +423,12 @@ impl Runner {
     #[getter]
     fn outputs(&self) -> Vec<String> {
         self.outputs.clone()
+    }
+
+    /// Parts that run on another engine than their default, which could not load them.
+    #[getter]
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
     }
 
     /// The tensors between parts, which `run(..., boundaries=True)` adds.
