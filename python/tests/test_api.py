@@ -692,6 +692,6 @@ def test_a_part_tract_cannot_run_runs_on_onnx_runtime_with_a_warning(tmp_path):
     plan = model.partition(
         rules={"backends": ["cpu", "npu"], "default": "cpu", "comply": "opcode", "OPCODE": {"Inverse": "npu"}}
     )
-    with pytest.warns(UserWarning, match="tract cannot run it, so it runs on ort"):
+    with pytest.warns(UserWarning, match="tract could not take it as declared, so it runs on ort"):
         v = cleave.verify(model, plan, reference="ort")
     assert v.passed, v.tensors

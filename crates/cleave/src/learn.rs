@@ -118,10 +118,17 @@ impl LoadedModel {
                 .static_dims()
                 .or_else(|| placeholders.then(|| self.source.placeholder_shape(v)).flatten())
                 .ok_or_else(|| {
-                    Error::usage(format!(
-                        "--learn-dims runs the model, so input '{}' ({}) needs a fixed shape: give --shape {}=D,D,...",
-                        value.name, value.ty, value.name
-                    ))
+                    Error::usage(if placeholders {
+                        format!(
+                            "input '{}' ({}) has no shape to run the model at, not even a placeholder in the file: give --shape {}=D,D,...",
+                            value.name, value.ty, value.name
+                        )
+                    } else {
+                        format!(
+                            "--learn-dims runs the model, so input '{}' ({}) needs a fixed shape: give --shape {}=D,D,...",
+                            value.name, value.ty, value.name
+                        )
+                    })
                 })?;
             run_shapes.push((value.name.to_string(), dims.clone()));
             let elem = value.ty.elem.ok_or_else(|| {

@@ -117,20 +117,40 @@ fn beneath(recorded: FixedDims, given: &FixedDims, g: &Graph) -> FixedDims {
         taken.extend(params_of(name));
     }
     let shaped: HashSet<&str> = given.shapes.iter().map(|(n, _)| n.as_str()).collect();
-    FixedDims {
-        shapes: recorded
-            .shapes
-            .into_iter()
-            .filter(|(n, _)| {
-                !shaped.contains(n.as_str()) && params_of(n).iter().all(|p| !taken.contains(p))
-            })
-            .collect(),
+    let mut out = FixedDims {
+        shapes: Vec::new(),
         dims: recorded
             .dims
             .into_iter()
             .filter(|(p, _)| !taken.contains(p))
             .collect(),
+    };
+    for (name, whole) in recorded.shapes {
+        if shaped.contains(name.as_str()) {
+            continue;
+        }
+        if params_of(&name).iter().all(|p| !taken.contains(p)) {
+            out.shapes.push((name, whole));
+            continue;
+        }
+        // A dim the user sets is theirs; the input's other named dims keep their record.
+        let declared = g
+            .inputs
+            .iter()
+            .map(|&v| g.value(v))
+            .find(|v| v.name.as_str() == name)
+            .and_then(|v| v.ty.shape.clone())
+            .unwrap_or_default();
+        for (d, &n) in declared.iter().zip(&whole) {
+            if let Dim::Param(p) = d {
+                let fix = (p.to_string(), n);
+                if !taken.contains(&fix.0) && !out.dims.contains(&fix) {
+                    out.dims.push(fix);
+                }
+            }
+        }
     }
+    out
 }
 
 /// `fixed` as the flags that would give it, for a note: `--shape images=1,3,320,320 --dim n=2`.
@@ -143,4 +163,62 @@ pub fn as_flags(fixed: &FixedDims) -> String {
         .chain(fixed.dims.iter().map(|(p, n)| format!("--dim {p}={n}")))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cleave_ir::{ElemType, GraphBuilder, TensorType};
+
+    fn input(b: &mut GraphBuilder, name: &str, dims: &[&str]) {
+        let shape = dims
+            .iter()
+            .map(|d| match d.parse::<i64>() {
+                Ok(n) => Dim::Fixed(n),
+                Err(_) => Dim::Param((*d).into()),
+            })
+            .collect();
+        b.input(
+            name,
+            TensorType {
+                elem: Some(ElemType::F32),
+                shape: Some(shape),
+            },
+        );
+    }
+
+    fn rec(dims: &[i64]) -> Vec<ConnDim> {
+        dims.iter().map(|&d| ConnDim::Fixed(d)).collect()
+    }
+
+    #[test]
+    fn a_flag_takes_only_what_it_names_of_the_record() {
+        let mut b = GraphBuilder::new("g");
+        input(&mut b, "a", &["batch", "3"]);
+        input(&mut b, "b", &["batch", "seq"]);
+        b.output("a");
+        let g = b.finish(false).unwrap();
+        let shapes: BTreeMap<String, Vec<ConnDim>> = [
+            ("a".to_string(), rec(&[2, 3])),
+            ("b".to_string(), rec(&[2, 7])),
+        ]
+        .into_iter()
+        .collect();
+        let recorded = recorded_fixes(&g, &shapes);
+        assert_eq!(
+            recorded.shapes,
+            vec![("a".to_string(), vec![2, 3]), ("b".to_string(), vec![2, 7])]
+        );
+        // --dim batch=4: both shapes touch batch, but b keeps its recorded seq.
+        let given = FixedDims {
+            shapes: Vec::new(),
+            dims: vec![("batch".into(), 4)],
+        };
+        let kept = beneath(recorded.clone(), &given, &g);
+        assert!(kept.shapes.is_empty(), "{:?}", kept.shapes);
+        assert_eq!(kept.dims, vec![("seq".to_string(), 7)]);
+        // No flag: the record whole.
+        let kept = beneath(recorded, &FixedDims::default(), &g);
+        assert_eq!(kept.shapes.len(), 2);
+    }
 }

@@ -89,16 +89,23 @@ pub fn load_parts(
             Ok(s) => Ok(s),
             Err(e) => Err((e, None)),
         };
+        // Any precheck failure (a refusal, or the engine crashing on the model as declared)
+        // asks the other engines; a load's refusal too. A load's other errors are the part's.
         let (session, kind) = match loaded {
             Ok(session) => (session, kind),
-            Err((first @ RuntimeError::Unsupported { .. }, kept)) if chosen => {
+            Err((first, kept))
+                if chosen
+                    && (kept.is_some() || matches!(first, RuntimeError::Unsupported { .. })) =>
+            {
+                let why = first.to_string();
                 match fall_back(engines, &path, &format, &kind, single_thread, first) {
                     Ok((session, other)) => {
                         notes.push(format!(
-                            "{}: {} cannot run it, so it runs on {} (--engine {backend}=ENGINE chooses)",
+                            "{}: {} could not take it as declared, so it runs on {} (--engine {backend}=ENGINE chooses): {}",
                             p.file,
                             kind.label(),
-                            other.label()
+                            other.label(),
+                            why.lines().next().unwrap_or_default().chars().take(240).collect::<String>()
                         ));
                         (session, other)
                     }
