@@ -166,25 +166,29 @@ fn attr_external(g: &Graph, i: usize, a: &cleave_ir::Attribute) -> Result<(), Re
         _ => Vec::new(),
     };
     for w in tensors {
-        if let WeightData::External {
+        weight_external(w).map_err(|cause| {
+            (
+                Subject::Node {
+                    label: g.node_label(cleave_ir::NodeId(i as u32)).to_string(),
+                    op: g.nodes[i].op_type.to_string(),
+                },
+                format!("attribute '{}': external data {cause}", a.name),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// [`external`] for a weight whose bytes lie in external data; nothing for any other.
+fn weight_external(w: &cleave_ir::Weight) -> Result<(), String> {
+    match &w.data {
+        WeightData::External {
             path,
             offset,
             length,
-        } = &w.data
-        {
-            external(path, *offset, *length, (w.elem, &w.dims)).map_err(|cause| {
-                let n = &g.nodes[i];
-                (
-                    Subject::Node {
-                        label: g.node_label(cleave_ir::NodeId(i as u32)).to_string(),
-                        op: n.op_type.to_string(),
-                    },
-                    format!("attribute '{}': external data {cause}", a.name),
-                )
-            })?;
-        }
+        } => external(path, *offset, *length, (w.elem, &w.dims)),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// The external data checks of [`validate`] alone, through every subgraph: for `convert`,
@@ -192,19 +196,12 @@ fn attr_external(g: &Graph, i: usize, a: &cleave_ir::Attribute) -> Result<(), Re
 /// would read as its tensor.
 pub fn external_data(g: &Graph) -> Result<(), Refusal> {
     for (id, w) in g.weights() {
-        if let WeightData::External {
-            path,
-            offset,
-            length,
-        } = &w.data
-        {
-            external(path, *offset, *length, (w.elem, &w.dims)).map_err(|cause| {
-                (
-                    Subject::Tensor(g.value(id).name.to_string()),
-                    format!("external data {cause}"),
-                )
-            })?;
-        }
+        weight_external(w).map_err(|cause| {
+            (
+                Subject::Tensor(g.value(id).name.to_string()),
+                format!("external data {cause}"),
+            )
+        })?;
     }
     for (i, n) in g.nodes.iter().enumerate() {
         for a in &n.attrs {
