@@ -100,6 +100,14 @@ impl LoadedModel {
         self.source.model()
     }
 
+    /// Records the decoder state pairs: `declared` (checked) and those the names show.
+    pub fn declare_state(&mut self, declared: &[cleave_ir::StatePair]) -> Result<(), Error> {
+        let pairs = cleave_ir::state_pairs(self.graph(), declared)
+            .map_err(|e| Error::usage(format!("--state: {e}")))?;
+        self.source.model_mut().state = pairs;
+        Ok(())
+    }
+
     pub fn graph(&self) -> &Graph {
         &self.source.model().graph
     }

@@ -56,6 +56,7 @@ fn keyword(flag: &str) -> Option<&'static str> {
         "engine" => "engines",
         "default" => "default",
         "margin" => "margin",
+        "state" => "state",
         _ => return None,
     })
 }
@@ -137,11 +138,11 @@ fn spell(kw: &str, value: Option<&str>) -> String {
             }
             None => format!("shape={v}"),
         },
-        "dim" | "memory" => {
+        "dim" | "memory" | "state" => {
             let pairs: Vec<String> = v
                 .split(',')
                 .map(|p| match p.split_once('=') {
-                    Some((k, x)) if kw == "memory" => format!("\"{k}\": \"{x}\""),
+                    Some((k, x)) if kw != "dim" => format!("\"{k}\": \"{x}\""),
                     Some((k, x)) => format!("\"{k}\": {}", number_or_word(x)),
                     None => quoted(p),
                 })
@@ -211,6 +212,11 @@ mod tests {
                 "fingerprint 1a; this is 9 nodes, 2b): profile this model with the flags that file was profiled with: cleave profile MODEL --shape x=1,3 --optimize basic ...",
             ),
             ("--memory needs --stages N", "memory= needs stages=N"),
+            (
+                "declare its pair with --state cache.0=OUTPUT",
+                "declare its pair with state={\"cache.0\": \"OUTPUT\"}",
+            ),
+            ("--state: 'x' is not an input", "state: 'x' is not an input"),
             (
                 "stage times are estimated FLOPs (give --costs from cleave profile for seconds)",
                 "stage times are estimated FLOPs (give costs= from cleave profile for seconds)",

@@ -44,6 +44,8 @@ pub struct AssignRequest {
     /// Type the tensors inference cannot by running the model once on ONNX Runtime
     /// ([`LoadedModel::learn_types`]).
     pub learn_dims: bool,
+    /// Decoder state pairs to declare beyond those the names show (`--state IN=OUT`).
+    pub state: Vec<cleave_ir::StatePair>,
 }
 
 impl Default for AssignRequest {
@@ -57,6 +59,7 @@ impl Default for AssignRequest {
             objective: Objective::Fewest,
             costs: None,
             margin: crate::DEFAULT_MARGIN,
+            state: Vec::new(),
         }
     }
 }
@@ -168,6 +171,7 @@ fn load_for(
         let engine = learning_engine(&loaded)?;
         loaded.learn_types(engine, 0)?;
     }
+    loaded.declare_state(&req.state)?;
     Ok(loaded)
 }
 
@@ -200,6 +204,7 @@ pub fn load_and_assign<'a>(
         let engine = learning_engine(&loaded)?;
         loaded.learn_types(engine, 0)?;
     }
+    loaded.declare_state(&req.state)?;
     let mut assignment = loaded.assign(&devices)?;
     let costs = match &req.costs {
         Some(path) => Some(Costs::read(path)?),

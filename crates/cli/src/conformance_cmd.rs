@@ -59,6 +59,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         shape: Vec::new(),
         dim: Vec::new(),
         learn_dims: false,
+        state: Vec::new(),
         objective: crate::setup::Objective::Fewest,
         costs: None,
         margin: cleave::DEFAULT_MARGIN,

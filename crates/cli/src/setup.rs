@@ -67,6 +67,12 @@ pub struct DeviceArgs {
     /// learned dims hold for those input shapes only.
     #[arg(long)]
     pub learn_dims: bool,
+    /// Declare a decoder state pair: the input IN takes, on the next step, the value the
+    /// output OUT gave (one layer's KV cache). Pairs named as exporters name them
+    /// (past_key_values.N.key -> present.N.key, past.N -> present.N) are found without it.
+    /// conn.json records each part's pairs; `cleave generate` feeds them back. Repeat per pair.
+    #[arg(long = "state", value_name = "IN=OUT")]
+    pub state: Vec<String>,
     /// What the placement optimises. `fewest`: each node on the first device that runs it
     /// (rules and the priority list), cut into the fewest parts. `latency`: each unit on the
     /// device, among those that may run it (rules and pins still hold), that minimises the
@@ -143,12 +149,18 @@ impl DeviceArgs {
             },
             costs: self.costs.clone(),
             margin: self.margin,
+            state: self.state_pairs()?,
         })
     }
 
     /// `--fold-limit` in bytes.
     pub fn fold_limit_bytes(&self) -> u64 {
         self.fold_limit.saturating_mul(1 << 20)
+    }
+
+    /// `--state`, parsed.
+    pub fn state_pairs(&self) -> Result<Vec<cleave::ir::StatePair>, Fail> {
+        parse_state(&self.state)
     }
 
     /// `--shape` and `--dim`, parsed.
@@ -368,4 +380,12 @@ pub struct InputArgs {
     /// when none is given, as a smoke test), said on stderr where a dim had to be chosen.
     #[arg(long = "input", value_name = "NAME=FILE")]
     pub inputs: Vec<String>,
+}
+
+/// `--state IN=OUT` declarations.
+pub fn parse_state(pairs: &[String]) -> Result<Vec<cleave::ir::StatePair>, Fail> {
+    pairs
+        .iter()
+        .map(|s| cleave::ir::parse_state_pair(s).map_err(|e| Fail::usage(format!("--state {e}"))))
+        .collect()
 }

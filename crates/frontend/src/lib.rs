@@ -261,6 +261,9 @@ pub trait FormatModel: Send + Sync {
     /// The typed IR; every node's `source` is set.
     fn model(&self) -> &Model;
 
+    /// The typed IR, to record what the user declares of it (its state pairs).
+    fn model_mut(&mut self) -> &mut Model;
+
     /// The operator semantics of this format.
     fn semantics(&self) -> &dyn OpSemantics;
 

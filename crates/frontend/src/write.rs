@@ -161,6 +161,7 @@ pub fn write_partition(
             inputs: names(&g.inputs),
             outputs: names(&g.outputs),
             shapes: Some(input_shapes(model)),
+            state: state_map(model.state.iter()),
             ..Default::default()
         },
         parts: Vec::with_capacity(files.len()),
@@ -176,6 +177,12 @@ pub fn write_partition(
             backend: Some(backend.clone()),
             ..Default::default()
         };
+        m.state = state_map(
+            model
+                .state
+                .iter()
+                .filter(|p| m.inputs.contains(&p.input) && m.outputs.contains(&p.output)),
+        );
         record(k, &backend, &mut m);
         conn.parts.push(m);
         summary.push(EmittedPart {
@@ -186,6 +193,29 @@ pub fn write_partition(
             inputs: part.inputs.iter().map(bytes).collect(),
             outputs: part.outputs.iter().map(bytes).collect(),
         });
+    }
+    for pair in &model.state {
+        let held = |p: &ConnModel| {
+            p.state
+                .as_ref()
+                .is_some_and(|s| s.contains_key(&pair.input))
+        };
+        if !conn.parts.iter().any(held) {
+            let at = |name: &str, f: fn(&ConnModel) -> &Vec<String>| {
+                conn.parts
+                    .iter()
+                    .find(|p| f(p).iter().any(|t| t == name))
+                    .map_or("no part", |p| p.file.as_str())
+                    .to_string()
+            };
+            notes.push(format!(
+                "state {}={} is split: {} reads the input and {} gives the output, so this cache crosses a hop on every step",
+                pair.input,
+                pair.output,
+                at(&pair.input, |p| &p.inputs),
+                at(&pair.output, |p| &p.outputs)
+            ));
+        }
     }
     let conn_files = phase("commit: rename into place, conn files", || {
         staged.commit_partition(&stem, ext, &conn, &source_real, &side.remove)
@@ -199,6 +229,15 @@ pub fn write_partition(
         weights: side.weights,
         notes,
     })
+}
+
+/// State pairs as the connection file lists them; none for a model without state.
+fn state_map<'a>(
+    pairs: impl Iterator<Item = &'a cleave_ir::StatePair>,
+) -> Option<BTreeMap<String, String>> {
+    let map: BTreeMap<String, String> =
+        pairs.map(|p| (p.input.clone(), p.output.clone())).collect();
+    (!map.is_empty()).then_some(map)
 }
 
 /// Each input's shape as the parts were cut for it, for the commands that run them later.

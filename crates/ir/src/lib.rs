@@ -21,6 +21,7 @@ mod op_type;
 pub mod phases;
 mod rng;
 mod semantics;
+mod state;
 mod types;
 mod weight;
 
@@ -34,5 +35,6 @@ pub use model::{Function, Model, Opset};
 pub use op_type::OpType;
 pub use rng::XorShift64;
 pub use semantics::{NamedOps, OpClass, OpSemantics, StateGroup, Window};
+pub use state::{grows, parse_state_pair, recognised_state, state_pairs, StatePair};
 pub use types::{Dim, ElemType, TensorType};
 pub use weight::{Weight, WeightData};

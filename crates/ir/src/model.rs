@@ -28,6 +28,9 @@ pub struct Model {
     pub producer: String,
     pub graph: Graph,
     pub functions: Vec<Function>,
+    /// Inputs that take an output's value on the next step (a decoder's KV cache): the
+    /// names the model shows (recognised at load) and those the user declares.
+    pub state: Vec<crate::StatePair>,
 }
 
 impl Model {

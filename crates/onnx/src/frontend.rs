@@ -65,6 +65,10 @@ impl FormatModel for OnnxSource {
         &self.model
     }
 
+    fn model_mut(&mut self) -> &mut Model {
+        &mut self.model
+    }
+
     fn semantics(&self) -> &dyn OpSemantics {
         &OnnxSemantics
     }

@@ -77,6 +77,7 @@ pub fn to_ir(m: &OnnxModel) -> Result<Model, OnnxError> {
             })
             .collect(),
         producer: p.producer_name().to_string(),
+        state: cleave_ir::recognised_state(&graph),
         graph,
         functions,
     })

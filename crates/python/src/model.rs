@@ -166,6 +166,8 @@ pub(crate) struct Request {
     margin: f64,
     no_constraints: bool,
     allow_disconnected: bool,
+    /// Decoder state pairs declared beyond those the names show, (input, output).
+    state: Vec<(String, String)>,
 }
 
 impl Request {
@@ -214,6 +216,11 @@ impl Request {
             objective,
             costs: self.costs,
             margin: self.margin,
+            state: self
+                .state
+                .into_iter()
+                .map(|(input, output)| cleave::ir::StatePair { input, output })
+                .collect(),
             ..AssignRequest::default()
         })
     }

@@ -233,6 +233,10 @@ impl FormatModel for TfliteSource {
         &self.converted.model
     }
 
+    fn model_mut(&mut self) -> &mut Model {
+        &mut self.converted.model
+    }
+
     fn semantics(&self) -> &dyn OpSemantics {
         &TfliteSemantics
     }

@@ -489,6 +489,7 @@ pub fn to_ir(fm: &FlatModel) -> Result<Converted, FrontendError> {
             version: i64::from(root.version()),
         }],
         producer: root.description().unwrap_or_default().to_string(),
+        state: cleave_ir::recognised_state(&graph),
         graph,
         functions: Vec::new(),
     };

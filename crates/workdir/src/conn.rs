@@ -43,6 +43,11 @@ pub struct ConnModel {
     /// told otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shapes: Option<BTreeMap<String, Vec<ConnDim>>>,
+    /// cleave's addition: the decoder state this model or part holds, each input that takes
+    /// an output's value on the next step (`past_key_values.0.key` : `present.0.key`). A part
+    /// lists the pairs whose input and output are both its own: it keeps that cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +121,16 @@ fn model_json(m: &ConnModel, indent: &str) -> String {
             entries.join(", ")
         ));
     }
+    if let Some(state) = m.state.as_ref().filter(|s| !s.is_empty()) {
+        let entries: Vec<String> = state
+            .iter()
+            .map(|(i, o)| format!("{} : {}", quote(i), quote(o)))
+            .collect();
+        fields.push(format!(
+            "{indent}  \"state\" : {{ {} }}",
+            entries.join(", ")
+        ));
+    }
     format!("{{\n{}\n{indent}}}", fields.join(",\n"))
 }
 
@@ -179,6 +194,7 @@ mod tests {
             weights_bytes: None,
             activation_peak_bytes: None,
             shapes: None,
+            state: None,
         };
         ConnFile {
             source: m(
@@ -254,6 +270,21 @@ mod tests {
         let json = c.to_json();
         assert!(
             json.contains("    \"shapes\" : { \"Input\" : [ \"batch\", 3, null ] }\n  },"),
+            "{json}"
+        );
+        assert_eq!(ConnFile::from_json(&json).unwrap(), c);
+    }
+
+    #[test]
+    fn state_pairs_are_one_line_and_read_back() {
+        let mut c = example();
+        c.parts[1].state = Some(BTreeMap::from([(
+            "past_key_values.0.key".to_string(),
+            "present.0.key".to_string(),
+        )]));
+        let json = c.to_json();
+        assert!(
+            json.contains("\"state\" : { \"past_key_values.0.key\" : \"present.0.key\" }\n    }"),
             "{json}"
         );
         assert_eq!(ConnFile::from_json(&json).unwrap(), c);
