@@ -45,6 +45,7 @@
 mod check;
 mod convert;
 pub mod coverage;
+mod decode;
 mod devices;
 mod disagreements;
 mod error;
@@ -86,6 +87,7 @@ pub use cleave_frontend::{
 pub use cleave_partition::ValidatedPlan;
 pub use cleave_view::human_bytes;
 pub use convert::convert;
+pub use decode::{conn_source_path, decoder_spec, generation, whole_generation, GenerateRequest};
 pub use devices::{DeviceRequest, Devices, Rules};
 pub use disagreements::known_disagreement;
 pub use error::{Error, NodeRef};

@@ -26,6 +26,10 @@ pub const RUN: &str = "Examples:
   cleave run out/model.conn.json
   cleave run out/model.conn.json --input images=x.npy -o results
   cleave run out/model.conn.json --engine npu=ort --requests 4";
+pub const GENERATE: &str = "Examples:
+  cleave generate out/model.conn.json --prompt-ids 1,2,3 --max-new-tokens 32
+  cleave generate out/model.conn.json --prompt-ids 1,2,3 --temperature 0.8 --top-p 0.9 --seed 7
+  cleave generate out/model.conn.json --state cache_in.0=cache_out.0 --stop-ids 2 --json";
 pub const BENCH: &str = "Examples:
   cleave bench out/model.conn.json
   cleave bench model.onnx --devices nnapi,cpu --objective latency --costs costs.json

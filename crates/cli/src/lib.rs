@@ -15,6 +15,7 @@ mod coverage;
 mod examples;
 mod fail;
 mod gen_cmd;
+mod generate_cmd;
 mod inputs;
 mod inspect;
 mod latency;
@@ -30,6 +31,7 @@ mod serve_cmd;
 mod setup;
 mod timings;
 mod verify_cmd;
+mod verify_generate;
 
 use std::path::PathBuf;
 
@@ -144,6 +146,17 @@ enum Command {
     /// ready; write the model's outputs as .npy and print per-part counters.
     #[command(after_long_help = examples::RUN)]
     Run(run_cmd::Args),
+    /// Generate tokens with a decoder LLM's parts, in process.
+    ///
+    /// Generate tokens with a decoder LLM's parts (a partition of an Optimum or
+    /// onnxruntime-genai export): the prompt in one step, then one token per step, each
+    /// printed as it comes. Every part keeps its layers' KV cache between steps: each state
+    /// pair's output (present.N.key) is fed back as its input (past_key_values.N.key) on the
+    /// next step, and only the hidden state crosses between parts. Greedy by default;
+    /// --temperature, --top-k, --top-p and --seed sample. Prints, on stderr, the prefill time,
+    /// the median time a token and the bytes between parts per token.
+    #[command(after_long_help = examples::GENERATE)]
+    Generate(generate_cmd::Args),
     /// Time the model whole, partitioned and pipelined, and compare.
     ///
     /// Time the model monolithic, partitioned sequential and partitioned pipelined, back to
@@ -241,6 +254,7 @@ where
         Command::Gen(a) => gen_cmd::run(a),
         Command::Conformance(a) => conformance_cmd::main(a),
         Command::Run(a) => run_cmd::run(a),
+        Command::Generate(a) => generate_cmd::main(a),
         Command::Bench(a) => bench_cmd::main(a),
         Command::Serve(a) => serve_cmd::serve(a),
         // A verification that ran and found differences is not an error, but exits 1.

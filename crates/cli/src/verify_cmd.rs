@@ -308,6 +308,13 @@ pub struct Args {
     /// ...), comparing each: a stateful model's variables carry over between them.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub invokes: u32,
+    /// Compare generation instead (a decoder): N tokens, greedy, from the parts and from
+    /// the whole model on --reference, from the same --prompt-ids; passes when the tokens are
+    /// equal and every step's logits are within --tol. State pairs as `cleave generate`.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub generate: Option<usize>,
+    #[command(flatten)]
+    pub prompt: crate::generate_cmd::PromptArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -322,6 +329,19 @@ pub fn main(a: Args) -> Result<bool, Fail> {
     } else {
         Tolerance::Norm(a.tol)
     };
+    if let Some(tokens) = a.generate {
+        return crate::verify_generate::run(crate::verify_generate::GenerateCheck {
+            model: &a.model,
+            conn: a.conn.as_deref(),
+            devices: &a.devices,
+            tokens,
+            prompt: &a.prompt,
+            engines: &a.engine.engines,
+            reference: a.reference.as_deref(),
+            tolerance,
+            json: a.json,
+        });
+    }
     run(VerifyArgs {
         model: &a.model,
         conn: a.conn.as_deref(),

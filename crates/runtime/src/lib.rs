@@ -9,6 +9,7 @@
 //!
 //! Architecture invariant: this crate names no model format and no engine, and links none.
 
+pub mod decode;
 pub mod engine;
 mod error;
 pub mod memory;

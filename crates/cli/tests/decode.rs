@@ -1,0 +1,241 @@
+//! Decoder LLMs: state pairs recognised and declared, recorded per part in conn.json, and
+//! generation through the parts. scripts/testdata/make_decoder_models.py builds two small
+//! decoders with random weights (a Llama-style one named as Optimum names its cache, a GPT-style
+//! one whose cache only --state names); scripts/oracles/check_generate.py decodes the whole
+//! model on onnxruntime without a cache (the whole sequence at every step), the independent
+//! reference for the parts' tokens.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+fn python(script: &str, args: &[&str]) -> String {
+    let o = Command::new("python3")
+        .arg(repo().join("scripts").join(script))
+        .args(args)
+        .output()
+        .expect("python3 (scripts/install/requirements-test.txt)");
+    assert!(
+        o.status.success(),
+        "{script}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn models() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    python(
+        "testdata/make_decoder_models.py",
+        &[dir.path().to_str().unwrap()],
+    );
+    dir
+}
+
+fn gpt_state() -> Vec<String> {
+    (0..4)
+        .flat_map(|i| {
+            [
+                format!("cache.{i}.k_in=cache.{i}.k_out"),
+                format!("cache.{i}.v_in=cache.{i}.v_out"),
+            ]
+        })
+        .collect()
+}
+
+fn state_flags(pairs: &[String]) -> Vec<&str> {
+    pairs.iter().flat_map(|p| ["--state", p.as_str()]).collect()
+}
+
+fn oracle(model: &Path, prompt: &str, n: usize, state: &[String]) -> Vec<i64> {
+    let n = n.to_string();
+    let mut args = vec![
+        model.to_str().unwrap(),
+        "--prompt-ids",
+        prompt,
+        "--max-new-tokens",
+        &n,
+    ];
+    args.extend(state_flags(state));
+    let v: serde_json::Value =
+        serde_json::from_str(python("oracles/check_generate.py", &args).trim()).unwrap();
+    serde_json::from_value(v["tokens"].clone()).unwrap()
+}
+
+fn partition(model: &Path, stages: usize, out: &Path, state: &[String]) -> PathBuf {
+    let stages = stages.to_string();
+    let mut args = vec![
+        os("partition"),
+        model.as_os_str(),
+        os("--stages"),
+        os(&stages),
+        os("-o"),
+        out.as_os_str(),
+    ];
+    args.extend(state_flags(state).into_iter().map(os));
+    ok(&cleave(&args));
+    out.join(format!(
+        "{}.conn.json",
+        model.file_stem().unwrap().to_string_lossy()
+    ))
+}
+
+fn generate(conn: &Path, prompt: &str, n: usize, extra: &[&str]) -> serde_json::Value {
+    let n = n.to_string();
+    let mut args = vec![
+        os("generate"),
+        conn.as_os_str(),
+        os("--prompt-ids"),
+        os(prompt),
+        os("--max-new-tokens"),
+        os(&n),
+        os("--json"),
+    ];
+    args.extend(extra.iter().map(os));
+    serde_json::from_str(ok(&cleave(&args)).trim()).unwrap()
+}
+
+fn conn(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn tokens(v: &serde_json::Value) -> Vec<i64> {
+    serde_json::from_value(v["tokens"].clone()).unwrap()
+}
+
+#[test]
+fn parts_generate_the_whole_models_tokens_with_each_cache_kept_in_its_part() {
+    let dir = models();
+    let llama = dir.path().join("tiny_llama.onnx");
+    let want = oracle(&llama, "1,2,3", 12, &[]);
+    assert_eq!(want.len(), 12);
+    // A wiring bug changes tokens only if they vary: random weights that repeat one token
+    // would hide it.
+    let distinct: std::collections::BTreeSet<_> = want.iter().collect();
+    assert!(distinct.len() >= 4, "{want:?}");
+    for stages in [1, 2, 4] {
+        let out = dir.path().join(format!("llama{stages}"));
+        let c = partition(&llama, stages, &out, &[]);
+        let record = conn(&c);
+        // Every pair recognised from Optimum's names, recorded in the source and in the one
+        // part that reads the past and gives the present.
+        let state = record["source"]["state"].as_object().unwrap();
+        assert_eq!(state.len(), 8, "{record}");
+        assert_eq!(state["past_key_values.3.value"], "present.3.value");
+        let mut held = 0;
+        for p in record["parts"].as_array().unwrap() {
+            for (i, o) in p["state"].as_object().into_iter().flatten() {
+                assert!(p["inputs"].as_array().unwrap().iter().any(|x| x == i));
+                assert!(p["outputs"].as_array().unwrap().iter().any(|x| x == o));
+                held += 1;
+            }
+        }
+        assert_eq!(held, 8, "each pair in exactly one part: {record}");
+        for engine in ["tract", "ort"] {
+            let engines = (1..=stages)
+                .map(|k| format!("stage{k}={engine}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let got = generate(&c, "1,2,3", 12, &["--engine", &engines]);
+            assert_eq!(tokens(&got), want, "{stages} stages on {engine}");
+            assert_eq!(got["parts"], stages);
+            // The caches stay in the parts: 4 layers x K and V x [1, 2 heads, 14 tokens, 8].
+            assert_eq!(got["state_bytes"], 4 * 2 * 2 * 14 * 8 * 4);
+        }
+        // verify --generate: the parts' tokens and every step's logits against the whole
+        // model, on the same engine.
+        let v = ok(&cleave(&[
+            os("verify"),
+            llama.as_os_str(),
+            c.as_os_str(),
+            os("--generate"),
+            os("8"),
+            os("--reference"),
+            os("ort"),
+            os("--engine"),
+            os(&(1..=stages)
+                .map(|k| format!("stage{k}=ort"))
+                .collect::<Vec<_>>()
+                .join(",")),
+            os("--json"),
+        ]));
+        let v: serde_json::Value = serde_json::from_str(v.trim()).unwrap();
+        assert_eq!(v["passed"], true, "{v}");
+        assert_eq!(tokens(&v), want[..8].to_vec());
+        // Between stages only per-token tensors cross, never a K or V: the bytes per decode
+        // step stay the same as the context grows.
+        let hops: Vec<u64> = serde_json::from_value(v["hop_bytes_per_token"].clone()).unwrap();
+        if stages == 1 {
+            assert!(hops.iter().all(|&h| h == 0), "{hops:?}");
+        } else {
+            let kv_per_token = 2 * 8 * 4;
+            assert!(hops.iter().all(|&h| h > 0), "{hops:?}");
+            let growth = hops.last().unwrap() - hops.first().unwrap();
+            assert!(
+                growth < kv_per_token * (hops.len() as u64 - 1),
+                "a cache crosses a hop: {hops:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cache_named_otherwise_is_declared_with_state_and_sampling_repeats_with_its_seed() {
+    let dir = models();
+    let gpt = dir.path().join("tiny_gpt.onnx");
+    let pairs = gpt_state();
+    let want = oracle(&gpt, "5,9", 10, &pairs);
+    // Undeclared, the cache inputs are not something generate can feed: it says which.
+    let bare = partition(&gpt, 2, &dir.path().join("bare"), &[]);
+    assert!(conn(&bare)["source"].get("state").is_none());
+    let o = cleave(&[
+        os("generate"),
+        bare.as_os_str(),
+        os("--prompt-ids"),
+        os("5,9"),
+    ]);
+    assert_bad_input(&o, &bare, "input 'cache.0.k_in' is neither input_ids");
+    // Declared at generate time, or recorded by partition --state: the same tokens.
+    let at_run = generate(&bare, "5,9", 10, &state_flags(&pairs));
+    assert_eq!(tokens(&at_run), want);
+    let c = partition(&gpt, 2, &dir.path().join("declared"), &pairs);
+    assert_eq!(conn(&c)["source"]["state"]["cache.2.v_in"], "cache.2.v_out");
+    assert_eq!(tokens(&generate(&c, "5,9", 10, &[])), want);
+    // A declaration that names no input is refused, naming it.
+    let o = cleave(&[
+        os("partition"),
+        gpt.as_os_str(),
+        os("--stages"),
+        os("2"),
+        os("-o"),
+        dir.path().join("bad").as_os_str(),
+        os("--state"),
+        os("cache.0.k_out=cache.0.k_in"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--state: 'cache.0.k_out' is not an input of the model"),
+        "{}",
+        stderr(&o)
+    );
+    // Sampling: the seed decides, within top-k.
+    let sample = |seed: &str| {
+        tokens(&generate(
+            &c,
+            "5,9",
+            10,
+            &["--temperature", "1.5", "--top-k", "5", "--seed", seed],
+        ))
+    };
+    assert_eq!(sample("3"), sample("3"));
+    assert_ne!(sample("3"), sample("4"));
+    // A stop token ends the generation at its first appearance.
+    let stop = want[3].to_string();
+    let stopped = tokens(&generate(&c, "5,9", 10, &["--stop-ids", &stop]));
+    let first = want.iter().position(|&t| t == want[3]).unwrap();
+    assert_eq!(stopped, want[..=first].to_vec());
+}
