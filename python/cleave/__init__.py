@@ -52,6 +52,7 @@ __all__ = [
     "Plan",
     "Part",
     "Runner",
+    "Generator",
     "Session",
     "Query",
     "NodePlacement",
@@ -226,6 +227,7 @@ def _request(
     margin: float,
     no_constraints: bool,
     allow_disconnected: bool,
+    state: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """The keyword arguments query and partition share, as the extension takes them: a dict
     of rules goes as ``.part`` text, which messages call ``<rules dict>``."""
@@ -246,6 +248,7 @@ def _request(
             "margin": float(margin),
             "no_constraints": bool(no_constraints),
             "allow_disconnected": bool(allow_disconnected),
+            "state": [(str(i), str(o)) for i, o in (state or {}).items()],
         }
 
 
@@ -349,6 +352,7 @@ class Model:
         algorithm: str = "default",
         budget_s: float = 10.0,
         no_constraints: bool = False,
+        state: Optional[Mapping[str, str]] = None,
     ) -> "Plan":
         """Cuts the model into valid single-device parts, as ``cleave partition`` does.
 
@@ -359,7 +363,9 @@ class Model:
         :class:`UserWarning` says so); :attr:`Plan.prediction` holds the figures.
         ``stages=N`` cuts N pipeline stages over ``devices`` instead, each within its
         ``memory`` budget (``{"gpu0": "16GiB"}``). Nothing is written until
-        :meth:`Plan.save`.
+        :meth:`Plan.save`. ``state`` declares decoder state pairs, ``{input: output}``
+        (``cleave partition --state IN=OUT``), beyond those named as exporters name them
+        (``past_key_values.N.key`` -> ``present.N.key``); :meth:`Runner.generate` feeds them back.
 
         >>> plan = cleave.load("examples/tiny_cnn.onnx").partition(rules="examples/tiny_cnn.part")
         >>> [p.backend for p in plan.parts]
@@ -368,8 +374,10 @@ class Model:
         with _argument("memory= takes {device: budget}, budget_s= a number"):
             mem = [f"{k}={v}" for k, v in (memory or {}).items()]
             budget = float(budget_s)
+        with _argument("state= takes {input: output}"):
+            pairs = dict(state or {})
         args = _request(devices, rules, default, profiles, optimize, objective, costs, margin,
-                        no_constraints, allow_disconnected)
+                        no_constraints, allow_disconnected, pairs)
         inner = self._m.partition(args, stages, mem, algorithm, budget)
         plan = Plan(inner, self)
         estimated = (plan.prediction or {}).get("estimated")
@@ -550,6 +558,56 @@ class Runner:
         """Runs every part once; returns the model's outputs by name, plus every tensor between
         parts when ``boundaries=True``. Outputs own their memory (no copy is made of them)."""
         return dict(self._r.run(_feeds(feeds), bool(boundaries)))
+
+    def generate(
+        self,
+        prompt: Iterable[int],
+        max_new_tokens: int = 16,
+        *,
+        stop: Iterable[int] = (),
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        state: Optional[Mapping[str, str]] = None,
+    ) -> "Generator":
+        """Generates tokens with a decoder's parts, as ``cleave generate`` does: the prompt's
+        token ids in one step, then one token per step, greedy at ``temperature=0`` (else
+        sampled, within ``top_k`` and ``top_p``, repeatable with ``seed``), ending at
+        ``max_new_tokens`` or after a token of ``stop``. Each part keeps its layers' KV cache
+        between steps; ``state`` declares pairs the plan does not know. Iterate the result
+        for the tokens as they come; its :meth:`Generator.stats` says what the steps took."""
+        with _argument("prompt= takes token ids, max_new_tokens=, top_k= and seed= integers, "
+                       "temperature= and top_p= numbers, state= {input: output}"):
+            ids = [int(t) for t in prompt]
+            stops = [int(t) for t in stop]
+            pairs = [(str(i), str(o)) for i, o in (state or {}).items()]
+            n, k, s = int(max_new_tokens), int(top_k), int(seed)
+            t, p = float(temperature), float(top_p)
+            if n < 0 or k < 0 or s < 0:
+                raise ValueError("negative")
+        return Generator(self._r.generate(ids, n, stops, t, k, p, s, pairs))
+
+
+class Generator:
+    """A generation in progress (:meth:`Runner.generate`): an iterator of token ids."""
+
+    def __init__(self, inner: Any) -> None:
+        self._g = inner
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        token = self._g.__next__()
+        if token is None:
+            raise StopIteration
+        return int(token)
+
+    def stats(self) -> Dict[str, Any]:
+        """``prefill_ms``, ``per_token_ms`` (one per decode step), ``hop_bytes`` (bytes
+        between parts per decode step) and ``state_bytes`` (the caches the parts hold)."""
+        return dict(self._g.stats())
 
 
 class Session:

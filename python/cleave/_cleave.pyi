@@ -5,7 +5,7 @@ import numpy as np
 
 __version__: str
 __all__ = ["cli_main", "builtin_devices", "_engine_worker", "load_path", "load_bytes", "Model", "WholeModel", "Plan",
-           "Runner", "__version__"]
+           "Runner", "Generator", "__version__"]
 
 _Dim = Union[int, str, None]
 
@@ -86,3 +86,20 @@ class Runner:
     @property
     def boundaries(self) -> List[str]: ...
     def run(self, feeds: Dict[str, np.ndarray], boundaries: bool = False) -> Dict[str, np.ndarray]: ...
+    def generate(
+        self,
+        prompt: List[int],
+        max_new_tokens: int,
+        stop: List[int],
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: int,
+        state: List[Tuple[str, str]],
+    ) -> Generator: ...
+
+@final
+class Generator:
+    def __iter__(self) -> Generator: ...
+    def __next__(self) -> Optional[int]: ...
+    def stats(self) -> Dict[str, Any]: ...

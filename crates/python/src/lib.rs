@@ -4,6 +4,7 @@
 //! by nature (exceptions with attributes, numpy feeds, the Ray app) lives there.
 
 mod errors;
+mod generator;
 mod isolate;
 mod model;
 mod plan;
@@ -39,6 +40,7 @@ fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::WholeModel>()?;
     m.add_class::<plan::Plan>()?;
     m.add_class::<plan::Runner>()?;
+    m.add_class::<generator::Generator>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

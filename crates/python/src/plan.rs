@@ -15,6 +15,7 @@ use pyo3::types::PyDict;
 use tempfile::TempDir;
 
 use crate::errors::{from_engine_in, from_facade_in, raise, Kind, Names};
+use crate::generator::{Ask, Generator, SharedParts};
 use crate::tensors::feeds_of;
 use crate::tensors::to_numpy;
 
@@ -380,7 +381,7 @@ impl Plan {
 /// The parts of a partition loaded into their engines, run on numpy arrays.
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Runner {
-    parts: Mutex<LoadedParts>,
+    parts: SharedParts,
     /// The part files, kept while the runner lives: an engine whose worker process died loads
     /// its part again from them.
     _files: Option<Arc<TempDir>>,
@@ -407,7 +408,7 @@ impl Runner {
             .collect();
         let notes = parts.notes.clone();
         Runner {
-            parts: Mutex::new(parts),
+            parts: SharedParts(Arc::new(Mutex::new(parts))),
             _files: files,
             outputs,
             boundaries,
@@ -447,7 +448,7 @@ impl Runner {
         boundaries: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let feeds = feeds_of(feeds)?;
-        let parts = &self.parts;
+        let parts = &self.parts.0;
         let mut got = py
             .detach(|| {
                 let mut parts = parts
@@ -468,5 +469,36 @@ impl Runner {
             }
         }
         Ok(out)
+    }
+
+    /// Starts a generation (a decoder's parts): `prompt` token ids, then at most
+    /// `max_new_tokens`, greedy at temperature 0; each part keeps its KV cache between steps.
+    #[pyo3(signature = (prompt, max_new_tokens, stop, temperature, top_k, top_p, seed, state))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        prompt: Vec<i64>,
+        max_new_tokens: usize,
+        stop: Vec<i64>,
+        temperature: f64,
+        top_k: usize,
+        top_p: f64,
+        seed: u64,
+        state: Vec<(String, String)>,
+    ) -> PyResult<Generator> {
+        let ask = Ask {
+            prompt,
+            max_new_tokens,
+            stop,
+            sampling: cleave::runtime::decode::Sampling {
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            },
+            state,
+        };
+        Generator::start(py, self.parts.clone(), ask, self.names.clone())
     }
 }
