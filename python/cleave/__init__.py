@@ -353,6 +353,8 @@ class Model:
         budget_s: float = 10.0,
         no_constraints: bool = False,
         state: Optional[Mapping[str, str]] = None,
+        context: Optional[int] = None,
+        batch: int = 1,
     ) -> "Plan":
         """Cuts the model into valid single-device parts, as ``cleave partition`` does.
 
@@ -366,6 +368,8 @@ class Model:
         :meth:`Plan.save`. ``state`` declares decoder state pairs, ``{input: output}``
         (``cleave partition --state IN=OUT``), beyond those named as exporters name them
         (``past_key_values.N.key`` -> ``present.N.key``); :meth:`Runner.generate` feeds them back.
+        ``context=T`` (with ``stages``, and ``batch=B``) counts a decoder's stages at T tokens
+        of context: weights plus KV cache, per-token work (``--context``, ``--batch``).
 
         >>> plan = cleave.load("examples/tiny_cnn.onnx").partition(rules="examples/tiny_cnn.part")
         >>> [p.backend for p in plan.parts]
@@ -374,11 +378,15 @@ class Model:
         with _argument("memory= takes {device: budget}, budget_s= a number"):
             mem = [f"{k}={v}" for k, v in (memory or {}).items()]
             budget = float(budget_s)
-        with _argument("state= takes {input: output}"):
+        with _argument("state= takes {input: output}, context= and batch= integers"):
             pairs = dict(state or {})
+            ctx = int(context) if context is not None else None
+            nbatch = int(batch)
+            if (ctx is not None and ctx < 0) or nbatch < 0:
+                raise ValueError("negative")
         args = _request(devices, rules, default, profiles, optimize, objective, costs, margin,
                         no_constraints, allow_disconnected, pairs)
-        inner = self._m.partition(args, stages, mem, algorithm, budget)
+        inner = self._m.partition(args, stages, mem, algorithm, budget, ctx, nbatch)
         plan = Plan(inner, self)
         estimated = (plan.prediction or {}).get("estimated")
         if objective == "latency" and estimated:

@@ -46,6 +46,8 @@ class Model:
         memory: List[str],
         algorithm: str,
         budget_s: float,
+        context: Optional[int] = None,
+        batch: int = 1,
     ) -> Plan: ...
     def run(
         self,

@@ -68,3 +68,17 @@ def test_a_cache_named_otherwise_is_declared_with_state(decoders: pathlib.Path) 
         cleave.load(gpt).partition(stages=2, state={"cache.0.k_out": "cache.0.k_in"})
     with pytest.raises(cleave.ArgumentError):
         bare.generate([5, 9], -1)
+
+
+def test_stages_cut_at_layers_and_count_at_a_context(decoders: pathlib.Path) -> None:
+    llama = decoders / "tiny_llama.onnx"
+    want = oracle(llama, "1,2,3", 6, {})
+    model = cleave.load(llama)
+    plan = model.partition(stages=2, context=256)
+    # Only the residual stream crosses: 32 floats a token, whatever the context.
+    runner = plan.runner({"stage1": "ort", "stage2": "ort"})
+    g = runner.generate([1, 2, 3], 6)
+    assert list(g) == want
+    assert g.stats()["hop_bytes"] == [128] * 5
+    with pytest.raises(cleave.ArgumentError, match="context= needs stages=N"):
+        model.partition(context=256)

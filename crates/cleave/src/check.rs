@@ -199,7 +199,17 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
         )));
     }
 
-    let constant = source.semantics().constant_nodes(g);
+    // A decoder's stages copy what depends on no cache (the mask, positions), as constants.
+    let mut state = source.model().state.clone();
+    for (input, output) in conn.source.state.iter().flatten() {
+        if !state.iter().any(|p| &p.input == input) {
+            state.push(cleave_ir::StatePair {
+                input: input.clone(),
+                output: output.clone(),
+            });
+        }
+    }
+    let constant = source.semantics().stage_copies(g, &state);
     let graph_outputs: std::collections::HashSet<ValueId> = g.outputs.iter().copied().collect();
     let mut devices: Vec<String> = Vec::new();
     let mut placement = vec![Placement::Constant; g.nodes.len()];

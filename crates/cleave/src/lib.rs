@@ -109,5 +109,5 @@ pub use run::{
     conn_source, default_engine, engine, engine_map, engine_registry, engine_worker_main,
     isolate_engines, load_parts, parse_engine, EngineEvaluator,
 };
-pub use stages::{parse_memory, StageRequest, StageTime, Stages};
+pub use stages::{parse_memory, DecodeContext, StageRequest, StageTime, Stages};
 pub use views::{write_read_views, write_views, Views};

@@ -22,6 +22,8 @@ pub struct PartitionRequest {
     pub memory: Vec<String>,
     /// How to cut the assigned graph (not used for stages).
     pub algorithm: Algorithm,
+    /// Count a decoder's stages at this context (stages only).
+    pub context: Option<crate::DecodeContext>,
 }
 
 impl PartitionRequest {
@@ -34,6 +36,7 @@ impl PartitionRequest {
             algorithm: Algorithm::Default {
                 allow_disconnected: false,
             },
+            context: None,
         }
     }
 }
@@ -105,7 +108,8 @@ pub fn partition<'a>(
     match req.stages {
         Some(n) => {
             say("loading and planning the stages");
-            let (loaded, stages) = load_and_stage(source, &req.assign, n, &req.memory)?;
+            let (loaded, stages) =
+                load_and_stage(source, &req.assign, n, &req.memory, req.context)?;
             let assigned = Assigned::from_stages(loaded, &stages);
             told(&assigned);
             say("building and validating the parts");
@@ -121,6 +125,9 @@ pub fn partition<'a>(
         None => {
             if !req.memory.is_empty() {
                 return Err(Error::usage("--memory needs --stages N"));
+            }
+            if req.context.is_some() {
+                return Err(Error::usage("--context needs --stages N"));
             }
             say("loading and assigning");
             let assigned = load_and_assign(source, &req.assign)?;

@@ -251,12 +251,18 @@ impl LoadedModel {
     }
 
     pub(crate) fn on_one_device(&self, device: &str) -> Assignment {
+        self.on_one_device_copying(device, &self.constant)
+    }
+
+    /// Every node on `device`, but those `copies` marks, which each part that reads them
+    /// copies (unless they give a model output).
+    pub(crate) fn on_one_device_copying(&self, device: &str, copies: &[bool]) -> Assignment {
         let g = self.graph();
         let outputs: HashSet<_> = g.outputs.iter().copied().collect();
         let placement = g
             .nodes
             .iter()
-            .zip(&self.constant)
+            .zip(copies)
             .map(|(node, &c)| {
                 if c && !node.outputs.iter().flatten().any(|v| outputs.contains(v)) {
                     Placement::Constant

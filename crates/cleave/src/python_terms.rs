@@ -57,6 +57,8 @@ fn keyword(flag: &str) -> Option<&'static str> {
         "default" => "default",
         "margin" => "margin",
         "state" => "state",
+        "context" => "context",
+        "batch" => "batch",
         _ => return None,
     })
 }
@@ -149,7 +151,7 @@ fn spell(kw: &str, value: Option<&str>) -> String {
                 .collect();
             format!("{kw}={{{}}}", pairs.join(", "))
         }
-        "stages" => format!("stages={}", number_or_word(v)),
+        "stages" | "context" | "batch" => format!("{kw}={}", number_or_word(v)),
         _ => format!("{kw}={}", number_or_word(v)),
     }
 }

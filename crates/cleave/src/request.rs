@@ -241,6 +241,7 @@ pub fn load_and_stage<'a>(
     req: &AssignRequest,
     stages: usize,
     memory: &[String],
+    context: Option<crate::DecodeContext>,
 ) -> Result<(LoadedModel, Stages), Error> {
     if req.objective == Objective::Latency {
         return Err(Error::usage(
@@ -268,6 +269,7 @@ pub fn load_and_stage<'a>(
         memory: &memory,
         profiles: &profiles,
         costs: &costs,
+        context,
     })?;
     Ok((loaded, stages))
 }

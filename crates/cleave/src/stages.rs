@@ -25,6 +25,17 @@ pub struct StageRequest<'a> {
     /// Profiles (for declared `[cost]` figures) and the cost file, if any.
     pub profiles: &'a Devices,
     pub costs: &'a Costs,
+    /// A decoder counted at this context (`--context`, `--batch`); the parts stay dynamic.
+    pub context: Option<DecodeContext>,
+}
+
+/// The sizes a decoder's stages are counted at: one new token per step after `tokens - 1`,
+/// for `batch` sequences, so that a stage's memory holds its KV cache at that context and its
+/// time is the per-token work there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeContext {
+    pub tokens: u64,
+    pub batch: u64,
 }
 
 /// What the stage times are in.
@@ -83,7 +94,15 @@ impl LoadedModel {
             }
         }
         let g = self.graph();
-        let one = self.on_one_device(&order[0]);
+        // Sizes and times from the model at that context; cuts and parts from the model itself.
+        let sized = match r.context {
+            Some(c) => Some(self.at_context(c)?),
+            None => None,
+        };
+        let gs = sized.as_ref().map_or(g, |m| m.graph());
+        // A decoder's stages each compute the mask, positions and rotary tables themselves.
+        let copies = self.semantics().stage_copies(g, &self.model().state);
+        let one = self.on_one_device_copying(&order[0], &copies);
         let ug = self.unit_graph(&one);
         let start = Instant::now();
         let units = ug.order();
@@ -98,14 +117,14 @@ impl LoadedModel {
 
         let budgeted = !r.memory.is_empty();
         let bytes_of = |v: ValueId| -> Result<u64, Error> {
-            let value = g.value(v);
+            let value = gs.value(v);
             match value.ty.byte_size() {
                 Some(b) => Ok(b),
                 None if !budgeted => Ok(0),
                 None => Err(Error::argument(
                     self.path(),
                     format!(
-                        "tensor '{}' ({}) has no static size, so the stages' memory cannot be counted: fix its dims with --shape or --dim",
+                        "tensor '{}' ({}) has no static size, so the stages' memory cannot be counted: fix its dims with --shape or --dim (a decoder: count it at --context T)",
                         value.name, value.ty
                     ),
                 )),
@@ -167,7 +186,8 @@ impl LoadedModel {
                     continue;
                 }
                 let mut own = cone.clone();
-                if own.is_empty() {
+                // A copy computed from model inputs (a decoder's mask) stores nothing.
+                if own.is_empty() && self.constant[x.index()] {
                     own.push(weight_bytes.len() as u32);
                     weight_bytes.push(bytes_of(out)?);
                 }
@@ -194,13 +214,23 @@ impl LoadedModel {
             }
         }
 
-        let (time, devices, unit) = self.stage_times(r, &ug, &pos_of_unit, &stage_device)?;
+        let (time, devices, unit) = self.stage_times(r, gs, &ug, &pos_of_unit, &stage_device)?;
+        let starts = self.layer_starts(&tensors, &pos_of_node, units.len());
+        if let Some(s) = &starts {
+            let layers = 1 + s.iter().skip(1).filter(|&&b| b).count();
+            if layers < n {
+                return Err(Error::usage(format!(
+                    "--stages {n}: the decoder has {layers} layers to put in stages; give at most {layers}"
+                )));
+            }
+        }
         let problem = StageProblem {
             time,
             devices,
             weight_bytes,
             reads,
             tensors,
+            starts,
         };
         let plan = plan_stages(&problem).map_err(|e| self.stage_error(e, &stage_device))?;
 
@@ -246,16 +276,155 @@ impl LoadedModel {
         })
     }
 
+    /// The model with a decoder's dims set for counting at `c`: the batch dims to
+    /// `c.batch`, the new tokens to 1, each cache's open dims to `c.tokens - 1` and the
+    /// attention mask's length to `c.tokens`. Its nodes and tensors are this model's, in
+    /// the same order.
+    fn at_context(&self, c: DecodeContext) -> Result<LoadedModel, Error> {
+        let g = self.graph();
+        let state = &self.model().state;
+        if state.is_empty() {
+            return Err(Error::usage(format!(
+                "--context counts a decoder's KV cache, but {} has no state pairs (declare them with --state IN=OUT)",
+                self.path().display()
+            )));
+        }
+        if c.tokens == 0 || c.batch == 0 {
+            return Err(Error::usage("--context and --batch must be at least 1"));
+        }
+        let to_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let mut dims: Vec<(String, i64)> = Vec::new();
+        let mut set = |name: &str, value: i64| -> Result<(), Error> {
+            match dims.iter().find(|(n, _)| n == name) {
+                Some((_, v)) if *v != value => Err(Error::usage(format!(
+                    "--context: the dim '{name}' stands for both {v} and {value} tokens here; fix it with --dim"
+                ))),
+                Some(_) => Ok(()),
+                None => {
+                    dims.push((name.to_string(), value));
+                    Ok(())
+                }
+            }
+        };
+        for &v in &g.inputs {
+            let value = g.value(v);
+            let Some(shape) = &value.ty.shape else {
+                continue;
+            };
+            let is_state = state.iter().any(|p| p.input == value.name.as_str());
+            for (k, d) in shape.iter().enumerate() {
+                let cleave_ir::Dim::Param(p) = d else {
+                    continue;
+                };
+                let n = if k == 0 {
+                    to_i64(c.batch)
+                } else if is_state {
+                    to_i64(c.tokens - 1)
+                } else if value.name.as_str() == "attention_mask" {
+                    to_i64(c.tokens)
+                } else {
+                    1
+                };
+                set(p, n)?;
+            }
+        }
+        let fixed = cleave_frontend::FixedDims {
+            shapes: Vec::new(),
+            dims,
+        };
+        let sized = self.clone().fix_dims(&fixed)?;
+        let same = sized.graph().nodes.len() == g.nodes.len()
+            && sized.graph().values.len() == g.values.len()
+            && sized
+                .graph()
+                .values
+                .iter()
+                .zip(&g.values)
+                .all(|(a, b)| a.name == b.name);
+        if !same {
+            return Err(Error::internal(
+                self.path(),
+                "the model at --context has other tensors than the model itself",
+            ));
+        }
+        Ok(sized)
+    }
+
+    /// Where a decoder's stages may start: in each stretch between the units that give one
+    /// layer's cache and the next layer's, the last position where the fewest tensors cross
+    /// (the residual stream alone, once the mask and positions are copied), so that each
+    /// stage holds whole layers, at least one, with their caches. `None` for a model
+    /// without state pairs. Runs over the order once per position (the crossing counts by
+    /// a difference array).
+    fn layer_starts(
+        &self,
+        tensors: &[cleave_cost::StageTensor],
+        pos_of_node: &[u32],
+        n: usize,
+    ) -> Option<Vec<bool>> {
+        let g = self.graph();
+        let mut state_pos: Vec<usize> = self
+            .model()
+            .state
+            .iter()
+            .filter_map(|p| g.find(&p.output))
+            .filter_map(|v| g.value(v).producer())
+            .map(|x| pos_of_node[x.index()])
+            .filter(|&p| p != u32::MAX)
+            .map(|p| p as usize)
+            .collect();
+        if state_pos.is_empty() {
+            return None;
+        }
+        state_pos.sort_unstable();
+        state_pos.dedup();
+        // crossing[q]: tensors made before q and read at q or later.
+        let mut delta = vec![0i64; n + 1];
+        for t in tensors {
+            let (Some(made), Some(&last)) = (t.producer, t.readers.iter().max()) else {
+                continue;
+            };
+            if last > made {
+                delta[made as usize + 1] += 1;
+                delta[last as usize + 1] -= 1;
+            }
+        }
+        let mut crossing = vec![0i64; n];
+        let mut acc = 0;
+        for (q, c) in crossing.iter_mut().enumerate() {
+            acc += delta[q];
+            *c = acc;
+        }
+        // A stage starts after one cache's unit and before the next's (never at it: a layer
+        // begins with its norm and projections). Between one layer's key and value more
+        // tensors cross than between layers, or no position lies between them: only the
+        // stretches that reach the fewest of all hold a boundary.
+        let fewest_in = |w: &[usize]| (w[0] + 1..w[1]).map(|q| crossing[q]).min();
+        let fewest = state_pos.windows(2).filter_map(fewest_in).min();
+        let mut starts = vec![false; n];
+        for w in state_pos.windows(2) {
+            if fewest_in(w).is_some() && fewest_in(w) == fewest {
+                if let Some(q) = (w[0] + 1..w[1])
+                    .rev()
+                    .find(|&q| Some(crossing[q]) == fewest)
+                {
+                    starts[q] = true;
+                }
+            }
+        }
+        Some(starts)
+    }
+
     /// Each unit's time on each stage's device: measured or declared seconds when there are
     /// figures for every stage device, else estimated FLOPs.
     fn stage_times(
         &self,
         r: &StageRequest,
+        g: &cleave_ir::Graph,
         ug: &UnitGraph,
         pos_of_unit: &[u32],
         stage_device: &[String],
     ) -> Result<(Vec<f64>, Vec<StageDevice>, StageTime), Error> {
-        let g = self.graph();
         let sem = self.semantics();
         let s = stage_device.len();
         let budget = |name: &str| r.memory.iter().find(|(d, _)| d == name).map(|&(_, b)| b);

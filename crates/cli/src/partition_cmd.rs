@@ -47,6 +47,8 @@ pub struct PartitionArgs<'a> {
     pub stages: Option<usize>,
     /// Memory budgets of the stages' devices: DEVICE=SIZE.
     pub memory: &'a [String],
+    /// A decoder's context to count the stages at.
+    pub context: Option<cleave::DecodeContext>,
     /// Plan, validate and print; write nothing.
     pub dry_run: bool,
     /// Also write the views (markdown, DOT, HTML) beside the connection files.
@@ -71,6 +73,7 @@ pub fn partition_into(
         external_data: ExternalData::Inline,
         stages: None,
         memory: &[],
+        context: None,
         dry_run: false,
         report: false,
     };
@@ -155,6 +158,7 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
         assign: a.devices.assign_request()?,
         stages: a.stages,
         memory: a.memory.to_vec(),
+        context: a.context,
         algorithm: match a.algorithm {
             Algorithm::Default => cleave::Algorithm::Default {
                 allow_disconnected: a.allow_disconnected,
@@ -207,7 +211,13 @@ fn report(
     elapsed: Duration,
 ) {
     let placed = plan.parts.iter().map(|p| p.nodes.len()).sum::<usize>();
-    let constants = l.loaded.constant.iter().filter(|&&c| c).count();
+    // Constants, and a decoder's stages' mask and positions: copied into each part reading them.
+    let constants = l
+        .assignment
+        .placement
+        .iter()
+        .filter(|p| matches!(p, cleave::assign::Placement::Constant))
+        .count();
     let took = crate::latency::duration(elapsed);
     let devices = l.assignment.devices.join(",");
     match references {
@@ -382,6 +392,14 @@ pub struct Args {
         requires = "stages"
     )]
     pub memory: Vec<String>,
+    /// A decoder (a model with state pairs): count its stages at T tokens of context, one
+    /// new token a step: each stage's memory is its weights plus its layers' KV cache at T,
+    /// and its time the per-token work there. The parts keep their dynamic dims.
+    #[arg(long, value_name = "T", requires = "stages")]
+    pub context: Option<u64>,
+    /// With --context: sequences decoded at once (the batch dims).
+    #[arg(long, value_name = "B", default_value_t = 1, requires = "context")]
+    pub batch: u64,
     /// Plan, validate and print the summary; write nothing.
     #[arg(long, conflicts_with = "report")]
     pub dry_run: bool,
@@ -403,6 +421,10 @@ pub fn main(a: Args) -> Result<(), Fail> {
         external_data: a.external_data.into(),
         stages: a.stages,
         memory: &a.memory,
+        context: a.context.map(|tokens| cleave::DecodeContext {
+            tokens,
+            batch: a.batch,
+        }),
         dry_run: a.dry_run,
         report: a.report,
     })

@@ -40,6 +40,20 @@ pub struct StageProblem {
     /// Per unit, the weights it reads.
     pub reads: Vec<Vec<u32>>,
     pub tensors: Vec<StageTensor>,
+    /// Where a stage may start (a decoder's layer boundaries), by position; `None`: anywhere.
+    /// The first stage starts at 0 whatever this says.
+    pub starts: Option<Vec<bool>>,
+}
+
+impl StageProblem {
+    /// Whether a stage may start at position `q`.
+    fn may_start(&self, q: usize) -> bool {
+        q == 0
+            || self
+                .starts
+                .as_ref()
+                .is_none_or(|s| s.get(q).copied().unwrap_or(false))
+    }
 }
 
 /// What one stage holds, moves and costs.
@@ -333,7 +347,12 @@ fn even_split(p: &StageProblem) -> Option<Vec<StageFigures>> {
     let mut acc = 0.0;
     for q in 0..n {
         let k = cuts.len();
-        if k < s && acc >= total * k as f64 / s as f64 && q > *cuts.last()? && n - q >= s - k {
+        if k < s
+            && acc >= total * k as f64 / s as f64
+            && q > *cuts.last()?
+            && n - q >= s - k
+            && p.may_start(q)
+        {
             cuts.push(q);
         }
         acc += p.time[q * d];
@@ -341,6 +360,10 @@ fn even_split(p: &StageProblem) -> Option<Vec<StageFigures>> {
     while cuts.len() < s {
         let last = *cuts.last()?;
         cuts.push(last + 1);
+    }
+    // A split at cuts the problem forbids bounds nothing.
+    if !cuts.iter().all(|&c| p.may_start(c)) {
+        return None;
     }
     Some(stage_figures(p, &cuts))
 }
@@ -365,6 +388,7 @@ fn dp(
     for i in 0..n {
         let starts: Vec<usize> = (1..=s)
             .filter(|&k| best[k - 1][i].0.is_finite() && n - i > s - k && i + 1 >= k)
+            .filter(|_| p.may_start(i))
             .collect();
         if starts.is_empty() {
             continue;
@@ -381,7 +405,9 @@ fn dp(
                     continue;
                 }
                 alive = true;
-                if !allowed(&f) {
+                // The next stage starts at j: only where it may (a longer slice still may end
+                // at an allowed start, so the sweep goes on).
+                if (k < s && !p.may_start(j)) || !allowed(&f) {
                     continue;
                 }
                 let sc = score(&f);

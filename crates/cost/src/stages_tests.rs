@@ -70,6 +70,7 @@ fn random(seed: u64, n: usize, s: usize) -> StageProblem {
         weight_bytes,
         reads,
         tensors,
+        starts: None,
     }
 }
 
@@ -239,8 +240,52 @@ fn identical_devices_share_a_uniform_chain_equally() {
         weight_bytes: vec![1000; n],
         reads: (0..n as u32).map(|w| vec![w]).collect(),
         tensors,
+        starts: None,
     };
     let plan = plan_stages(&p).expect("fits");
     assert_eq!(plan.stages[0].end - plan.stages[0].start, 50);
     assert_eq!(plan.stages[1].weights, 50_000);
+}
+
+#[test]
+fn stages_start_only_where_allowed_and_are_the_best_such_split() {
+    let mut planned = 0;
+    for seed in 0..200 {
+        let n = 6 + (seed as usize % 8);
+        let s = 2 + (seed as usize % 2);
+        let mut p = random(seed, n, s);
+        // Budgets off: the cut positions alone decide here.
+        for d in &mut p.devices {
+            d.budget = None;
+        }
+        let starts: Vec<bool> = (0..n)
+            .map(|q| (q * 7 + seed as usize).is_multiple_of(3))
+            .collect();
+        p.starts = Some(starts.clone());
+        let allowed = |c: &[usize]| c.iter().skip(1).all(|&q| starts[q]);
+        let best = all_cuts(n, s)
+            .into_iter()
+            .filter(|c| allowed(c))
+            .map(|c| {
+                naive_plan(&p, &c)
+                    .iter()
+                    .map(|x| x.time)
+                    .fold(0.0, f64::max)
+            })
+            .fold(f64::INFINITY, f64::min);
+        match plan_stages(&p) {
+            Ok(plan) => {
+                planned += 1;
+                let cuts: Vec<usize> = plan.stages.iter().map(|x| x.start).collect();
+                assert!(allowed(&cuts), "seed {seed}: {cuts:?} against {starts:?}");
+                assert!(
+                    (plan.bottleneck() - best).abs() <= 1e-9 * best,
+                    "seed {seed}: {} vs exact {best}",
+                    plan.bottleneck()
+                );
+            }
+            Err(_) => assert!(best.is_infinite(), "seed {seed}: a split exists ({best})"),
+        }
+    }
+    assert!(planned > 100, "{planned}");
 }

@@ -238,6 +238,30 @@ impl Graph {
         constant
     }
 
+    /// For each node, whether a decoder's stage can compute it again itself rather than
+    /// receive it: it depends on no input in `state` (no layer's cache), only on weights and
+    /// the other inputs (the mask, positions and rotary tables come from `attention_mask` and
+    /// `position_ids`). Every constant node is one.
+    pub fn recomputable_nodes(
+        &self,
+        state: &[ValueId],
+        deterministic: impl Fn(&Node) -> bool,
+    ) -> Vec<bool> {
+        let mut free = vec![false; self.nodes.len()];
+        for &n in &self.topo {
+            let node = self.node(n);
+            free[n.index()] = deterministic(node)
+                && !node.has_subgraphs()
+                && node.all_inputs().all(|v| match &self.value(v).def {
+                    ValueDef::Weight(_) => true,
+                    ValueDef::Node(p, _) => free[p.index()],
+                    ValueDef::Input => !state.contains(&v),
+                    ValueDef::Outer => false,
+                });
+        }
+        free
+    }
+
     /// Longest path from any input to any node, counted in nodes (0 for an empty graph).
     pub fn depth(&self) -> usize {
         // u32: node ids are, so no path is longer (and a million-node graph's table halves).

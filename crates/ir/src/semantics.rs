@@ -107,6 +107,18 @@ pub trait OpSemantics: Sync {
         g.constant_nodes(|n| self.is_deterministic(n))
     }
 
+    /// The nodes pipeline stages copy into each stage that reads them rather than pass
+    /// between stages: the constants and, in a decoder (a model with `state` pairs), every
+    /// node that depends on no cache ([`Graph::recomputable_nodes`]), so that only the
+    /// hidden state crosses a stage boundary.
+    fn stage_copies(&self, g: &Graph, state: &[crate::StatePair]) -> Vec<bool> {
+        if state.is_empty() {
+            return self.constant_nodes(g);
+        }
+        let inputs: Vec<crate::ValueId> = state.iter().filter_map(|p| g.find(&p.input)).collect();
+        g.recomputable_nodes(&inputs, |n| self.is_deterministic(n))
+    }
+
     /// The vocabulary the model's op types are spelled in, as a key: a device profile may
     /// list a table of ops per vocabulary, because one device runs different op sets of
     /// different formats. Formats that share op names share a key. The core never interprets

@@ -282,7 +282,8 @@ impl Model {
     }
 
     /// Assigns, partitions and validates; see the Python wrapper for the arguments.
-    #[pyo3(signature = (request, stages, memory, algorithm, budget_s))]
+    #[pyo3(signature = (request, stages, memory, algorithm, budget_s, context=None, batch=1))]
+    #[allow(clippy::too_many_arguments)]
     fn partition(
         &self,
         py: Python<'_>,
@@ -291,6 +292,8 @@ impl Model {
         memory: Vec<String>,
         algorithm: &str,
         budget_s: f64,
+        context: Option<u64>,
+        batch: u64,
     ) -> PyResult<Plan> {
         let allow_disconnected = request.allow_disconnected;
         let assign = request.assign_request()?;
@@ -314,6 +317,7 @@ impl Model {
             stages,
             memory,
             algorithm,
+            context: context.map(|tokens| cleave::DecodeContext { tokens, batch }),
         };
         let tmp = self.tmp.clone();
         let names = self.names.clone();
