@@ -5,7 +5,9 @@ at the first and last decode step, and the KV cache the parts hold.
     python3 scripts/reports/decode_table.py CLEAVE [--tokens N] [--engine ort]
 
 Models: scripts/testdata/make_decoder_models.py (tiny_llama: 4 layers, hidden 32, GQA 4/2;
-tiny_gpt: 4 layers, MHA, tied lm_head, cache declared with --state), random weights.
+tiny_gpt: 4 layers, MHA, tied lm_head, cache declared with --state; small_llama: 8 layers,
+hidden 512, GQA 8/4, 104 MB), random weights. Each split is made with --context at the
+length generated, so the stages are balanced by per-token work there.
 """
 import argparse
 import json
@@ -26,14 +28,15 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         d = pathlib.Path(d)
-        subprocess.run([sys.executable, str(ROOT / "scripts/testdata/make_decoder_models.py"), str(d)], check=True)
+        subprocess.run([sys.executable, str(ROOT / "scripts/testdata/make_decoder_models.py"), str(d), "--small"], check=True)
         print(f"| model | stages | tokens equal | ms/token split | ms/token whole | ratio | bytes/hop/token (first, last step) | KV in parts at {a.tokens + 2} tokens |")
         print("|---|---|---|---|---|---|---|---|")
-        for name, state in [("tiny_llama", []), ("tiny_gpt", GPT_STATE)]:
+        for name, state in [("tiny_llama", []), ("tiny_gpt", GPT_STATE), ("small_llama", [])]:
             flags = [f for s in state for f in ("--state", s)]
             for stages in (1, 2, 4):
                 out = d / f"{name}{stages}"
-                subprocess.run([a.cleave, "partition", str(d / f"{name}.onnx"), "--stages", str(stages), "-o", str(out), "-q", *flags],
+                subprocess.run([a.cleave, "partition", str(d / f"{name}.onnx"), "--stages", str(stages), "-o", str(out), "-q",
+                                "--context", str(a.tokens + 2), *flags],
                                check=True, capture_output=True)
                 engines = ",".join(f"stage{k}={a.engine}" for k in range(1, stages + 1))
                 done = subprocess.run([a.cleave, "verify", str(d / f"{name}.onnx"), str(out / f"{name}.conn.json"), "--generate", str(a.tokens),

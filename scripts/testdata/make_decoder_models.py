@@ -4,13 +4,14 @@ past/present pair (shape [batch, kv_heads, sequence, head_dim], the sequence gro
 Concat). The causal mask comes from position_ids and attention_mask once and feeds every
 layer, as in Optimum's exports; so do the rotary tables.
 
-    python3 scripts/testdata/make_decoder_models.py OUTDIR
+    python3 scripts/testdata/make_decoder_models.py OUTDIR [--small]
 
 writes OUTDIR/tiny_llama.onnx (RMSNorm, rotary positions, grouped-query attention 4/2 heads,
 SiLU MLP, cache named past_key_values.N.key/value -> present.N.key/value as Optimum names it)
 and OUTDIR/tiny_gpt.onnx (LayerNorm, learned positions, 4/4 heads, lm_head tied to the
 embedding, cache named cache.N.k_in -> cache.N.k_out, which no exporter uses: it needs
---state).
+--state). With --small, also OUTDIR/small_llama.onnx: the Llama layout at hidden 512, 8 layers,
+8/4 heads, vocabulary 8000 (26 M parameters, 104 MB), for timings where compute shows.
 """
 import pathlib
 import sys
@@ -172,6 +173,9 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(decoder("llama"), str(out / "tiny_llama.onnx"))
     onnx.save(decoder("gpt", n_kv=4, seed=2), str(out / "tiny_gpt.onnx"))
+    if "--small" in sys.argv[2:]:
+        m = decoder("llama", layers=8, hidden=512, n_heads=8, n_kv=4, ffn=1376, vocab=8000, max_pos=2048, seed=3)
+        onnx.save(m, str(out / "small_llama.onnx"))
 
 
 if __name__ == "__main__":

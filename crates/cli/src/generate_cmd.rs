@@ -93,18 +93,23 @@ pub fn drive<S: Steps>(g: &mut Generation<S>, mut each: impl FnMut(i64)) -> Resu
         each(t);
         tokens.push(t);
     }
+    Ok(measured(g, tokens))
+}
+
+/// What `g`'s steps measured, with the `tokens` it gave.
+pub fn measured<S: Steps>(g: &Generation<S>, tokens: Vec<i64>) -> Measured {
     let ms = |r: &cleave::runtime::decode::StepReport| r.elapsed.as_secs_f64() * 1e3;
     let (first, rest) = g
         .reports
         .split_first()
         .map_or((None, &[][..]), |(f, r)| (Some(f), r));
-    Ok(Measured {
+    Measured {
         tokens,
         prefill_ms: first.map_or(0.0, ms),
         decode_ms: rest.iter().map(ms).collect(),
         hop_bytes: rest.iter().map(|r| r.hop_bytes).collect(),
         state_bytes: g.reports.last().map_or(0, |r| r.state_bytes),
-    })
+    }
 }
 
 pub fn main(a: Args) -> Result<(), Fail> {

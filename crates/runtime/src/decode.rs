@@ -32,18 +32,8 @@ impl Steps for LoadedParts {
         feeds: Vec<(String, HostTensor)>,
     ) -> Result<(HashMap<String, HostTensor>, u64), RuntimeError> {
         let mut stats = vec![PartStats::default(); self.sessions.len()];
-        let values = self.run(feeds, &mut stats)?;
-        let sources = &self.conn.source.inputs;
-        let hop: u64 = self
-            .conn
-            .parts
-            .iter()
-            .flat_map(|p| p.inputs.iter())
-            .filter(|i| !sources.contains(i))
-            .filter_map(|i| values.get(i))
-            .map(|t| t.data.len() as u64)
-            .sum();
-        Ok((values, hop))
+        let values = self.run_moving(feeds, &mut stats)?;
+        Ok((values, stats.iter().map(|s| s.in_bytes).sum()))
     }
 }
 

@@ -29,6 +29,8 @@ pub struct PartStats {
     pub exec: Duration,
     /// Time spent waiting for inputs (the VPU page's receive-tensor time; pipelined runs).
     pub wait: Duration,
+    /// Bytes received from other parts.
+    pub in_bytes: u64,
 }
 
 pub fn read_conn(path: &Path) -> Result<ConnFile, RuntimeError> {
@@ -180,7 +182,39 @@ impl LoadedParts {
         inputs: Vec<(String, HostTensor)>,
         stats: &mut [PartStats],
     ) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        self.run_keeping(inputs, stats, true)
+    }
+
+    /// Runs every part once, as [`LoadedParts::run`], but hands each tensor to the last part
+    /// that reads it instead of copying it (a decoder's caches are most of what moves): the
+    /// result holds the model's outputs and what no part read.
+    pub fn run_moving(
+        &mut self,
+        inputs: Vec<(String, HostTensor)>,
+        stats: &mut [PartStats],
+    ) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        self.run_keeping(inputs, stats, false)
+    }
+
+    fn run_keeping(
+        &mut self,
+        inputs: Vec<(String, HostTensor)>,
+        stats: &mut [PartStats],
+        keep: bool,
+    ) -> Result<HashMap<String, HostTensor>, RuntimeError> {
         let mut values: HashMap<String, HostTensor> = inputs.into_iter().collect();
+        // Reads still to come of each tensor; a source output is always kept.
+        let mut reads_left: HashMap<&str, usize> = HashMap::new();
+        if !keep {
+            for p in &self.conn.parts {
+                for i in &p.inputs {
+                    *reads_left.entry(i.as_str()).or_default() += 1;
+                }
+            }
+            for o in &self.conn.source.outputs {
+                reads_left.insert(o.as_str(), usize::MAX);
+            }
+        }
         let mut done = vec![false; self.sessions.len()];
         while done.iter().any(|d| !d) {
             let ready = (0..self.sessions.len()).find(|&k| {
@@ -213,11 +247,36 @@ impl LoadedParts {
                 });
             };
             let part = &self.conn.parts[k];
-            let feed: Vec<(String, HostTensor)> = part
-                .inputs
-                .iter()
-                .map(|i| (i.clone(), values[i].clone()))
-                .collect();
+            let mut feed: Vec<(String, HostTensor)> = Vec::with_capacity(part.inputs.len());
+            for i in &part.inputs {
+                let last = match reads_left.get_mut(i.as_str()) {
+                    Some(n) if *n != usize::MAX => {
+                        *n -= 1;
+                        *n == 0
+                    }
+                    _ => false,
+                };
+                let t = if last {
+                    values.remove(i)
+                } else {
+                    values.get(i).cloned()
+                };
+                let t = match t {
+                    Some(t) => t,
+                    None => {
+                        return Err(RuntimeError::Stuck {
+                            path: self.conn_path.clone(),
+                            detail: format!("{} needs '{i}', which nothing produces", part.file),
+                        })
+                    }
+                };
+                if let Some(s) = stats.get_mut(k) {
+                    if !self.conn.source.inputs.contains(i) {
+                        s.in_bytes += t.data.len() as u64;
+                    }
+                }
+                feed.push((i.clone(), t));
+            }
             let start = Instant::now();
             let out = self.sessions[k].run(&feed)?;
             if let Some(s) = stats.get_mut(k) {
