@@ -569,7 +569,7 @@ class Runner:
 
     def generate(
         self,
-        prompt: Iterable[int],
+        prompt: Union[str, Iterable[int]],
         max_new_tokens: int = 16,
         *,
         stop: Iterable[int] = (),
@@ -578,23 +578,28 @@ class Runner:
         top_p: float = 1.0,
         seed: int = 0,
         state: Optional[Mapping[str, str]] = None,
+        tokenizer: Optional[PathLike] = None,
     ) -> "Generator":
         """Generates tokens with a decoder's parts, as ``cleave generate`` does: the prompt's
         token ids in one step, then one token per step, greedy at ``temperature=0`` (else
         sampled, within ``top_k`` and ``top_p``, repeatable with ``seed``), ending at
         ``max_new_tokens`` or after a token of ``stop``. Each part keeps its layers' KV cache
-        between steps; ``state`` declares pairs the plan does not know. Iterate the result
-        for the tokens as they come; its :meth:`Generator.stats` says what the steps took."""
+        between steps; ``state`` declares pairs the plan does not know. A ``prompt`` given as
+        text is encoded by ``tokenizer`` (a ``tokenizer.json``; default: the one beside the
+        model), and :meth:`Generator.text` decodes the tokens. Iterate the result for the
+        tokens as they come; its :meth:`Generator.stats` says what the steps took."""
         with _argument("prompt= takes token ids, max_new_tokens=, top_k= and seed= integers, "
                        "temperature= and top_p= numbers, state= {input: output}"):
-            ids = [int(t) for t in prompt]
+            text = prompt if isinstance(prompt, str) else None
+            ids = [] if isinstance(prompt, str) else [int(t) for t in prompt]
+            tok = os.fspath(tokenizer) if tokenizer is not None else None
             stops = [int(t) for t in stop]
             pairs = [(str(i), str(o)) for i, o in (state or {}).items()]
             n, k, s = int(max_new_tokens), int(top_k), int(seed)
             t, p = float(temperature), float(top_p)
             if n < 0 or k < 0 or s < 0:
                 raise ValueError("negative")
-        return Generator(self._r.generate(ids, n, stops, t, k, p, s, pairs))
+        return Generator(self._r.generate(ids, n, stops, t, k, p, s, pairs, text, tok))
 
 
 class Generator:
@@ -611,6 +616,11 @@ class Generator:
         if token is None:
             raise StopIteration
         return int(token)
+
+    def text(self) -> Optional[str]:
+        """The tokens so far as text, where the prompt was text or a tokenizer was given."""
+        got = self._g.text()
+        return None if got is None else str(got)
 
     def stats(self) -> Dict[str, Any]:
         """``prefill_ms``, ``per_token_ms`` (one per decode step), ``hop_bytes`` (bytes

@@ -68,6 +68,10 @@ def test_a_cache_named_otherwise_is_declared_with_state(decoders: pathlib.Path) 
         cleave.load(gpt).partition(stages=2, state={"cache.0.k_out": "cache.0.k_in"})
     with pytest.raises(cleave.ArgumentError):
         bare.generate([5, 9], -1)
+    # A prompt as text, encoded by the tokenizer.json beside the model; the tokens as text.
+    g = runner.generate("w5 w9", 8)
+    assert list(g) == want
+    assert g.text() == " ".join(f"w{t}" for t in want)
 
 
 def test_stages_cut_at_layers_and_count_at_a_context(decoders: pathlib.Path) -> None:

@@ -4,15 +4,19 @@ past/present pair (shape [batch, kv_heads, sequence, head_dim], the sequence gro
 Concat). The causal mask comes from position_ids and attention_mask once and feeds every
 layer, as in Optimum's exports; so do the rotary tables.
 
-    python3 scripts/testdata/make_decoder_models.py OUTDIR [--small]
+    python3 scripts/testdata/make_decoder_models.py OUTDIR [--small] [--big]
 
 writes OUTDIR/tiny_llama.onnx (RMSNorm, rotary positions, grouped-query attention 4/2 heads,
 SiLU MLP, cache named past_key_values.N.key/value -> present.N.key/value as Optimum names it)
 and OUTDIR/tiny_gpt.onnx (LayerNorm, learned positions, 4/4 heads, lm_head tied to the
 embedding, cache named cache.N.k_in -> cache.N.k_out, which no exporter uses: it needs
---state). With --small, also OUTDIR/small_llama.onnx: the Llama layout at hidden 512, 8 layers,
-8/4 heads, vocabulary 8000 (26 M parameters, 104 MB), for timings where compute shows.
+--state), with OUTDIR/tokenizer.json beside them: Hugging Face's format, a word-level vocabulary
+w0 .. w96 split at whitespace, so `--prompt "w1 w2 w3"` is the token ids 1, 2, 3. With --small, also OUTDIR/small_llama.onnx: the Llama layout at hidden 512, 8 layers,
+8/4 heads, vocabulary 8000 (26 M parameters, 104 MB), for timings where compute shows. With
+--big, OUTDIR/big_llama.onnx and big_llama.onnx_data: hidden 2048, 16 layers, 16/4 heads,
+vocabulary 32000 (667 M parameters, 2.67 GB of float32 in external data), for the memory split.
 """
+import json
 import pathlib
 import sys
 
@@ -76,7 +80,7 @@ def rotate(b, x, cos, sin, d):
     return b.op("Add", [b.op("Mul", [x, cos]), b.op("Mul", [rot, sin])])
 
 
-def decoder(kind, layers=4, hidden=32, n_heads=4, n_kv=2, ffn=64, vocab=97, max_pos=256, seed=1):
+def decoder(kind, layers=4, hidden=32, n_heads=4, n_kv=2, ffn=64, vocab=97, max_pos=256, seed=1, check=True):
     b = Builder(seed)
     d = hidden // n_heads
     rep = n_heads // n_kv
@@ -164,8 +168,19 @@ def decoder(kind, layers=4, hidden=32, n_heads=4, n_kv=2, ffn=64, vocab=97, max_
     g = helper.make_graph(b.nodes, f"tiny_{kind}", inputs, outputs, b.inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="cleave-testdata")
     m.ir_version = 8
-    onnx.checker.check_model(m, full_check=True)
+    if check:
+        onnx.checker.check_model(m, full_check=True)
     return m
+
+
+def word_tokenizer(vocab):
+    """A tokenizer.json as the `tokenizers` library writes one: words w0..w{vocab-1}."""
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {f"w{i}": i for i in range(vocab)}, "unk_token": "w0"},
+    }
 
 
 def main():
@@ -173,9 +188,17 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(decoder("llama"), str(out / "tiny_llama.onnx"))
     onnx.save(decoder("gpt", n_kv=4, seed=2), str(out / "tiny_gpt.onnx"))
+    (out / "tokenizer.json").write_text(json.dumps(word_tokenizer(97)))
     if "--small" in sys.argv[2:]:
         m = decoder("llama", layers=8, hidden=512, n_heads=8, n_kv=4, ffn=1376, vocab=8000, max_pos=2048, seed=3)
         onnx.save(m, str(out / "small_llama.onnx"))
+    if "--big" in sys.argv[2:]:
+        m = decoder("llama", layers=16, hidden=2048, n_heads=16, n_kv=4, ffn=5632, vocab=32000, max_pos=4096, seed=4,
+                    check=False)
+        path = out / "big_llama.onnx"
+        onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location="big_llama.onnx_data", size_threshold=1024)
+        onnx.checker.check_model(str(path), full_check=True)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ mod request;
 mod run;
 pub mod serve;
 mod stages;
+mod tokenizer;
 mod views;
 
 pub use cleave_assign as assign;
@@ -110,4 +111,5 @@ pub use run::{
     isolate_engines, load_parts, parse_engine, EngineEvaluator,
 };
 pub use stages::{parse_memory, DecodeContext, StageRequest, StageTime, Stages};
+pub use tokenizer::TextCodec;
 pub use views::{write_read_views, write_views, Views};

@@ -14,6 +14,13 @@ pub struct PromptArgs {
     /// The prompt as token ids, comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "ID,ID,...", default_values_t = [1i64, 2, 3])]
     pub prompt_ids: Vec<i64>,
+    /// The prompt as text, encoded by the tokenizer (then the tokens are printed as text).
+    #[arg(long, value_name = "TEXT", conflicts_with = "prompt_ids")]
+    pub prompt: Option<String>,
+    /// The tokenizer (Hugging Face's tokenizer.json) for --prompt. Default: tokenizer.json
+    /// beside the source model.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<std::path::PathBuf>,
 }
 
 /// How tokens are sampled.
@@ -45,14 +52,40 @@ impl SamplingArgs {
 }
 
 impl PromptArgs {
+    /// The tokenizer for text: `--tokenizer`, else the one beside the source when the
+    /// prompt is text (where none is, the error says where it was looked for).
+    pub fn codec(&self, conn: &std::path::Path) -> Result<Option<cleave::TextCodec>, Fail> {
+        let path = match (&self.tokenizer, &self.prompt) {
+            (Some(p), _) => p.clone(),
+            (None, None) => return Ok(None),
+            (None, Some(_)) => match cleave::TextCodec::beside(conn)? {
+                Some(p) => p,
+                None => {
+                    let source = cleave::conn_source_path(conn)?;
+                    let source = source.canonicalize().unwrap_or(source);
+                    return Err(Fail::usage(format!(
+                        "--prompt needs a tokenizer: none at {}; give --tokenizer FILE or --prompt-ids",
+                        source.with_file_name("tokenizer.json").display()
+                    )));
+                }
+            },
+        };
+        Ok(Some(cleave::TextCodec::load(&path)?))
+    }
+
     pub fn request(
         &self,
         max_new_tokens: usize,
         sampling: Sampling,
         state: &[String],
+        codec: Option<&cleave::TextCodec>,
     ) -> Result<GenerateRequest, Fail> {
+        let prompt = match (&self.prompt, codec) {
+            (Some(text), Some(c)) => c.encode(text)?,
+            _ => self.prompt_ids.clone(),
+        };
         Ok(GenerateRequest {
-            prompt: self.prompt_ids.clone(),
+            prompt,
             max_new_tokens,
             stop: Vec::new(),
             sampling,
@@ -114,9 +147,15 @@ pub fn measured<S: Steps>(g: &Generation<S>, tokens: Vec<i64>) -> Measured {
 
 pub fn main(a: Args) -> Result<(), Fail> {
     let map = engines(&a.engine.engines)?;
-    let req = a
-        .prompt
-        .request(a.max_new_tokens, a.sampling.sampling(), &a.state)?;
+    let codec = a.prompt.codec(&a.conn)?;
+    let req = a.prompt.request(
+        a.max_new_tokens,
+        a.sampling.sampling(),
+        &a.state,
+        codec.as_ref(),
+    )?;
+    // Text out where the prompt came in as text.
+    let text = codec.as_ref().filter(|_| a.prompt.prompt.is_some());
     let req = GenerateRequest {
         stop: a.stop_ids.clone(),
         ..req
@@ -126,13 +165,35 @@ pub fn main(a: Args) -> Result<(), Fail> {
     let n_parts = parts.sessions.len();
     let mut g = cleave::generation(parts, spec, &req)?;
     let mut out = std::io::stdout().lock();
+    let mut so_far: Vec<i64> = Vec::new();
+    let mut shown = String::new();
+    let mut failed = None;
     let m = drive(&mut g, |t| {
-        if !a.json {
-            // A closed stdout ends nothing here: the summary still goes to stderr.
-            let _ = write!(out, "{t} ");
-            let _ = out.flush();
+        so_far.push(t);
+        if a.json {
+            return;
         }
+        // A closed stdout ends nothing here: the summary still goes to stderr.
+        match text {
+            // The text so far, decoded whole (a token may only complete a character with the
+            // next): print what it adds.
+            Some(c) => match c.decode(&so_far) {
+                Ok(now) => {
+                    let new = now.strip_prefix(shown.as_str()).unwrap_or(&now);
+                    let _ = write!(out, "{new}");
+                    shown = now;
+                }
+                Err(e) => failed = Some(e),
+            },
+            None => {
+                let _ = write!(out, "{t} ");
+            }
+        }
+        let _ = out.flush();
     })?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
     if a.json {
         let v = serde_json::json!({
             "tokens": m.tokens,
@@ -142,6 +203,10 @@ pub fn main(a: Args) -> Result<(), Fail> {
             "per_token_ms": m.per_token_ms(),
             "hop_bytes_per_token": m.hop_bytes,
             "state_bytes": m.state_bytes,
+            "text": match text {
+                Some(c) => Some(c.decode(&m.tokens)?),
+                None => None,
+            },
         });
         let _ = writeln!(out, "{v}");
     } else {

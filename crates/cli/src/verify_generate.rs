@@ -48,9 +48,13 @@ pub fn run(a: GenerateCheck) -> Result<bool, Fail> {
             format!("partitions {}, not {}", source.display(), a.model.display()),
         ));
     }
-    let req = a
-        .prompt
-        .request(a.tokens, Sampling::default(), &a.devices.state)?;
+    let codec = a.prompt.codec(&conn)?;
+    let req = a.prompt.request(
+        a.tokens,
+        Sampling::default(),
+        &a.devices.state,
+        codec.as_ref(),
+    )?;
     let reference = match a.reference {
         Some(r) => cleave::parse_engine("--reference", r)?,
         None => cleave::default_engine(a.model)?,

@@ -231,6 +231,29 @@ fn a_cache_named_otherwise_is_declared_with_state_and_sampling_repeats_with_its_
         "{}",
         stderr(&o)
     );
+    // A prompt as text, through the tokenizer.json beside the model: the same tokens, and
+    // the text they spell.
+    let text = ok(&cleave(&[
+        os("generate"),
+        c.as_os_str(),
+        os("--prompt"),
+        os("w5 w9"),
+        os("--max-new-tokens"),
+        os("10"),
+        os("--json"),
+    ]));
+    let text: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(tokens(&text), want);
+    let words: Vec<String> = want.iter().map(|t| format!("w{t}")).collect();
+    assert_eq!(text["text"], words.join(" "));
+    std::fs::remove_file(dir.path().join("tokenizer.json")).unwrap();
+    let o = cleave(&[os("generate"), c.as_os_str(), os("--prompt"), os("w5 w9")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--prompt needs a tokenizer: none at"),
+        "{}",
+        stderr(&o)
+    );
     // Sampling: the seed decides, within top-k.
     let sample = |seed: &str| {
         tokens(&generate(

@@ -33,6 +33,9 @@ impl Steps for SharedParts {
 /// What `Runner.generate` takes, as the Python wrapper passes it.
 pub(crate) struct Ask {
     pub prompt: Vec<i64>,
+    /// The prompt as text instead, and the tokenizer for it (default: beside the model).
+    pub text: Option<String>,
+    pub tokenizer: Option<std::path::PathBuf>,
     pub max_new_tokens: usize,
     pub stop: Vec<i64>,
     pub sampling: Sampling,
@@ -42,7 +45,8 @@ pub(crate) struct Ask {
 /// A generation in progress: iterate it for the tokens.
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Generator {
-    inner: Mutex<Generation<SharedParts>>,
+    inner: Mutex<(Generation<SharedParts>, Vec<i64>)>,
+    codec: Option<cleave::TextCodec>,
     names: Names,
 }
 
@@ -53,17 +57,6 @@ impl Generator {
         ask: Ask,
         names: Names,
     ) -> PyResult<Generator> {
-        let req = GenerateRequest {
-            prompt: ask.prompt,
-            max_new_tokens: ask.max_new_tokens,
-            stop: ask.stop,
-            sampling: ask.sampling,
-            state: ask
-                .state
-                .into_iter()
-                .map(|(input, output)| cleave::ir::StatePair { input, output })
-                .collect(),
-        };
         let conn = match parts.0.lock() {
             Ok(p) => p.conn_path.clone(),
             Err(_) => {
@@ -73,6 +66,35 @@ impl Generator {
                 ))
             }
         };
+        let codec = py
+            .detach(|| {
+                let path = match (&ask.tokenizer, &ask.text) {
+                    (Some(p), _) => p.clone(),
+                    (None, None) => return Ok(None),
+                    (None, Some(_)) => cleave::TextCodec::beside(&conn)?.ok_or_else(|| {
+                        Error::usage(
+                            "a prompt as text needs a tokenizer.json beside the model, or tokenizer=",
+                        )
+                    })?,
+                };
+                cleave::TextCodec::load(&path).map(Some)
+            })
+            .map_err(|e| from_facade_in(e, &names))?;
+        let prompt = match (&ask.text, &codec) {
+            (Some(t), Some(c)) => c.encode(t).map_err(|e| from_facade_in(e, &names))?,
+            _ => ask.prompt,
+        };
+        let req = GenerateRequest {
+            prompt,
+            max_new_tokens: ask.max_new_tokens,
+            stop: ask.stop,
+            sampling: ask.sampling,
+            state: ask
+                .state
+                .into_iter()
+                .map(|(input, output)| cleave::ir::StatePair { input, output })
+                .collect(),
+        };
         let g = py
             .detach(|| {
                 let spec = cleave::decoder_spec(&conn, &req.state)?;
@@ -80,7 +102,8 @@ impl Generator {
             })
             .map_err(|e| from_facade_in(e, &names))?;
         Ok(Generator {
-            inner: Mutex::new(g),
+            inner: Mutex::new((g, Vec::new())),
+            codec,
             names,
         })
     }
@@ -96,10 +119,29 @@ impl Generator {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<i64>> {
         let inner = &self.inner;
         py.detach(|| match inner.lock() {
-            Ok(mut g) => g.next_token().map_err(Error::from),
+            Ok(mut g) => {
+                let t = g.0.next_token().map_err(Error::from)?;
+                g.1.extend(t);
+                Ok(t)
+            }
             Err(_) => Err(Error::usage("an earlier step of this generation panicked")),
         })
         .map_err(|e| from_engine_in(e, &self.names))
+    }
+
+    /// The tokens so far as text, by the tokenizer the prompt was encoded with (None
+    /// where the prompt was token ids and no tokenizer was given).
+    fn text(&self) -> PyResult<Option<String>> {
+        let Some(c) = &self.codec else {
+            return Ok(None);
+        };
+        let tokens = match self.inner.lock() {
+            Ok(g) => g.1.clone(),
+            Err(_) => Vec::new(),
+        };
+        c.decode(&tokens)
+            .map(Some)
+            .map_err(|e| from_facade_in(e, &self.names))
     }
 
     /// What the steps so far measured: `prefill_ms`, `per_token_ms` (each decode step's),
@@ -111,6 +153,7 @@ impl Generator {
             Ok(g) => g,
             Err(_) => return Ok(d),
         };
+        let g = &g.0;
         let ms = |r: &cleave::runtime::decode::StepReport| r.elapsed.as_secs_f64() * 1e3;
         let (first, rest) = match g.reports.split_first() {
             Some((f, r)) => (Some(f), r),

@@ -473,7 +473,7 @@ impl Runner {
 
     /// Starts a generation (a decoder's parts): `prompt` token ids, then at most
     /// `max_new_tokens`, greedy at temperature 0; each part keeps its KV cache between steps.
-    #[pyo3(signature = (prompt, max_new_tokens, stop, temperature, top_k, top_p, seed, state))]
+    #[pyo3(signature = (prompt, max_new_tokens, stop, temperature, top_k, top_p, seed, state, text=None, tokenizer=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -486,9 +486,13 @@ impl Runner {
         top_p: f64,
         seed: u64,
         state: Vec<(String, String)>,
+        text: Option<String>,
+        tokenizer: Option<PathBuf>,
     ) -> PyResult<Generator> {
         let ask = Ask {
             prompt,
+            text,
+            tokenizer,
             max_new_tokens,
             stop,
             sampling: cleave::runtime::decode::Sampling {
