@@ -292,6 +292,13 @@ class Model:
         """Nodes per operator type."""
         return dict(self._m.op_counts)
 
+    @property
+    def state(self) -> Dict[str, str]:
+        """The decoder state pairs the names show (``past_key_values.N.key`` ->
+        ``present.N.key``): each input that takes an output's value on the next step.
+        ``partition(state=...)`` declares others."""
+        return dict(self._m.state)
+
     def query(
         self,
         devices: Optional[Iterable[str]] = None,

@@ -78,6 +78,8 @@ def test_stages_cut_at_layers_and_count_at_a_context(decoders: pathlib.Path) -> 
     llama = decoders / "tiny_llama.onnx"
     want = oracle(llama, "1,2,3", 6, {})
     model = cleave.load(llama)
+    assert model.state["past_key_values.3.value"] == "present.3.value" and len(model.state) == 8
+    assert cleave.load(decoders / "tiny_gpt.onnx").state == {}
     plan = model.partition(stages=2, context=256)
     # Only the residual stream crosses: 32 floats a token, whatever the context.
     runner = plan.runner({"stage1": "ort", "stage2": "ort"})

@@ -23,6 +23,8 @@ struct Summary {
     /// Tensors computed from constants alone (weights made by `ConstantOfShape`, say).
     computed_constants: Computed,
     functions: Vec<String>,
+    /// Decoder state pairs the names show (input -> output: one layer's KV cache).
+    state: BTreeMap<String, String>,
     /// Tensors whose element type or rank could not be determined.
     untyped: Vec<String>,
     /// Op types without an inference rule that left tensors untyped.
@@ -153,6 +155,11 @@ fn summarise(
             .iter()
             .map(|f| format!("{}::{}", f.domain, f.name))
             .collect(),
+        state: m
+            .state
+            .iter()
+            .map(|p| (p.input.clone(), p.output.clone()))
+            .collect(),
         untyped: report.untyped,
         ops_without_inference: report.unknown_ops,
         types: None,
@@ -232,6 +239,26 @@ fn render(s: &Summary) -> String {
     }
     if !s.functions.is_empty() {
         let _ = writeln!(o, "functions  {}", s.functions.join(", "));
+    }
+    if !s.state.is_empty() {
+        let shown: Vec<String> = s
+            .state
+            .iter()
+            .take(2)
+            .map(|(i, o)| format!("{i} -> {o}"))
+            .collect();
+        let more = s.state.len().saturating_sub(shown.len());
+        let _ = writeln!(
+            o,
+            "state      {} pairs, a decoder's KV cache ({}{}): cleave generate feeds them back",
+            s.state.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            }
+        );
     }
     if let Some(types) = &s.types {
         let _ = writeln!(o, "tensors");

@@ -221,7 +221,7 @@ fn report(
     let took = crate::latency::duration(elapsed);
     let devices = l.assignment.devices.join(",");
     match references {
-        None => println!("{}: {} pipeline stages on {devices} ({placed} nodes placed, {constants} constant nodes copied where read), cut in {took}", a.model.display(), plan.parts.len()),
+        None => println!("{}: {} pipeline stages on {devices} ({placed} nodes placed, {constants} nodes copied where read: constants, and a decoder's mask and positions), cut in {took}", a.model.display(), plan.parts.len()),
         Some(c) => println!(
             "{}: {} part{} on {devices} ({placed} nodes placed, {constants} constant nodes copied where read), cut in {took}; ONE's rule would give {}, the epoch greedy {}",
             a.model.display(),

@@ -113,6 +113,19 @@ fn parts_generate_the_whole_models_tokens_with_each_cache_kept_in_its_part() {
     let llama = dir.path().join("tiny_llama.onnx");
     let want = oracle(&llama, "1,2,3", 12, &[]);
     assert_eq!(want.len(), 12);
+    // inspect shows the pairs it recognises.
+    let shown = ok(&cleave(&[os("inspect"), llama.as_os_str()]));
+    assert!(
+        shown.contains("state      8 pairs, a decoder's KV cache (past_key_values.0.key -> present.0.key, past_key_values.0.value -> present.0.value, and 6 more)"),
+        "{shown}"
+    );
+    let shown: serde_json::Value = serde_json::from_str(&ok(&cleave(&[
+        os("inspect"),
+        llama.as_os_str(),
+        os("--json"),
+    ])))
+    .unwrap();
+    assert_eq!(shown["state"]["past_key_values.2.key"], "present.2.key");
     // A wiring bug changes tokens only if they vary: random weights that repeat one token
     // would hide it.
     let distinct: std::collections::BTreeSet<_> = want.iter().collect();

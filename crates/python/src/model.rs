@@ -258,6 +258,17 @@ impl Model {
         self.loaded.graph().nodes.len()
     }
 
+    /// Decoder state pairs the names show, input -> output.
+    #[getter]
+    fn state(&self) -> BTreeMap<String, String> {
+        self.loaded
+            .model()
+            .state
+            .iter()
+            .map(|p| (p.input.clone(), p.output.clone()))
+            .collect()
+    }
+
     /// Nodes per op type.
     #[getter]
     fn op_counts(&self) -> BTreeMap<String, usize> {
