@@ -8,24 +8,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
-
-fn python(script: &str, args: &[&str]) -> String {
-    let o = Command::new("python3")
-        .arg(repo().join("scripts").join(script))
-        .args(args)
-        .output()
-        .expect("python3 (scripts/install/requirements-test.txt)");
-    assert!(
-        o.status.success(),
-        "{script}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn models() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -6,25 +6,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use cleave_testdata::{light, light_random, LIGHT_MODELS};
 use common::*;
-
-fn python(script: &str, args: &[&std::ffi::OsStr]) -> String {
-    let o = Command::new("python3")
-        .arg(repo().join("scripts").join(script))
-        .args(args)
-        .output()
-        .expect("python3 (scripts/install/requirements-test.txt)");
-    assert!(
-        o.status.success(),
-        "{script}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn optimize(model: &Path, devices: &str, out: &Path) -> serde_json::Value {
     let o = cleave(&[

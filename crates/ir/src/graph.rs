@@ -224,18 +224,7 @@ impl Graph {
     /// such nodes. `deterministic` says which ops give the same result every time (a random
     /// generator with no inputs is not a constant). Nodes with subgraphs never count.
     pub fn constant_nodes(&self, deterministic: impl Fn(&Node) -> bool) -> Vec<bool> {
-        let mut constant = vec![false; self.nodes.len()];
-        for &n in &self.topo {
-            let node = self.node(n);
-            constant[n.index()] = deterministic(node)
-                && !node.has_subgraphs()
-                && node.all_inputs().all(|v| match &self.value(v).def {
-                    ValueDef::Weight(_) => true,
-                    ValueDef::Node(p, _) => constant[p.index()],
-                    ValueDef::Input | ValueDef::Outer => false,
-                });
-        }
-        constant
+        self.computed_from(deterministic, |_| false)
     }
 
     /// For each node, whether a decoder's stage can compute it again itself rather than
@@ -247,19 +236,29 @@ impl Graph {
         state: &[ValueId],
         deterministic: impl Fn(&Node) -> bool,
     ) -> Vec<bool> {
-        let mut free = vec![false; self.nodes.len()];
+        self.computed_from(deterministic, |v| !state.contains(&v))
+    }
+
+    /// For each node, whether it computes from weights and the graph inputs `input` admits
+    /// alone, through deterministic nodes without subgraphs.
+    fn computed_from(
+        &self,
+        deterministic: impl Fn(&Node) -> bool,
+        input: impl Fn(ValueId) -> bool,
+    ) -> Vec<bool> {
+        let mut ok = vec![false; self.nodes.len()];
         for &n in &self.topo {
             let node = self.node(n);
-            free[n.index()] = deterministic(node)
+            ok[n.index()] = deterministic(node)
                 && !node.has_subgraphs()
                 && node.all_inputs().all(|v| match &self.value(v).def {
                     ValueDef::Weight(_) => true,
-                    ValueDef::Node(p, _) => free[p.index()],
-                    ValueDef::Input => !state.contains(&v),
+                    ValueDef::Node(p, _) => ok[p.index()],
+                    ValueDef::Input => input(v),
                     ValueDef::Outer => false,
                 });
         }
-        free
+        ok
     }
 
     /// Longest path from any input to any node, counted in nodes (0 for an empty graph).

@@ -204,3 +204,20 @@ pub fn write_part_file(path: &Path, backends: &[&str], section: &str, rules: &[(
     }
     std::fs::write(path, text).unwrap();
 }
+
+/// Runs `scripts/SCRIPT` on python3 (the test requirements installed) and returns its stdout;
+/// a failure shows both streams.
+pub fn python<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> String {
+    let o = Command::new("python3")
+        .arg(repo().join("scripts").join(script))
+        .args(args)
+        .output()
+        .expect("python3 (scripts/install/requirements-test.txt)");
+    assert!(
+        o.status.success(),
+        "{script}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
