@@ -5,8 +5,9 @@
 #
 #   scripts/ray_cluster_test.sh CONN.json|DIR [CONN.json|DIR ...]
 #
-# A DIR stands for every *.conn.json under it. Needs root (unshare), ip, python3 with
-# scripts/install/requirements-ray.txt and scripts/install/requirements-test.txt installed.
+# A DIR stands for every *.conn.json under it. Needs root (unshare), ip, and a python3 first
+# on PATH with the cleave package (pip install .), scripts/install/requirements-ray.txt and
+# scripts/install/requirements-test.txt installed.
 #
 # Ray binds to and looks up the machine's external address even when told 127.0.0.1, so the
 # whole cluster lives in network and PID namespaces of its own whose only interface is
@@ -41,7 +42,12 @@ if [ "${CLEAVE_RAY_NS:-}" != 1 ]; then
         command -v "$t" >/dev/null || { echo "ray_cluster_test: $t not found" >&2; exit 2; }
     done
     python3 -c 'import ray, ray.serve, onnx, onnxruntime, numpy' 2>/dev/null || {
-        echo "ray_cluster_test: python3 lacks Ray or ONNX: pip install -r scripts/install/requirements-ray.txt -r scripts/install/requirements-test.txt" >&2
+        echo "ray_cluster_test: $(command -v python3) lacks Ray or ONNX: pip install -r scripts/install/requirements-ray.txt -r scripts/install/requirements-test.txt" >&2
+        exit 2
+    }
+    # The parts run on cleave's runtime, through the installed package's extension.
+    python3 -c 'import cleave._cleave' 2>/dev/null || {
+        echo "ray_cluster_test: $(command -v python3) has no cleave package: pip install . there (scripts/test.sh uses its venv, CLEAVE_RAY_VENV)" >&2
         exit 2
     }
     conns=()

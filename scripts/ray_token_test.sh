@@ -9,7 +9,8 @@
 #
 #   scripts/ray_token_test.sh CLEAVE_BIN CONN.json INPUTS.npz
 #
-# Needs root (unshare), python3 with scripts/install/requirements-ray.txt. Runs in network and
+# Needs root (unshare), and a python3 first on PATH with the cleave package (pip install .) and
+# scripts/install/requirements-ray.txt. Runs in network and
 # PID namespaces with only loopback, with HOME a fresh folder: nothing leaves the machine and
 # the user's own ~/.ray is never touched.
 set -u

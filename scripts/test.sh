@@ -22,12 +22,26 @@ export CLEAVE_REQUIRE_ONERT=1
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+# Served parts run on cleave's runtime through the Python package's extension, so the Ray
+# cluster tests (crates/cli/tests/ray.rs) wait for the package's venv (a whole run only).
+ray_tests=(two_node_ray_cluster rays_token)
+if [ "$#" -eq 0 ]; then
+  cargo test --workspace --locked --no-fail-fast -- "${ray_tests[@]/#/--skip=}" 2>&1 | tee "$log" || status=$?
+else
+  cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+fi
 stage_done "cargo test (build and run)"
 # The Python package, installed with pip into a fresh venv, and its pytest suite (whole runs).
 if [ "$#" -eq 0 ]; then
   bash scripts/test-python.sh 2>&1 | tee -a "$log" || status=$?
   stage_done "Python package (venv, pip install ., pytest)"
+  if [ -z "${CLEAVE_SKIP_RAY:-}" ]; then
+    venv="${CLEAVE_VENV:-$HOME/.cache/cleave/venv}"
+    # Ray beside the wheel, as every node of a cluster has them (from pip's cache after the first time).
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/install/requirements-ray.txt
+    CLEAVE_RAY_VENV="$venv" cargo test --locked --no-fail-fast -p cleave-cli --test ray 2>&1 | tee -a "$log" || status=$?
+    stage_done "Ray cluster tests (the venv's cleave package and Ray)"
+  fi
 fi
 # cargo's "test result: ... N passed; M failed" lines and pytest's "N passed, M failed in Ts".
 summary=$(awk '/^test result:/ || (/ in [0-9.]+s( =+)?$/ && /(passed|failed|error)/) { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|errors?)/) f += $i } } END { printf "%d passed, %d failed", p, f }' "$log")

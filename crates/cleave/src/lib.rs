@@ -108,7 +108,7 @@ pub use request::{
 };
 pub use run::{
     conn_source, default_engine, engine, engine_map, engine_registry, engine_worker_main,
-    isolate_engines, load_parts, parse_engine, EngineEvaluator,
+    isolate_engines, load_parts, load_served_part, parse_engine, EngineEvaluator,
 };
 pub use stages::{parse_memory, DecodeContext, StageRequest, StageTime, Stages};
 pub use tokenizer::TextCodec;

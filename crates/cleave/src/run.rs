@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use cleave_frontend::{Computed, Evaluator};
-use cleave_runtime::runner::{self, LoadedParts};
-use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, Registry};
+use cleave_runtime::runner::{self, LoadedParts, ServedPart};
+use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, Registry, Threads};
 
 use crate::Error;
 
@@ -40,6 +40,26 @@ pub fn parse_engine(flag: &str, name: &str) -> Result<EngineKind, Error> {
             engine_registry().names()
         ))
     })
+}
+
+/// One part loaded for serving on at most `threads` threads (`Threads::Any`: the engine's
+/// own choice): on `engine` where the connection file records one, else on the engine
+/// `backend` names, else on the first of its format's engines that loads it.
+pub fn load_served_part(
+    path: &Path,
+    backend: &str,
+    format: Option<&str>,
+    engine: Option<&str>,
+    threads: Threads,
+) -> Result<ServedPart, Error> {
+    Ok(runner::load_served(
+        engine_registry(),
+        path,
+        backend,
+        format,
+        engine,
+        threads,
+    )?)
 }
 
 /// The engine that runs the whole model at `model` unless told otherwise.

@@ -171,16 +171,17 @@ enum Command {
     /// Serve a written partition on a Ray cluster: each part a Ray actor (or Serve deployment),
     /// placed by its backend's Ray resources (a backend named gpu*/cuda* asks for a GPU, any other
     /// for a custom resource of its own name that the cluster's nodes declare, e.g.
-    /// `ray start --resources='{"npu": 1}'`; `cpu` asks for nothing). Each part runs on the
-    /// engine of its format: ONNX parts on ONNX Runtime (its CUDA provider for a gpu*/cuda*
-    /// backend where onnxruntime-gpu is installed, else the CPU), TFLite and circle parts
-    /// (converted to TFLite) on LiteRT, parts the conn file records for OpenVINO on OpenVINO.
+    /// `ray start --resources='{"npu": 1}'`; `cpu` asks for nothing). Each part runs on
+    /// cleave's own runtime, as `cleave run` runs it: ONNX parts on ONNX Runtime (tract where
+    /// it is missing), TFLite parts on LiteRT, circle parts on onert (converted to TFLite for
+    /// LiteRT where onert is missing), parts the conn file records for OpenVINO on OpenVINO.
     /// Tensors go from part to part over a Ray Compiled Graph (--data-plane handles: one Ray
     /// Serve deployment per part instead), parts whose inputs are ready run at once, and
     /// requests pipeline through the parts, behind an HTTP route (POST an .npz of the inputs;
     /// `?boundaries=1` also returns every tensor between parts), which the ingress also
-    /// answers on a port of its own, skipping Serve's proxy (--ingress-port). Needs Python with Ray:
-    /// pip install 'cleave-nn[ray]' (and 'cleave-nn[litert]' for TFLite and circle parts).
+    /// answers on a port of its own, skipping Serve's proxy (--ingress-port). Needs a Python with
+    /// Ray and the cleave package on every node: pip install 'cleave-nn[ray]' (and
+    /// 'cleave-nn[litert]' for TFLite and circle parts).
     #[command(after_long_help = examples::SERVE)]
     Serve(serve_cmd::Args),
     /// Write a random network-shaped model and a .part file, for scale tests.

@@ -56,9 +56,26 @@ fn face_detector_in_9_parts(tmp: &Path) -> std::path::PathBuf {
     out.join("face_detection_full_range.conn.json")
 }
 
+/// A command run with the Python environment that serves: the parts run on cleave's runtime
+/// through the installed package's extension, so Ray, its CLIs and the `cleave` package come
+/// from `CLEAVE_RAY_VENV` (scripts/test.sh installs Ray beside the wheel there), else from
+/// PATH's python3.
+fn with_serving_python(mut c: Command) -> Command {
+    if let Some(venv) = std::env::var_os("CLEAVE_RAY_VENV") {
+        let bin = Path::new(&venv).join("bin");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let joined =
+            std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(&path)))
+                .unwrap();
+        c.env("PATH", joined)
+            .env("CLEAVE_PYTHON", bin.join("python3"));
+    }
+    c
+}
+
 /// The whole cluster test on one data plane; its stdout.
 fn cluster_test(plane: &str, conns: &[&Path], one: &Path) -> String {
-    let out = Command::new("bash")
+    let out = with_serving_python(Command::new("bash"))
         .arg(repo().join("scripts/ray_cluster_test.sh"))
         .args(conns)
         .env("CLEAVE_BIN", env!("CARGO_BIN_EXE_cleave"))
@@ -158,7 +175,7 @@ fn serve_sends_rays_token_where_the_cluster_asks_for_it() {
         .status()
         .unwrap();
     assert!(made.success());
-    let run = Command::new("bash")
+    let run = with_serving_python(Command::new("bash"))
         .arg(repo().join("scripts/ray_token_test.sh"))
         .arg(env!("CARGO_BIN_EXE_cleave"))
         .arg(out.join("tiny_cnn.conn.json"))

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session};
+use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
 
 thread_local! {
     /// Set while this thread is inside a guarded engine call: its panics are reported as
@@ -78,9 +78,13 @@ impl Engine for Guarded {
         guarded(self.0.name(), model, || self.0.tensor_dims(model, inputs))
     }
 
-    fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_threads(
+        &self,
+        model: &Path,
+        threads: Threads,
+    ) -> Result<Box<dyn Session>, RuntimeError> {
         let engine = self.0.name();
-        let inner = guarded(engine, model, || self.0.load(model, single_thread))?;
+        let inner = guarded(engine, model, || self.0.load_threads(model, threads))?;
         Ok(Box::new(GuardedSession {
             inner,
             engine,
@@ -102,6 +106,10 @@ impl Session for GuardedSession {
         let inner = &mut self.inner;
         guarded(self.engine, &self.path, || inner.precheck())
     }
+
+    fn interrupter(&self) -> Option<std::sync::Arc<dyn cleave_runtime::Interrupt>> {
+        self.inner.interrupter()
+    }
 }
 
 #[cfg(test)]
@@ -113,7 +121,7 @@ mod tests {
         fn name(&self) -> &'static str {
             "panics"
         }
-        fn load(&self, _: &Path, _: bool) -> Result<Box<dyn Session>, RuntimeError> {
+        fn load_threads(&self, _: &Path, _: Threads) -> Result<Box<dyn Session>, RuntimeError> {
             panic!("assertion failed: dim >= 0")
         }
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cleave_ir::ElemType;
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session};
+use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
 
 use crate::litert_ffi::{self as ffi, Api, Handle, Layout, RankedTensorType, Status};
 use crate::python_pkg::PackagedLibrary;
@@ -70,12 +70,12 @@ impl Engine for Litert {
         crate::litert_dims::tensor_dims(model, inputs).map(Some)
     }
 
-    fn load(&self, path: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
-        Ok(Box::new(LitertSession::load(
-            self.api,
-            path,
-            single_thread,
-        )?))
+    fn load_threads(
+        &self,
+        path: &Path,
+        threads: Threads,
+    ) -> Result<Box<dyn Session>, RuntimeError> {
+        Ok(Box::new(LitertSession::load(self.api, path, threads)?))
     }
 }
 
@@ -239,7 +239,7 @@ impl LitertSession {
     fn load(
         api: &'static Api,
         path: &Path,
-        single_thread: bool,
+        threads: Threads,
     ) -> Result<LitertSession, RuntimeError> {
         // What LiteRT believes of a file without checking it (buffer sizes, quantization
         // arrays, indices), checked first.
@@ -340,8 +340,8 @@ impl LitertSession {
                 "choosing the CPU accelerator",
                 (api.LiteRtSetOptionsHardwareAccelerators)(s.options, ffi::HW_ACCELERATOR_CPU),
             )?;
-            if single_thread {
-                s.one_thread()?;
+            if let Threads::Exactly(n) = threads {
+                s.cpu_threads(n.get())?;
             }
             let st = (api.LiteRtCreateCompiledModel)(s.env, s.model, s.options, &mut s.compiled);
             if st != ffi::STATUS_OK {
@@ -451,7 +451,7 @@ impl LitertSession {
     ///
     /// # Safety
     /// `self.options` is live.
-    unsafe fn one_thread(&mut self) -> Result<(), RuntimeError> {
+    unsafe fn cpu_threads(&mut self, n: u16) -> Result<(), RuntimeError> {
         unsafe extern "C" fn free_text(p: *mut c_void) {
             if !p.is_null() {
                 // SAFETY: the payload is the CString leaked below, freed once by LiteRT.
@@ -459,7 +459,10 @@ impl LitertSession {
             }
         }
         let (a, p) = (self.api, self.path.as_path());
-        let payload = c"num_threads = 1\n".to_owned().into_raw();
+        // A count has no NUL byte: the CString cannot fail.
+        let payload = CString::new(format!("num_threads = {n}\n"))
+            .unwrap_or_default()
+            .into_raw();
         let mut opaque: Handle = std::ptr::null_mut();
         // SAFETY: the identifier is static; the payload and its destructor match.
         let st = unsafe {
@@ -481,7 +484,7 @@ impl LitertSession {
             // SAFETY: not added, so still ours (destroying it frees the payload).
             unsafe { (a.LiteRtDestroyOpaqueOptions)(opaque) };
         }
-        check(p, "setting one CPU thread", st)
+        check(p, "setting the CPU threads", st)
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use cleave_ir::ElemType;
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session};
+use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
 use openvino::{
     CompiledModel, Core, DeviceType, ElementType, InferRequest, PropertyKey, RwPropertyKey, Shape,
     Tensor,
@@ -254,7 +254,11 @@ impl Engine for OpenVino {
         ENGINE
     }
 
-    fn load(&self, path: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_threads(
+        &self,
+        path: &Path,
+        threads: Threads,
+    ) -> Result<Box<dyn Session>, RuntimeError> {
         let file = path.to_str().ok_or_else(|| {
             unsupported(path, "the path is not UTF-8, which OpenVINO's C API needs")
         })?;
@@ -267,11 +271,12 @@ impl Engine for OpenVino {
         let supported = core
             .get_property(&device, &PropertyKey::SupportedProperties)
             .unwrap_or_default();
-        let threads = if single_thread { "1" } else { "0" };
+        // 0: OpenVINO's own choice.
+        let threads = threads.get().to_string();
         let all = props
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
-            .chain([("INFERENCE_NUM_THREADS", threads)]);
+            .chain([("INFERENCE_NUM_THREADS", threads.as_str())]);
         for (k, v) in all {
             // A device that lacks a property (the GPU has no thread count) is left to its
             // own default; a property it has but refuses is an error.

@@ -1,16 +1,17 @@
 //! ONNX Runtime through the `ort` crate, with its shared library loaded at run time.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use cleave_ir::ElemType;
 use ort::environment::Environment;
 use ort::session::builder::GraphOptimizationLevel;
+use ort::session::RunOptions;
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
 use cleave_runtime::HostTensor;
 use cleave_runtime::RuntimeError;
-use cleave_runtime::{Engine, Session};
+use cleave_runtime::{Engine, Interrupt, Session, Threads};
 
 /// The library's file name in the PyPI `onnxruntime` wheel that `scripts/install/fetch-ort.sh` unpacks.
 pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
@@ -100,6 +101,18 @@ impl OnnxRuntime {
 struct OrtSession {
     path: PathBuf,
     session: ort::session::Session,
+    /// Every run's options: terminating them stops the run in progress.
+    options: Arc<RunOptions>,
+}
+
+/// Terminates an ONNX Runtime session's run in progress.
+struct OrtInterrupt(Arc<RunOptions>);
+
+impl Interrupt for OrtInterrupt {
+    fn interrupt(&self) {
+        // Fails only where ONNX Runtime cannot set a flag: the run then ends by itself.
+        let _ = self.0.terminate();
+    }
 }
 
 fn err(path: &Path, e: impl std::fmt::Display) -> RuntimeError {
@@ -131,16 +144,20 @@ impl Engine for OnnxRuntime {
         "onnxruntime"
     }
 
-    fn load(&self, path: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_threads(
+        &self,
+        path: &Path,
+        threads: Threads,
+    ) -> Result<Box<dyn Session>, RuntimeError> {
         let e = |x: ort::Error<ort::session::builder::SessionBuilder>| err(path, x);
         let mut b = ort::session::Session::builder(self.env).map_err(|x| err(path, x))?;
         // Keep the graph as written, so boundary tensors mean the same in parts and whole.
         b = b
             .with_optimization_level(GraphOptimizationLevel::Disable)
             .map_err(e)?;
-        if single_thread {
+        if let Threads::Exactly(n) = threads {
             b = b
-                .with_intra_threads(1)
+                .with_intra_threads(usize::from(n.get()))
                 .map_err(e)?
                 .with_inter_threads(1)
                 .map_err(e)?;
@@ -151,9 +168,11 @@ impl Engine for OnnxRuntime {
         b = b.with_intra_op_spinning(false).map_err(e)?;
         b = b.with_log_level(ort::logging::LogLevel::Fatal).map_err(e)?;
         let session = b.commit_from_file(path).map_err(|x| unsupported(path, x))?;
+        let options = Arc::new(RunOptions::new().map_err(|x| err(path, x))?);
         Ok(Box::new(OrtSession {
             path: path.to_path_buf(),
             session,
+            options,
         }))
     }
 }
@@ -257,7 +276,12 @@ impl Session for OrtSession {
             feed.push((name.clone(), to_ort(&self.path, t)?));
         }
         let path = self.path.clone();
-        let outputs = self.session.run(feed).map_err(|e| err(&path, e))?;
+        // A flag an earlier interrupt left set would stop this run at once.
+        self.options.unterminate().map_err(|e| err(&path, e))?;
+        let outputs = self
+            .session
+            .run_with_options(feed, &*self.options)
+            .map_err(|e| err(&path, e))?;
         let mut out = Vec::with_capacity(outputs.len());
         for (name, v) in outputs.iter() {
             // Sequences and maps (ZipMap's output, say) have no tensor form to hand on or
@@ -268,5 +292,9 @@ impl Session for OrtSession {
             out.push((name.to_string(), from_ort(&path, name, &v)?));
         }
         Ok(out)
+    }
+
+    fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
+        Some(Arc::new(OrtInterrupt(self.options.clone())))
     }
 }

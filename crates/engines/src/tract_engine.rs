@@ -9,7 +9,7 @@ use tract_onnx::prelude::*;
 
 use cleave_runtime::HostTensor;
 use cleave_runtime::RuntimeError;
-use cleave_runtime::{Engine, Session};
+use cleave_runtime::{Engine, Session, Threads};
 
 pub struct Tract;
 
@@ -91,7 +91,12 @@ impl Engine for Tract {
         "tract"
     }
 
-    fn load(&self, path: &Path, _single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
+    /// tract runs a model on the calling thread: `threads` has nothing to limit.
+    fn load_threads(
+        &self,
+        path: &Path,
+        _threads: Threads,
+    ) -> Result<Box<dyn Session>, RuntimeError> {
         // tract runs single-threaded unless built with its multithread feature, which cleave
         // does not enable: every tract worker already keeps to one core.
         let model = tract_onnx::onnx()

@@ -7,6 +7,7 @@ mod errors;
 mod generator;
 mod isolate;
 mod model;
+mod part;
 mod plan;
 mod tensors;
 
@@ -28,10 +29,30 @@ fn builtin_devices() -> Vec<String> {
         .collect()
 }
 
+/// The engines this build links, from the registry `cleave run` uses: per engine its
+/// `name`, `aliases`, the `formats` it runs, and `devices` (`"DEVICE"`, `"BACKENDS"`) where
+/// it takes one (`openvino:GPU`).
+#[pyfunction]
+fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, pyo3::types::PyDict>>> {
+    cleave::engine_registry()
+        .entries()
+        .iter()
+        .map(|e| {
+            let d = pyo3::types::PyDict::new(py);
+            d.set_item("name", e.name)?;
+            d.set_item("aliases", e.aliases.to_vec())?;
+            d.set_item("formats", e.formats.to_vec())?;
+            d.set_item("devices", e.devices.map(|d| d.what))?;
+            Ok(d)
+        })
+        .collect()
+}
+
 #[pymodule]
 fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_devices, m)?)?;
+    m.add_function(wrap_pyfunction!(engines, m)?)?;
     m.add_function(wrap_pyfunction!(isolate::_engine_worker, m)?)?;
     isolate::set_launcher(m.py())?;
     m.add_function(wrap_pyfunction!(model::load_path, m)?)?;
@@ -41,6 +62,8 @@ fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::Plan>()?;
     m.add_class::<plan::Runner>()?;
     m.add_class::<generator::Generator>()?;
+    m.add_function(wrap_pyfunction!(part::open_part, m)?)?;
+    m.add_class::<part::Part>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -32,7 +32,7 @@ fn elem_of(kind: u8, size: usize) -> Option<ElemType> {
 }
 
 /// numpy's name for an element type, where numpy has one.
-fn dtype_name(elem: ElemType) -> Option<&'static str> {
+pub(crate) fn dtype_name(elem: ElemType) -> Option<&'static str> {
     Some(match elem {
         ElemType::F16 => "float16",
         ElemType::F32 => "float32",

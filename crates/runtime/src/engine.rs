@@ -3,7 +3,9 @@
 //! model format: which engine runs which format, and which is preferred, is registered.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU16;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::error::RuntimeError;
 use crate::tensor::HostTensor;
@@ -21,12 +23,72 @@ pub trait Session: Send {
     fn precheck(&mut self) -> Result<(), RuntimeError> {
         Ok(())
     }
+
+    /// A handle that stops this session's run in progress from another thread (the run
+    /// then fails), where the engine can stop one; `None` where a started run always ends.
+    fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
+        None
+    }
+}
+
+/// Stops a session's run in progress, from any thread.
+pub trait Interrupt: Send + Sync {
+    fn interrupt(&self);
+}
+
+/// How many threads an engine may run one model on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Threads {
+    /// The engine's own choice (all cores, for the engines that thread).
+    #[default]
+    Any,
+    /// At most this many (an engine without a thread setting runs as it always does).
+    Exactly(NonZeroU16),
+}
+
+impl Threads {
+    pub const ONE: Threads = Threads::Exactly(NonZeroU16::MIN);
+
+    /// One thread (pipelined workers, which must not compete for cores), or the engine's choice.
+    pub fn single(one: bool) -> Threads {
+        if one {
+            Threads::ONE
+        } else {
+            Threads::Any
+        }
+    }
+
+    /// `n` threads; 0 is the engine's choice, and counts past 65535 are capped there.
+    pub fn count(n: usize) -> Threads {
+        match NonZeroU16::new(u16::try_from(n).unwrap_or(u16::MAX)) {
+            Some(n) => Threads::Exactly(n),
+            None => Threads::Any,
+        }
+    }
+
+    /// The count asked for, 0 for the engine's choice (as the isolate wire carries it).
+    pub fn get(self) -> u16 {
+        match self {
+            Threads::Any => 0,
+            Threads::Exactly(n) => n.get(),
+        }
+    }
 }
 
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
+
+    /// Loads a model to run on at most `threads` threads.
+    fn load_threads(
+        &self,
+        model: &Path,
+        threads: Threads,
+    ) -> Result<Box<dyn Session>, RuntimeError>;
+
     /// Loads a model. `single_thread` keeps the engine on one core (pipelined workers).
-    fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError>;
+    fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
+        self.load_threads(model, Threads::single(single_thread))
+    }
 
     /// The dims of every tensor of `model`'s main graph after one run on `inputs` (given in
     /// the graph's input order), in the file's tensor order (`None` for a tensor it does not
@@ -216,6 +278,40 @@ impl Registry {
             }
         }
         None
+    }
+
+    /// The engines to try in turn for a part served alone (`cleave serve`, Ray's part
+    /// actors): the engine the connection file records, else the one the backend's name
+    /// calls for, else every engine that runs whole models of `format`, preferred first
+    /// (ONNX Runtime before tract: it threads), then the format's default.
+    pub fn served_order(
+        &self,
+        backend: &str,
+        format: &str,
+        recorded: Option<&str>,
+    ) -> Result<Vec<EngineKind>, String> {
+        if let Some(e) = recorded {
+            return self
+                .parse(e)
+                .map(|k| vec![k])
+                .ok_or_else(|| format!("unknown engine '{e}' (engines: {})", self.names()));
+        }
+        if let Some(k) = self.named_by_backend(backend, format) {
+            return Ok(vec![k]);
+        }
+        let mut order = self.candidates(format);
+        if let Some(d) = self.default_for(format) {
+            if !order.contains(&d) {
+                order.push(d);
+            }
+        }
+        if order.is_empty() {
+            return Err(format!(
+                "no engine runs {format} parts (engines: {})",
+                self.names()
+            ));
+        }
+        Ok(order)
     }
 
     /// A map from backends to engines with no choice made yet.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cleave_workdir::ConnFile;
 
-use crate::engine::{part_format, EngineKind, EngineMap, Session};
+use crate::engine::{part_format, EngineKind, EngineMap, Registry, Session, Threads};
 use crate::error::RuntimeError;
 use crate::tensor::HostTensor;
 
@@ -130,6 +130,97 @@ pub fn load_parts(
         engines: kinds,
         sessions,
         notes,
+    })
+}
+
+/// One part loaded alone, as a served part runs (`cleave serve`, Ray's part actors).
+pub struct ServedPart {
+    pub session: Box<dyn Session>,
+    pub engine: EngineKind,
+    /// Why it runs on another engine than the first choice, where it does.
+    pub note: Option<String>,
+}
+
+/// Loads the part at `path` for serving on at most `threads` threads: on the engine the
+/// connection file `recorded`, or the one `backend` names, else on the first of its format's
+/// engines that loads it (`Registry::served_order`).
+pub fn load_served(
+    registry: &Registry,
+    path: &Path,
+    backend: &str,
+    format: Option<&str>,
+    recorded: Option<&str>,
+    threads: Threads,
+) -> Result<ServedPart, RuntimeError> {
+    let format = part_format(path, format);
+    let order = registry
+        .served_order(backend, &format, recorded)
+        .map_err(|message| RuntimeError::Conn {
+            path: path.to_path_buf(),
+            message,
+        })?;
+    let mut tried: Vec<String> = Vec::new();
+    let mut first = None;
+    for kind in order {
+        match registry
+            .make(&kind)
+            .and_then(|e| e.load_threads(path, threads))
+        {
+            Ok(session) => {
+                let mut notes = Vec::new();
+                if !tried.is_empty() {
+                    notes.push(format!(
+                        "runs on {} ({})",
+                        kind.label(),
+                        tried.join("; ").chars().take(400).collect::<String>()
+                    ));
+                }
+                // Serving's placement gives a backend named gpu*/cuda* a GPU (Ray's num_gpus).
+                let lower = backend.to_ascii_lowercase();
+                if (lower.starts_with("gpu") || lower.starts_with("cuda"))
+                    && kind.device().is_none()
+                {
+                    notes.push(format!(
+                        "backend {backend} asks for a GPU, and {} runs on the CPU: name an engine \
+                         with devices for it (--engine {backend}=openvino:GPU)",
+                        kind.label()
+                    ));
+                }
+                let note = (!notes.is_empty()).then(|| notes.join("; "));
+                return Ok(ServedPart {
+                    session,
+                    engine: kind,
+                    note,
+                });
+            }
+            Err(e) => {
+                tried.push(format!(
+                    "{}: {}",
+                    kind.label(),
+                    e.to_string().lines().next().unwrap_or_default()
+                ));
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(match first {
+        Some(RuntimeError::Unsupported {
+            path,
+            engine,
+            message,
+        }) if tried.len() > 1 => RuntimeError::Unsupported {
+            path,
+            engine,
+            message: format!(
+                "{message}; nor did the other engines ({})",
+                tried[1..].join("; ")
+            ),
+        },
+        Some(e) => e,
+        None => RuntimeError::Conn {
+            path: path.to_path_buf(),
+            message: "no engine to try".into(),
+        },
     })
 }
 

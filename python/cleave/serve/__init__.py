@@ -126,11 +126,11 @@ os.environ.setdefault("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
 from .checks import random_feeds, reference_run  # noqa: E402
 from .cli import main  # noqa: E402
 from .compiled import CompiledPlane, PartWorker, compiled_plane_refusal  # noqa: E402
-from .engines import circle_io_names, open_part  # noqa: E402
 from .handles import PartReplica  # noqa: E402
 from .ingress import DATA_PLANES, Ingress, build_app  # noqa: E402
 from .listener import Listener, parse_ingress_port  # noqa: E402
 from .partition import Partition, ingress_meta, part_specs  # noqa: E402
+from .runtime import open_part  # noqa: E402
 from .placement import (  # noqa: E402
     actor_options,
     default_threads,
@@ -153,7 +153,6 @@ __all__ = [
     "body_limit",
     "build_app",
     "check_input",
-    "circle_io_names",
     "compiled_plane_refusal",
     "default_threads",
     "ingress_meta",

@@ -19,7 +19,7 @@ from .cluster import (
     print_placement,
     running_http,
 )
-from .engines import LiteRtPart, OnertPart, OrtPart
+from . import runtime
 from .partition import SERVED_FORMATS, part_format
 from .placement import actor_options
 from .report import add_costs, cores_used, cpu_sample, physical_limit, print_table, settle
@@ -27,19 +27,12 @@ from .wire import short_error, write_npz
 
 
 def model_inputs(model, fmt):
-    """[(name, numpy dtype, dims with None where free)] of a model file's inputs, as the part
-    engines read them."""
+    """[(name, numpy dtype, dims with None where free)] of a model file's inputs."""
     import numpy as np
 
     if fmt not in SERVED_FORMATS:
         die(2, f"{model}: a {fmt or 'unknown'} model, which nothing here runs")
-    if fmt == "tflite":
-        session = LiteRtPart(model, 1)
-    elif fmt == "circle":
-        session = OnertPart(model)
-    else:
-        session = OrtPart(model, "cpu", 1)
-    return [(name, np.dtype(dtype or "float32"), dims) for name, (dtype, dims) in session.input_specs().items()]
+    return [(name, np.dtype(dtype or "float32"), dims) for name, dtype, dims in runtime.model_inputs(model)]
 
 
 def source_format(partition):
@@ -73,40 +66,12 @@ def random_feeds(source_file, partition, seed):
 
 
 def reference_run(source_file, feeds, names):
-    """The whole source model (ONNX Runtime for ONNX, LiteRT for TFLite), every tensor in
-    `names` read out."""
-    if os.path.splitext(source_file)[1].lower() == ".tflite":
-        return _litert_reference(source_file, feeds, names)
+    """The whole source model on its format's default engine, every tensor in `names` read
+    out."""
     try:
-        import onnx
-    except ImportError:
-        die(2, "verify needs the onnx package to expose the source's boundary tensors: pip install onnx")
-    import onnxruntime as ort
-
-    model = onnx.load(source_file)
-    have = {o.name for o in model.graph.output}
-    for n in names:
-        if n not in have:
-            # A name alone is enough: ONNX Runtime infers the type of an added output.
-            model.graph.output.append(onnx.ValueInfoProto(name=n))
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    # Full graph optimisation may fuse an intermediate tensor away; basic keeps every one.
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip(names, sess.run(list(names), feeds)))
-
-
-def _litert_reference(source_file, feeds, names):
-    """The whole TFLite model in LiteRT, its intermediate tensors kept so the boundaries can
-    be read after the run."""
-    model = LiteRtPart(source_file, 1, keep_all=True)
-    model.invoke(feeds)
-    got = model.tensors(names)
-    if got is None:
-        missing = next(n for n in names if n not in (model.tensors([n]) or {}))
-        die(2, f"{source_file}: has no tensor named {missing!r}, which the partition names")
-    return got
+        return runtime.reference_run(source_file, feeds, names)
+    except Exception as e:  # the extension's errors name the file and the tensor
+        die(2, short_error(e))
 
 
 # How bench sends its requests (--via).

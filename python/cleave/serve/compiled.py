@@ -7,7 +7,7 @@ import threading
 import time
 
 from . import placement
-from .engines import open_part
+from .runtime import open_part
 from .placement import per_backend_value
 from .wire import innermost, short_error
 

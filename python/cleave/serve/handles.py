@@ -6,7 +6,7 @@ import concurrent.futures
 import time
 
 from . import placement
-from .engines import open_part
+from .runtime import open_part
 from .wire import short_error
 
 PART_MAX_ONGOING = 16

@@ -6,23 +6,13 @@ import os
 import threading
 import time
 
-from .engines import LiteRtPart, OrtPart
+from .runtime import whole_model as _whole_model
 
 VIA = {
     "http": "as HTTP POSTs of an .npz to the ingress's own listener",
     "proxy": "as HTTP POSTs of an .npz through Serve's HTTP proxy",
     "handle": "through the Python handle",
 }
-
-
-def _whole_model(source_file, threads):
-    """The source model as one engine session and the run that answers every output."""
-    if os.path.splitext(source_file)[1].lower() == ".tflite":
-        m = LiteRtPart(source_file, threads)
-        names = list(m.outputs)
-        return m.engine.split(":")[0], lambda feeds: m.run(names, feeds, None)
-    m = OrtPart(source_file, "cpu", threads)
-    return "onnxruntime", lambda feeds: m.run(None, feeds, m.run_options())
 
 
 def physical_limit(source_file, feeds, cores, runs):

@@ -40,10 +40,6 @@ pub const RAY_APP: &[(&str, &str)] = &[
         include_str!("../../../../python/cleave/serve/compiled.py"),
     ),
     (
-        "engines.py",
-        include_str!("../../../../python/cleave/serve/engines.py"),
-    ),
-    (
         "handles.py",
         include_str!("../../../../python/cleave/serve/handles.py"),
     ),
@@ -70,6 +66,10 @@ pub const RAY_APP: &[(&str, &str)] = &[
     (
         "report.py",
         include_str!("../../../../python/cleave/serve/report.py"),
+    ),
+    (
+        "runtime.py",
+        include_str!("../../../../python/cleave/serve/runtime.py"),
     ),
     (
         "wire.py",
@@ -144,7 +144,8 @@ fn part_format(p: &ConnModel) -> String {
 /// each part format's engine (for circle, onert where `on_onert`, else LiteRT on the parts
 /// converted to TFLite).
 pub fn packages_for(conn: &ConnFile, on_onert: bool) -> Vec<&'static str> {
-    let mut need = vec!["ray", "ray.serve", "numpy"];
+    // The parts run on cleave's runtime, through the installed package's extension.
+    let mut need = vec!["ray", "ray.serve", "numpy", "cleave._cleave"];
     for p in &conn.parts {
         let engine = match part_format(p).as_str() {
             "circle" if on_onert => "onert",
@@ -156,7 +157,8 @@ pub fn packages_for(conn: &ConnFile, on_onert: bool) -> Vec<&'static str> {
             {
                 "openvino"
             }
-            _ => "onnxruntime",
+            // ONNX Runtime where its package is, else tract, in the extension.
+            _ => continue,
         };
         if !need.contains(&engine) {
             need.push(engine);

@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session};
+use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
 
 use super::wire::{self, Fields};
 use super::{worker, Launcher};
@@ -325,10 +325,10 @@ impl Isolated {
     /// A session of `path` on this engine's worker. Whether a crash there was this load's or
     /// another session's (or the worker died before), the answer is the same once more on a
     /// new worker: a second crash is this part's.
-    fn open(&self, path: &Path, single_thread: bool) -> Result<IsolatedSession, RuntimeError> {
-        match self.try_open(path, single_thread)? {
+    fn open(&self, path: &Path, threads: Threads) -> Result<IsolatedSession, RuntimeError> {
+        match self.try_open(path, threads)? {
             Ok(s) => Ok(s),
-            Err(_) => match self.try_open(path, single_thread)? {
+            Err(_) => match self.try_open(path, threads)? {
                 Ok(s) => Ok(s),
                 Err(d) => Err(crashed(self.engine, path, "loading", &d)),
             },
@@ -339,16 +339,16 @@ impl Isolated {
     fn try_open(
         &self,
         path: &Path,
-        single_thread: bool,
+        threads: Threads,
     ) -> Result<Result<IsolatedSession, Death>, RuntimeError> {
         let worker = self.worker(path)?;
         let id = worker.session_id();
-        let body = worker::load_body(&self.label, path, single_thread);
+        let body = worker::load_body(&self.label, path, threads);
         match worker.call(id, wire::LOAD, &[&body.bytes]) {
             Ok(Reply::Loaded) => Ok(Ok(IsolatedSession {
                 engine: self.clone(),
                 path: path.to_path_buf(),
-                single_thread,
+                threads,
                 worker,
                 id,
                 runs: 0,
@@ -385,8 +385,12 @@ impl Engine for Isolated {
         self.engine
     }
 
-    fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
-        Ok(Box::new(self.open(model, single_thread)?))
+    fn load_threads(
+        &self,
+        model: &Path,
+        threads: Threads,
+    ) -> Result<Box<dyn Session>, RuntimeError> {
+        Ok(Box::new(self.open(model, threads)?))
     }
 
     fn tensor_dims(
@@ -413,7 +417,7 @@ impl Engine for Isolated {
 struct IsolatedSession {
     engine: Isolated,
     path: PathBuf,
-    single_thread: bool,
+    threads: Threads,
     worker: Arc<Worker>,
     id: u32,
     /// Runs made: after the first, a model that keeps state between runs cannot be loaded
@@ -439,7 +443,7 @@ impl IsolatedSession {
             });
         }
         let runs = self.runs;
-        *self = self.engine.open(&self.path, self.single_thread)?;
+        *self = self.engine.open(&self.path, self.threads)?;
         self.runs = runs;
         Ok(())
     }

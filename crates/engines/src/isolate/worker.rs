@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 
-use cleave_runtime::{Engine, HostTensor, RuntimeError};
+use cleave_runtime::{Engine, HostTensor, RuntimeError, Threads};
 
 use super::wire::{self, Body, Fields};
 
@@ -64,13 +64,17 @@ fn serve(mut input: impl Read, out: &Out) -> io::Result<()> {
         let mut f = Fields::new(&mut input, h.len);
         match h.op {
             wire::LOAD => {
-                let (label, path, single) = (f.str()?, f.path()?, f.u8()? != 0);
+                let (label, path, threads) = (
+                    f.str()?,
+                    f.path()?,
+                    Threads::count(usize::try_from(f.u64()?).unwrap_or(usize::MAX)),
+                );
                 f.finish()?;
                 let (tx, rx) = mpsc::channel::<Vec<(String, HostTensor)>>();
                 sessions.insert(h.session, tx);
                 let out = out.clone();
                 std::thread::spawn(move || {
-                    let loaded = make(&label, &path).and_then(|e| e.load(&path, single));
+                    let loaded = make(&label, &path).and_then(|e| e.load_threads(&path, threads));
                     let mut session = match loaded {
                         Ok(s) => s,
                         Err(e) => return fail(&out, h.session, &e),
@@ -138,8 +142,8 @@ fn serve(mut input: impl Read, out: &Out) -> io::Result<()> {
 }
 
 /// A request as cleave sends it.
-pub fn load_body(label: &str, path: &Path, single_thread: bool) -> Body {
+pub fn load_body(label: &str, path: &Path, threads: Threads) -> Body {
     let mut b = Body::default();
-    b.str(label).path(path).u8(u8::from(single_thread));
+    b.str(label).path(path).u64(u64::from(threads.get()));
     b
 }
