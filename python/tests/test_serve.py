@@ -628,7 +628,7 @@ def test_each_part_on_the_compiled_plane_is_sent_only_the_graph_inputs_it_reads(
             "parts": [{"inputs": ["x"], "outputs": ["a"], "backend": "npu", "deployment": "part1_npu"},
                       {"inputs": ["a", "z"], "outputs": ["b"], "backend": "cpu", "deployment": "part2_cpu"},
                       {"inputs": ["a"], "outputs": ["c"], "backend": "cpu", "deployment": "part3_cpu"}]}
-    plane = compiled.CompiledPlane(meta, [], 1, 2)
+    plane = serve.compiled.CompiledPlane(meta, [], 1, 2)
     assert plane.reads_request == [True, True, False]
     x, z = np.zeros((256, 256), np.float32), np.ones(3, np.float32)
     ctl = {"deadline": 0.0, "boundaries": False}

@@ -13,7 +13,7 @@
 # CLEAVE_SERVE_BENCH_PLANES (default handles,compiled), CLEAVE_SERVE_BENCH_REQUESTS (per row,
 # default 40), CLEAVE_SERVE_BENCH_IN_FLIGHT (default 1,2,4,8,16), CLEAVE_SERVE_BENCH_STAGES
 # (default 1,2,4), CLEAVE_SERVE_BENCH_MODEL (another ONNX model), CLEAVE_SERVE_BENCH_THREADS
-# (each part's intra-op threads, as --threads takes them; default 1), CLEAVE_SERVE_BENCH_VIA
+# (each part's intra-op threads, as --threads takes them; default: serving's own), CLEAVE_SERVE_BENCH_VIA
 # (http: the ingress's own listener, the default; proxy: through Serve's HTTP proxy),
 # CLEAVE_SERVE_BENCH_HOP_MIB (instead of resnet50, a chain of elementwise ops whose every
 # boundary is one tensor of that many MiB, scripts/reports/hop_model.py: the parts compute next

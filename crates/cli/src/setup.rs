@@ -319,7 +319,8 @@ pub struct RayArgs {
     #[arg(long, value_name = "SPEC")]
     pub replicas: Option<String>,
     /// Intra-op threads of each part's engine, N or per backend as --replicas. Default: the
-    /// num_cpus --resources reserves for the part, else 1.
+    /// num_cpus --resources reserves for the part, else its share of its node's cores (the
+    /// cores divided by the deployment's part replicas: all of them for 1 stage).
     #[arg(long, value_name = "SPEC")]
     pub threads: Option<String>,
     /// How tensors move between parts: `compiled` (the default: the parts as Ray actors

@@ -20,26 +20,28 @@ of two data planes (``--data-plane``, ``build_app(..., data_plane=)``):
 On both, parts that do not depend on each other run at once, and with several requests in
 flight different parts work on different requests at the same time (a pipeline).
 
-Engines: an ONNX part runs on ONNX Runtime, with the CUDA execution provider when its backend
-is named ``gpu*``/``cuda*`` and the installed onnxruntime has it (else the CPU, and ``describe``
-says so); a TFLite part runs on LiteRT (``ai-edge-litert``); a part whose conn.json entry records
-``"engine" : "openvino:DEVICE"`` runs on OpenVINO's DEVICE; a circle part runs on onert
-(``pip install onert``, ONE's runtime, on its cpu backend; ``cleave serve`` converts circle
-parts to TFLite for LiteRT where the onert package is missing). ``describe`` gives each part's
-engine as it was opened.
+Engines: every part runs on cleave's own runtime through the installed package's extension
+(``cleave._cleave.open_part``), with the engines, registry and errors of ``cleave run``: the
+engine the conn.json records (``openvino:DEVICE``), else the one its backend names, else the first
+of its format's engines that loads it: ONNX Runtime, then tract, for ONNX; LiteRT for TFLite; onert
+for circle (``cleave serve`` converts circle parts to TFLite for LiteRT where the onert package is
+missing). ``describe`` gives each part's engine as it was opened, and a ``note`` where it is not
+the first choice or where a ``gpu*``/``cuda*`` backend runs on the CPU. Every node needs the
+cleave package: ``pip install 'cleave-nn[ray]'``.
 
 Replicas and threads: ``--replicas`` and ``--threads`` (``build_app(..., replicas=, threads=)``)
 take ``N`` for every part or ``BACKEND=N,...`` (``*=N`` for the backends not named): each
 part's replica count (default 1; Serve spreads requests over them) and its engine's intra-op
-threads (default: the ``num_cpus`` its options reserve, else 1). Each replica runs one request
-at a time, as a device does.
+threads (default: the ``num_cpus`` its options reserve, else its share of its node's cores: the
+cores divided by the deployment's part replicas, all of them for one part). Each replica runs one
+request at a time, as a device does.
 
 This package is ``cleave.serve`` in the Python package (``from cleave.serve import build_app``)
-and stands alone (only the standard library, numpy, Ray and the parts' engines): the cleave binary
-carries these same files inside it for ``cleave serve`` (as the package ``ray_app``), and
+and needs only the standard library, numpy, Ray and the cleave package's extension: the cleave
+binary carries these same files inside it for ``cleave serve`` (as the package ``ray_app``), and
 ``export`` copies them into the application folder it writes. Its modules, one concern each:
 ``partition`` (the conn.json as served), ``placement`` (actor options, replicas, threads),
-``engines`` (ONNX Runtime, LiteRT, OpenVINO, onert), ``wire`` (the .npz request and reply),
+``runtime`` (parts on cleave's runtime), ``wire`` (the .npz request and reply),
 ``handles`` and ``compiled`` (the two data planes), ``ingress`` (the route and ``build_app``),
 ``listener`` (the ingress's own HTTP port),
 ``cluster``, ``checks`` and ``cli`` (the command line).
@@ -130,7 +132,6 @@ from .handles import PartReplica  # noqa: E402
 from .ingress import DATA_PLANES, Ingress, build_app  # noqa: E402
 from .listener import Listener, parse_ingress_port  # noqa: E402
 from .partition import Partition, ingress_meta, part_specs  # noqa: E402
-from .runtime import open_part  # noqa: E402
 from .placement import (  # noqa: E402
     actor_options,
     default_threads,
@@ -138,6 +139,7 @@ from .placement import (  # noqa: E402
     parse_resources,
     per_backend_value,
 )
+from .runtime import open_part  # noqa: E402
 from .wire import MAX_BODY_BYTES, body_limit, check_input, read_npz, short_error, write_npz  # noqa: E402
 
 __all__ = [

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 
+from . import runtime
 from .cluster import (
     connect,
     deploy,
@@ -19,8 +20,7 @@ from .cluster import (
     print_placement,
     running_http,
 )
-from . import runtime
-from .partition import SERVED_FORMATS, part_format
+from .partition import part_format, served_formats
 from .placement import actor_options
 from .report import add_costs, cores_used, cpu_sample, physical_limit, print_table, settle
 from .wire import short_error, write_npz
@@ -30,7 +30,7 @@ def model_inputs(model, fmt):
     """[(name, numpy dtype, dims with None where free)] of a model file's inputs."""
     import numpy as np
 
-    if fmt not in SERVED_FORMATS:
+    if fmt not in served_formats():
         die(2, f"{model}: a {fmt or 'unknown'} model, which nothing here runs")
     return [(name, np.dtype(dtype or "float32"), dims) for name, dtype, dims in runtime.model_inputs(model)]
 

@@ -251,7 +251,8 @@ def main(argv=None):
             "--threads",
             metavar="SPEC",
             help="intra-op threads of each part's engine, N or per backend as --replicas "
-            "(default: the num_cpus --resources reserves for it, else 1)",
+            "(default: the num_cpus --resources reserves for it, else its share of its node's cores: "
+            "the cores divided by the deployment's part replicas)",
         )
         p.add_argument(
             "--name", help="Ray Serve application name, also the route /NAME (default: the partition's stem)"

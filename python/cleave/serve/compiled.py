@@ -7,8 +7,8 @@ import threading
 import time
 
 from . import placement
-from .runtime import open_part
 from .placement import per_backend_value
+from .runtime import open_part
 from .wire import innermost, short_error
 
 # How long a rebuilt plane waits for its actors between two looks at why they are not up.
@@ -307,7 +307,7 @@ class PartWorker:
         if missing:
             raise RuntimeError(f"{self.name} was not given {missing[0]!r}")
         run_options = self.session.run_options()
-        # Stops a run past the request's time where the engine can (ONNX Runtime, OpenVINO).
+        # Stops a run past the request's time where the engine can (ONNX Runtime).
         token = self.watchdog.arm(left, run_options)
         t, t_cpu = time.perf_counter(), time.thread_time()
         try:
@@ -373,6 +373,8 @@ class CompiledPlane:
         self.node_id = None  # the ingress's Ray node: parts on it share its monotonic clock
         producer = {}
         self.upstream, self.consumers, self.reads_request = [], [False] * len(meta["parts"]), []
+        # The graph inputs each part reads: a part's request carries those and nothing else.
+        self.request_inputs = []
         graph_outputs = set(meta["outputs"])
         for p in meta["parts"]:
             ups = sorted({producer[n] for n in p["inputs"] if n in producer})
@@ -382,6 +384,7 @@ class CompiledPlane:
             # A part reads the request when it takes a graph input, or nothing else tells it
             # the request's deadline.
             self.reads_request.append(any(n not in producer for n in p["inputs"]) or not ups)
+            self.request_inputs.append([n for n in p["inputs"] if n not in producer])
             for n in p["outputs"]:
                 producer[n] = len(self.upstream) - 1
         # The parts the ingress reads: those giving graph outputs, and the sinks. The others'
@@ -494,8 +497,13 @@ class CompiledPlane:
 
         down, up = [], []
         with InputNode() as request:
+            slot = 0
             for i, actor in enumerate(actors):
-                args = [request] if self.reads_request[i] else []
+                args = []
+                if self.reads_request[i]:
+                    # One channel per part that reads the request (Ray makes one per input
+                    # attribute): each carries that part's graph inputs only.
+                    args, slot = [request[slot]], slot + 1
                 args += [down[j] for j in self.upstream[i]]
                 if not self.reads_request[i]:
                     args = [None] + args
@@ -516,12 +524,21 @@ class CompiledPlane:
         running, which proves the channels carry a request end to end, leaves each actor's
         loop to its quiet policy and starts the ingress's result reader, whose thread is then
         put at SCHED_IDLE."""
-        request = {"feeds": {}, "ctl": {"deadline": 0.0, "boundaries": False}}
-        results = await asyncio.wait_for(_gather(await graph.execute_async(request)), PLANE_FIRST_RUN_S)
+        requests = self._requests({}, {"deadline": 0.0, "boundaries": False})
+        results = await asyncio.wait_for(_gather(await graph.execute_async(*requests)), PLANE_FIRST_RUN_S)
         if not all("skipped" in r for r in results):
             raise RuntimeError("a request out of time was run by a part instead of skipped")
         if WAIT_AS_IDLE:
             self.reader_tids = [t for t in _result_reader_tids() if _set_policy(t, True)]
+
+    def _requests(self, feeds, ctl):
+        """What each part that reads the request is sent, in the graph's input order: its own
+        graph inputs and the request's control fields."""
+        return [
+            {"feeds": {n: feeds[n] for n in self.request_inputs[i] if n in feeds}, "ctl": ctl}
+            for i in range(len(self.reads_request))
+            if self.reads_request[i]
+        ]
 
     def _pick(self):
         ready = [ln for ln in self.lanes if ln["graph"] is not None]
@@ -548,10 +565,9 @@ class CompiledPlane:
         lane = self._pick()
         if lane is None:
             raise RuntimeError(self.unavailable())
-        request = {
-            "feeds": feeds,
-            "ctl": {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries},
-        }
+        requests = self._requests(
+            feeds, {"deadline": time.time() + (deadline - time.monotonic()), "boundaries": boundaries}
+        )
         self.last_used = time.monotonic()
         lane["busy"] += 1
         slots = lane["slots"]
@@ -575,7 +591,7 @@ class CompiledPlane:
             if graph is None:
                 raise RuntimeError(self.unavailable())
             t_submit = time.monotonic()
-            task = asyncio.ensure_future(_gather(await graph.execute_async(request)))
+            task = asyncio.ensure_future(_gather(await graph.execute_async(*requests)))
             results = await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - time.monotonic() + 1.0))
         except Exception as e:
             if isinstance(e, TimeoutError) and not _plane_broken(e):

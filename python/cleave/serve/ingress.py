@@ -450,7 +450,8 @@ def build_app(
     `resources` maps backend names to ray_actor_options fragments (see the module docstring);
     `request_timeout_s` bounds a whole request inside the ingress; `replicas` and `threads`
     map backend names (``"*"`` for the rest) to each part's replica count (default 1) and its
-    engine's intra-op threads (default: the ``num_cpus`` its options reserve, else 1), as
+    engine's intra-op threads (default: the ``num_cpus`` its options reserve, else its share
+    of its node's cores, the cores divided by the deployment's part replicas), as
     ``{"cpu": 2}``, or a string ``"cpu=2,npu=1"`` as the command line takes them.
     `data_plane` is ``"compiled"`` (the parts as actors joined by a Ray Compiled Graph that
     the ingress drives; the default; where it cannot serve the partition, the handles, and
@@ -477,7 +478,7 @@ def build_app(
         threads = parse_per_backend(threads, "threads")
     partition = Partition(conn_path)
     opts = actor_options(partition, resources, replicas)
-    specs = part_specs(partition, opts, threads)
+    specs = part_specs(partition, opts, threads, replicas)
     models = []
     for p in partition.parts:
         model_bytes = None

@@ -10,8 +10,11 @@ from .placement import default_threads, per_backend_value
 INLINE_MAX_BYTES = 64 << 20
 
 
-# The part formats an engine here serves (circle on onert, when its package is installed).
-SERVED_FORMATS = ("onnx", "tflite", "circle")
+def served_formats():
+    """The part formats some engine of cleave's registry runs."""
+    from .runtime import extension
+
+    return sorted({f for e in extension().engines() for f in e["formats"]})
 
 
 class Partition:
@@ -39,10 +42,10 @@ class Partition:
             seen.update(p["outputs"])
             backend = p.get("backend") or "cpu"
             fmt = part_format(p)
-            if fmt not in SERVED_FORMATS:
+            if fmt not in served_formats():
                 raise ValueError(
                     f"{self.path}: part {i + 1} ({p['file']}) is a {fmt or 'unknown-format'} part, and no engine "
-                    f"here serves it (LiteRT reads TFLite, onert circle, ONNX Runtime and OpenVINO ONNX)"
+                    f"here serves it (cleave's engines run {', '.join(served_formats())})"
                 )
             self.parts.append(
                 {
@@ -106,12 +109,16 @@ def part_format(record):
     return os.path.splitext(record["file"])[1].lower().lstrip(".")
 
 
-def part_specs(partition, opts, threads=None):
-    """What each part's replica is built from: its conn.json record and its thread count."""
+def part_specs(partition, opts, threads=None, replicas=None):
+    """What each part's replica is built from: its conn.json record, its thread count (0: its
+    share of its node's cores), and `share`, how many replicas of parts the deployment runs,
+    which divide a node's cores where no count is given."""
+    share = sum(per_backend_value(replicas, p["backend"], 1) for p in partition.parts)
     specs = []
     for p in partition.parts:
         spec = {k: p[k] for k in ("index", "file", "inputs", "outputs", "backend", "deployment", "engine", "format")}
         spec["threads"] = per_backend_value(threads, p["backend"], default_threads(opts[p["deployment"]]))
+        spec["share"] = share
         specs.append(spec)
     return specs
 

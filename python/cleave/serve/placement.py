@@ -69,9 +69,20 @@ def per_backend_value(table, backend, default):
 
 def default_threads(opts):
     """Intra-op threads of a part: the CPUs its actor reserves (``num_cpus`` given through
-    --resources), else one, as parts on one node share its cores."""
+    --resources), else 0: its share of its node's cores, chosen where it runs
+    (``node_threads``)."""
     n = opts.get("num_cpus") or 0
-    return max(1, int(n))
+    return max(0, int(n))
+
+
+def node_threads(share):
+    """A part's share of this node's cores when `share` parts (replicas and lanes counted)
+    divide them: all of them for a 1-stage deployment."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, int(share)))
 
 
 def parse_resources(text):
@@ -160,7 +171,7 @@ def part_report(spec, session, **extra):
         deployment=spec["deployment"],
         backend=spec["backend"],
         engine=session.engine,
-        threads=int(spec.get("threads") or 1),
+        threads=int(getattr(session, "threads", None) or spec.get("threads") or 1),
         **extra,
     )
     if session.note:

@@ -67,7 +67,11 @@ class RuntimePart:
     where it is not the first choice), run as ``run(outputs, feeds, run_options)``."""
 
     def __init__(self, spec, source):
-        threads = int(spec.get("threads") or 1)
+        from .placement import node_threads
+
+        # 0 or none given: the part's share of its node's cores.
+        threads = int(spec.get("threads") or 0) or node_threads(spec.get("share") or 1)
+        self.threads = threads
         model = load_model(source, spec.get("deployment") or "<part>")
         self.part = extension().open_part(model, spec.get("backend") or "cpu", spec.get("engine"), threads)
         self.engine = self.part.engine
