@@ -39,7 +39,7 @@ if [ "$#" -eq 0 ]; then
     venv="${CLEAVE_VENV:-$HOME/.cache/cleave/venv}"
     # Ray beside the wheel, as every node of a cluster has them (from pip's cache after the first time).
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/install/requirements-ray.txt
-    CLEAVE_RAY_VENV="$venv" cargo test --locked --no-fail-fast -p cleave-cli --test ray 2>&1 | tee -a "$log" || status=$?
+    CLEAVE_RAY_VENV="$venv" cargo test --workspace --locked --no-fail-fast --test ray 2>&1 | tee -a "$log" || status=$?
     stage_done "Ray cluster tests (the venv's cleave package and Ray)"
   fi
 fi

@@ -1077,3 +1077,19 @@ def test_random_feeds_take_the_shapes_the_partition_was_cut_for(tmp_path, tiny_c
     free = cleave.load(tiny_cnn).partition(rules=str(tiny_part)).save(tmp_path / "free")
     partition = serve.Partition(free)
     assert serve.random_feeds(partition.source_file, partition, 0)["input"].shape == (1, 3, 16, 16)
+
+
+def test_the_serving_package_imports_its_own_modules_only_at_module_level():
+    """Ray ships the package to other nodes by value (cloudpickle), where no package of its name
+    exists: a relative import inside a function fails there with ModuleNotFoundError."""
+    import ast
+
+    folder = pathlib.Path(serve.__file__).parent
+    inside = []
+    for f in sorted(folder.glob("*.py")):
+        if f.name == "__main__.py":  # run as a script, never shipped
+            continue
+        for fn in ast.walk(ast.parse(f.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside += [f"{f.name}:{n.lineno}" for n in ast.walk(fn) if isinstance(n, ast.ImportFrom) and n.level]
+    assert inside == [], inside

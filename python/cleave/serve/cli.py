@@ -79,7 +79,8 @@ def cmd_serve(args):
 
 APP_PY = '''"""Ray Serve entry point of an exported cleave partition: `serve run app:app`, or
 `serve run serve_config.yaml` / `serve deploy serve_config.yaml` from this folder.
-Needs ray[serve] and numpy on every node, with onnxruntime for ONNX parts and ai-edge-litert for TFLite parts."""
+Needs the cleave package and ray[serve] on every node (pip install 'cleave-nn[ray]'), with
+ai-edge-litert for TFLite parts."""
 import json
 import os
 import sys

@@ -6,14 +6,13 @@ import json
 import os
 
 from .placement import default_threads, per_backend_value
+from .runtime import extension
 
 INLINE_MAX_BYTES = 64 << 20
 
 
 def served_formats():
     """The part formats some engine of cleave's registry runs."""
-    from .runtime import extension
-
     return sorted({f for e in extension().engines() for f in e["formats"]})
 
 

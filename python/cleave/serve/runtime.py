@@ -5,6 +5,10 @@ node that runs a part needs the ``cleave-nn`` wheel (``pip install 'cleave-nn[ra
 import sys
 import threading
 
+# At the top, never inside a function: Ray ships this package to other nodes by value, where
+# no package of its name can be imported.
+from .placement import node_threads
+
 INSTALL = "pip install 'cleave-nn[ray]'"
 
 
@@ -67,8 +71,6 @@ class RuntimePart:
     where it is not the first choice), run as ``run(outputs, feeds, run_options)``."""
 
     def __init__(self, spec, source):
-        from .placement import node_threads
-
         # 0 or none given: the part's share of its node's cores.
         threads = int(spec.get("threads") or 0) or node_threads(spec.get("share") or 1)
         self.threads = threads
