@@ -372,7 +372,7 @@ def test_a_gpu_part_says_where_it_runs():
             "deployment": "part1_gpu0", "format": "onnx"}
     part = serve.open_part(spec, model)
     assert part.engine == "ort"
-    assert "gpu0" in part.note and "runs on the CPU" in part.note and "openvino:GPU" in part.note
+    assert "gpu0" in part.note and "runs on the CPU" in part.note and "--engine gpu0=ENGINE:DEVICE" in part.note
     cpu = serve.open_part({**spec, "backend": "cpu"}, model)
     assert cpu.note is None
 

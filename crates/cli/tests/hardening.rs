@@ -311,3 +311,44 @@ fn a_cleave_python_that_is_not_python_is_named_not_onnxruntime() {
         stderr(&o)
     );
 }
+
+/// Served parts run on the cleave package's extension: a Python without it is refused before
+/// any cluster is asked, naming the install.
+#[test]
+fn serve_names_the_install_a_python_without_the_cleave_package_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p");
+    ok(&cleave(&[
+        os("partition"),
+        repo().join("examples/tiny_cnn.onnx").as_os_str(),
+        os("--part"),
+        repo().join("examples/tiny_cnn.part").as_os_str(),
+        os("-o"),
+        out.as_os_str(),
+    ]));
+    // The system's Python without its site-packages: no Ray, no cleave.
+    let bare = tmp.path().join("bare-python3");
+    std::fs::write(&bare, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_cleave"))
+        .args([
+            os("serve"),
+            out.join("tiny_cnn.conn.json").as_os_str(),
+            os("--ray"),
+            os("127.0.0.1:9"),
+        ])
+        .env("CLEAVE_PYTHON", &bare)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cleave._cleave") && err.contains("pip install 'cleave-nn[ray]'"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

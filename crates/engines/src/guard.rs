@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
+use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session};
 
 thread_local! {
     /// Set while this thread is inside a guarded engine call: its panics are reported as
@@ -78,13 +78,9 @@ impl Engine for Guarded {
         guarded(self.0.name(), model, || self.0.tensor_dims(model, inputs))
     }
 
-    fn load_threads(
-        &self,
-        model: &Path,
-        threads: Threads,
-    ) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_with(&self, model: &Path, opts: LoadOptions) -> Result<Box<dyn Session>, RuntimeError> {
         let engine = self.0.name();
-        let inner = guarded(engine, model, || self.0.load_threads(model, threads))?;
+        let inner = guarded(engine, model, || self.0.load_with(model, opts))?;
         Ok(Box::new(GuardedSession {
             inner,
             engine,
@@ -121,7 +117,7 @@ mod tests {
         fn name(&self) -> &'static str {
             "panics"
         }
-        fn load_threads(&self, _: &Path, _: Threads) -> Result<Box<dyn Session>, RuntimeError> {
+        fn load_with(&self, _: &Path, _: LoadOptions) -> Result<Box<dyn Session>, RuntimeError> {
             panic!("assertion failed: dim >= 0")
         }
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cleave_ir::ElemType;
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
+use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session, Threads};
 
 use crate::litert_ffi::{self as ffi, Api, Handle, Layout, RankedTensorType, Status};
 use crate::python_pkg::PackagedLibrary;
@@ -70,11 +70,8 @@ impl Engine for Litert {
         crate::litert_dims::tensor_dims(model, inputs).map(Some)
     }
 
-    fn load_threads(
-        &self,
-        path: &Path,
-        threads: Threads,
-    ) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_with(&self, path: &Path, opts: LoadOptions) -> Result<Box<dyn Session>, RuntimeError> {
+        let threads = opts.threads;
         Ok(Box::new(LitertSession::load(self.api, path, threads)?))
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cleave_ir::ElemType;
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
+use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session};
 use cleave_tflite::FlatModel;
 
 use crate::onert_ffi::{self as ffi, nnfw_tensorinfo, Api, Status};
@@ -94,11 +94,7 @@ impl Engine for Onert {
 
     /// onert has no per-session thread setting in its C API; `threads` is not honoured
     /// (its `cpu` backend runs most kernels on one thread as it is).
-    fn load_threads(
-        &self,
-        path: &Path,
-        _threads: Threads,
-    ) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_with(&self, path: &Path, _opts: LoadOptions) -> Result<Box<dyn Session>, RuntimeError> {
         Ok(Box::new(OnertSession::load(
             self.api,
             path,

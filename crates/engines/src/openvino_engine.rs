@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use cleave_ir::ElemType;
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
+use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session};
 use openvino::{
     CompiledModel, Core, DeviceType, ElementType, InferRequest, PropertyKey, RwPropertyKey, Shape,
     Tensor,
@@ -254,11 +254,8 @@ impl Engine for OpenVino {
         ENGINE
     }
 
-    fn load_threads(
-        &self,
-        path: &Path,
-        threads: Threads,
-    ) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_with(&self, path: &Path, opts: LoadOptions) -> Result<Box<dyn Session>, RuntimeError> {
+        let threads = opts.threads;
         let file = path.to_str().ok_or_else(|| {
             unsupported(path, "the path is not UTF-8, which OpenVINO's C API needs")
         })?;

@@ -9,7 +9,7 @@ use tract_onnx::prelude::*;
 
 use cleave_runtime::HostTensor;
 use cleave_runtime::RuntimeError;
-use cleave_runtime::{Engine, Session, Threads};
+use cleave_runtime::{Engine, LoadOptions, Session};
 
 pub struct Tract;
 
@@ -92,11 +92,7 @@ impl Engine for Tract {
     }
 
     /// tract runs a model on the calling thread: `threads` has nothing to limit.
-    fn load_threads(
-        &self,
-        path: &Path,
-        _threads: Threads,
-    ) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_with(&self, path: &Path, _opts: LoadOptions) -> Result<Box<dyn Session>, RuntimeError> {
         // tract runs single-threaded unless built with its multithread feature, which cleave
         // does not enable: every tract worker already keeps to one core.
         let model = tract_onnx::onnx()

@@ -75,19 +75,32 @@ impl Threads {
     }
 }
 
+/// How an engine loads a model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LoadOptions {
+    pub threads: Threads,
+    /// Let the engine rewrite the graph for speed (fusions), as served parts want; off, an
+    /// engine that can keeps the graph as written, so the tensors `verify` compares between
+    /// parts and whole are computed the same way.
+    pub optimize: bool,
+}
+
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
 
-    /// Loads a model to run on at most `threads` threads.
-    fn load_threads(
-        &self,
-        model: &Path,
-        threads: Threads,
-    ) -> Result<Box<dyn Session>, RuntimeError>;
+    /// Loads a model as `opts` says.
+    fn load_with(&self, model: &Path, opts: LoadOptions) -> Result<Box<dyn Session>, RuntimeError>;
 
-    /// Loads a model. `single_thread` keeps the engine on one core (pipelined workers).
+    /// Loads a model as written. `single_thread` keeps the engine on one core (pipelined
+    /// workers).
     fn load(&self, model: &Path, single_thread: bool) -> Result<Box<dyn Session>, RuntimeError> {
-        self.load_threads(model, Threads::single(single_thread))
+        self.load_with(
+            model,
+            LoadOptions {
+                threads: Threads::single(single_thread),
+                optimize: false,
+            },
+        )
     }
 
     /// The dims of every tensor of `model`'s main graph after one run on `inputs` (given in
@@ -506,6 +519,30 @@ mod tests {
         assert_eq!(r.candidates("fb"), [kind("flat")]);
         assert_eq!(r.parse("fast-alias"), Some(kind("fast")));
         assert_eq!(r.names(), "fast, slow, flat, dev[:DEVICE]");
+    }
+
+    #[test]
+    fn a_served_part_tries_the_recorded_engine_else_the_backends_else_its_formats_in_order() {
+        let r = registry();
+        // Whole-model engines first (the preferred one leads), then the format's default.
+        assert_eq!(
+            r.served_order("npu", "fa", None),
+            Ok(vec![kind("fast"), kind("slow")])
+        );
+        assert_eq!(r.served_order("npu", "fb", None), Ok(vec![kind("flat")]));
+        assert_eq!(
+            r.served_order("dv-GPU", "fa", None),
+            Ok(vec![kind("dev:GPU")])
+        );
+        assert_eq!(r.served_order("fast", "fa", None), Ok(vec![kind("fast")]));
+        assert_eq!(
+            r.served_order("npu", "fa", Some("dev:NPU")),
+            Ok(vec![kind("dev:NPU")])
+        );
+        let e = r.served_order("npu", "fa", Some("nope")).unwrap_err();
+        assert!(e.contains("unknown engine 'nope'"), "{e}");
+        let e = r.served_order("npu", "fc", None).unwrap_err();
+        assert!(e.contains("no engine runs fc parts"), "{e}");
     }
 
     #[test]

@@ -20,8 +20,8 @@ mod tensor;
 pub mod verify;
 
 pub use engine::{
-    part_format, Devices, Engine, EngineEntry, EngineKind, EngineMap, Interrupt, MakeEngine,
-    Registry, Session, Threads,
+    part_format, Devices, Engine, EngineEntry, EngineKind, EngineMap, Interrupt, LoadOptions,
+    MakeEngine, Registry, Session, Threads,
 };
 pub use error::RuntimeError;
 pub use npy::{npy_bytes, npy_from_bytes, read_npy, write_npy};

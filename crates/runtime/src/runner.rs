@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cleave_workdir::ConnFile;
 
-use crate::engine::{part_format, EngineKind, EngineMap, Registry, Session, Threads};
+use crate::engine::{part_format, EngineKind, EngineMap, LoadOptions, Registry, Session, Threads};
 use crate::error::RuntimeError;
 use crate::tensor::HostTensor;
 
@@ -152,6 +152,11 @@ pub fn load_served(
     recorded: Option<&str>,
     threads: Threads,
 ) -> Result<ServedPart, RuntimeError> {
+    // Served for speed: the engine may fuse inside the part (its inputs and outputs stay).
+    let opts = LoadOptions {
+        threads,
+        optimize: true,
+    };
     let format = part_format(path, format);
     let order = registry
         .served_order(backend, &format, recorded)
@@ -162,10 +167,7 @@ pub fn load_served(
     let mut tried: Vec<String> = Vec::new();
     let mut first = None;
     for kind in order {
-        match registry
-            .make(&kind)
-            .and_then(|e| e.load_threads(path, threads))
-        {
+        match registry.make(&kind).and_then(|e| e.load_with(path, opts)) {
             Ok(session) => {
                 let mut notes = Vec::new();
                 if !tried.is_empty() {
@@ -182,7 +184,7 @@ pub fn load_served(
                 {
                     notes.push(format!(
                         "backend {backend} asks for a GPU, and {} runs on the CPU: name an engine \
-                         with devices for it (--engine {backend}=openvino:GPU)",
+                         and device for it (--engine {backend}=ENGINE:DEVICE)",
                         kind.label()
                     ));
                 }

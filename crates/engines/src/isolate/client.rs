@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Session, Threads};
+use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session, Threads};
 
 use super::wire::{self, Fields};
 use super::{worker, Launcher};
@@ -385,11 +385,8 @@ impl Engine for Isolated {
         self.engine
     }
 
-    fn load_threads(
-        &self,
-        model: &Path,
-        threads: Threads,
-    ) -> Result<Box<dyn Session>, RuntimeError> {
+    fn load_with(&self, model: &Path, opts: LoadOptions) -> Result<Box<dyn Session>, RuntimeError> {
+        let threads = opts.threads;
         Ok(Box::new(self.open(model, threads)?))
     }
 

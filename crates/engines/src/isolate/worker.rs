@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 
-use cleave_runtime::{Engine, HostTensor, RuntimeError, Threads};
+use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Threads};
 
 use super::wire::{self, Body, Fields};
 
@@ -74,7 +74,15 @@ fn serve(mut input: impl Read, out: &Out) -> io::Result<()> {
                 sessions.insert(h.session, tx);
                 let out = out.clone();
                 std::thread::spawn(move || {
-                    let loaded = make(&label, &path).and_then(|e| e.load_threads(&path, threads));
+                    let loaded = make(&label, &path).and_then(|e| {
+                        e.load_with(
+                            &path,
+                            LoadOptions {
+                                threads,
+                                optimize: false,
+                            },
+                        )
+                    });
                     let mut session = match loaded {
                         Ok(s) => s,
                         Err(e) => return fail(&out, h.session, &e),
