@@ -8,7 +8,8 @@
 #
 #   scripts/reports/serve_bench.sh [CLEAVE_BIN]
 #
-# Needs root (unshare), scripts/install/requirements-ray.txt and the test data
+# Needs root (unshare), a python3 first on PATH with the cleave package (pip install .) and
+# scripts/install/requirements-ray.txt, and the test data
 # (scripts/testdata/fetch-test-data.sh: light-random/light_resnet50.onnx). Environment:
 # CLEAVE_SERVE_BENCH_PLANES (default handles,compiled), CLEAVE_SERVE_BENCH_REQUESTS (per row,
 # default 40), CLEAVE_SERVE_BENCH_IN_FLIGHT (default 1,2,4,8,16), CLEAVE_SERVE_BENCH_STAGES
