@@ -30,7 +30,7 @@ def model_inputs(model, fmt):
     """[(name, numpy dtype, dims with None where free)] of a model file's inputs."""
     import numpy as np
 
-    if fmt not in served_formats():
+    if fmt not in (served_formats() or [fmt]):
         die(2, f"{model}: a {fmt or 'unknown'} model, which nothing here runs")
     return [(name, np.dtype(dtype or "float32"), dims) for name, dtype, dims in runtime.model_inputs(model)]
 

@@ -12,8 +12,13 @@ INLINE_MAX_BYTES = 64 << 20
 
 
 def served_formats():
-    """The part formats some engine of cleave's registry runs."""
-    return sorted({f for e in extension().engines() for f in e["formats"]})
+    """The part formats some engine of cleave's registry runs; None where this Python has no
+    cleave package (``export`` writes files only; the nodes that run the parts check)."""
+    try:
+        engines = extension().engines()
+    except RuntimeError:
+        return None
+    return sorted({f for e in engines for f in e["formats"]})
 
 
 class Partition:
@@ -41,10 +46,11 @@ class Partition:
             seen.update(p["outputs"])
             backend = p.get("backend") or "cpu"
             fmt = part_format(p)
-            if fmt not in served_formats():
+            formats = served_formats()
+            if formats is not None and fmt not in formats:
                 raise ValueError(
                     f"{self.path}: part {i + 1} ({p['file']}) is a {fmt or 'unknown-format'} part, and no engine "
-                    f"here serves it (cleave's engines run {', '.join(served_formats())})"
+                    f"here serves it (cleave's engines run {', '.join(formats)})"
                 )
             self.parts.append(
                 {
