@@ -13,7 +13,7 @@ use tempfile::TempDir;
 
 use crate::errors::{from_engine_in, from_facade_in, raise, Kind, Names};
 use crate::plan::Plan;
-use crate::tensors::{feeds_of, to_numpy};
+use crate::tensors::run_session;
 
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Model {
@@ -458,24 +458,6 @@ impl WholeModel {
         py: Python<'py>,
         feeds: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let feeds = feeds_of(feeds)?;
-        let session = &self.session;
-        // Only Rust under the lock: a failure becomes an exception once it is released.
-        let got = py
-            .detach(|| -> Result<_, cleave::Error> {
-                let mut session = session
-                    .lock()
-                    .map_err(|_| cleave::Error::usage("an earlier run of this model panicked"))?;
-                Ok(session.run(&feeds)?)
-            })
-            .map_err(|e| from_engine_in(e, &self.names))?;
-        let out = PyDict::new(py);
-        for (name, t) in got {
-            if self.wanted.contains(&name) {
-                let arr = to_numpy(py, &name, t)?;
-                out.set_item(name, arr)?;
-            }
-        }
-        Ok(out)
+        run_session(py, &self.session, feeds, &self.wanted, &self.names, "model")
     }
 }

@@ -11,7 +11,7 @@ use tempfile::TempDir;
 
 use crate::errors::{from_engine_in, raise, Kind, Names};
 use crate::model::Model;
-use crate::tensors::{dtype_name, feeds_of, to_numpy};
+use crate::tensors::{dtype_name, run_session};
 
 /// What an input takes: numpy's dtype name (None where numpy has none) and the dims (None
 /// where one is dynamic; no dims at all where the file does not say).
@@ -147,24 +147,6 @@ impl Part {
                 &format!("the part has no output '{bad}'"),
             ));
         }
-        let feeds = feeds_of(feeds)?;
-        let session = &self.session;
-        // Only Rust under the lock: a failure becomes an exception once it is released.
-        let got = py
-            .detach(|| -> Result<_, cleave::Error> {
-                let mut session = session
-                    .lock()
-                    .map_err(|_| cleave::Error::usage("an earlier run of this part panicked"))?;
-                Ok(session.run(&feeds)?)
-            })
-            .map_err(|e| from_engine_in(e, &self.names))?;
-        let out = PyDict::new(py);
-        for (name, t) in got {
-            if wanted.contains(&name) {
-                let arr = to_numpy(py, &name, t)?;
-                out.set_item(name, arr)?;
-            }
-        }
-        Ok(out)
+        run_session(py, &self.session, feeds, &wanted, &self.names, "part")
     }
 }

@@ -140,3 +140,33 @@ pub(crate) fn feeds_of(feeds: &Bound<'_, PyDict>) -> PyResult<Vec<(String, HostT
         })
         .collect()
 }
+
+/// Runs `session` once on `feeds`, the GIL released and only Rust under its lock (a failure
+/// becomes an exception once the lock is let go), and returns the tensors in `wanted` as
+/// arrays; `what` names the session in the message of a poisoned lock.
+pub(crate) fn run_session<'py>(
+    py: Python<'py>,
+    session: &std::sync::Mutex<Box<dyn cleave::runtime::Session>>,
+    feeds: &Bound<'py, PyDict>,
+    wanted: &[String],
+    names: &crate::errors::Names,
+    what: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let feeds = feeds_of(feeds)?;
+    let got = py
+        .detach(|| -> Result<_, cleave::Error> {
+            let mut session = session.lock().map_err(|_| {
+                cleave::Error::usage(format!("an earlier run of this {what} panicked"))
+            })?;
+            Ok(session.run(&feeds)?)
+        })
+        .map_err(|e| crate::errors::from_engine_in(e, names))?;
+    let out = PyDict::new(py);
+    for (name, t) in got {
+        if wanted.contains(&name) {
+            let arr = to_numpy(py, &name, t)?;
+            out.set_item(name, arr)?;
+        }
+    }
+    Ok(out)
+}
