@@ -5,7 +5,7 @@ import numpy as np
 
 __version__: str
 __all__ = ["cli_main", "builtin_devices", "engines", "_engine_worker", "load_path", "load_bytes", "open_part", "Model",
-           "WholeModel", "Plan", "Runner", "Generator", "Part", "__version__"]
+           "WholeModel", "Plan", "Runner", "Generator", "Part", "Cancel", "__version__"]
 
 _Dim = Union[int, str, None]
 
@@ -125,5 +125,13 @@ class Part:
     def outputs(self) -> List[str]: ...
     @property
     def cancellable(self) -> bool: ...
+    def run(
+        self, feeds: Dict[str, np.ndarray], outputs: Optional[List[str]] = None, cancel: Optional[Cancel] = None
+    ) -> Dict[str, np.ndarray]: ...
+
+@final
+class Cancel:
+    def __init__(self) -> None: ...
     def cancel(self) -> None: ...
-    def run(self, feeds: Dict[str, np.ndarray], outputs: Optional[List[str]] = None) -> Dict[str, np.ndarray]: ...
+    @property
+    def cancelled(self) -> bool: ...

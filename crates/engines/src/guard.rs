@@ -103,8 +103,19 @@ impl Session for GuardedSession {
         guarded(self.engine, &self.path, || inner.precheck())
     }
 
-    fn interrupter(&self) -> Option<std::sync::Arc<dyn cleave_runtime::Interrupt>> {
-        self.inner.interrupter()
+    fn run_cancellable(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+        cancel: &cleave_runtime::Cancel,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let inner = &mut self.inner;
+        guarded(self.engine, &self.path, || {
+            inner.run_cancellable(inputs, cancel)
+        })
+    }
+
+    fn cancellable(&self) -> bool {
+        self.inner.cancellable()
     }
 }
 

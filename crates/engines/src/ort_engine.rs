@@ -11,7 +11,7 @@ use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
 use cleave_runtime::HostTensor;
 use cleave_runtime::RuntimeError;
-use cleave_runtime::{Engine, Interrupt, LoadOptions, Session, Threads};
+use cleave_runtime::{Cancel, Engine, Interrupt, LoadOptions, Session, Threads};
 
 /// The library's file name in the PyPI `onnxruntime` wheel that `scripts/install/fetch-ort.sh` unpacks.
 pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
@@ -101,11 +101,9 @@ impl OnnxRuntime {
 struct OrtSession {
     path: PathBuf,
     session: ort::session::Session,
-    /// Every run's options: terminating them stops the run in progress.
-    options: Arc<RunOptions>,
 }
 
-/// Terminates an ONNX Runtime session's run in progress.
+/// Terminates the one ONNX Runtime run given these options (each cancellable run has its own).
 struct OrtInterrupt(Arc<RunOptions>);
 
 impl Interrupt for OrtInterrupt {
@@ -169,11 +167,9 @@ impl Engine for OnnxRuntime {
         b = b.with_intra_op_spinning(false).map_err(e)?;
         b = b.with_log_level(ort::logging::LogLevel::Fatal).map_err(e)?;
         let session = b.commit_from_file(path).map_err(|x| unsupported(path, x))?;
-        let options = Arc::new(RunOptions::new().map_err(|x| err(path, x))?);
         Ok(Box::new(OrtSession {
             path: path.to_path_buf(),
             session,
-            options,
         }))
     }
 }
@@ -285,10 +281,11 @@ fn from_ort(path: &Path, name: &str, v: &DynValue) -> Result<HostTensor, Runtime
     Ok(HostTensor { elem, shape, data })
 }
 
-impl Session for OrtSession {
-    fn run(
+impl OrtSession {
+    fn run_with(
         &mut self,
         inputs: &[(String, HostTensor)],
+        options: Option<&RunOptions>,
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         let wanted: Vec<String> = self
             .session
@@ -310,12 +307,11 @@ impl Session for OrtSession {
             feed.push((name.clone(), to_ort(&self.path, t)?));
         }
         let path = self.path.clone();
-        // A flag an earlier interrupt left set would stop this run at once.
-        self.options.unterminate().map_err(|e| err(&path, e))?;
-        let outputs = self
-            .session
-            .run_with_options(feed, &*self.options)
-            .map_err(|e| err(&path, e))?;
+        let outputs = match options {
+            Some(o) => self.session.run_with_options(feed, o),
+            None => self.session.run(feed),
+        }
+        .map_err(|e| err(&path, e))?;
         let mut out = Vec::with_capacity(outputs.len());
         for (name, v) in outputs.iter() {
             // Sequences and maps (ZipMap's output, say) have no tensor form to hand on or
@@ -327,8 +323,36 @@ impl Session for OrtSession {
         }
         Ok(out)
     }
+}
 
-    fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
-        Some(Arc::new(OrtInterrupt(self.options.clone())))
+impl Session for OrtSession {
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        self.run_with(inputs, None)
+    }
+
+    fn run_cancellable(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+        cancel: &Cancel,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        // Options of this run alone: a terminate meant for it cannot outlive it and stop the
+        // next request's run, nor be cleared by that run before it lands.
+        let options = Arc::new(RunOptions::new().map_err(|e| err(&self.path, e))?);
+        if !cancel.arm(Arc::new(OrtInterrupt(options.clone()))) {
+            return Err(RuntimeError::Cancelled);
+        }
+        let got = self.run_with(inputs, Some(&options));
+        cancel.disarm();
+        match got {
+            Err(_) if cancel.is_cancelled() => Err(RuntimeError::Cancelled),
+            other => other,
+        }
+    }
+
+    fn cancellable(&self) -> bool {
+        true
     }
 }

@@ -64,6 +64,7 @@ fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<generator::Generator>()?;
     m.add_function(wrap_pyfunction!(part::open_part, m)?)?;
     m.add_class::<part::Part>()?;
+    m.add_class::<part::CancelToken>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

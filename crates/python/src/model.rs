@@ -458,6 +458,14 @@ impl WholeModel {
         py: Python<'py>,
         feeds: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        run_session(py, &self.session, feeds, &self.wanted, &self.names, "model")
+        run_session(
+            py,
+            &self.session,
+            feeds,
+            &self.wanted,
+            &self.names,
+            "model",
+            None,
+        )
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use cleave::ir::Dim;
-use cleave::runtime::{Interrupt, Session, Threads};
+use cleave::runtime::{Cancel, Session, Threads};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
@@ -22,8 +22,8 @@ type InputSpec = (String, Option<&'static str>, Option<Vec<Option<u64>>>);
 #[pyclass(module = "cleave._cleave", frozen)]
 pub struct Part {
     session: Mutex<Box<dyn Session>>,
-    /// Stops the run in progress, where the engine can.
-    interrupt: Option<Arc<dyn Interrupt>>,
+    /// Whether a run in progress stops when its request is cancelled.
+    cancellable: bool,
     engine: String,
     note: Option<String>,
     inputs: Vec<InputSpec>,
@@ -78,7 +78,7 @@ pub fn open_part(
         .detach(|| cleave::load_served_part(&path, backend, None, engine, Threads::count(threads)))
         .map_err(|e| from_engine_in(e, &names))?;
     Ok(Part {
-        interrupt: served.session.interrupter(),
+        cancellable: served.session.cancellable(),
         session: Mutex::new(served.session),
         engine: served.engine.label(),
         note: served.note,
@@ -116,28 +116,23 @@ impl Part {
         self.outputs.clone()
     }
 
-    /// Whether `cancel` can stop a run in progress (ONNX Runtime can; the others finish it).
+    /// Whether cancelling a request stops its run in progress (ONNX Runtime can); on the
+    /// other engines a cancelled request's run does not start, and one started finishes.
     #[getter]
     fn cancellable(&self) -> bool {
-        self.interrupt.is_some()
-    }
-
-    /// Stops the run in progress, where the engine can (the run then raises); a no-op where
-    /// it cannot, or where nothing runs. Takes no lock: call it from any thread.
-    fn cancel(&self) {
-        if let Some(i) = &self.interrupt {
-            i.interrupt();
-        }
+        self.cancellable
     }
 
     /// Runs the part once on `feeds` (numpy arrays by input name); returns `outputs` (all
-    /// of them when None) as arrays that own the engine's bytes.
-    #[pyo3(signature = (feeds, outputs=None))]
+    /// of them when None) as arrays that own the engine's bytes. Given `cancel`, a run that
+    /// request is given up on raises (see `cancellable`); cancelling it touches no other run.
+    #[pyo3(signature = (feeds, outputs=None, cancel=None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
         feeds: &Bound<'py, PyDict>,
         outputs: Option<Vec<String>>,
+        cancel: Option<PyRef<'py, CancelToken>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let wanted = outputs.unwrap_or_else(|| self.outputs.clone());
         if let Some(bad) = wanted.iter().find(|n| !self.outputs.contains(n)) {
@@ -147,6 +142,38 @@ impl Part {
                 &format!("the part has no output '{bad}'"),
             ));
         }
-        run_session(py, &self.session, feeds, &wanted, &self.names, "part")
+        let cancel = cancel.map(|c| c.0.clone());
+        run_session(
+            py,
+            &self.session,
+            feeds,
+            &wanted,
+            &self.names,
+            "part",
+            cancel.as_deref(),
+        )
+    }
+}
+
+/// One request's cancellation: pass it to `Part.run`, and call `cancel()` from any thread once
+/// the request is given up on.
+#[pyclass(module = "cleave._cleave", name = "Cancel", frozen)]
+pub struct CancelToken(Arc<Cancel>);
+
+#[pymethods]
+impl CancelToken {
+    #[new]
+    fn new() -> CancelToken {
+        CancelToken(Arc::new(Cancel::new()))
+    }
+
+    /// Gives the request up: its run stops where the engine can, or never starts.
+    fn cancel(&self) {
+        self.0.cancel();
+    }
+
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.0.is_cancelled()
     }
 }

@@ -143,7 +143,8 @@ pub(crate) fn feeds_of(feeds: &Bound<'_, PyDict>) -> PyResult<Vec<(String, HostT
 
 /// Runs `session` once on `feeds`, the GIL released and only Rust under its lock (a failure
 /// becomes an exception once the lock is let go), and returns the tensors in `wanted` as
-/// arrays; `what` names the session in the message of a poisoned lock.
+/// arrays; `what` names the session in the message of a poisoned lock. A run given `cancel`
+/// stops (or never starts) once it is cancelled.
 pub(crate) fn run_session<'py>(
     py: Python<'py>,
     session: &std::sync::Mutex<Box<dyn cleave::runtime::Session>>,
@@ -151,6 +152,7 @@ pub(crate) fn run_session<'py>(
     wanted: &[String],
     names: &crate::errors::Names,
     what: &str,
+    cancel: Option<&cleave::runtime::Cancel>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let feeds = feeds_of(feeds)?;
     let got = py
@@ -158,7 +160,10 @@ pub(crate) fn run_session<'py>(
             let mut session = session.lock().map_err(|_| {
                 cleave::Error::usage(format!("an earlier run of this {what} panicked"))
             })?;
-            Ok(session.run(&feeds)?)
+            Ok(match cancel {
+                Some(c) => session.run_cancellable(&feeds, c)?,
+                None => session.run(&feeds)?,
+            })
         })
         .map_err(|e| crate::errors::from_engine_in(e, names))?;
     let out = PyDict::new(py);

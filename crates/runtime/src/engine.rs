@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroU16;
 use std::path::Path;
-use std::sync::Arc;
 
+use crate::cancel::Cancel;
 use crate::error::RuntimeError;
 use crate::tensor::HostTensor;
 
@@ -24,16 +24,24 @@ pub trait Session: Send {
         Ok(())
     }
 
-    /// A handle that stops this session's run in progress from another thread (the run
-    /// then fails), where the engine can stop one; `None` where a started run always ends.
-    fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
-        None
+    /// Runs once as `run`, unless `cancel` is cancelled: before the run starts it does not
+    /// start; during it, an engine that can stop a run in progress stops it (`cancellable`).
+    /// Either way the call fails with [`RuntimeError::Cancelled`].
+    fn run_cancellable(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+        cancel: &Cancel,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        if cancel.is_cancelled() {
+            return Err(RuntimeError::Cancelled);
+        }
+        self.run(inputs)
     }
-}
 
-/// Stops a session's run in progress, from any thread.
-pub trait Interrupt: Send + Sync {
-    fn interrupt(&self);
+    /// Whether `run_cancellable` stops a run in progress, not only one not yet started.
+    fn cancellable(&self) -> bool {
+        false
+    }
 }
 
 /// How many threads an engine may run one model on.

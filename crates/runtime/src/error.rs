@@ -46,6 +46,9 @@ pub enum RuntimeError {
     Model { path: PathBuf, message: String },
     #[error("{message}")]
     Conn { path: PathBuf, message: String },
+    /// The request was given up on (`Session::run_cancellable`).
+    #[error("the run was cancelled: its request was given up on")]
+    Cancelled,
 }
 
 impl RuntimeError {
@@ -60,7 +63,7 @@ impl RuntimeError {
             | RuntimeError::Input { path, .. }
             | RuntimeError::Conn { path, .. }
             | RuntimeError::Model { path, .. } => Some(path),
-            RuntimeError::Unavailable { .. } => None,
+            RuntimeError::Unavailable { .. } | RuntimeError::Cancelled => None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //!
 //! Architecture invariant: this crate names no model format and no engine, and links none.
 
+mod cancel;
 pub mod decode;
 pub mod engine;
 mod error;
@@ -19,9 +20,10 @@ pub mod runner;
 mod tensor;
 pub mod verify;
 
+pub use cancel::{Cancel, Interrupt};
 pub use engine::{
-    part_format, Devices, Engine, EngineEntry, EngineKind, EngineMap, Interrupt, LoadOptions,
-    MakeEngine, Registry, Session, Threads,
+    part_format, Devices, Engine, EngineEntry, EngineKind, EngineMap, LoadOptions, MakeEngine,
+    Registry, Session, Threads,
 };
 pub use error::RuntimeError;
 pub use npy::{npy_bytes, npy_from_bytes, read_npy, write_npy};

@@ -3,7 +3,6 @@ registry that picks one for each part, and the errors are those of ``cleave run`
 node that runs a part needs the ``cleave-nn`` wheel (``pip install 'cleave-nn[ray]'``)."""
 
 import sys
-import threading
 
 # At the top, never inside a function: Ray ships this package to other nodes by value, where
 # no package of its name can be imported.
@@ -33,37 +32,24 @@ def load_model(source, name="<part>"):
 
 class _Cancel:
     """One request's run options: setting ``terminate`` once the request is given up on stops
-    its run where the engine can (ONNX Runtime), and keeps it from starting where it has not.
-    An engine that cannot stop a started run finishes it, unawaited."""
+    its run where the engine can (ONNX Runtime), and keeps it from starting where it has not;
+    an engine that cannot stop a started run finishes it, unawaited. The token is the
+    request's own, so no other request's run on the same part is touched."""
 
-    def __init__(self, part):
-        self._part = part
-        self._lock = threading.Lock()
-        self._running = False
-        self._terminated = False
+    def __init__(self):
+        self._token = extension().Cancel()
 
     @property
     def terminate(self):
-        return self._terminated
+        return self._token.cancelled
 
     @terminate.setter
     def terminate(self, value):
-        with self._lock:
-            self._terminated = self._terminated or bool(value)
-            # Only while this request runs: the part's next run is another request's.
-            if self._terminated and self._running:
-                self._part.cancel()
+        if value:
+            self._token.cancel()
 
     def run(self, part, feeds, names):
-        with self._lock:
-            if self._terminated:
-                raise RuntimeError("the request was given up on before its part ran")
-            self._running = True
-        try:
-            return part.run(feeds, names)
-        finally:
-            with self._lock:
-                self._running = False
+        return part.run(feeds, names, self._token)
 
 
 class RuntimePart:
@@ -85,11 +71,11 @@ class RuntimePart:
         return {name: [dtype, list(dims) if dims is not None else []] for name, dtype, dims in self.part.inputs}
 
     def run_options(self):
-        return _Cancel(self.part)
+        return _Cancel()
 
     def run(self, outputs, feeds, run_options=None):
         names = list(self.outputs if outputs is None else outputs)
-        got = (run_options or _Cancel(self.part)).run(self.part, feeds, names)
+        got = (run_options or _Cancel()).run(self.part, feeds, names)
         return [got[n] for n in names]
 
 

@@ -297,6 +297,7 @@ pub fn error_body(e: &RuntimeError) -> Body {
         RuntimeError::Input { name, message, .. } => (7, "", name.as_str(), message.clone()),
         RuntimeError::Model { message, .. } => (8, "", "", message.clone()),
         RuntimeError::Conn { message, .. } => (9, "", "", message.clone()),
+        RuntimeError::Cancelled => (10, "", "", String::new()),
     };
     let path = e
         .path()
@@ -348,6 +349,7 @@ pub fn read_error<R: Read>(f: &mut Fields<R>, engine: &'static str) -> io::Resul
         },
         8 => RuntimeError::Model { path, message },
         9 => RuntimeError::Conn { path, message },
+        10 => RuntimeError::Cancelled,
         k => return Err(invalid(format!("an error of kind {k}"))),
     })
 }
