@@ -268,14 +268,9 @@ pub struct Args {
     /// With --ray: more partitions to bench in the same run (their stem.conn.json).
     #[arg(value_name = "MORE", requires = "ray")]
     pub more: Vec<std::path::PathBuf>,
-    /// With --ray: comma-separated requests-in-flight levels [default: 1,2,4,8,16].
-    #[arg(long, value_name = "LIST", requires = "ray")]
-    pub in_flight: Option<String>,
-    /// With --ray: send the requests as HTTP POSTs of an .npz, as clients do, to the
-    /// ingress's own listener (`http`; Serve's route where --ingress-port is off) or through
-    /// Serve's HTTP proxy (`proxy`), or through the Python handle (`handle`) [default: http].
-    #[arg(long, value_name = "HOW", value_parser = ["http", "proxy", "handle"], requires = "ray")]
-    pub via: Option<String>,
+    /// With --ray: how the requests are sent.
+    #[command(flatten)]
+    pub bench: crate::serve_flags::Flags<crate::serve_flags::Bench>,
     /// With --ray: how the parts are deployed.
     #[command(flatten)]
     pub deploy: crate::setup::RayArgs,
@@ -294,16 +289,16 @@ pub fn main(a: Args) -> Result<(), Fail> {
             conns,
             address,
             runs: a.runs,
-            in_flight: a.in_flight.as_deref(),
-            via: a.via.as_deref(),
+            bench: &a.bench,
             deploy: &a.deploy,
             json: a.json,
         });
     }
     if a.deploy.any() {
-        return Err(Fail::usage(
-            "--resources, --replicas, --threads, --data-plane and --ingress-port say how to deploy on Ray: give them with --ray ADDRESS",
-        ));
+        return Err(Fail::usage(format!(
+            "{} say how to deploy on Ray: give them with --ray ADDRESS",
+            crate::setup::RayArgs::names()
+        )));
     }
     if a.devices.objective == crate::setup::Objective::Latency {
         return crate::bench_placements::run(

@@ -28,6 +28,7 @@ mod query;
 mod report_cmd;
 mod run_cmd;
 mod serve_cmd;
+mod serve_flags;
 mod setup;
 mod timings;
 mod verify_cmd;

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use cleave::workdir::ConnFile;
 
+use crate::serve_flags::{Bench, Cluster, Flags, Route, Serve as ServeOnly};
 use crate::setup::RayArgs;
 use crate::Fail;
 
@@ -41,15 +42,20 @@ fn finish(code: i32) -> Result<(), Fail> {
 }
 
 pub fn serve(a: Args) -> Result<(), Fail> {
+    if a.export.is_some() && (a.cluster.any() || a.serve.any()) {
+        return Err(Fail::usage(format!(
+            "{} and {} apply to a deployment: give them with --ray ADDRESS, not --export",
+            Flags::<Cluster>::names(),
+            Flags::<ServeOnly>::names()
+        )));
+    }
     let conn = cleave::serve::check_served(&a.conn)?;
     let mut args: Vec<OsString> = Vec::new();
     match (a.ray.as_deref(), a.export.as_deref()) {
         (Some(address), None) => {
             args.extend(["serve".into(), a.conn.as_os_str().into(), "--address".into(), address.into()]);
-            if a.detach {
-                args.push("--detach".into());
-            }
-            args.extend(["--timeout".into(), a.timeout.to_string().into()]);
+            args.extend(a.cluster.to_args());
+            args.extend(a.serve.to_args());
         }
         (None, Some(dir)) => {
             args.extend(["export".into(), a.conn.as_os_str().into(), dir.into()]);
@@ -61,15 +67,7 @@ pub fn serve(a: Args) -> Result<(), Fail> {
         }
     }
     // The exported serve_config.yaml and app.py take the name, the route's port and host too.
-    if let Some(n) = a.name.as_deref() {
-        args.extend(["--name".into(), n.into()]);
-    }
-    if let Some(p) = a.http_port {
-        args.extend(["--http-port".into(), p.to_string().into()]);
-    }
-    if let Some(h) = a.http_host.as_deref() {
-        args.extend(["--http-host".into(), h.into()]);
-    }
+    args.extend(a.route.to_args());
     args.extend(a.deploy.to_args());
     run(&[(&a.conn, &conn)], &args)
 }
@@ -79,8 +77,7 @@ pub struct RayBenchArgs<'a> {
     pub conns: Vec<&'a Path>,
     pub address: &'a str,
     pub runs: usize,
-    pub in_flight: Option<&'a str>,
-    pub via: Option<&'a str>,
+    pub bench: &'a Flags<Bench>,
     pub deploy: &'a RayArgs,
     pub json: bool,
 }
@@ -98,11 +95,7 @@ pub fn bench(a: RayBenchArgs) -> Result<(), Fail> {
         "--requests".into(),
         a.runs.to_string().into(),
     ]);
-    for (flag, value) in [("--in-flight", a.in_flight), ("--via", a.via)] {
-        if let Some(v) = value {
-            args.extend([flag.into(), v.into()]);
-        }
-    }
+    args.extend(a.bench.to_args());
     args.extend(a.deploy.to_args());
     if a.json {
         args.push("--json".into());
@@ -129,21 +122,11 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub export: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub deploy: crate::setup::RayArgs,
-    /// HTTP port of the route (default 8000).
-    #[arg(long, value_name = "PORT")]
-    pub http_port: Option<u16>,
-    /// Address Serve's HTTP proxy and the ingress's own listener bind on (default 127.0.0.1;
-    /// 0.0.0.0 to answer other machines).
-    #[arg(long, value_name = "HOST")]
-    pub http_host: Option<String>,
-    /// Name of the Ray Serve application (default: the partition's stem).
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Return once deployed instead of serving until interrupted.
-    #[arg(long)]
-    pub detach: bool,
-    /// Seconds to wait for the cluster and for the deployments to come up.
-    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
-    pub timeout: f64,
+    pub deploy: RayArgs,
+    #[command(flatten)]
+    pub route: Flags<Route>,
+    #[command(flatten)]
+    pub cluster: Flags<Cluster>,
+    #[command(flatten)]
+    pub serve: Flags<ServeOnly>,
 }

@@ -307,71 +307,9 @@ pub struct EngineArgs {
     pub engines: Vec<String>,
 }
 
-/// How a partition is deployed on Ray, as `serve` and `bench --ray` take it.
-#[derive(Args, Debug, Clone, Default)]
-pub struct RayArgs {
-    /// Ray resources per backend as JSON, replacing the placement rule, e.g.
-    /// '{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}}'.
-    #[arg(long, value_name = "JSON")]
-    pub resources: Option<String>,
-    /// Replicas of each part: N for every part, or per backend, e.g. cpu=2,npu=1 (`*=N` for
-    /// the backends not named). Default 1.
-    #[arg(long, value_name = "SPEC")]
-    pub replicas: Option<String>,
-    /// Intra-op threads of each part's engine, N or per backend as --replicas. Default: the
-    /// num_cpus --resources reserves for the part, else its share of its node's cores (the
-    /// cores divided by the deployment's part replicas: all of them for 1 stage).
-    #[arg(long, value_name = "SPEC")]
-    pub threads: Option<String>,
-    /// How tensors move between parts: `compiled` (the default: the parts as Ray actors
-    /// joined by a Ray Compiled Graph that the ingress drives, shared-memory channels on a
-    /// node, no Serve request per part; where it cannot serve the partition, handles, and
-    /// stderr says why) or `handles` (one Serve deployment per part, called by handle).
-    #[arg(long, value_name = "PLANE", value_parser = ["compiled", "handles"])]
-    pub data_plane: Option<String>,
-    /// Where the ingress also answers the route itself, on the ingress's node, skipping
-    /// Serve's HTTP proxy (about 10 ms less a request, and most of the gap to the machine's
-    /// throughput on 2 cores): a port, 0 for any free one, new each time the ingress starts
-    /// (the default; `serve` prints it), or `off`.
-    #[arg(long, value_name = "PORT", value_parser = ingress_port)]
-    pub ingress_port: Option<String>,
-}
-
-/// A port or `off`, checked here so a typo fails before Python starts.
-fn ingress_port(s: &str) -> Result<String, String> {
-    if s.eq_ignore_ascii_case("off") || s.parse::<u16>().is_ok() {
-        Ok(s.to_string())
-    } else {
-        Err("give a port (0-65535; 0 for any free one) or 'off'".into())
-    }
-}
-
-impl RayArgs {
-    /// The application's own flags for these settings.
-    pub fn to_args(&self) -> Vec<std::ffi::OsString> {
-        let mut out = Vec::new();
-        for (flag, value) in [
-            ("--resources", &self.resources),
-            ("--replicas", &self.replicas),
-            ("--threads", &self.threads),
-            ("--data-plane", &self.data_plane),
-            ("--ingress-port", &self.ingress_port),
-        ] {
-            if let Some(v) = value {
-                out.extend([flag.into(), v.into()]);
-            }
-        }
-        out
-    }
-
-    pub fn any(&self) -> bool {
-        self.resources.is_some()
-            || self.replicas.is_some()
-            || self.threads.is_some()
-            || self.data_plane.is_some()
-            || self.ingress_port.is_some()
-    }
-}
+/// How a partition is deployed on Ray, as `serve` and `bench --ray` take it (declared in
+/// `serve/flags.json`).
+pub type RayArgs = crate::serve_flags::Flags<crate::serve_flags::Deploy>;
 
 /// `--input`, as every command that runs a model takes it.
 #[derive(Args, Debug, Clone, Default)]

@@ -9,9 +9,8 @@ import signal
 import sys
 import time
 
-from .checks import VIAS, cmd_bench, cmd_verify
+from .checks import cmd_bench, cmd_verify
 from .cluster import (
-    DEFAULT_HTTP_PORT,
     connect,
     deploy,
     describe_placement,
@@ -24,7 +23,6 @@ from .cluster import (
     print_placement,
     running_http,
 )
-from .ingress import DATA_PLANES, DEFAULT_DATA_PLANE, DEFAULT_INGRESS_PORT, DEFAULT_REQUEST_TIMEOUT_S
 
 
 def cmd_serve(args):
@@ -166,7 +164,7 @@ def cmd_export(args):
     dest = os.path.join(out, "ray_app")
     os.makedirs(dest, exist_ok=True)
     for f in sorted(os.listdir(package)):
-        if f.endswith(".py"):
+        if f.endswith((".py", ".json")):
             shutil.copyfile(os.path.join(package, f), os.path.join(dest, f))
     with open(os.path.join(out, "app.py"), "w", encoding="utf-8") as f:
         f.write(
@@ -191,7 +189,60 @@ def cmd_export(args):
     return 0
 
 
-def main(argv=None):
+# The flags `cleave serve` and `cleave bench --ray` share with this command line, declared once
+# for both (clap reads the same file).
+FLAGS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flags.json")
+
+
+def port(s):
+    if not s.isdigit() or int(s) > 65535:
+        raise argparse.ArgumentTypeError("give a port (0-65535)")
+    return int(s)
+
+
+def port_or_off(s):
+    if s.lower() != "off" and (not s.isdigit() or int(s) > 65535):
+        raise argparse.ArgumentTypeError("give a port (0-65535; 0 for any free one) or 'off'")
+    return s
+
+
+def seconds(s):
+    try:
+        v = float(s)
+    except ValueError:
+        v = float("nan")
+    if not (0 < v < float("inf")):
+        raise argparse.ArgumentTypeError("give a number of seconds above 0")
+    return v
+
+
+_KINDS = {"text": str, "port": port, "port-or-off": port_or_off, "seconds": seconds}
+
+
+def declared_flags():
+    with open(FLAGS_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def add_flags(p, section):
+    """The section's flags of flags.json on parser `p`, with their defaults."""
+    for f in declared_flags()[section]:
+        text = f["help"] if f.get("default") is None else f"{f['help']} (default {f['default']})"
+        name = "--" + f["flag"]
+        if f["kind"] == "switch":
+            p.add_argument(name, action="store_true", help=text)
+        elif f["kind"] == "choice":
+            p.add_argument(name, choices=f["choices"], default=f.get("default"), metavar=f["value"], help=text)
+        else:
+            kind = _KINDS[f["kind"]]
+            default = f.get("default")
+            p.add_argument(
+                name, type=kind, default=None if default is None else kind(default), metavar=f["value"], help=text
+            )
+
+
+def parser():
+    """The command line's parser: `serve`, `export`, `bench` and `verify`."""
     ap = argparse.ArgumentParser(
         prog="python -m cleave.serve",
         description="Serve a cleave partition (stem.conn.json) on a Ray cluster: its parts, placed by their "
@@ -217,82 +268,18 @@ def main(argv=None):
         if cluster:
             p.add_argument(
                 "--address",
+                "--ray",
                 required=True,
                 metavar="HOST:PORT",
                 help="the Ray head's GCS address, as `ray start --head` printed it",
             )
-            p.add_argument(
-                "--timeout",
-                type=float,
-                default=120.0,
-                metavar="S",
-                help="seconds to wait for the cluster and for the deployments to come up (default 120)",
-            )
-            p.add_argument(
-                "--request-timeout",
-                type=float,
-                default=DEFAULT_REQUEST_TIMEOUT_S,
-                metavar="S",
-                help="seconds one request may take inside the application before it fails (default "
-                f"{DEFAULT_REQUEST_TIMEOUT_S:g})",
-            )
-        p.add_argument(
-            "--resources",
-            metavar="JSON",
-            help="backend -> ray_actor_options, replacing the placement rule, e.g. "
-            '\'{"npu": {"resources": {"npu": 1}}, "gpu0": {"num_gpus": 1}}\'',
-        )
-        p.add_argument(
-            "--replicas",
-            metavar="SPEC",
-            help="replicas of each part, N for all or per backend, e.g. 'cpu=2,npu=1' "
-            "('*=N' for the backends not named; default 1)",
-        )
-        p.add_argument(
-            "--threads",
-            metavar="SPEC",
-            help="intra-op threads of each part's engine, N or per backend as --replicas "
-            "(default: the num_cpus --resources reserves for it, else its share of its node's cores: "
-            "the cores divided by the deployment's part replicas)",
-        )
-        p.add_argument(
-            "--name", help="Ray Serve application name, also the route /NAME (default: the partition's stem)"
-        )
-        p.add_argument(
-            "--http-port",
-            type=int,
-            default=DEFAULT_HTTP_PORT,
-            metavar="P",
-            help=f"HTTP port of the route (default {DEFAULT_HTTP_PORT})",
-        )
-        p.add_argument(
-            "--http-host",
-            default="127.0.0.1",
-            metavar="HOST",
-            help="address Serve's HTTP proxy listens on; 0.0.0.0 for other machines (default 127.0.0.1)",
-        )
-        p.add_argument(
-            "--data-plane",
-            choices=DATA_PLANES,
-            default=DEFAULT_DATA_PLANE,
-            help="how tensors move between parts: 'compiled', the parts as Ray actors joined by a Ray Compiled Graph "
-            "that the ingress drives (shared-memory channels on a node, no Serve request per part; the default; "
-            "where a compiled graph cannot serve the partition, handles, and the reason is printed), or 'handles', "
-            "one Serve deployment per part called by handle",
-        )
-        p.add_argument(
-            "--ingress-port",
-            default=str(DEFAULT_INGRESS_PORT),
-            metavar="PORT",
-            help="where the ingress also answers the route itself, on --http-host of its node, skipping Serve's HTTP "
-            "proxy (about 10 ms less a request, and most of the gap to the machine's throughput on 2 cores): a port, "
-            "0 for any free one, new each time the ingress starts (the default; `serve` prints it, `describe` gives "
-            "it), or 'off'",
-        )
+            add_flags(p, "cluster")
+        add_flags(p, "deploy")
+        add_flags(p, "route")
 
     p = sub.add_parser("serve", help="deploy on a running cluster and serve until Ctrl-C")
     common(p)
-    p.add_argument("--detach", action="store_true", help="return once deployed, leaving the application running")
+    add_flags(p, "serve")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("export", help="write a self-contained Ray Serve application folder (serve run / serve deploy)")
@@ -317,21 +304,8 @@ def main(argv=None):
             p.add_argument(
                 "--requests", type=int, default=50, metavar="N", help="requests per in-flight level (default 50)"
             )
-            p.add_argument(
-                "--in-flight",
-                default="1,2,4,8,16",
-                metavar="LIST",
-                help="comma-separated in-flight levels (default 1,2,4,8,16)",
-            )
             p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed requests first (default 3)")
-            p.add_argument(
-                "--via",
-                choices=VIAS,
-                default="http",
-                help="send the requests as HTTP POSTs of an .npz, as clients do, to the ingress's own listener "
-                "('http', the default; Serve's route where --ingress-port is off) or through Serve's HTTP proxy "
-                "('proxy'), or through the Python handle ('handle')",
-            )
+            add_flags(p, "bench")
             p.add_argument(
                 "--cores",
                 type=int,
@@ -357,7 +331,11 @@ def main(argv=None):
             p.add_argument("--atol", type=float, help="absolute part of the element-wise check (default 1e-5)")
             p.set_defaults(func=cmd_verify)
 
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
     try:
         code = args.func(args)
     except KeyboardInterrupt:

@@ -40,6 +40,10 @@ pub const RAY_APP: &[(&str, &str)] = &[
         include_str!("../../../../python/cleave/serve/compiled.py"),
     ),
     (
+        "flags.json",
+        include_str!("../../../../python/cleave/serve/flags.json"),
+    ),
+    (
         "handles.py",
         include_str!("../../../../python/cleave/serve/handles.py"),
     ),
@@ -391,7 +395,7 @@ mod tests {
         let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".py"))
+            .filter(|n| n.ends_with(".py") || n.ends_with(".json"))
             .collect();
         on_disk.sort();
         let carried: Vec<&str> = RAY_APP.iter().map(|(n, _)| *n).collect();
