@@ -1,8 +1,7 @@
-"""Engines from the user's own packages: ONNX Runtime's library from the ``onnxruntime``
-package, LiteRT's from ``ai_edge_litert``, OpenVINO's C library from ``openvino``, onert's
-from ``onert``, found without importing any (cheap at import time). An explicit
-``ORT_DYLIB_PATH`` / ``CLEAVE_LITERT_LIB`` / ``OPENVINO_LIB`` / ``CLEAVE_ONERT_LIB`` always
-wins."""
+"""Engines from the user's own packages, found without importing any (cheap at import time):
+which engine needs which package, the library's path inside it and the variable that names it
+come from the extension's engine registry (``_cleave.engines()``), the one place engines are
+declared. An explicit variable (``ORT_DYLIB_PATH``, ``CLEAVE_LITERT_LIB``, ...) always wins."""
 
 from __future__ import annotations
 
@@ -10,28 +9,20 @@ import glob
 import importlib.machinery
 import os
 import sys
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
 from ._errors import EngineError
 
-# What each engine name needs, and the pip install that provides it.
-_PACKAGES = {
-    "onnxruntime": ("onnxruntime", "pip install onnxruntime"),
-    "ort": ("onnxruntime", "pip install onnxruntime"),
-    "litert": ("ai_edge_litert", "pip install ai-edge-litert"),
-    "tflite": ("ai_edge_litert", "pip install ai-edge-litert"),
-    "openvino": ("openvino", "pip install openvino"),
-    "onert": ("onert", "pip install onert"),
-    "nnfw": ("onert", "pip install onert"),
-}
 
-# The variable that names each package's library, and how to find it in the package.
-_LIBRARY_VARIABLE = {
-    "onnxruntime": "ORT_DYLIB_PATH",
-    "ai_edge_litert": "CLEAVE_LITERT_LIB",
-    "openvino": "OPENVINO_LIB",
-    "onert": "CLEAVE_ONERT_LIB",
-}
+def _libraries() -> List[Dict[str, Any]]:
+    """[{names, variable, package, file, wheel}] for each engine that loads a wheel's library."""
+    from . import _cleave
+
+    out = []
+    for e in _cleave.engines():
+        if e.get("library"):
+            out.append({"names": [e["name"], *e["aliases"]], **e["library"]})
+    return out
 
 
 def _package_dir(name: str) -> Optional[str]:
@@ -51,84 +42,48 @@ def _package_dir(name: str) -> Optional[str]:
     return list(spec.submodule_search_locations)[0]
 
 
+def library_in_package(lib: Dict[str, Any]) -> Optional[str]:
+    """The library `lib` describes, in its installed package, if any (the file's name is a
+    prefix: versioned libraries)."""
+    d = _package_dir(lib["package"])
+    if d is None:
+        return None
+    found = sorted(f for f in glob.glob(os.path.join(d, lib["file"] + "*")) if os.path.isfile(f))
+    return found[0] if found else None
+
+
+def _library_of(engine: str) -> Optional[Dict[str, Any]]:
+    # `openvino:GPU` is OpenVINO on one of its devices.
+    name = engine.split(":", 1)[0]
+    return next((lib for lib in _libraries() if name in lib["names"]), None)
+
+
 def ort_library() -> Optional[str]:
     """libonnxruntime of the installed ``onnxruntime`` package, if any."""
-    d = _package_dir("onnxruntime")
-    if d is None:
-        return None
-    found = sorted(glob.glob(os.path.join(d, "capi", "libonnxruntime.so*")))
-    found += sorted(glob.glob(os.path.join(d, "capi", "libonnxruntime*.dylib")))
-    found += sorted(glob.glob(os.path.join(d, "capi", "onnxruntime.dll")))
-    return found[0] if found else None
-
-
-def litert_library() -> Optional[str]:
-    """libLiteRt of the installed ``ai_edge_litert`` package, if any."""
-    d = _package_dir("ai_edge_litert")
-    if d is None:
-        return None
-    lib = os.path.join(d, "libLiteRt.so")
-    return lib if os.path.isfile(lib) else None
-
-
-def openvino_library() -> Optional[str]:
-    """libopenvino_c of the installed ``openvino`` package, if any."""
-    d = _package_dir("openvino")
-    if d is None:
-        return None
-    found = sorted(glob.glob(os.path.join(d, "libs", "libopenvino_c.so*")))
-    return found[0] if found else None
-
-
-def onert_library() -> Optional[str]:
-    """libonert of the installed ``onert`` package, if any."""
-    d = _package_dir("onert")
-    if d is None:
-        return None
-    lib = os.path.join(d, "native", "libonert.so")
-    return lib if os.path.isfile(lib) else None
-
-
-_FINDERS = {
-    "onnxruntime": ort_library,
-    "ai_edge_litert": litert_library,
-    "openvino": openvino_library,
-    "onert": onert_library,
-}
+    lib = _library_of("ort")
+    return library_in_package(lib) if lib else None
 
 
 def configure() -> None:
     """Points the extension's engines at this interpreter's packages (once, at import)."""
     # The Ray app and LiteRT's lookup run this interpreter, not whatever python3 is first.
     os.environ.setdefault("CLEAVE_PYTHON", sys.executable)
-    if "ORT_DYLIB_PATH" not in os.environ:
-        lib = ort_library()
-        if lib:
-            os.environ["ORT_DYLIB_PATH"] = lib
-    if "CLEAVE_LITERT_LIB" not in os.environ:
-        lib = litert_library()
-        if lib:
-            os.environ["CLEAVE_LITERT_LIB"] = lib
-    if "OPENVINO_LIB" not in os.environ:
-        lib = openvino_library()
-        if lib:
-            os.environ["OPENVINO_LIB"] = lib
-    if "CLEAVE_ONERT_LIB" not in os.environ:
-        lib = onert_library()
-        if lib:
-            os.environ["CLEAVE_ONERT_LIB"] = lib
+    for lib in _libraries():
+        if lib["variable"] not in os.environ:
+            found = library_in_package(lib)
+            if found:
+                os.environ[lib["variable"]] = found
 
 
 def require(engine: str) -> None:
     """Raises :class:`EngineError` naming the pip install when `engine`'s package is missing."""
-    # `openvino:GPU` is OpenVINO on one of its devices.
-    need = _PACKAGES.get(engine.split(":", 1)[0])
-    if need is None:
+    lib = _library_of(engine)
+    if lib is None:
         return
-    package, fix = need
-    explicit = os.environ.get(_LIBRARY_VARIABLE[package])
+    explicit = os.environ.get(lib["variable"])
     if explicit and os.path.isfile(explicit):
         return
-    found = _FINDERS[package]()
-    if found is None:
-        raise EngineError(f"engine '{engine}' needs the {package} package, which this Python lacks: {fix}")
+    if library_in_package(lib) is None:
+        raise EngineError(
+            f"engine '{engine}' needs the {lib['package']} package, which this Python lacks: pip install {lib['wheel']}"
+        )

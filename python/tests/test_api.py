@@ -494,7 +494,7 @@ def test_export_writes_the_serving_package_which_runs_on_its_own(tmp_path, tiny_
 
     shipped = sorted(f.name for f in package.iterdir())
     source = pathlib.Path(serve.__file__).parent
-    assert shipped == sorted(f.name for f in source.glob("*.py")), shipped
+    assert shipped == sorted(f.name for f in source.iterdir() if f.suffix in (".py", ".json")), shipped
     assert (out / "app.py").is_file() and (out / "serve_config.yaml").is_file()
     # Run as a folder (as the binary runs it), in isolated mode: cleave itself is never imported.
     h = subprocess.run([sys.executable, "-I", str(package), "export", "--help"],

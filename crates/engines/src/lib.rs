@@ -62,30 +62,32 @@ pub fn registry() -> &'static Registry {
             default_for,
             whole_model: true,
             devices: None,
+            library: None,
             make,
         };
-        r.register(plain("ort", &["onnxruntime"], &["onnx"], &[], |_| {
-            guarded(OnnxRuntime::new())
-        }));
+        r.register(EngineEntry {
+            library: Some(&ort_engine::LIBRARY),
+            ..plain("ort", &["onnxruntime"], &["onnx"], &[], |_| {
+                guarded(OnnxRuntime::new())
+            })
+        });
         r.register(plain("tract", &[], &["onnx"], &["onnx"], |_| {
             guarded(Ok(Tract))
         }));
         // LiteRT and onert read flatbuffers they do not verify: each runs in a worker process
         // where the program can start one (`isolate`).
-        r.register(plain(
-            "litert",
-            &["tflite"],
-            &["tflite"],
-            &["tflite"],
-            |_| {
+        r.register(EngineEntry {
+            library: Some(&litert_engine::LIBRARY),
+            ..plain("litert", &["tflite"], &["tflite"], &["tflite"], |_| {
                 let library = &litert_engine::LIBRARY;
                 isolate::or_in_process("litert", "LiteRT", "litert".into(), library, || {
                     guarded(Litert::new())
                 })
-            },
-        ));
+            })
+        });
         r.register(EngineEntry {
             whole_model: false,
+            library: Some(&openvino_engine::LIBRARY),
             devices: Some(Devices {
                 default: "CPU",
                 backend_prefix: OPENVINO_PREFIX,
@@ -99,6 +101,7 @@ pub fn registry() -> &'static Registry {
         // backends, and a circle model has no other engine to fall back on.
         r.register(EngineEntry {
             whole_model: false,
+            library: Some(&onert_engine::LIBRARY),
             devices: Some(Devices {
                 default: ONERT_DEFAULT_BACKENDS,
                 backend_prefix: ONERT_PREFIX,

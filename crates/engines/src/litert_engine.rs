@@ -11,10 +11,11 @@ use cleave_ir::ElemType;
 use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session, Threads};
 
 use crate::litert_ffi::{self as ffi, Api, Handle, Layout, RankedTensorType, Status};
-use crate::python_pkg::PackagedLibrary;
+use crate::python_pkg::locate_library;
+use cleave_runtime::PackagedLibrary;
 
 const ENGINE: &str = "litert";
-pub(crate) const LIBRARY: PackagedLibrary = PackagedLibrary {
+pub(crate) static LIBRARY: PackagedLibrary = PackagedLibrary {
     variable: "CLEAVE_LITERT_LIB",
     package: "ai_edge_litert",
     file: "libLiteRt.so",
@@ -24,7 +25,7 @@ pub(crate) const LIBRARY: PackagedLibrary = PackagedLibrary {
 /// Where cleave finds LiteRT: `CLEAVE_LITERT_LIB` (the path of `libLiteRt.so`), else the
 /// folder of the `ai_edge_litert` package that `python3` (or `$CLEAVE_PYTHON`) imports.
 pub fn litert_library_path() -> Result<PathBuf, String> {
-    LIBRARY.locate()
+    locate_library(&LIBRARY)
 }
 
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
@@ -784,25 +785,29 @@ impl Session for LitertSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::python_pkg::find_library;
 
     #[test]
     fn a_missing_library_says_how_to_install_it() {
-        let e = LIBRARY
-            .find(Some("/nonexistent/libLiteRt.so".into()), "python3")
-            .unwrap_err();
+        let e = find_library(
+            &LIBRARY,
+            Some("/nonexistent/libLiteRt.so".into()),
+            "python3",
+        )
+        .unwrap_err();
         assert!(
             e.contains("CLEAVE_LITERT_LIB names /nonexistent/libLiteRt.so"),
             "{e}"
         );
         assert!(e.contains("pip install ai-edge-litert==2.3.0"), "{e}");
-        let e = LIBRARY.find(None, "/nonexistent/python3").unwrap_err();
+        let e = find_library(&LIBRARY, None, "/nonexistent/python3").unwrap_err();
         assert!(e.contains("cannot run /nonexistent/python3 ("), "{e}");
         assert!(
             e.contains("set CLEAVE_PYTHON to a Python with the ai-edge-litert==2.3.0 wheel, or CLEAVE_LITERT_LIB to its libLiteRt.so"),
             "{e}"
         );
         // `false` runs, answers nothing and fails: no Python at all.
-        let e = LIBRARY.find(None, "false").unwrap_err();
+        let e = find_library(&LIBRARY, None, "false").unwrap_err();
         assert!(e.contains("false: is not a Python (exit code 1)"), "{e}");
     }
 

@@ -13,11 +13,12 @@ use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session};
 use cleave_tflite::FlatModel;
 
 use crate::onert_ffi::{self as ffi, nnfw_tensorinfo, Api, Status};
-use crate::python_pkg::PackagedLibrary;
+use crate::python_pkg::locate_library;
 use crate::stderr_capture;
+use cleave_runtime::PackagedLibrary;
 
 const ENGINE: &str = "onert";
-pub(crate) const LIBRARY: PackagedLibrary = PackagedLibrary {
+pub(crate) static LIBRARY: PackagedLibrary = PackagedLibrary {
     variable: "CLEAVE_ONERT_LIB",
     package: "onert",
     file: "native/libonert.so",
@@ -30,7 +31,7 @@ pub(crate) const ONERT_DEFAULT_BACKENDS: &str = "cpu";
 /// Where cleave finds onert: `CLEAVE_ONERT_LIB` (the path of `libonert.so`), else the
 /// `native` folder of the `onert` package that `python3` (or `$CLEAVE_PYTHON`) imports.
 fn onert_library_path() -> Result<PathBuf, String> {
-    LIBRARY.locate()
+    locate_library(&LIBRARY)
 }
 
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
@@ -629,18 +630,18 @@ impl Session for OnertSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::python_pkg::find_library;
 
     #[test]
     fn a_missing_library_says_how_to_install_it() {
-        let e = LIBRARY
-            .find(Some("/nonexistent/libonert.so".into()), "python3")
-            .unwrap_err();
+        let e =
+            find_library(&LIBRARY, Some("/nonexistent/libonert.so".into()), "python3").unwrap_err();
         assert!(
             e.contains("CLEAVE_ONERT_LIB names /nonexistent/libonert.so"),
             "{e}"
         );
         assert!(e.contains("pip install onert"), "{e}");
-        let e = LIBRARY.find(None, "false").unwrap_err();
+        let e = find_library(&LIBRARY, None, "false").unwrap_err();
         assert!(
             e.contains("false: is not a Python (exit code 1); set CLEAVE_PYTHON to a Python with the onert wheel, or CLEAVE_ONERT_LIB to its libonert.so"),
             "{e}"

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use cleave_ir::ElemType;
-use cleave_runtime::{Engine, HostTensor, LoadOptions, RuntimeError, Session};
+use cleave_runtime::{Engine, HostTensor, LoadOptions, PackagedLibrary, RuntimeError, Session};
 use openvino::{
     CompiledModel, Core, DeviceType, ElementType, InferRequest, PropertyKey, RwPropertyKey, Shape,
     Tensor,
@@ -22,32 +22,23 @@ pub const OPENVINO_WHEEL: &str = "openvino==2026.4.1";
 /// in the `openvino` package that `python3` (or `$CLEAVE_PYTHON`) imports, else what
 /// `openvino-finder` finds in a system install.
 pub fn openvino_library_path() -> Result<PathBuf, String> {
-    let install = format!(
-        "install it with `pip install {OPENVINO_WHEEL}`, or set OPENVINO_LIB to its libopenvino_c.so"
-    );
-    if let Some(p) = std::env::var_os("OPENVINO_LIB").map(PathBuf::from) {
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!(
-                "OPENVINO_LIB names {}, which is not a file; {install}",
-                p.display()
-            ))
-        };
-    }
-    let python = crate::python_pkg::python();
-    let from_python = crate::python_pkg::package_dir(&python, "openvino")
-        .map_err(String::from)
-        .and_then(|dir| {
-            let libs = Path::new(&dir).join("libs");
-            crate::python_pkg::first_with_prefix(&libs, "libopenvino_c.so")
-                .ok_or_else(|| format!("no libopenvino_c.so in {}", libs.display()))
-        });
-    match from_python {
+    let explicit = std::env::var_os(LIBRARY.variable).map(PathBuf::from);
+    let named = explicit.is_some();
+    match crate::python_pkg::find_library(&LIBRARY, explicit, &crate::python_pkg::python()) {
         Ok(p) => Ok(p),
-        Err(e) => openvino_sys::library::find().ok_or_else(|| format!("{e}; {install}")),
+        // A library the user named is the one to use, or to be told about.
+        Err(e) if named => Err(e),
+        Err(e) => openvino_sys::library::find().ok_or(e),
     }
 }
+
+/// OpenVINO's C library in its wheel.
+pub(crate) static LIBRARY: PackagedLibrary = PackagedLibrary {
+    variable: "OPENVINO_LIB",
+    package: "openvino",
+    file: "libs/libopenvino_c.so",
+    wheel: OPENVINO_WHEEL,
+};
 
 /// Every function of the C library that the `openvino` crate calls (its preprocessing API
 /// aside, which cleave does not use), from `grep -ohE 'ov_[a-z0-9_]+\(' -r src` over the

@@ -11,10 +11,18 @@ use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
 use cleave_runtime::HostTensor;
 use cleave_runtime::RuntimeError;
-use cleave_runtime::{Cancel, Engine, Interrupt, LoadOptions, Session, Threads};
+use cleave_runtime::{Cancel, Engine, Interrupt, LoadOptions, PackagedLibrary, Session, Threads};
 
 /// The library's file name in the PyPI `onnxruntime` wheel that `scripts/install/fetch-ort.sh` unpacks.
 pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
+
+/// ONNX Runtime's library in its wheel.
+pub(crate) static LIBRARY: PackagedLibrary = PackagedLibrary {
+    variable: "ORT_DYLIB_PATH",
+    package: "onnxruntime",
+    file: "capi/libonnxruntime.so",
+    wheel: "onnxruntime",
+};
 
 /// Where cleave looks for ONNX Runtime: `ORT_DYLIB_PATH`, else
 /// `~/.cache/cleave/ort/libonnxruntime.so.1.31.1`, else the library inside the `onnxruntime`
@@ -27,7 +35,7 @@ pub fn ort_library_path() -> PathBuf {
 /// library is missing (it is not a Python, say): the fix is then CLEAVE_PYTHON, not a pip
 /// install.
 fn ort_library() -> (PathBuf, Option<String>) {
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+    if let Some(p) = std::env::var_os(LIBRARY.variable) {
         return (PathBuf::from(p), None);
     }
     let cached = PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
@@ -47,11 +55,9 @@ fn ort_library() -> (PathBuf, Option<String>) {
 /// an error when the Python itself failed.
 fn python_library() -> Result<Option<PathBuf>, String> {
     use crate::python_pkg::{first_with_prefix, package_dir, python, PackageError};
-    match package_dir(&python(), "onnxruntime") {
-        Ok(dir) => Ok(first_with_prefix(
-            &Path::new(&dir).join("capi"),
-            "libonnxruntime.so",
-        )),
+    let (folder, prefix) = LIBRARY.file.rsplit_once('/').unwrap_or(("", LIBRARY.file));
+    match package_dir(&python(), LIBRARY.package) {
+        Ok(dir) => Ok(first_with_prefix(&Path::new(&dir).join(folder), prefix)),
         Err(PackageError::Python(why)) => Err(why),
         Err(PackageError::Package(_)) => Ok(None),
     }

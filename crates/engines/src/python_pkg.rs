@@ -11,6 +11,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use cleave_runtime::PackagedLibrary;
+
 /// The Python cleave asks: `$CLEAVE_PYTHON` (the Python package sets it to its own
 /// interpreter), else the first executable `python3` in an absolute `PATH` folder (a relative
 /// or empty entry would name the working folder), else `/usr/bin/python3`: never a bare name,
@@ -239,69 +241,57 @@ fn signal(_: &std::process::ExitStatus) -> Option<i32> {
     None
 }
 
-/// A library shipped inside a Python package: named by an environment variable, else found at
-/// `file` under the package's folder.
-pub struct PackagedLibrary {
-    /// The variable that names the library itself (`CLEAVE_LITERT_LIB`).
-    pub variable: &'static str,
-    /// The package to look in (`ai_edge_litert`).
-    pub package: &'static str,
-    /// The library's path inside the package (`libLiteRt.so`).
-    pub file: &'static str,
-    /// What to `pip install` for it.
-    pub wheel: &'static str,
-}
-
-impl PackagedLibrary {
-    /// The library, from the variable (`explicit`) or the package of `python`; missing, a
-    /// message that says how to install it.
-    pub fn find(&self, explicit: Option<PathBuf>, python: &str) -> Result<PathBuf, String> {
-        let PackagedLibrary {
-            variable,
-            package,
-            file,
-            wheel,
-        } = self;
-        let name = file.rsplit('/').next().unwrap_or(file);
-        let install = format!(
-            "install it with `{python} -m pip install {wheel}`, or set {variable} to its {name}"
-        );
-        if let Some(p) = explicit {
-            return if p.is_file() {
-                Ok(p)
-            } else {
-                Err(format!(
-                    "{variable} names {}, which is not a file; {install}",
-                    p.display()
-                ))
-            };
-        }
-        let dir = package_dir(python, package).map_err(|e| match e {
-            // Installing into a Python that does not answer would not help.
-            PackageError::Python(e) => format!(
-                "{e}; set CLEAVE_PYTHON to a Python with the {wheel} wheel, or {variable} to \
-                 its {name}"
-            ),
-            PackageError::Package(e) => format!("{e}; {install}"),
-        })?;
-        let lib = Path::new(&dir).join(file);
-        if lib.is_file() {
-            Ok(lib)
+/// The library `lib` names, from its variable (`explicit`) or the package of `python`; missing,
+/// a message that says how to install it.
+pub fn find_library(
+    lib: &PackagedLibrary,
+    explicit: Option<PathBuf>,
+    python: &str,
+) -> Result<PathBuf, String> {
+    let PackagedLibrary {
+        variable,
+        package,
+        file,
+        wheel,
+    } = lib;
+    let (folder, prefix) = file.rsplit_once('/').unwrap_or(("", file));
+    let install = format!(
+        "install it with `{python} -m pip install {wheel}`, or set {variable} to its {prefix}"
+    );
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p)
         } else {
             Err(format!(
-                "{} is missing (not the {wheel} wheel?); {install}",
-                lib.display()
+                "{variable} names {}, which is not a file; {install}",
+                p.display()
             ))
-        }
+        };
     }
-
-    /// [`PackagedLibrary::find`] from the environment and the Python cleave asks.
-    pub fn locate(&self) -> Result<PathBuf, String> {
-        self.find(
-            std::env::var_os(self.variable).map(PathBuf::from),
-            &python(),
+    let dir = package_dir(python, package).map_err(|e| match e {
+        // Installing into a Python that does not answer would not help.
+        PackageError::Python(e) => format!(
+            "{e}; set CLEAVE_PYTHON to a Python with the {wheel} wheel, or {variable} to \
+             its {prefix}"
+        ),
+        PackageError::Package(e) => format!("{e}; {install}"),
+    })?;
+    let folder = Path::new(&dir).join(folder);
+    first_with_prefix(&folder, prefix).ok_or_else(|| {
+        format!(
+            "{} is missing (not the {wheel} wheel?); {install}",
+            folder.join(prefix).display()
         )
-    }
+    })
+}
+
+/// [`find_library`] from the environment and the Python cleave asks.
+pub fn locate_library(lib: &PackagedLibrary) -> Result<PathBuf, String> {
+    find_library(
+        lib,
+        std::env::var_os(lib.variable).map(PathBuf::from),
+        &python(),
+    )
 }
 
 /// The first file, by name, in `dir` whose name starts with `prefix` (a versioned library:

@@ -30,8 +30,9 @@ fn builtin_devices() -> Vec<String> {
 }
 
 /// The engines this build links, from the registry `cleave run` uses: per engine its
-/// `name`, `aliases`, the `formats` it runs, and `devices` (`"DEVICE"`, `"BACKENDS"`) where
-/// it takes one (`openvino:GPU`).
+/// `name`, `aliases`, the `formats` it runs, `devices` (`"DEVICE"`, `"BACKENDS"`) where
+/// it takes one (`openvino:GPU`), and the `library` it loads from a Python wheel (`variable`,
+/// `package`, `file`, `wheel`), where it does.
 #[pyfunction]
 fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, pyo3::types::PyDict>>> {
     cleave::engine_registry()
@@ -43,6 +44,18 @@ fn engines(py: Python<'_>) -> PyResult<Vec<Bound<'_, pyo3::types::PyDict>>> {
             d.set_item("aliases", e.aliases.to_vec())?;
             d.set_item("formats", e.formats.to_vec())?;
             d.set_item("devices", e.devices.map(|d| d.what))?;
+            let library = match e.library {
+                Some(l) => {
+                    let ld = pyo3::types::PyDict::new(py);
+                    ld.set_item("variable", l.variable)?;
+                    ld.set_item("package", l.package)?;
+                    ld.set_item("file", l.file)?;
+                    ld.set_item("wheel", l.wheel)?;
+                    Some(ld)
+                }
+                None => None,
+            };
+            d.set_item("library", library)?;
             Ok(d)
         })
         .collect()

@@ -173,7 +173,25 @@ pub struct EngineEntry {
     /// For an engine with devices: the device it runs on unless `NAME:DEVICE` says, and the
     /// backend prefix that names one of its devices (`ov-` in `ov-GPU`).
     pub devices: Option<Devices>,
+    /// The library it loads from a Python package, where it does.
+    pub library: Option<&'static PackagedLibrary>,
     pub make: MakeEngine,
+}
+
+/// An engine's library as a Python wheel ships it: named by an environment variable, else
+/// found in the package's folder. Both faces find it from this alone (the Python package
+/// without starting a Python).
+#[derive(Clone, Copy, Debug)]
+pub struct PackagedLibrary {
+    /// The variable that names the library itself (`CLEAVE_LITERT_LIB`).
+    pub variable: &'static str,
+    /// The package to look in (`ai_edge_litert`).
+    pub package: &'static str,
+    /// The library's path inside the package; its file name is a prefix, for versioned
+    /// libraries (`capi/libonnxruntime.so` finds `libonnxruntime.so.1.31.1`).
+    pub file: &'static str,
+    /// What to `pip install` for it.
+    pub wheel: &'static str,
 }
 
 /// How an engine with devices is named.
@@ -480,6 +498,7 @@ mod tests {
             default_for: &[],
             whole_model: true,
             devices: None,
+            library: None,
             make,
         }
     }

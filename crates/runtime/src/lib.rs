@@ -23,7 +23,7 @@ pub mod verify;
 pub use cancel::{Cancel, Interrupt};
 pub use engine::{
     part_format, Devices, Engine, EngineEntry, EngineKind, EngineMap, LoadOptions, MakeEngine,
-    Registry, Session, Threads,
+    PackagedLibrary, Registry, Session, Threads,
 };
 pub use error::RuntimeError;
 pub use npy::{npy_bytes, npy_from_bytes, read_npy, write_npy};

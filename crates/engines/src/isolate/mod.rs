@@ -19,7 +19,8 @@ use std::sync::Mutex;
 
 use cleave_runtime::{Engine, RuntimeError};
 
-use crate::python_pkg::PackagedLibrary;
+use crate::python_pkg::locate_library;
+use cleave_runtime::PackagedLibrary;
 
 pub use client::Isolated;
 pub use worker::main as worker_main;
@@ -64,7 +65,7 @@ fn located(library: &PackagedLibrary) -> Result<PathBuf, String> {
     if let Some((_, r)) = found.iter().find(|(v, _)| *v == library.variable) {
         return r.clone();
     }
-    let r = library.locate();
+    let r = locate_library(library);
     found.push((library.variable, r.clone()));
     r
 }
