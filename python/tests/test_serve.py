@@ -352,7 +352,7 @@ def test_replicas_and_threads_are_set_per_backend(monkeypatch):
     assert opts["part1_gpu0"]["num_gpus"] == 0.25
     # Threads default to the CPUs a part reserves, else to its share of its node's cores.
     assert serve.default_threads({"num_cpus": 3}) == 3 and serve.default_threads({}) == 0
-    cores = len(os.sched_getaffinity(0))
+    cores = serve.placement.usable_cores()
     assert serve.placement.node_threads(1) == cores and serve.placement.node_threads(cores * 2) == 1
     model, out = slow_model(n=8, layers=2)
     spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": [out], "backend": "cpu",

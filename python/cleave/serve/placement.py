@@ -75,14 +75,28 @@ def default_threads(opts):
     return max(0, int(n))
 
 
-def node_threads(share):
-    """A part's share of this node's cores when `share` parts (replicas and lanes counted)
-    divide them: all of them for a 1-stage deployment."""
+def usable_cores(cgroup_root="/sys/fs/cgroup"):
+    """The cores this process may use: those its affinity allows, fewer where its cgroup's
+    CPU quota (cpu.max, cgroup v2, as containers and Ray's own limits set it) is smaller."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return max(1, cores // max(1, int(share)))
+    try:
+        with open(os.path.join(cgroup_root, "cpu.max"), encoding="ascii") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max" and int(period) > 0:
+            # A quota of 1.5 cores still lets 2 threads make progress.
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def node_threads(share, cgroup_root="/sys/fs/cgroup"):
+    """A part's share of this node's usable cores when `share` parts (replicas and lanes
+    counted) divide them: all of them for a 1-stage deployment."""
+    return max(1, usable_cores(cgroup_root) // max(1, int(share)))
 
 
 def parse_resources(text):
