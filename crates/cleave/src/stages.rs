@@ -57,6 +57,9 @@ pub struct Stages {
     /// Nodes placed in each stage.
     pub nodes: Vec<usize>,
     pub time: StageTime,
+    /// Stage devices timed with another device's measured figures: (stage device, device
+    /// measured), where the cost file measured one device only (identical workers).
+    pub timed_as: Vec<(String, String)>,
 }
 
 impl LoadedModel {
@@ -214,7 +217,8 @@ impl LoadedModel {
             }
         }
 
-        let (time, devices, unit) = self.stage_times(r, gs, &ug, &pos_of_unit, &stage_device)?;
+        let (time, devices, unit, timed_as) =
+            self.stage_times(r, gs, &ug, &pos_of_unit, &stage_device)?;
         let starts = self.layer_starts(&tensors, &pos_of_node, units.len());
         if let Some(s) = &starts {
             let layers = 1 + s.iter().skip(1).filter(|&&b| b).count();
@@ -273,6 +277,7 @@ impl LoadedModel {
             devices: stage_device,
             nodes,
             time: unit,
+            timed_as,
         })
     }
 
@@ -424,7 +429,7 @@ impl LoadedModel {
         ug: &UnitGraph,
         pos_of_unit: &[u32],
         stage_device: &[String],
-    ) -> Result<(Vec<f64>, Vec<StageDevice>, StageTime), Error> {
+    ) -> Result<(Vec<f64>, Vec<StageDevice>, StageTime, Vec<(String, String)>), Error> {
         let sem = self.semantics();
         let s = stage_device.len();
         let budget = |name: &str| r.memory.iter().find(|(d, _)| d == name).map(|&(_, b)| b);
@@ -453,9 +458,37 @@ impl LoadedModel {
                     budget: budget(d),
                 })
                 .collect();
-            return Ok((time, devices, StageTime::Flops));
+            return Ok((time, devices, StageTime::Flops, Vec::new()));
         }
-        let table = self.cost_table(stage_device, r.profiles, r.costs)?;
+        // A cost file that measured one device times every stage device it has no figures
+        // for (and whose profile declares none) with that device's: stages on identical
+        // workers, profiled once.
+        let only = r
+            .costs
+            .file
+            .as_ref()
+            .filter(|(_, f)| f.devices.len() == 1)
+            .and_then(|(_, f)| f.devices.keys().next().cloned());
+        let mut timed_as = Vec::new();
+        let timing: Vec<String> = stage_device
+            .iter()
+            .map(|d| match &only {
+                Some(o)
+                    if o != d
+                        && !r
+                            .profiles
+                            .profiles
+                            .get(d)
+                            .and_then(|p| p.cost.as_ref())
+                            .is_some_and(|c| !c.builtin) =>
+                {
+                    timed_as.push((d.clone(), o.clone()));
+                    o.clone()
+                }
+                _ => d.clone(),
+            })
+            .collect();
+        let table = self.cost_table(&timing, r.profiles, r.costs)?;
         // Stages are timed by measurement or the user's own figures, never a guess mixed in.
         if let (Some(name), Some((path, _))) = (table.estimated.first(), &r.costs.file) {
             return Err(Error::argument(
@@ -478,7 +511,7 @@ impl LoadedModel {
                 budget: budget(d),
             })
             .collect();
-        Ok((time, devices, StageTime::Seconds))
+        Ok((time, devices, StageTime::Seconds, timed_as))
     }
 
     fn stage_error(&self, e: StageError, stage_device: &[String]) -> Error {
@@ -617,6 +650,14 @@ impl Stages {
             .max_by(|a, b| a.1.time.total_cmp(&b.1.time))
             .map_or((0, 0.0), |(k, f)| (k, f.time));
         let source = match s.time {
+            StageTime::Seconds if !s.timed_as.is_empty() => {
+                let stages: Vec<&str> = s.timed_as.iter().map(|(d, _)| d.as_str()).collect();
+                format!(
+                    "stage times from the cost figures ({} timed with {}'s, the one device the cost file measured)",
+                    stages.join(", "),
+                    s.timed_as[0].1
+                )
+            }
             StageTime::Seconds => "stage times from the cost figures".to_string(),
             StageTime::Flops => {
                 "stage times are estimated FLOPs (give --costs from cleave profile for seconds)"

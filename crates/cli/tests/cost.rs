@@ -358,6 +358,45 @@ fn pipeline_stages_take_their_times_from_the_cost_file() {
     );
 }
 
+/// Stages on identical workers, profiled once: a cost file that measured one device times the
+/// stage devices it has no figures for with that device's, and says so; a file that measured
+/// two still refuses a device it lacks.
+#[test]
+fn stages_on_identical_workers_take_the_one_measured_devices_figures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (two, mut v) = profile(tmp.path());
+    let (model, _) = example();
+    let stages = |costs: &Path| {
+        cleave(&[
+            os("partition"),
+            model.as_os_str(),
+            os("--dim"),
+            os("batch=1"),
+            os("--stages"),
+            os("3"),
+            os("--devices"),
+            os("cpu,w2,w3"),
+            os("--costs"),
+            costs.as_os_str(),
+            os("--dry-run"),
+        ])
+    };
+    let o = stages(&two);
+    assert_bad_input(&o, &two, "device 'w2' has no figures here");
+    v["devices"].as_object_mut().unwrap().remove("npu");
+    for u in v["units"].as_array_mut().unwrap() {
+        u["latency_s"].as_object_mut().unwrap().remove("npu");
+    }
+    let one = tmp.path().join("cpu_only.json");
+    std::fs::write(&one, serde_json::to_string(&v).unwrap()).unwrap();
+    let out = ok(&stages(&one));
+    assert!(
+        out.contains("w2, w3 timed with cpu's, the one device the cost file measured")
+            && out.contains(" ms "),
+        "{out}"
+    );
+}
+
 /// Without --costs, the built-in devices' default cost models place the split: capability's
 /// scattered islands (87 parts of a random 300-node net on myriad,cpu, every tensor 16 bytes)
 /// go to the CPU, where a part's launch and USB copies cost more than they save; the stderr
