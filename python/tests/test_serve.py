@@ -372,7 +372,10 @@ def test_a_gpu_part_says_where_it_runs():
             "deployment": "part1_gpu0", "format": "onnx"}
     part = serve.open_part(spec, model)
     assert part.engine == "ort"
-    assert "gpu0" in part.note and "runs on the CPU" in part.note and "--engine gpu0=ENGINE:DEVICE" in part.note
+    # ONNX Runtime is asked for its CUDA provider; the CPU-only wheel has none, and says so.
+    assert "gpu0" in part.note and "runs on the CPU" in part.note and "onnxruntime-gpu" in part.note, part.note
+    on_tract = serve.open_part({**spec, "engine": "tract"}, model)
+    assert "runs on the CPU" in on_tract.note and "--engine gpu0=ENGINE:DEVICE" in on_tract.note, on_tract.note
     cpu = serve.open_part({**spec, "backend": "cpu"}, model)
     assert cpu.note is None
 

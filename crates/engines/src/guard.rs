@@ -117,6 +117,10 @@ impl Session for GuardedSession {
     fn cancellable(&self) -> bool {
         self.inner.cancellable()
     }
+
+    fn gpu(&self) -> Option<Result<u32, String>> {
+        self.inner.gpu()
+    }
 }
 
 #[cfg(test)]

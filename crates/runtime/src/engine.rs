@@ -42,6 +42,12 @@ pub trait Session: Send {
     fn cancellable(&self) -> bool {
         false
     }
+
+    /// Where a load asked for a GPU (`LoadOptions::gpu`): the GPU it runs on, or why it runs
+    /// on the CPU instead. `None`: the engine has no GPU to offer, or none was asked.
+    fn gpu(&self) -> Option<Result<u32, String>> {
+        None
+    }
 }
 
 /// How many threads an engine may run one model on.
@@ -91,6 +97,9 @@ pub struct LoadOptions {
     /// engine that can keeps the graph as written, so the tensors `verify` compares between
     /// parts and whole are computed the same way.
     pub optimize: bool,
+    /// Run on this GPU (the process's device ordinal) where the engine can; one that
+    /// cannot runs as it always does, and its session says why (`Session::gpu`).
+    pub gpu: Option<u32>,
 }
 
 pub trait Engine: Send + Sync {
@@ -107,6 +116,7 @@ pub trait Engine: Send + Sync {
             LoadOptions {
                 threads: Threads::single(single_thread),
                 optimize: false,
+                gpu: None,
             },
         )
     }

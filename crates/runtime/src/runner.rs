@@ -152,10 +152,15 @@ pub fn load_served(
     recorded: Option<&str>,
     threads: Threads,
 ) -> Result<ServedPart, RuntimeError> {
+    // Serving's placement gives a backend named gpu*/cuda* a GPU (Ray's num_gpus), which the
+    // process sees as its first.
+    let lower = backend.to_ascii_lowercase();
+    let wants_gpu = lower.starts_with("gpu") || lower.starts_with("cuda");
     // Served for speed: the engine may fuse inside the part (its inputs and outputs stay).
     let opts = LoadOptions {
         threads,
         optimize: true,
+        gpu: wants_gpu.then_some(0),
     };
     let format = part_format(path, format);
     let order = registry
@@ -177,16 +182,18 @@ pub fn load_served(
                         tried.join("; ").chars().take(400).collect::<String>()
                     ));
                 }
-                // Serving's placement gives a backend named gpu*/cuda* a GPU (Ray's num_gpus).
-                let lower = backend.to_ascii_lowercase();
-                if (lower.starts_with("gpu") || lower.starts_with("cuda"))
-                    && kind.device().is_none()
-                {
-                    notes.push(format!(
+                match session.gpu() {
+                    Some(Ok(_)) => {}
+                    Some(Err(why)) => notes.push(format!(
+                        "backend {backend} asks for a GPU, and {} runs on the CPU: {why}",
+                        kind.label()
+                    )),
+                    None if wants_gpu && kind.device().is_none() => notes.push(format!(
                         "backend {backend} asks for a GPU, and {} runs on the CPU: name an engine \
                          and device for it (--engine {backend}=ENGINE:DEVICE)",
                         kind.label()
-                    ));
+                    )),
+                    None => {}
                 }
                 let note = (!notes.is_empty()).then(|| notes.join("; "));
                 return Ok(ServedPart {

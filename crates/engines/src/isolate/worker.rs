@@ -80,6 +80,7 @@ fn serve(mut input: impl Read, out: &Out) -> io::Result<()> {
                             LoadOptions {
                                 threads,
                                 optimize: false,
+                                gpu: None,
                             },
                         )
                     });
