@@ -62,6 +62,15 @@ pub struct Stages {
     pub timed_as: Vec<(String, String)>,
 }
 
+/// Each unit's time on each stage's device, those devices, the unit of the times, and the
+/// stage devices timed with another's figures.
+struct StageTimes {
+    time: Vec<f64>,
+    devices: Vec<StageDevice>,
+    unit: StageTime,
+    timed_as: Vec<(String, String)>,
+}
+
 impl LoadedModel {
     /// Cuts the graph into `r.stages` consecutive stages minimising the slowest one, each
     /// within its device's memory budget.
@@ -217,8 +226,12 @@ impl LoadedModel {
             }
         }
 
-        let (time, devices, unit, timed_as) =
-            self.stage_times(r, gs, &ug, &pos_of_unit, &stage_device)?;
+        let StageTimes {
+            time,
+            devices,
+            unit,
+            timed_as,
+        } = self.stage_times(r, gs, &ug, &pos_of_unit, &stage_device)?;
         let starts = self.layer_starts(&tensors, &pos_of_node, units.len());
         if let Some(s) = &starts {
             let layers = 1 + s.iter().skip(1).filter(|&&b| b).count();
@@ -429,7 +442,7 @@ impl LoadedModel {
         ug: &UnitGraph,
         pos_of_unit: &[u32],
         stage_device: &[String],
-    ) -> Result<(Vec<f64>, Vec<StageDevice>, StageTime, Vec<(String, String)>), Error> {
+    ) -> Result<StageTimes, Error> {
         let sem = self.semantics();
         let s = stage_device.len();
         let budget = |name: &str| r.memory.iter().find(|(d, _)| d == name).map(|&(_, b)| b);
@@ -458,7 +471,12 @@ impl LoadedModel {
                     budget: budget(d),
                 })
                 .collect();
-            return Ok((time, devices, StageTime::Flops, Vec::new()));
+            return Ok(StageTimes {
+                time,
+                devices,
+                unit: StageTime::Flops,
+                timed_as: Vec::new(),
+            });
         }
         // A cost file that measured one device times every stage device it has no figures
         // for (and whose profile declares none) with that device's: stages on identical
@@ -475,12 +493,11 @@ impl LoadedModel {
             .map(|d| match &only {
                 Some(o)
                     if o != d
-                        && !r
-                            .profiles
+                        && r.profiles
                             .profiles
                             .get(d)
                             .and_then(|p| p.cost.as_ref())
-                            .is_some_and(|c| !c.builtin) =>
+                            .is_none_or(|c| c.builtin) =>
                 {
                     timed_as.push((d.clone(), o.clone()));
                     o.clone()
@@ -511,7 +528,12 @@ impl LoadedModel {
                 budget: budget(d),
             })
             .collect();
-        Ok((time, devices, StageTime::Seconds, timed_as))
+        Ok(StageTimes {
+            time,
+            devices,
+            unit: StageTime::Seconds,
+            timed_as,
+        })
     }
 
     fn stage_error(&self, e: StageError, stage_device: &[String]) -> Error {
