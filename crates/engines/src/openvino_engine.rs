@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use cleave_ir::ElemType;
-use cleave_runtime::{Engine, HostTensor, LoadOptions, PackagedLibrary, RuntimeError, Session};
+use cleave_runtime::{
+    Cancel, Engine, HostTensor, LoadOptions, PackagedLibrary, RuntimeError, Session,
+};
 use openvino::{
-    CompiledModel, Core, DeviceType, ElementType, InferRequest, PropertyKey, RwPropertyKey, Shape,
-    Tensor,
+    CompiledModel, Core, DeviceType, ElementType, InferRequest, InferenceErrorKind, PropertyKey,
+    RwPropertyKey, Shape, Tensor,
 };
 
 const ENGINE: &str = "openvino";
@@ -515,10 +517,46 @@ fn from_ov(path: &Path, name: &str, t: &Tensor, scalar: bool) -> Result<HostTens
     Ok(HostTensor { elem, shape, data })
 }
 
-impl Session for OvSession {
-    fn run(
+/// How often a cancellable run looks at its request's token: the most a cancelled run goes on.
+const CANCEL_POLL_MS: i64 = 5;
+
+impl OvSession {
+    /// Runs the request, started asynchronously where `cancel` may stop it: the wait for the
+    /// result looks at the token every few ms, and a cancelled request is cancelled in
+    /// OpenVINO, then waited for, so the next run finds it idle.
+    fn infer(&mut self, cancel: Option<&Cancel>) -> Result<(), RuntimeError> {
+        let path = &self.path;
+        let Some(cancel) = cancel else {
+            return self
+                .request
+                .infer()
+                .map_err(|e| err(path, format!("inference: {e}")));
+        };
+        if cancel.is_cancelled() {
+            return Err(RuntimeError::Cancelled);
+        }
+        self.request
+            .infer_async()
+            .map_err(|e| err(path, format!("inference: {e}")))?;
+        loop {
+            match self.request.wait(CANCEL_POLL_MS) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind == InferenceErrorKind::ResultNotReady && cancel.is_cancelled() => {
+                    // Either ends the run early or finds it done; the wait says which.
+                    let _ = self.request.cancel();
+                    let _ = self.request.wait(-1);
+                    return Err(RuntimeError::Cancelled);
+                }
+                Err(e) if e.kind == InferenceErrorKind::ResultNotReady => {}
+                Err(e) => return Err(err(path, format!("inference: {e}"))),
+            }
+        }
+    }
+
+    fn run_with(
         &mut self,
         inputs: &[(String, HostTensor)],
+        cancel: Option<&Cancel>,
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         let path = self.path.clone();
         for (k, name) in self.inputs.iter().enumerate() {
@@ -554,9 +592,7 @@ impl Session for OvSession {
                 .set_input_tensor_by_index(k, &tensor)
                 .map_err(|e| err(&path, format!("input '{name}': {e}")))?;
         }
-        self.request
-            .infer()
-            .map_err(|e| err(&path, format!("inference: {e}")))?;
+        self.infer(cancel)?;
         let mut out = Vec::with_capacity(self.outputs.len());
         for (k, name) in self.outputs.iter().enumerate() {
             let t = self
@@ -569,5 +605,26 @@ impl Session for OvSession {
             ));
         }
         Ok(out)
+    }
+}
+
+impl Session for OvSession {
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        self.run_with(inputs, None)
+    }
+
+    fn run_cancellable(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+        cancel: &Cancel,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        self.run_with(inputs, Some(cancel))
+    }
+
+    fn cancellable(&self) -> bool {
+        true
     }
 }
