@@ -114,6 +114,15 @@ impl Session for GuardedSession {
         })
     }
 
+    fn run_views(
+        &mut self,
+        inputs: &[(&str, cleave_runtime::TensorView<'_>)],
+        cancel: Option<&cleave_runtime::Cancel>,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let inner = &mut self.inner;
+        guarded(self.engine, &self.path, || inner.run_views(inputs, cancel))
+    }
+
     fn cancellable(&self) -> bool {
         self.inner.cancellable()
     }

@@ -306,7 +306,7 @@ impl Engine for OpenVino {
         let request = compiled.create_infer_request().map_err(|e| err(path, e))?;
         Ok(Box::new(OvSession {
             path: path.to_path_buf(),
-            _compiled: compiled,
+            compiled,
             request,
             inputs,
             ov_inputs,
@@ -397,7 +397,7 @@ fn port_names(
 struct OvSession {
     path: PathBuf,
     // The request runs inside the compiled model: keep it alive as long as the request.
-    _compiled: CompiledModel,
+    compiled: CompiledModel,
     request: InferRequest,
     /// The names callers use (the ONNX file's where it has them) ...
     inputs: Vec<String>,
@@ -545,6 +545,12 @@ impl OvSession {
                     // Either ends the run early or finds it done; the wait says which.
                     let _ = self.request.cancel();
                     let _ = self.request.wait(-1);
+                    // A cancelled request refuses the next run's inputs: that run gets a
+                    // fresh one.
+                    self.request = self
+                        .compiled
+                        .create_infer_request()
+                        .map_err(|e| err(path, format!("a new request after a cancel: {e}")))?;
                     return Err(RuntimeError::Cancelled);
                 }
                 Err(e) if e.kind == InferenceErrorKind::ResultNotReady => {}

@@ -7,11 +7,12 @@ use cleave_ir::ElemType;
 use ort::environment::Environment;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::RunOptions;
-use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
+use ort::session::SessionInputValue;
+use ort::value::{DynValue, Tensor, TensorElementType, TensorRef, ValueType};
 
-use cleave_runtime::HostTensor;
 use cleave_runtime::RuntimeError;
 use cleave_runtime::{Cancel, Engine, Interrupt, LoadOptions, PackagedLibrary, Session, Threads};
+use cleave_runtime::{HostTensor, TensorView};
 
 /// The library's file name in the PyPI `onnxruntime` wheel that `scripts/install/fetch-ort.sh` unpacks.
 pub const ORT_LIBRARY: &str = "libonnxruntime.so.1.31.1";
@@ -264,7 +265,7 @@ macro_rules! from_value {
     }};
 }
 
-fn to_ort(path: &Path, t: &HostTensor) -> Result<DynValue, RuntimeError> {
+fn to_ort(path: &Path, t: &TensorView<'_>) -> Result<DynValue, RuntimeError> {
     let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
     Ok(match t.elem {
         ElemType::F32 => to_value!(f32, shape, t.data, path),
@@ -285,6 +286,53 @@ fn to_ort(path: &Path, t: &HostTensor) -> Result<DynValue, RuntimeError> {
         }
         other => return Err(unsupported(path, format!("{other} tensors"))),
     })
+}
+
+/// A tensor ONNX Runtime reads in place, borrowing the host tensor's bytes where they can be
+/// read as its numbers (little-endian, aligned for them); else a copy (`to_ort`).
+macro_rules! view_value {
+    ($t:ty, $shape:expr, $data:expr, $path:expr) => {{
+        let data: &[u8] = $data;
+        let size = std::mem::size_of::<$t>();
+        if cfg!(target_endian = "little")
+            && data.len() % size == 0
+            && data.as_ptr().align_offset(std::mem::align_of::<$t>()) == 0
+        {
+            // SAFETY: the bytes are aligned for `$t`, a whole number of them, every bit
+            // pattern a valid `$t`, and borrowed for as long as the view that reads them.
+            let typed: &[$t] = unsafe {
+                std::slice::from_raw_parts(data.as_ptr().cast::<$t>(), data.len() / size)
+            };
+            Some(
+                TensorRef::from_array_view(($shape, typed))
+                    .map_err(|e| err($path, e))?
+                    .into(),
+            )
+        } else {
+            None
+        }
+    }};
+}
+
+fn ort_view<'a>(path: &Path, t: &TensorView<'a>) -> Result<SessionInputValue<'a>, RuntimeError> {
+    let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+    let view: Option<SessionInputValue<'a>> = match t.elem {
+        ElemType::F32 => view_value!(f32, shape, t.data, path),
+        ElemType::F64 => view_value!(f64, shape, t.data, path),
+        ElemType::I64 => view_value!(i64, shape, t.data, path),
+        ElemType::I32 => view_value!(i32, shape, t.data, path),
+        ElemType::I16 => view_value!(i16, shape, t.data, path),
+        ElemType::I8 => view_value!(i8, shape, t.data, path),
+        ElemType::U8 => view_value!(u8, shape, t.data, path),
+        ElemType::U16 => view_value!(u16, shape, t.data, path),
+        ElemType::U32 => view_value!(u32, shape, t.data, path),
+        ElemType::U64 => view_value!(u64, shape, t.data, path),
+        _ => None,
+    };
+    match view {
+        Some(v) => Ok(v),
+        None => Ok(to_ort(path, t)?.into()),
+    }
 }
 
 fn from_ort(path: &Path, name: &str, v: &DynValue) -> Result<HostTensor, RuntimeError> {
@@ -320,7 +368,7 @@ fn from_ort(path: &Path, name: &str, v: &DynValue) -> Result<HostTensor, Runtime
 impl OrtSession {
     fn run_with(
         &mut self,
-        inputs: &[(String, HostTensor)],
+        inputs: &[(&str, TensorView<'_>)],
         options: Option<&RunOptions>,
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         let wanted: Vec<String> = self
@@ -329,7 +377,7 @@ impl OrtSession {
             .iter()
             .map(|o| o.name().to_string())
             .collect();
-        let mut feed: Vec<(String, DynValue)> = Vec::with_capacity(wanted.len());
+        let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(wanted.len());
         for name in &wanted {
             let (_, t) =
                 inputs
@@ -340,7 +388,7 @@ impl OrtSession {
                         name: name.clone(),
                         message: "not given".into(),
                     })?;
-            feed.push((name.clone(), to_ort(&self.path, t)?));
+            feed.push((name.clone(), ort_view(&self.path, t)?));
         }
         let path = self.path.clone();
         let outputs = match options {
@@ -359,19 +407,10 @@ impl OrtSession {
         }
         Ok(out)
     }
-}
 
-impl Session for OrtSession {
-    fn run(
+    fn run_cancel(
         &mut self,
-        inputs: &[(String, HostTensor)],
-    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
-        self.run_with(inputs, None)
-    }
-
-    fn run_cancellable(
-        &mut self,
-        inputs: &[(String, HostTensor)],
+        inputs: &[(&str, TensorView<'_>)],
         cancel: &Cancel,
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         // Options of this run alone: a terminate meant for it cannot outlive it and stop the
@@ -385,6 +424,38 @@ impl Session for OrtSession {
         match got {
             Err(_) if cancel.is_cancelled() => Err(RuntimeError::Cancelled),
             other => other,
+        }
+    }
+}
+
+fn views(inputs: &[(String, HostTensor)]) -> Vec<(&str, TensorView<'_>)> {
+    inputs.iter().map(|(n, t)| (n.as_str(), t.view())).collect()
+}
+
+impl Session for OrtSession {
+    fn run(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        self.run_with(&views(inputs), None)
+    }
+
+    fn run_cancellable(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+        cancel: &Cancel,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        self.run_cancel(&views(inputs), cancel)
+    }
+
+    fn run_views(
+        &mut self,
+        inputs: &[(&str, TensorView<'_>)],
+        cancel: Option<&Cancel>,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        match cancel {
+            Some(c) => self.run_cancel(inputs, c),
+            None => self.run_with(inputs, None),
         }
     }
 

@@ -1,9 +1,9 @@
-//! numpy arrays to and from the runtime's host tensors. An input is copied once, from the
-//! array's own buffer into the tensor the engine reads; an output's bytes become the numpy
-//! array's buffer without a copy (viewed as its dtype and reshaped).
+//! numpy arrays to and from the runtime's host tensors. A run lends an input array's buffer to
+//! the engine (ONNX Runtime reads it in place; the others copy it once); an output's bytes
+//! become the numpy array's buffer without a copy (viewed as its dtype and reshaped).
 
 use cleave::ir::ElemType;
-use cleave::runtime::HostTensor;
+use cleave::runtime::{HostTensor, TensorView};
 use numpy::{PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -56,8 +56,12 @@ fn arg(message: String) -> PyErr {
     raise(Kind::Argument, None, &message)
 }
 
-/// A C-contiguous numpy array of a numeric dtype in native byte order, as a host tensor.
-pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
+/// A C-contiguous numpy array of a numeric dtype in native byte order: its element type,
+/// shape and buffer, borrowed for as long as `obj`.
+fn array_bytes<'a>(
+    name: &str,
+    obj: &'a Bound<'_, PyAny>,
+) -> PyResult<(ElemType, Vec<usize>, &'a [u8])> {
     let arr = obj.cast::<PyUntypedArray>().map_err(|_| {
         arg(format!(
             "input '{name}': expected a numpy array, got {}",
@@ -86,17 +90,29 @@ pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .and_then(|n| n.checked_mul(size))
         .ok_or_else(|| arg(format!("input '{name}': too large")))?;
-    let data = if count == 0 {
-        Vec::new()
+    let data: &'a [u8] = if count == 0 {
+        &[]
     } else {
-        // SAFETY: a C-contiguous array's buffer holds exactly `count` bytes from `data`, and
-        // the GIL (held by `obj`'s lifetime) keeps it alive and unmoved while it is copied.
+        // SAFETY: a C-contiguous array's buffer holds exactly `count` bytes from `data`; the
+        // reference `obj` keeps the array, and so its buffer, alive and unmoved for 'a (numpy
+        // refuses to resize an array others reference). Another thread writing into it
+        // meanwhile is the caller's race, as with any buffer lent to native code.
         unsafe {
             let ptr = (*arr.as_array_ptr()).fields.data as *const u8;
-            std::slice::from_raw_parts(ptr, count).to_vec()
+            std::slice::from_raw_parts(ptr, count)
         }
     };
-    Ok(HostTensor { elem, shape, data })
+    Ok((elem, shape, data))
+}
+
+/// A C-contiguous numpy array of a numeric dtype in native byte order, as a host tensor.
+pub fn to_host(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
+    let (elem, shape, data) = array_bytes(name, obj)?;
+    Ok(HostTensor {
+        elem,
+        shape,
+        data: data.to_vec(),
+    })
 }
 
 /// A host tensor as a numpy array that owns the tensor's bytes.
@@ -118,23 +134,28 @@ pub fn to_numpy<'py>(py: Python<'py>, name: &str, t: HostTensor) -> PyResult<Bou
         .call_method1("reshape", (shape,))
 }
 
+/// An input's name in a feeds dict.
+fn feed_name(k: &Bound<'_, PyAny>) -> PyResult<String> {
+    k.extract().map_err(|_| {
+        raise(
+            Kind::Argument,
+            None,
+            &format!(
+                "feeds: an input's name is a str, not {}",
+                k.get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
+            ),
+        )
+    })
+}
+
 /// `{name: array}` as host tensors.
 pub(crate) fn feeds_of(feeds: &Bound<'_, PyDict>) -> PyResult<Vec<(String, HostTensor)>> {
     feeds
         .iter()
         .map(|(k, v)| {
-            let name: String = k.extract().map_err(|_| {
-                raise(
-                    Kind::Argument,
-                    None,
-                    &format!(
-                        "feeds: an input's name is a str, not {}",
-                        k.get_type()
-                            .name()
-                            .map_or_else(|_| "?".into(), |n| n.to_string())
-                    ),
-                )
-            })?;
+            let name = feed_name(&k)?;
             let t = to_host(&name, &v)?;
             Ok((name, t))
         })
@@ -154,16 +175,35 @@ pub(crate) fn run_session<'py>(
     what: &str,
     cancel: Option<&cleave::runtime::Cancel>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let feeds = feeds_of(feeds)?;
+    // The arrays are lent to the engine as they are (an engine that cannot read them in
+    // place copies them); the dict's items keep them alive while the GIL is let go.
+    let items: Vec<(String, Bound<'py, PyAny>)> = feeds
+        .iter()
+        .map(|(k, v)| Ok((feed_name(&k)?, v)))
+        .collect::<PyResult<_>>()?;
+    let mut arrays = Vec::with_capacity(items.len());
+    for (name, v) in &items {
+        arrays.push((name.as_str(), array_bytes(name, v)?));
+    }
+    let views: Vec<(&str, TensorView<'_>)> = arrays
+        .iter()
+        .map(|(n, (elem, shape, data))| {
+            (
+                *n,
+                TensorView {
+                    elem: *elem,
+                    shape,
+                    data,
+                },
+            )
+        })
+        .collect();
     let got = py
         .detach(|| -> Result<_, cleave::Error> {
             let mut session = session.lock().map_err(|_| {
                 cleave::Error::usage(format!("an earlier run of this {what} panicked"))
             })?;
-            Ok(match cancel {
-                Some(c) => session.run_cancellable(&feeds, c)?,
-                None => session.run(&feeds)?,
-            })
+            Ok(session.run_views(&views, cancel)?)
         })
         .map_err(|e| crate::errors::from_engine_in(e, names))?;
     let out = PyDict::new(py);

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::cancel::Cancel;
 use crate::error::RuntimeError;
-use crate::tensor::HostTensor;
+use crate::tensor::{HostTensor, TensorView};
 
 /// A loaded model, ready to run. Inputs and outputs are by tensor name.
 pub trait Session: Send {
@@ -36,6 +36,23 @@ pub trait Session: Send {
             return Err(RuntimeError::Cancelled);
         }
         self.run(inputs)
+    }
+
+    /// Runs once on tensors the caller owns (`cancel` as in `run_cancellable`): an engine
+    /// that can reads them in place; the others get copies.
+    fn run_views(
+        &mut self,
+        inputs: &[(&str, TensorView<'_>)],
+        cancel: Option<&Cancel>,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let owned: Vec<(String, HostTensor)> = inputs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_host()))
+            .collect();
+        match cancel {
+            Some(c) => self.run_cancellable(&owned, c),
+            None => self.run(&owned),
+        }
     }
 
     /// Whether `run_cancellable` stops a run in progress, not only one not yet started.

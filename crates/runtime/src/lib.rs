@@ -27,4 +27,4 @@ pub use engine::{
 };
 pub use error::RuntimeError;
 pub use npy::{npy_bytes, npy_from_bytes, read_npy, write_npy};
-pub use tensor::{Diff, HostTensor};
+pub use tensor::{Diff, HostTensor, TensorView};

@@ -8,6 +8,26 @@ pub struct HostTensor {
     pub data: Vec<u8>,
 }
 
+/// A tensor whose bytes someone else owns (a caller's array), read in place by an engine
+/// that can (`Session::run_views`).
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    pub elem: ElemType,
+    pub shape: &'a [usize],
+    pub data: &'a [u8],
+}
+
+impl TensorView<'_> {
+    /// A copy that owns its bytes.
+    pub fn to_host(&self) -> HostTensor {
+        HostTensor {
+            elem: self.elem,
+            shape: self.shape.to_vec(),
+            data: self.data.to_vec(),
+        }
+    }
+}
+
 /// How far apart two tensors are.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Diff {
@@ -21,6 +41,15 @@ pub struct Diff {
 }
 
 impl HostTensor {
+    /// The tensor, borrowed.
+    pub fn view(&self) -> TensorView<'_> {
+        TensorView {
+            elem: self.elem,
+            shape: &self.shape,
+            data: &self.data,
+        }
+    }
+
     /// Elements; `usize::MAX` when the dims' product overflows (no buffer is that long, so a
     /// size check against the data then fails, as it must).
     pub fn len(&self) -> usize {
