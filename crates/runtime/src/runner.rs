@@ -172,7 +172,14 @@ pub fn load_served(
     let mut tried: Vec<String> = Vec::new();
     let mut first = None;
     for kind in order {
-        match registry.make(&kind).and_then(|e| e.load_with(path, opts)) {
+        // An engine that plans at the first run is asked now, so a part it cannot run goes to
+        // the next engine rather than failing its first request.
+        let loaded = registry.make(&kind).and_then(|e| {
+            let mut session = e.load_with(path, opts)?;
+            session.precheck()?;
+            Ok(session)
+        });
+        match loaded {
             Ok(session) => {
                 let mut notes = Vec::new();
                 if !tried.is_empty() {

@@ -67,8 +67,9 @@ class RuntimePart:
         self.outputs = list(self.part.outputs)
 
     def input_specs(self):
-        """{name: [numpy dtype name or None, dims with None where free]}."""
-        return {name: [dtype, list(dims) if dims is not None else []] for name, dtype, dims in self.part.inputs}
+        """{name: [numpy dtype name or None, dims with None where free, or None where the
+        file does not give the rank]}."""
+        return {name: [dtype, list(dims) if dims is not None else None] for name, dtype, dims in self.part.inputs}
 
     def run_options(self):
         return _Cancel()

@@ -131,7 +131,7 @@ def body_limit(specs, inputs):
     total = 0
     for name in inputs:
         spec = specs.get(name)
-        if spec is None or spec[0] is None or any(d is None for d in spec[1]):
+        if spec is None or spec[0] is None or spec[1] is None or any(d is None for d in spec[1]):
             return MAX_BODY_BYTES, "CLEAVE_MAX_BODY_BYTES"
         n = np.dtype(spec[0]).itemsize
         for d in spec[1]:
@@ -146,12 +146,15 @@ def body_limit(specs, inputs):
 
 def check_input(name, dtype, shape, spec):
     """Refuses (ValueError) a tensor whose dtype or dims differ from what the model takes.
-    `spec` is [dtype name or None, dims with None where dynamic], or None when unknown."""
+    `spec` is [dtype name or None, dims with None where dynamic (None: any rank)], or None
+    when unknown."""
     if spec is None:
         return
     want_dtype, want_dims = spec
     if want_dtype is not None and str(dtype) != want_dtype:
         raise ValueError(f"input {name!r} is {dtype}, the model takes {want_dtype}")
+    if want_dims is None:
+        return
     shown = "[" + ", ".join("?" if d is None else str(d) for d in want_dims) + "]"
     if len(shape) != len(want_dims) or any(w is not None and w != d for d, w in zip(shape, want_dims)):
         raise ValueError(f"input {name!r} has shape {list(shape)}, the model takes {shown}")
