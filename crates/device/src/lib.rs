@@ -11,11 +11,16 @@
 //! every op, as in ONE's circle-partitioner. A profile may instead carry a device plugin's
 //! own answer for one model ([`PluginAnswer`], OpenVINO's `query_model`).
 
+mod catalogue;
 mod constraint;
+mod cost;
+mod ops;
+mod plugin;
 mod profile;
 
+pub use catalogue::Profiles;
 pub use constraint::Constraint;
-pub use profile::{
-    default_costs, DeclaredCost, FuseSection, PluginAnswer, Profile, ProfileError, Profiles,
-    SupportedOps, Verdict,
-};
+pub use cost::{default_costs, DeclaredCost};
+pub use ops::SupportedOps;
+pub use plugin::PluginAnswer;
+pub use profile::{FuseSection, Profile, ProfileError, Verdict};
