@@ -6,7 +6,8 @@ use std::path::Path;
 use cleave_ir::{Graph, Node, OpSemantics};
 
 use crate::cost::default_costs;
-use crate::profile::{Profile, ProfileError, Verdict};
+use crate::profile::{Profile, ProfileError};
+use crate::verdict::Verdict;
 
 const CPU: &str = include_str!("profiles/cpu.toml");
 const MYRIAD: &str = include_str!("profiles/myriad.toml");

@@ -17,10 +17,12 @@ mod cost;
 mod ops;
 mod plugin;
 mod profile;
+mod verdict;
 
 pub use catalogue::Profiles;
 pub use constraint::Constraint;
 pub use cost::{default_costs, DeclaredCost};
 pub use ops::SupportedOps;
 pub use plugin::PluginAnswer;
-pub use profile::{FuseSection, Profile, ProfileError, Verdict};
+pub use profile::{FuseSection, Profile, ProfileError};
+pub use verdict::Verdict;

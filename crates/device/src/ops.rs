@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use cleave_ir::{Graph, Node, OpSemantics};
 
 use crate::constraint::Constraint;
-use crate::profile::Verdict;
+use crate::verdict::Verdict;
 
 /// The ops of one vocabulary that a device runs.
 #[derive(Clone, Debug, Default)]

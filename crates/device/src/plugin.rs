@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use cleave_ir::{Graph, Node};
 
-use crate::profile::Verdict;
+use crate::verdict::Verdict;
 
 /// What a device's own software answered about one model (OpenVINO's `query_model`): for
 /// each tensor the model names, `None` when the device runs everything that computes it from

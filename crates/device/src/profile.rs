@@ -10,6 +10,7 @@ use crate::constraint::Constraint;
 use crate::cost::{default_costs, DeclaredCost};
 use crate::ops::SupportedOps;
 use crate::plugin::PluginAnswer;
+use crate::verdict::Verdict;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
@@ -92,16 +93,6 @@ pub struct Profile {
     pub cost: Option<DeclaredCost>,
     /// The device plugin's own answer for one model, which replaces the supported ops for it.
     pub plugin: Option<PluginAnswer>,
-}
-
-/// A profile's answer for one node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Supported,
-    /// The op type is not in the profile.
-    UnsupportedOp,
-    /// The op is listed, but this node breaks a constraint.
-    Constraint(String),
 }
 
 impl Profile {

@@ -1,7 +1,7 @@
 use crate::attr::Attribute;
 use crate::error::GraphError;
+use crate::graph::NameIndex;
 use crate::graph::{label, Graph, Node, NodeId, Slots, Value, ValueDef, ValueId};
-use crate::names::NameIndex;
 use crate::types::TensorType;
 use crate::weight::Weight;
 

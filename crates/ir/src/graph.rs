@@ -2,7 +2,9 @@ use crate::attr::{AttrValue, Attribute};
 use crate::types::TensorType;
 use crate::weight::Weight;
 
-use crate::names::NameIndex;
+mod names;
+
+pub(crate) use names::NameIndex;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub u32);

@@ -16,7 +16,6 @@ mod builder;
 mod error;
 mod graph;
 mod model;
-mod names;
 mod op_type;
 pub mod phases;
 mod rng;

@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
-use crate::graph::{Value, ValueId};
+use super::{Value, ValueId};
 
 /// Fx hashing: names are looked up millions of times while a large model loads, and
 /// SipHash's protection against crafted collisions costs a tenth of that.
