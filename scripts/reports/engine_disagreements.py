@@ -13,7 +13,7 @@ temporary folder, runs each on
   onert-capi       onert's nnfw C API with caller-owned output buffers (nnfw_set_output): what cleave's
                    `onert` engine does (crates/engines/src/onert_engine.rs)
   onert-py         onert's Python binding with NNFW_ENABLE_INTERNAL_OUTPUT_ALLOC and get_output: what
-                   check_tflite_parts.py --circle-onert, python/cleave/serve/engines.py and
+                   check_tflite_parts.py --circle-onert and
                    onert.infer.session do (the binding has no set_output)
   onert-py-df      the same with EXECUTOR=Dataflow in the environment (onert's static memory planner)
 
