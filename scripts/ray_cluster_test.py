@@ -188,7 +188,7 @@ def test_partition(ray, serve, mod, a, idx, conn):
             check(f"{label}: the parts run at niceness {mod.compiled.PART_NICENESS}",
                   plane.get("parts_niceness") == [mod.compiled.PART_NICENESS], json.dumps(plane)[:300])
     engines = sorted({p.get("engine", "?") for p in desc["parts"]})
-    want = {"tflite": "litert", "onnx": "ort"}
+    want = {"tflite": "litert", "onnx": "ort", "circle": "onert:cpu"}
     check(f"{label}: each part runs on its format's engine ({', '.join(engines)})",
           all(p.get("engine") == want[q["format"]] for p, q in zip(desc["parts"], partition.parts)), str(engines))
 

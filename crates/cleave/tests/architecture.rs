@@ -432,9 +432,9 @@ fn loops(edges: &std::collections::BTreeMap<String, BTreeSet<String>>) -> Vec<Ve
 #[test]
 fn no_crate_has_an_import_loop_between_its_modules() {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    // The IR's types are recursive: a node's attribute holds a graph, and the name index
-    // points at the graph's values. That loop is the data's, not the code's.
-    let allowed: Vec<Vec<String>> = vec![vec!["attr".into(), "graph".into(), "names".into()]];
+    // The IR's types are recursive: a node's attribute holds a graph. That loop is the
+    // data's, not the code's (the name index is a child of graph).
+    let allowed: Vec<Vec<String>> = vec![vec!["attr".into(), "graph".into()]];
     let mut found = Vec::new();
     let mut scanned = 0;
     for e in std::fs::read_dir(&crates).unwrap() {
