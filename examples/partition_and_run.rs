@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use cleave::runtime::HostTensor;
-use cleave::{load_model, Algorithm, Devices, ExternalData};
+use cleave::{load_model, Algorithm, AssignRequest, Devices, ExternalData};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
@@ -16,23 +16,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model_path = args.next().unwrap_or_else(|| here.join("tiny_cnn.onnx"));
     let rules = args.next().unwrap_or_else(|| here.join("tiny_cnn.part"));
 
-    let mut model = load_model(&model_path)?;
+    // A partition's life, one type per stage: loaded, assigned, partitioned (proven), written.
     let devices = Devices::part_file(&rules)?;
-    let assignment = model.assign(&devices)?;
-    let cut = model.partition(
-        &assignment,
-        Algorithm::Default {
-            allow_disconnected: false,
-        },
-    )?;
-    let plan = model.plan(&assignment, &cut)?;
+    let assigned = load_model(&model_path)?.into_assigned(devices, &AssignRequest::default())?;
+    let default = Algorithm::Default {
+        allow_disconnected: false,
+    };
+    let mut partitioned = assigned.into_partitioned(default, &mut Vec::new())?;
     let workdir = tempfile::tempdir()?;
-    let written = model.write(&plan, workdir.path(), ExternalData::Inline)?;
+    let written = partitioned.write(workdir.path(), ExternalData::Inline)?;
     for p in &written.parts {
         println!("{} ({} nodes on {})", p.file, p.nodes, p.backend);
     }
 
     // One seeded input per graph input, with batch-like dims at 1.
+    let model = &partitioned.assigned.loaded;
     let g = model.graph();
     let mut feed = Vec::new();
     for (k, &v) in g.inputs.iter().enumerate() {
@@ -51,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ));
     }
 
-    let mut parts = cleave::load_parts(&written.conn_json, &cleave::engine_map(&[])?, false)?;
+    let mut parts = written.load(&cleave::engine_map(&[])?, false)?;
     let split = parts.run(feed.clone(), &mut [])?;
     let engine = cleave::default_engine(model.path())?;
     let mut whole = cleave::engine(engine.clone())?.load(model.path(), false)?;

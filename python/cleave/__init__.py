@@ -191,29 +191,25 @@ def load(
     return Model(inner)
 
 
-def _part_text(rules: Mapping[str, Any]) -> str:
-    """A ONE ``.part`` file from a dict: ``{"backends": [...], "default": ..., "comply":
-    ..., "OPCODE": {op: device}, "OPNAME": {node: device}}``."""
-    lines = ["[partition]"]
+def _rule_table(rules: Mapping[str, Any]) -> Dict[str, Any]:
+    """ONE's rules from a dict: ``{"backends": [...], "default": ..., "comply": ...,
+    "OPCODE": {op: device}, "OPNAME": {node: device}}``, as the extension takes them."""
     known = {"backends", "default", "comply", "OPCODE", "OPNAME"}
     unknown = set(rules) - known
     if unknown:
         raise ArgumentError(f"rules: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-    backends = rules.get("backends")
-    if backends is not None:
-        if isinstance(backends, str):
-            backends = [backends]
-        lines.append("backends=" + ",".join(str(b) for b in backends))
-    for key in ("default", "comply"):
-        if rules.get(key) is not None:
-            lines.append(f"{key}={rules[key]}")
+    backends = rules.get("backends") or []
+    if isinstance(backends, str):
+        backends = [b for b in backends.split(",") if b]
+    table: Dict[str, Any] = {
+        "backends": [str(b) for b in backends],
+        "default": None if rules.get("default") is None else str(rules["default"]),
+        "comply": None if rules.get("comply") is None else str(rules["comply"]),
+    }
     for section in ("OPCODE", "OPNAME"):
-        table = rules.get(section)
-        if table:
-            lines.append(f"\n[{section}]")
-            with _argument(f"rules[{section!r}] takes {{name: device}}"):
-                lines.extend(f"{k}={v}" for k, v in table.items())
-    return "\n".join(lines) + "\n"
+        with _argument(f"rules[{section!r}] takes {{name: device}}"):
+            table[section] = [(str(k), str(v)) for k, v in (rules.get(section) or {}).items()]
+    return table
 
 
 def _request(
@@ -230,16 +226,16 @@ def _request(
     state: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """The keyword arguments query and partition share, as the extension takes them: a dict
-    of rules goes as ``.part`` text, which messages call ``<rules dict>``."""
+    of rules goes as a table, which messages call ``<rules dict>``."""
     if isinstance(devices, str):
         devices = [d for d in devices.split(",") if d]
-    text = _part_text(rules) if isinstance(rules, Mapping) else None
+    table = _rule_table(rules) if isinstance(rules, Mapping) else None
     with _argument("a device, rule, profile or cost argument"):
         path = os.fspath(rules) if rules is not None and not isinstance(rules, Mapping) else None
         return {
             "devices": [os.fspath(d) for d in (devices or [])],
             "rules": path,
-            "rules_text": text,
+            "rules_table": table,
             "default": default,
             "profiles": _paths(profiles),
             "optimize": optimize,
@@ -354,7 +350,7 @@ class Model:
         margin: float = 0.10,
         optimize: Optional[str] = None,
         stages: Optional[int] = None,
-        memory: Optional[Mapping[str, str]] = None,
+        memory: Optional[Mapping[str, Union[str, int]]] = None,
         allow_disconnected: bool = False,
         algorithm: str = "default",
         budget_s: float = 10.0,
@@ -371,7 +367,7 @@ class Model:
         device profile's ``[cost]``, else cleave's built-in estimate for the device (a
         :class:`UserWarning` says so); :attr:`Plan.prediction` holds the figures.
         ``stages=N`` cuts N pipeline stages over ``devices`` instead, each within its
-        ``memory`` budget (``{"gpu0": "16GiB"}``). Nothing is written until
+        ``memory`` budget (``{"gpu0": "16GiB"}``, or bytes as an int). Nothing is written until
         :meth:`Plan.save`. ``state`` declares decoder state pairs, ``{input: output}``
         (``cleave partition --state IN=OUT``), beyond those named as exporters name them
         (``past_key_values.N.key`` -> ``present.N.key``); :meth:`Runner.generate` feeds them back.
@@ -383,7 +379,8 @@ class Model:
         ['npu', 'cpu', 'npu', 'cpu']
         """
         with _argument("memory= takes {device: budget}, budget_s= a number"):
-            mem = [f"{k}={v}" for k, v in (memory or {}).items()]
+            mem = [(str(k), v if isinstance(v, (int, str)) else str(v))
+                   for k, v in (memory or {}).items()]
             budget = float(budget_s)
         with _argument("state= takes {input: output}, context= and batch= integers"):
             pairs = dict(state or {})

@@ -47,7 +47,7 @@ class Model:
         self,
         request: Dict[str, Any],
         stages: Optional[int],
-        memory: List[str],
+        memory: List[Tuple[str, Union[int, str]]],
         algorithm: str,
         budget_s: float,
         context: Optional[int] = None,

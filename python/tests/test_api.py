@@ -369,19 +369,31 @@ def test_bad_rules_costs_and_memory_raise_argument_error(tmp_path, tiny_cnn):
     assert e.value.path == str(bad) and "gpu" in e.value.cause
     with pytest.raises(cleave.ArgumentError, match="rules: unknown keys"):
         model.partition(rules={"OPCODES": {}})
-    # A dict's rules go to Rust as text: the error names the dict, not a file.
+    # A dict's rules go to Rust as a table: the error names the dict, not a file or a line.
     with pytest.raises(cleave.ArgumentError) as e:
         model.partition(rules={"backends": ["npu", "cpu"], "default": "gpu"})
     assert e.value.path == "<rules dict>" and "gpu" in e.value.cause
+    with pytest.raises(cleave.ArgumentError) as e:
+        model.partition(rules={"backends": "npu,cpu", "default": "cpu", "OPCODE": {"Conv": "gpu"}})
+    assert e.value.cause == "[OPCODE] Conv=gpu: unknown backend 'gpu' (backends are npu,cpu)"
     costs = tmp_path / "costs.json"
     costs.write_text("{not json")
     with pytest.raises(cleave.ArgumentError) as e:
         model.partition(["npu", "cpu"], objective="latency", costs=costs)
     assert e.value.path == str(costs)
-    with pytest.raises(cleave.ArgumentError, match="16XB"):
+    with pytest.raises(cleave.ArgumentError) as e:
         model.partition(["g0", "g1"], stages=2, memory={"g0": "16XB"})
-    with pytest.raises(cleave.ArgumentError, match="objective"):
+    assert e.value.cause.startswith("memory['g0']='16XB': unknown unit 'xb'"), e.value.cause
+    # Bytes as an int are a budget too: 1 byte holds no stage.
+    with pytest.raises(cleave.ArgumentError, match="does not fit"):
+        model.partition(["g0", "g1"], stages=2, memory={"g0": 1, "g1": "1GiB"})
+    # A word neither face knows is refused in Python's terms, listing the words.
+    with pytest.raises(cleave.ArgumentError) as e:
         model.partition(["cpu"], objective="fastest")
+    assert e.value.cause == "objective=\"fastest\": choose 'fewest' or 'latency'", e.value.cause
+    with pytest.raises(cleave.ArgumentError) as e:
+        model.partition(["cpu"], optimize="fast")
+    assert e.value.cause == "optimize=\"fast\": choose 'basic' or 'device'", e.value.cause
 
 
 def test_missing_engine_package_names_the_pip_install(monkeypatch, tiny_cnn, tiny_part):

@@ -2,7 +2,7 @@ use cleave_device::{Profiles, Verdict};
 use cleave_fuse::{find_groups, Group, Rule, UnknownRule};
 use cleave_ir::{Graph, Node, NodeId, OpSemantics};
 
-use crate::error::AssignError;
+use crate::error::{AssignError, Hint};
 use crate::part_file::PartFile;
 use crate::placement::{Placement, Reason};
 
@@ -325,7 +325,7 @@ fn fallback_hint(
     g: &Graph,
     node: &Node,
     sem: &dyn OpSemantics,
-) -> String {
+) -> Hint {
     let known: Vec<&str> = std::iter::once("cpu")
         .chain(profiles.names().filter(|&n| n != "cpu"))
         .filter(|n| profiles.get(n).is_some())
@@ -334,11 +334,8 @@ fn fallback_hint(
         !devices.iter().any(|x| x == d) && profiles.check(d, g, node, sem) == Verdict::Supported
     });
     match runs {
-        Some(d) => {
-            let list: Vec<&str> = devices.iter().map(String::as_str).chain([d]).collect();
-            format!("add a fallback device that supports it, e.g. --devices {}", list.join(","))
-        }
-        None => "no built-in device profile runs it: add a device whose profile (--profile FILE.toml) lists it, or one without a profile, which runs every op".to_string(),
+        Some(d) => Hint::Fallback(devices.iter().cloned().chain([d.to_string()]).collect()),
+        None => Hint::NoProfile,
     }
 }
 

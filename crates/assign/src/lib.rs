@@ -12,7 +12,7 @@ mod placement;
 mod state;
 
 pub use assign::{assign, inseparable_pairs, AssignOptions, Assignment};
-pub use error::AssignError;
-pub use part_file::{render_opname, Comply, PartError, PartFile};
+pub use error::{AssignError, Hint};
+pub use part_file::{render_opname, Comply, PartError, PartFile, RuleTable};
 pub use placement::{Placement, Reason};
 pub use state::StateRegion;

@@ -45,6 +45,17 @@ pub struct Comply {
     pub opcode: bool,
 }
 
+/// ONE's rules as values rather than text (the Python package's dict): `[partition]`'s keys
+/// and the `[OPCODE]` and `[OPNAME]` tables.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleTable {
+    pub backends: Vec<String>,
+    pub default: Option<String>,
+    pub comply: Option<String>,
+    pub opcode: Vec<(String, String)>,
+    pub opname: Vec<(String, String)>,
+}
+
 /// A parsed and validated `.part` file.
 #[derive(Clone, Debug)]
 pub struct PartFile {
@@ -82,6 +93,53 @@ impl PartFile {
         default: Option<&str>,
     ) -> Result<PartFile, PartError> {
         let sections = read_ini(text, path)?;
+        PartFile::from_sections(&sections, path, backends, default)
+    }
+
+    /// The rules `table` holds, checked as a file's are; `name` is what messages call it.
+    pub fn from_table(
+        table: &RuleTable,
+        name: &Path,
+        backends: Option<&[String]>,
+        default: Option<&str>,
+    ) -> Result<PartFile, PartError> {
+        let joined = table.backends.join(",");
+        let mut partition = Vec::new();
+        if !table.backends.is_empty() {
+            partition.push(("backends", joined.as_str(), 0));
+        }
+        if let Some(d) = &table.default {
+            partition.push(("default", d.as_str(), 0));
+        }
+        if let Some(c) = &table.comply {
+            partition.push(("comply", c.as_str(), 0));
+        }
+        fn rows(rules: &[(String, String)]) -> Vec<(&str, &str, usize)> {
+            rules
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str(), 0))
+                .collect()
+        }
+        let sections: Sections = [
+            ("partition", partition),
+            ("OPCODE", rows(&table.opcode)),
+            ("OPNAME", rows(&table.opname)),
+        ]
+        .into_iter()
+        .collect();
+        // A table has no lines to point at.
+        PartFile::from_sections(&sections, name, backends, default).map_err(|e| match e {
+            PartError::Syntax { path, message, .. } => PartError::Invalid { path, message },
+            e => e,
+        })
+    }
+
+    fn from_sections(
+        sections: &Sections<'_>,
+        path: &Path,
+        backends: Option<&[String]>,
+        default: Option<&str>,
+    ) -> Result<PartFile, PartError> {
         let invalid = |message: String| PartError::Invalid {
             path: path.to_path_buf(),
             message,

@@ -10,7 +10,7 @@ use cleave_onnx::{
 };
 use cleave_tflite::{FlatModel, Format, TfliteSource};
 
-use crate::{Error, ExternalData};
+use crate::{Arg, Error, ExternalData, Message};
 
 /// Converts `input` to `output` by their extensions; `external` chooses how an ONNX model
 /// holds its weights (kept as they are when `None`). Returns notes for the user.
@@ -28,7 +28,10 @@ pub fn convert(
     };
     if flat(input) || flat(output) {
         if external.is_some() {
-            return Err(Error::usage("--external-data applies to ONNX models only"));
+            return Err(Error::request(Message::about_arg(
+                Arg::ExternalData,
+                " applies to ONNX models only",
+            )));
         }
         return convert_flat(input, output);
     }

@@ -10,7 +10,7 @@ use cleave_runtime::decode::{DecoderSpec, Generation, Sampling, Steps, Whole};
 use cleave_runtime::runner::read_conn;
 use cleave_runtime::EngineKind;
 
-use crate::Error;
+use crate::{Arg, Error, Message};
 
 /// What to generate.
 #[derive(Clone, Debug, Default)]
@@ -38,7 +38,8 @@ pub fn decoder_spec(conn: &Path, declared: &[StatePair]) -> Result<DecoderSpec, 
     let c = read_conn(conn)?;
     let source = crate::conn_source(conn)?;
     let g = &source.model().graph;
-    let mut state = state_pairs(g, declared).map_err(|e| Error::usage(format!("--state: {e}")))?;
+    let mut state = state_pairs(g, declared)
+        .map_err(|e| Error::request(Message::about_arg(Arg::State, format!(": {e}"))))?;
     let known: BTreeSet<String> = state.iter().map(|p| p.input.clone()).collect();
     for (input, output) in c.source.state.iter().flatten() {
         if !known.contains(input) {
@@ -75,9 +76,7 @@ fn start<S: Steps>(
     spec: DecoderSpec,
     req: &GenerateRequest,
 ) -> Result<Generation<S>, Error> {
-    req.sampling
-        .check()
-        .map_err(|e| Error::usage(format!("--{e}")))?;
+    req.sampling.check().map_err(Error::request)?;
     if req.prompt.is_empty() {
         return Err(Error::usage("the prompt has no token"));
     }
@@ -93,7 +92,7 @@ fn start<S: Steps>(
     .map_err(|message| Error::Unsupported {
         path,
         node: None,
-        message,
+        message: message.into(),
     })
 }
 

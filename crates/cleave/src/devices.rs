@@ -3,10 +3,10 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use cleave_assign::PartFile;
+use cleave_assign::{PartFile, RuleTable};
 use cleave_device::Profiles;
 
-use crate::Error;
+use crate::{Arg, Error, Message};
 
 /// The devices a model is split across and what each runs.
 #[derive(Clone, Debug)]
@@ -37,13 +37,13 @@ pub struct DeviceRequest {
     pub no_constraints: bool,
 }
 
-/// ONE's `.part` rules, read from a file or given as text (the Python package's dict).
+/// ONE's `.part` rules, read from a file or given as values (the Python package's dict).
 #[derive(Clone, Debug)]
 pub enum Rules {
     File(PathBuf),
-    /// The rules' text and what messages call it (e.g. `<rules dict>`).
-    Text {
-        text: String,
+    /// The rules as values, and what messages call them (e.g. `<rules dict>`).
+    Table {
+        table: RuleTable,
         name: PathBuf,
     },
 }
@@ -53,17 +53,21 @@ impl Rules {
     pub fn name(&self) -> &Path {
         match self {
             Rules::File(p) => p,
-            Rules::Text { name, .. } => name,
+            Rules::Table { name, .. } => name,
         }
     }
 
-    fn text(&self) -> Result<std::borrow::Cow<'_, str>, Error> {
-        match self {
-            Rules::File(path) => std::fs::read_to_string(path)
-                .map(std::borrow::Cow::Owned)
-                .map_err(|e| Error::argument(path, format!("cannot read: {e}"))),
-            Rules::Text { text, .. } => Ok(std::borrow::Cow::Borrowed(text)),
-        }
+    /// The rules checked, `backends` and `default` overriding theirs.
+    fn read(&self, backends: Option<&[String]>, default: Option<&str>) -> Result<PartFile, Error> {
+        let parsed = match self {
+            Rules::File(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::argument(path, format!("cannot read: {e}")))?;
+                PartFile::parse(&text, path, backends, default)
+            }
+            Rules::Table { table, name } => PartFile::from_table(table, name, backends, default),
+        };
+        parsed.map_err(|e| Error::argument(e.path(), &e))
     }
 }
 
@@ -97,17 +101,14 @@ impl Devices {
         let (profiles, list) = profiles(req)?;
         let part = match &req.part {
             Some(rules) => {
-                let text = rules.text()?;
                 let backends = (!list.is_empty()).then_some(list.as_slice());
-                let p = PartFile::parse(&text, rules.name(), backends, req.default.as_deref())
-                    .map_err(|e| Error::argument(e.path(), &e))?;
-                Some(p)
+                Some(rules.read(backends, req.default.as_deref())?)
             }
             None => None,
         };
         if part.is_none() && list.is_empty() {
-            return Err(Error::usage(
-                "no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part",
+            return Err(Error::request(
+                cleave_assign::AssignError::NoDevices.message(),
             ));
         }
         Ok(Devices {
@@ -154,9 +155,11 @@ fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
         } else if let Some(ov) = d.strip_prefix("ov:") {
             // `ov:GPU.1` is OpenVINO's device GPU.1; a ':' has no place in a part's file name.
             if ov.is_empty() {
-                return Err(Error::usage(
-                    "--devices ov: names no OpenVINO device (e.g. ov:CPU, ov:GPU.1)",
-                ));
+                return Err(Error::request(Message::about(
+                    Arg::Devices,
+                    "ov:",
+                    " names no OpenVINO device (e.g. ov:CPU, ov:GPU.1)",
+                )));
             }
             devices.push(format!("{}{ov}", cleave_engines::OPENVINO_PREFIX));
         } else {
@@ -169,10 +172,11 @@ fn profiles(req: &DeviceRequest) -> Result<(Profiles, Vec<String>), Error> {
     let mut seen = HashSet::new();
     for d in &devices {
         cleave_workdir::check_backend_name(d)
-            .map_err(|e| Error::usage(format!("--devices: {e}")))?;
+            .map_err(|e| Error::request(Message::about_arg(Arg::Devices, format!(": {e}"))))?;
         if !seen.insert(d) {
-            return Err(Error::usage(format!(
-                "--devices: '{d}' is empty or listed twice"
+            return Err(Error::request(Message::about_arg(
+                Arg::Devices,
+                format!(": '{d}' is empty or listed twice"),
             )));
         }
     }

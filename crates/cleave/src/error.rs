@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 use cleave_assign::AssignError;
 pub use cleave_frontend::NodeRef;
 use cleave_frontend::{ErrorKind, FrontendError};
+pub use cleave_ir::words::{Arg, Face, Message};
 use cleave_runtime::RuntimeError;
 
 /// Why a pipeline step failed, by kind: the CLI prints every kind the same way (`file:
@@ -17,7 +18,7 @@ pub enum Error {
     InvalidModel {
         path: PathBuf,
         node: Option<NodeRef>,
-        message: String,
+        message: Message,
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
@@ -27,13 +28,13 @@ pub enum Error {
     Unsupported {
         path: PathBuf,
         node: Option<NodeRef>,
-        message: String,
+        message: Message,
     },
     /// The model, or an output file or folder, could not be read or written.
     #[error("{message}")]
     Io {
         path: PathBuf,
-        message: String,
+        message: Message,
         #[source]
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
@@ -43,13 +44,13 @@ pub enum Error {
     #[error("{message}")]
     Argument {
         path: Option<PathBuf>,
-        message: String,
+        message: Message,
     },
     /// An engine could not be loaded or failed to run a model.
     #[error("{message}")]
     Engine {
         path: Option<PathBuf>,
-        message: String,
+        message: Message,
         #[source]
         source: Option<RuntimeError>,
     },
@@ -64,7 +65,7 @@ impl Error {
         Error::InvalidModel {
             path: path.into(),
             node: None,
-            message: message.to_string(),
+            message: Message::text(message.to_string()),
             source: None,
         }
     }
@@ -73,7 +74,7 @@ impl Error {
     pub fn argument(path: impl Into<PathBuf>, message: impl ToString) -> Error {
         Error::Argument {
             path: Some(path.into()),
-            message: message.to_string(),
+            message: Message::text(message.to_string()),
         }
     }
 
@@ -81,15 +82,45 @@ impl Error {
     pub fn usage(message: impl ToString) -> Error {
         Error::Argument {
             path: None,
-            message: message.to_string(),
+            message: Message::text(message.to_string()),
         }
+    }
+
+    /// The request is wrong, in words that name its arguments by kind: each face says them
+    /// its own way ([`Error::worded`]).
+    pub fn request(message: impl Into<Message>) -> Error {
+        Error::Argument {
+            path: None,
+            message: message.into(),
+        }
+    }
+
+    /// An argument file is wrong, in words that name arguments by kind.
+    pub fn argument_file(path: impl Into<PathBuf>, message: impl Into<Message>) -> Error {
+        Error::Argument {
+            path: Some(path.into()),
+            message: message.into(),
+        }
+    }
+
+    /// The cause as `face` words it: arguments as flags or as keyword arguments.
+    pub fn worded(&self, face: Face) -> String {
+        let (Error::InvalidModel { message, .. }
+        | Error::Unsupported { message, .. }
+        | Error::Io { message, .. }
+        | Error::Argument { message, .. }
+        | Error::Engine { message, .. }) = self
+        else {
+            return self.to_string();
+        };
+        message.worded(face)
     }
 
     /// Reading or writing `path` failed.
     pub fn io(path: impl Into<PathBuf>, what: &str, e: std::io::Error) -> Error {
         Error::Io {
             path: path.into(),
-            message: format!("{what}: {e}"),
+            message: Message::text(format!("{what}: {e}")),
             source: Some(Box::new(e)),
         }
     }
@@ -98,7 +129,7 @@ impl Error {
     pub fn engine(path: impl Into<PathBuf>, message: impl ToString) -> Error {
         Error::Engine {
             path: Some(path.into()),
-            message: message.to_string(),
+            message: Message::text(message.to_string()),
             source: None,
         }
     }
@@ -175,7 +206,7 @@ impl From<FrontendError> for Error {
 
 impl From<RuntimeError> for Error {
     fn from(e: RuntimeError) -> Error {
-        let message = e.to_string();
+        let message = Message::text(e.to_string());
         match &e {
             RuntimeError::Read { path, .. } | RuntimeError::Write { path, .. } => Error::Io {
                 path: path.clone(),
@@ -188,7 +219,7 @@ impl From<RuntimeError> for Error {
                 message,
                 source: Some(Box::new(e)),
             },
-            RuntimeError::Conn { path, .. } => Error::argument(path, message),
+            RuntimeError::Conn { path, .. } => Error::argument_file(path, message),
             _ => Error::Engine {
                 path: e.path().map(Path::to_path_buf),
                 message,
@@ -202,7 +233,7 @@ impl Error {
     /// An assignment's refusal about the model at `path`: an operator the devices do not run
     /// is unsupported, the rest are the request's.
     pub fn assignment(path: &Path, e: AssignError) -> Error {
-        let message = e.to_string();
+        let message = e.message();
         match e {
             AssignError::Unsupported { node, op, .. }
             | AssignError::RuleUnsupported { node, op, .. } => Error::Unsupported {
@@ -215,7 +246,7 @@ impl Error {
                 node: None,
                 message,
             },
-            _ => Error::usage(message),
+            _ => Error::request(message),
         }
     }
 }

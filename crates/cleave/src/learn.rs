@@ -5,7 +5,7 @@
 use cleave_ir::{TensorType, ValueId};
 use cleave_runtime::{EngineKind, HostTensor};
 
-use crate::{Error, LoadedModel};
+use crate::{Arg, Error, LoadedModel, Message};
 
 /// What a run taught: the engine, and each tensor's type as it ran.
 #[derive(Clone, Debug)]
@@ -118,17 +118,21 @@ impl LoadedModel {
                 .static_dims()
                 .or_else(|| placeholders.then(|| self.source.placeholder_shape(v)).flatten())
                 .ok_or_else(|| {
-                    Error::usage(if placeholders {
-                        format!(
-                            "input '{}' ({}) has no shape to run the model at, not even a placeholder in the file: give --shape {}=D,D,...",
-                            value.name, value.ty, value.name
-                        )
+                    let why = if placeholders {
+                        Message::text(format!(
+                            "input '{}' ({}) has no shape to run the model at, not even a placeholder in the file: give ",
+                            value.name, value.ty
+                        ))
                     } else {
-                        format!(
-                            "--learn-dims runs the model, so input '{}' ({}) needs a fixed shape: give --shape {}=D,D,...",
-                            value.name, value.ty, value.name
+                        Message::about_arg(
+                            Arg::LearnDims,
+                            format!(
+                                " runs the model, so input '{}' ({}) needs a fixed shape: give ",
+                                value.name, value.ty
+                            ),
                         )
-                    })
+                    };
+                    Error::request(why.given(Arg::Shape, format!("{}=D,D,...", value.name)))
                 })?;
             run_shapes.push((value.name.to_string(), dims.clone()));
             let elem = value.ty.elem.ok_or_else(|| {

@@ -14,7 +14,7 @@ use cleave_engines::openvino_device;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::{Devices, Error};
+use crate::{Arg, Devices, Error, Message};
 
 /// The question, as Python code; run with the model and device as arguments.
 pub const QUERY_SCRIPT: &str = include_str!("../../../python/cleave/openvino_query.py");
@@ -77,7 +77,7 @@ impl Devices {
 /// it answered node by node.
 pub fn query(model: &Path, device: &str) -> Result<(PluginAnswer, Option<String>), Error> {
     let version = cleave_engines::openvino_version()
-        .map_err(|e| Error::usage(format!("--devices ov:{device}: {e}")))?;
+        .map_err(|e| Error::request(ov_device(device, format!(": {e}"))))?;
     let digest = digest(model)?;
     let cache = cache_dir().map(|d| {
         d.join(format!(
@@ -139,8 +139,9 @@ fn ask(model: &Path, device: &str) -> Result<Vec<u8>, Error> {
         .arg(device)
         .output()
         .map_err(|e| {
-            Error::usage(format!(
-                "--devices ov:{device}: cannot run {python} to ask OpenVINO ({e})"
+            Error::request(ov_device(
+                device,
+                format!(": cannot run {python} to ask OpenVINO ({e})"),
             ))
         })?;
     if out.status.success() {
@@ -150,9 +151,12 @@ fn ask(model: &Path, device: &str) -> Result<Vec<u8>, Error> {
     let why = why.lines().last().unwrap_or("").trim();
     // Exit 3: no openvino package; anything else is OpenVINO refusing the model or device.
     if out.status.code() == Some(3) {
-        return Err(Error::usage(format!(
-            "--devices ov:{device}: {why}; pip install {} into {python}",
-            cleave_engines::OPENVINO_WHEEL
+        return Err(Error::request(ov_device(
+            device,
+            format!(
+                ": {why}; pip install {} into {python}",
+                cleave_engines::OPENVINO_WHEEL
+            ),
         )));
     }
     Err(Error::engine(
@@ -200,4 +204,9 @@ fn file_safe(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// A message about the device list's entry `ov:DEVICE`.
+fn ov_device(device: &str, rest: String) -> Message {
+    Message::about(Arg::Devices, format!("ov:{device}"), rest)
 }

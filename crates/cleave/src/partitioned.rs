@@ -1,75 +1,105 @@
-//! One partition as both faces ask for it: a model and a request in, a validated plan out that
-//! writes itself, stage memory included, in one all-or-nothing commit. The CLI's `partition`
-//! and Python's `Model.partition` call [`partition`] whole; neither composes the steps.
+//! The third stage of a partition's life: a proven plan of single-device, connected,
+//! acyclic parts ([`Partitioned`]); [`Partitioned::write`], the one write, saves the parts and
+//! ONE's connection files in one all-or-nothing commit.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cleave_frontend::{Emitted, ExternalData};
+use cleave_frontend::ExternalData;
+use cleave_ir::phases::phase;
 use cleave_partition::{References, ValidatedPlan};
+use cleave_workdir::ConnModel;
 
-use crate::request::ModelSource;
-use crate::{load_and_assign, load_and_stage, Algorithm, AssignRequest, Assigned, Error};
-use crate::{Prediction, Stages};
-
-/// What to partition for: the devices (or stages) and how to cut.
-#[derive(Clone, Debug)]
-pub struct PartitionRequest {
-    pub assign: AssignRequest,
-    /// Pipeline stages instead of device rules: N consecutive slices, slowest stage least.
-    pub stages: Option<usize>,
-    /// Memory budgets of the stages' devices, `DEVICE=SIZE` (stages only).
-    pub memory: Vec<String>,
-    /// How to cut the assigned graph (not used for stages).
-    pub algorithm: Algorithm,
-    /// Count a decoder's stages at this context (stages only).
-    pub context: Option<crate::DecodeContext>,
-}
-
-impl PartitionRequest {
-    /// Rules or priorities cut by the default algorithm.
-    pub fn new(assign: AssignRequest) -> PartitionRequest {
-        PartitionRequest {
-            assign,
-            stages: None,
-            memory: Vec::new(),
-            algorithm: Algorithm::Default {
-                allow_disconnected: false,
-            },
-            context: None,
-        }
-    }
-}
-
-/// Hooks into a long partition: what a console shows while it runs.
-#[derive(Default)]
-pub struct Progress<'a> {
-    /// Called as each phase starts (`loading and assigning`, `partitioning`, ...).
-    pub phase: Option<&'a dyn Fn(&str)>,
-    /// Receives the algorithm's steps (`--trace`); kept when the cut fails.
-    pub trace: Option<&'a mut Vec<String>>,
-    /// Called once every node has a device, before the cut: what the assignment warns of
-    /// (fused groups dissolved, learned types, estimated figures) is told even when the cut
-    /// or its validation then fails.
-    pub assigned: Option<&'a dyn Fn(&Assigned)>,
-}
+use crate::{Assigned, Error, Face, Prediction, Stages, Written};
 
 /// A validated partition, ready to write.
 pub struct Partitioned {
     pub assigned: Assigned,
     pub plan: ValidatedPlan,
-    /// The stages, when they made the plan.
-    pub stages: Option<Stages>,
     /// Part counts of the references, when rules (not stages) made the partition.
     pub references: Option<References>,
     /// Time the cutting algorithm took.
     pub elapsed: Duration,
 }
 
+/// The engine the connection file records for a backend's parts: the device of a registered
+/// engine the backend's name calls for (`openvino:GPU` for `ov-GPU`).
+pub(crate) fn conn_engine(backend: &str) -> Option<String> {
+    cleave_engines::registry()
+        .by_device_prefix(backend)
+        .map(|k| k.label())
+}
+
+/// Records each part's engine ([`conn_engine`]).
+pub(crate) fn record_engine(_: usize, backend: &str, m: &mut ConnModel) {
+    m.engine = conn_engine(backend);
+}
+
 impl Partitioned {
-    /// Writes the parts and the connection files into `workdir`, all or nothing.
-    pub fn write(&mut self, workdir: &Path, external: ExternalData) -> Result<Emitted, Error> {
-        self.assigned.write(&self.plan, workdir, external)
+    /// The stages, when they made the plan.
+    pub fn stages(&self) -> Option<&Stages> {
+        self.assigned.stages.as_ref()
+    }
+
+    /// Writes the parts and the connection files into `workdir`, all or nothing: the
+    /// connection file records each part's engine and, for stages, what each holds. A
+    /// rewritten model is saved first as `workdir/stem.optimized/stem.<ext>`, which the
+    /// connection file then names as the source (so `check` and `verify` compare the parts
+    /// against it).
+    pub fn write(&mut self, workdir: &Path, external: ExternalData) -> Result<Written, Error> {
+        let memory = self.assigned.stage_memory();
+        let record = |k: usize, backend: &str, m: &mut ConnModel| {
+            record_engine(k, backend, m);
+            if let Some(&(weights, activations)) = memory.get(k) {
+                m.weights_bytes = Some(weights);
+                m.activation_peak_bytes = Some(activations);
+            }
+        };
+        let loaded = &mut self.assigned.loaded;
+        if loaded.rewritten.is_some() {
+            let stem = loaded
+                .path()
+                .file_stem()
+                .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+            let dir = workdir.join(format!("{stem}.optimized"));
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "cannot create", e))?;
+            let out: PathBuf = dir.join(format!("{stem}.{}", loaded.source.extension()));
+            loaded.source.save_as(&out)?;
+        }
+        let learned = self.learn_for_parts();
+        let plan = &self.plan;
+        let source = &self.assigned.loaded.source;
+        let mut emitted = phase("emission", || {
+            source.write_parts(plan, workdir, external, &record)
+        })?;
+        if let Some(note) = learned {
+            emitted.notes.insert(0, note);
+        }
+        Ok(Written::from(emitted))
+    }
+
+    /// Where a part would receive a tensor whose dims the file leaves open and the format finds
+    /// them by a run (TFLite), that run, unless `--learn-dims` made one; what it did, as a note.
+    fn learn_for_parts(&mut self) -> Option<String> {
+        let loaded = &mut self.assigned.loaded;
+        if loaded.learned.is_some() || !loaded.source.learns_dims_by_default() {
+            return None;
+        }
+        let g = loaded.graph();
+        let open = self
+            .plan
+            .parts
+            .iter()
+            .flat_map(|p| &p.inputs)
+            .any(|&v| !g.inputs.contains(&v) && g.value(v).ty.static_dims().is_none());
+        if !open {
+            return None;
+        }
+        loaded.learn_dims_unasked();
+        loaded
+            .learned
+            .as_ref()
+            .and_then(crate::Learned::unasked_note)
     }
 
     /// The predicted latency, when the latency objective or a cost file gave figures.
@@ -77,77 +107,8 @@ impl Partitioned {
         self.assigned.predict(self.plan.plan())
     }
 
-    /// The stage table (empty unless stages made the plan).
-    pub fn stage_table(&self) -> Vec<String> {
-        self.stages.as_ref().map_or_else(Vec::new, Stages::table)
-    }
-}
-
-/// Loads (or takes) the model, assigns or stages it, cuts and validates.
-pub fn partition<'a>(
-    source: impl Into<ModelSource<'a>>,
-    req: &PartitionRequest,
-    progress: Progress<'_>,
-) -> Result<Partitioned, Error> {
-    let Progress {
-        phase,
-        trace,
-        assigned: on_assigned,
-    } = progress;
-    let told = |a: &Assigned| {
-        if let Some(f) = on_assigned {
-            f(a);
-        }
-    };
-    let say = |what: &str| {
-        if let Some(f) = phase {
-            f(what);
-        }
-    };
-    let source = source.into();
-    match req.stages {
-        Some(n) => {
-            say("loading and planning the stages");
-            let (loaded, stages) =
-                load_and_stage(source, &req.assign, n, &req.memory, req.context)?;
-            let assigned = Assigned::from_stages(loaded, &stages);
-            told(&assigned);
-            say("building and validating the parts");
-            let plan = assigned.loaded.plan(&assigned.assignment, &stages.cut)?;
-            Ok(Partitioned {
-                assigned,
-                plan,
-                references: stages.cut.references,
-                elapsed: stages.cut.elapsed,
-                stages: Some(stages),
-            })
-        }
-        None => {
-            if !req.memory.is_empty() {
-                return Err(Error::usage("--memory needs --stages N"));
-            }
-            if req.context.is_some() {
-                return Err(Error::usage("--context needs --stages N"));
-            }
-            say("loading and assigning");
-            let assigned = load_and_assign(source, &req.assign)?;
-            told(&assigned);
-            say("partitioning");
-            let mut scratch = Vec::new();
-            let trace = trace.unwrap_or(&mut scratch);
-            let cut =
-                assigned
-                    .loaded
-                    .partition_traced(&assigned.assignment, req.algorithm, trace)?;
-            say("building and validating the parts");
-            let plan = assigned.loaded.plan(&assigned.assignment, &cut)?;
-            Ok(Partitioned {
-                assigned,
-                plan,
-                references: cut.references,
-                elapsed: cut.elapsed,
-                stages: None,
-            })
-        }
+    /// The stage table as `face` words it (empty unless stages made the plan).
+    pub fn stage_table(&self, face: Face) -> Vec<String> {
+        self.stages().map_or_else(Vec::new, |s| s.table(face))
     }
 }

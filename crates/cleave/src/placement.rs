@@ -11,7 +11,7 @@ use cleave_device::Verdict;
 use cleave_ir::{NodeId, ValueDef};
 use cleave_partition::{Partition, Plan};
 
-use crate::{Devices, Error, LoadedModel};
+use crate::{Arg, Devices, Error, LoadedModel, Message};
 
 /// Where latency figures come from: a cost file `cleave profile` wrote, and the `[cost]`
 /// figures device profiles declare.
@@ -150,11 +150,13 @@ impl LoadedModel {
                         None => (self.path().to_path_buf(), String::new()),
                     };
                     let msg = if file.is_some() {
-                        format!("device '{name}' has no figures here (it has: {has}), and its profile declares no [cost]: profile it with cleave profile --devices {name}")
+                        Message::text(format!("device '{name}' has no figures here (it has: {has}), and its profile declares no [cost]: profile it with cleave profile --devices {name}"))
                     } else {
-                        format!("device '{name}' has no latency figures (its profile declares no [cost], and cleave has no estimate for it): give --costs FILE (from cleave profile) or declare [cost] in its profile")
+                        Message::text(format!("device '{name}' has no latency figures (its profile declares no [cost], and cleave has no estimate for it): give "))
+                            .given(Arg::Costs, "FILE")
+                            .then(" (from cleave profile) or declare [cost] in its profile")
                     };
-                    return Err(Error::argument(path, msg));
+                    return Err(Error::argument_file(path, msg));
                 }
             }
         }
@@ -359,6 +361,13 @@ impl LoadedModel {
         costs: &Costs,
         margin: f64,
     ) -> Result<LatencyChoice, Error> {
+        if !(margin.is_finite() && margin >= 0.0) {
+            return Err(Error::request(Message::about(
+                Arg::Margin,
+                margin.to_string(),
+                ": give a fraction, at least 0",
+            )));
+        }
         let start = Instant::now();
         let g = self.graph();
         let table = self.cost_table(&a.devices, devices, costs)?;

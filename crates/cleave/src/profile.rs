@@ -13,7 +13,7 @@ use cleave_ir::ElemType;
 use cleave_partition::{validate, Partition, Plan, UnitGraph};
 use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, HostTensor, Session};
 
-use crate::pipeline::record_engine;
+use crate::partitioned::record_engine;
 use crate::{Devices, Error, LoadedModel};
 
 /// How to measure.

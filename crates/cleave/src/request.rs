@@ -1,18 +1,16 @@
-//! A partition request as the CLI and the Python package both state it: load the model with
-//! its dims fixed, rewrite it if asked, give every node a device (by rules and priority, or by
-//! predicted latency), or cut it into pipeline stages. Both faces call these; neither
-//! composes the stages itself.
+//! What both faces ask of a partition, as typed values parsed at each face's edge
+//! ([`PartitionRequest`], [`AssignRequest`]), and [`partition`], which walks a model through
+//! its stages: [`LoadedModel`] → [`Assigned`] → [`Partitioned`] (→ [`crate::Written`] by
+//! [`Partitioned::write`]). The CLI's `partition` and Python's `Model.partition` call it whole.
 
 use std::path::{Path, PathBuf};
 
-use cleave_assign::Assignment;
-use cleave_frontend::{Emitted, ExternalData, FixedDims, RewriteLevel};
+use cleave_frontend::{FixedDims, RewriteLevel};
 use cleave_ir::phases::phase;
-use cleave_partition::ValidatedPlan;
 
 use crate::{
-    load_model, parse_memory, Costs, DeviceRequest, Devices, Error, LatencyChoice, LoadedModel,
-    Prediction, StageRequest, Stages,
+    load_model, Algorithm, Arg, Assigned, DecodeContext, DeviceRequest, Devices, Error,
+    LoadedModel, Message, Partitioned,
 };
 
 /// What the placement optimises.
@@ -64,68 +62,46 @@ impl Default for AssignRequest {
     }
 }
 
-/// A model loaded, rewritten if asked, and assigned.
-pub struct Assigned {
-    pub loaded: LoadedModel,
-    pub devices: Devices,
-    pub assignment: Assignment,
-    /// Latency figures, when a cost file or the latency objective asked for them.
-    pub costs: Option<Costs>,
-    /// What the latency objective chose.
-    pub latency: Option<LatencyChoice>,
-    /// For pipeline stages, each stage's (weights, activation peak) in bytes, which the
-    /// connection file records; empty otherwise.
-    pub stage_memory: Vec<(u64, u64)>,
+/// What to partition for: the devices (or stages) and how to cut.
+#[derive(Clone, Debug)]
+pub struct PartitionRequest {
+    pub assign: AssignRequest,
+    /// Pipeline stages instead of device rules: N consecutive slices, slowest stage least.
+    pub stages: Option<usize>,
+    /// Memory budgets of the stages' devices in bytes, by device (stages only).
+    pub memory: Vec<(String, u64)>,
+    /// How to cut the assigned graph (not used for stages).
+    pub algorithm: Algorithm,
+    /// Count a decoder's stages at this context (stages only).
+    pub context: Option<DecodeContext>,
 }
 
-impl Assigned {
-    /// The stages' placement as an assignment to cut and write: each stage's nodes on its
-    /// device, and what each stage holds for the connection file.
-    pub fn from_stages(loaded: LoadedModel, stages: &Stages) -> Assigned {
-        Assigned {
-            loaded,
-            devices: Devices::priority(&[]),
-            assignment: stages.assignment.clone(),
-            costs: None,
-            latency: None,
-            stage_memory: stages
-                .plan
-                .stages
-                .iter()
-                .map(|s| (s.weights, s.activation_peak))
-                .collect(),
+impl PartitionRequest {
+    /// Rules or priorities cut by the default algorithm.
+    pub fn new(assign: AssignRequest) -> PartitionRequest {
+        PartitionRequest {
+            assign,
+            stages: None,
+            memory: Vec::new(),
+            algorithm: Algorithm::Default {
+                allow_disconnected: false,
+            },
+            context: None,
         }
     }
-
-    /// Writes the parts and the connection files of `plan` into `workdir`, all or nothing:
-    /// the connection file records each part's engine and, for stages, what each holds.
-    pub fn write(
-        &mut self,
-        plan: &ValidatedPlan,
-        workdir: &Path,
-        external: ExternalData,
-    ) -> Result<Emitted, Error> {
-        self.loaded
-            .write_stages(plan, workdir, external, &self.stage_memory)
-    }
-
-    /// The predicted latency of `plan`, when there are figures.
-    pub fn predict(&self, plan: &cleave_partition::Plan) -> Result<Option<Prediction>, Error> {
-        let Some(costs) = &self.costs else {
-            return Ok(None);
-        };
-        Ok(Some(self.loaded.predict(
-            &self.assignment,
-            plan,
-            &self.devices,
-            costs,
-        )?))
-    }
 }
 
-/// The model at `path` with `fixed` dims applied.
-pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<LoadedModel, Error> {
-    load_model(path)?.fix_dims(fixed)
+/// Hooks into a long partition: what a console shows while it runs.
+#[derive(Default)]
+pub struct Progress<'a> {
+    /// Called as each phase starts (`loading and assigning`, `partitioning`, ...).
+    pub phase: Option<&'a dyn Fn(&str)>,
+    /// Receives the algorithm's steps (`--trace`); kept when the cut fails.
+    pub trace: Option<&'a mut Vec<String>>,
+    /// Called once every node has a device, before the cut: what the assignment warns of
+    /// (fused groups dissolved, learned types, estimated figures) is told even when the cut
+    /// or its validation then fails.
+    pub assigned: Option<&'a dyn Fn(&Assigned)>,
 }
 
 /// A model to partition: a file the request's dims are fixed in as it loads, or a model
@@ -156,34 +132,9 @@ impl From<LoadedModel> for ModelSource<'_> {
     }
 }
 
-/// [`ModelSource::load`], then, when `req` asks, the rewrite for `devices` and the types one
-/// run shows.
-fn load_for(
-    source: ModelSource<'_>,
-    req: &AssignRequest,
-    devices: &Devices,
-) -> Result<LoadedModel, Error> {
-    let mut loaded = source.load(&req.fixed)?;
-    if let Some(level) = req.optimize {
-        loaded = loaded.rewrite(level, devices, req.fold_limit)?;
-    }
-    if req.learn_dims {
-        let engine = learning_engine(&loaded)?;
-        loaded.learn_types(engine, 0)?;
-    }
-    loaded.declare_state(&req.state)?;
-    Ok(loaded)
-}
-
-/// The engine a `--learn-dims` run uses: the first registered to run whole models of the
-/// model's format.
-fn learning_engine(loaded: &LoadedModel) -> Result<cleave_runtime::EngineKind, Error> {
-    let format = loaded.source.extension();
-    let candidates = crate::engine_registry().candidates(format);
-    candidates
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::usage(format!("--learn-dims: no engine runs {format} models")))
+/// The model at `path` with `fixed` dims applied.
+pub fn load_fixed(path: &Path, fixed: &FixedDims) -> Result<LoadedModel, Error> {
+    load_model(path)?.fix_dims(fixed)
 }
 
 /// Loads a model and gives every node a device. Warnings (fused groups dissolved) are in the
@@ -193,83 +144,55 @@ pub fn load_and_assign<'a>(
     req: &AssignRequest,
 ) -> Result<Assigned, Error> {
     // The devices and rules first: a typo in them is told before a long load.
-    let mut devices = phase("devices and rules", || Devices::resolve(&req.devices))?;
-    let mut loaded = source.into().load(&req.fixed)?;
-    devices.ask_openvino(loaded.path())?;
-    if let Some(level) = req.optimize {
-        loaded = loaded.rewrite(level, &devices, req.fold_limit)?;
-    }
-    if req.learn_dims {
-        // After the rewrite, which types its model afresh.
-        let engine = learning_engine(&loaded)?;
-        loaded.learn_types(engine, 0)?;
-    }
-    loaded.declare_state(&req.state)?;
-    let mut assignment = loaded.assign(&devices)?;
-    let costs = match &req.costs {
-        Some(path) => Some(Costs::read(path)?),
-        None => (req.objective == Objective::Latency).then(Costs::default),
-    };
-    let mut latency = None;
-    if let (Objective::Latency, Some(c)) = (req.objective, &costs) {
-        if !(req.margin.is_finite() && req.margin >= 0.0) {
-            return Err(Error::usage(format!(
-                "margin {}: give a fraction, at least 0",
-                req.margin
-            )));
-        }
-        let choice = loaded.place_for_latency(&assignment, &devices, c, req.margin)?;
-        assignment = choice.assignment.clone();
-        latency = Some(choice);
-    }
-    // The rules have placed every node; a million-node `.part` file holds ~90 MB of names.
-    devices.forget_node_rules();
-    Ok(Assigned {
-        loaded,
-        devices,
-        assignment,
-        costs,
-        latency,
-        stage_memory: Vec::new(),
-    })
+    let devices = phase("devices and rules", || Devices::resolve(&req.devices))?;
+    source.into().load(&req.fixed)?.into_assigned(devices, req)
 }
 
-/// `stages` consecutive slices of a topological order, on `req`'s devices in turn (or on
-/// `stage1..N`), the slowest as fast as the `memory` budgets (`DEVICE=SIZE`) allow.
-pub fn load_and_stage<'a>(
+/// Loads (or takes) the model, assigns or stages it, cuts and validates.
+pub fn partition<'a>(
     source: impl Into<ModelSource<'a>>,
-    req: &AssignRequest,
-    stages: usize,
-    memory: &[String],
-    context: Option<crate::DecodeContext>,
-) -> Result<(LoadedModel, Stages), Error> {
-    if req.objective == Objective::Latency {
-        return Err(Error::usage(
-            "stages and the latency objective both decide the devices: choose one",
-        ));
+    req: &PartitionRequest,
+    progress: Progress<'_>,
+) -> Result<Partitioned, Error> {
+    let say = |what: &str| {
+        if let Some(f) = progress.phase {
+            f(what);
+        }
+    };
+    let source = source.into();
+    let assigned = match req.stages {
+        Some(n) => {
+            say("loading and planning the stages");
+            // Stage devices are names; profiles matter only for their declared [cost] figures.
+            let devices = if req.assign.devices.devices.is_empty() {
+                Devices::priority(&[])
+            } else {
+                Devices::resolve(&req.assign.devices)?
+            };
+            source
+                .load(&req.assign.fixed)?
+                .into_staged(devices, n, req)?
+        }
+        None => {
+            if !req.memory.is_empty() {
+                return Err(Error::request(
+                    Message::about_arg(Arg::Memory, " needs ").given(Arg::Stages, "N"),
+                ));
+            }
+            if req.context.is_some() {
+                return Err(Error::request(
+                    Message::about_arg(Arg::Context, " needs ").given(Arg::Stages, "N"),
+                ));
+            }
+            say("loading and assigning");
+            load_and_assign(source, &req.assign)?
+        }
+    };
+    if let Some(f) = progress.assigned {
+        f(&assigned);
     }
-    let memory = memory
-        .iter()
-        .map(|m| parse_memory(m).map_err(Error::usage))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Stage devices are names; profiles matter only for their declared [cost] figures.
-    let profiles = if req.devices.devices.is_empty() {
-        Devices::priority(&[])
-    } else {
-        Devices::resolve(&req.devices)?
-    };
-    let costs = match &req.costs {
-        Some(path) => Costs::read(path)?,
-        None => Costs::default(),
-    };
-    let loaded = load_for(source.into(), req, &profiles)?;
-    let stages = loaded.stages(&StageRequest {
-        stages,
-        devices: &req.devices.devices,
-        memory: &memory,
-        profiles: &profiles,
-        costs: &costs,
-        context,
-    })?;
-    Ok((loaded, stages))
+    say("cutting and validating the parts");
+    let mut scratch = Vec::new();
+    let trace = progress.trace.unwrap_or(&mut scratch);
+    assigned.into_partitioned(req.algorithm, trace)
 }

@@ -6,7 +6,7 @@ use cleave_frontend::{Computed, Evaluator};
 use cleave_runtime::runner::{self, LoadedParts, ServedPart};
 use cleave_runtime::{part_format, Engine, EngineKind, EngineMap, Registry, Threads};
 
-use crate::Error;
+use crate::{Arg, Error, Message};
 
 /// The engines cleave links, by name and format: tract in process; ONNX Runtime, LiteRT and
 /// OpenVINO loaded at run time.
@@ -74,8 +74,23 @@ pub fn default_engine(model: &Path) -> Result<EngineKind, Error> {
 }
 
 /// `--engine BACKEND=ENGINE` pairs as a map (none: every part on its format's default).
-pub fn engine_map(pairs: &[String]) -> Result<EngineMap, Error> {
-    engine_registry().parse_map(pairs).map_err(Error::usage)
+pub fn engine_map(pairs: &[(String, String)]) -> Result<EngineMap, Error> {
+    engine_registry().parse_map(pairs).map_err(|(k, why)| {
+        let given = pairs
+            .get(k)
+            .map_or_else(String::new, |(b, e)| format!("{b}={e}"));
+        Error::request(Message::about(Arg::Engines, given, format!(": {why}")))
+    })
+}
+
+/// A `BACKEND=ENGINE` pair as the command line writes it (`npu=tract`).
+pub fn parse_engine_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((b, e)) if !b.trim().is_empty() && !e.trim().is_empty() => {
+            Ok((b.trim().to_string(), e.trim().to_string()))
+        }
+        _ => Err(format!("'{s}': expected BACKEND=ENGINE, e.g. npu=tract")),
+    }
 }
 
 /// Loads every part of a connection file into the engine `engines` picks for its backend.

@@ -12,7 +12,7 @@ use cleave_partition::{Partition, UnitGraph};
 use cleave_view::human_bytes;
 
 use crate::placement::Costs;
-use crate::{Devices, Error, LoadedModel, UnitPartition};
+use crate::{Arg, Assigned, Devices, Error, Face, LoadedModel, Message, UnitPartition};
 
 /// What `--stages` is asked.
 pub struct StageRequest<'a> {
@@ -72,12 +72,52 @@ struct StageTimes {
 }
 
 impl LoadedModel {
+    /// The model as `n` pipeline stages on `req`'s devices in turn (or on `stage1..N`), the
+    /// slowest as fast as the memory budgets allow: each stage's nodes on its device, cut
+    /// already.
+    pub fn into_staged(
+        self,
+        devices: Devices,
+        n: usize,
+        req: &crate::PartitionRequest,
+    ) -> Result<Assigned, Error> {
+        if req.assign.objective == crate::Objective::Latency {
+            return Err(Error::usage(
+                "stages and the latency objective both decide the devices: choose one",
+            ));
+        }
+        let costs = match &req.assign.costs {
+            Some(path) => Costs::read(path)?,
+            None => Costs::default(),
+        };
+        let loaded = self.prepared(&devices, &req.assign)?;
+        let stages = loaded.stages(&StageRequest {
+            stages: n,
+            devices: &req.assign.devices.devices,
+            memory: &req.memory,
+            profiles: &devices,
+            costs: &costs,
+            context: req.context,
+        })?;
+        Ok(Assigned {
+            loaded,
+            devices: Devices::priority(&[]),
+            assignment: stages.assignment.clone(),
+            costs: None,
+            latency: None,
+            stages: Some(stages),
+        })
+    }
+
     /// Cuts the graph into `r.stages` consecutive stages minimising the slowest one, each
     /// within its device's memory budget.
     pub fn stages(&self, r: &StageRequest) -> Result<Stages, Error> {
         let n = r.stages;
         if n == 0 {
-            return Err(Error::usage("--stages must be at least 1"));
+            return Err(Error::request(Message::about_arg(
+                Arg::Stages,
+                " must be at least 1",
+            )));
         }
         let names: Vec<String> = if r.devices.is_empty() {
             (1..=n).map(|i| format!("stage{i}")).collect()
@@ -86,17 +126,26 @@ impl LoadedModel {
         };
         for (d, _) in r.memory {
             if !names.contains(d) {
-                return Err(Error::usage(format!(
-                    "--memory names '{d}', which is not one of the stages' devices ({})",
-                    names.join(", ")
+                return Err(Error::request(Message::about_arg(
+                    Arg::Memory,
+                    format!(
+                        " names '{d}', which is not one of the stages' devices ({})",
+                        names.join(", ")
+                    ),
                 )));
             }
         }
         if !r.memory.is_empty() && n > names.len() {
-            return Err(Error::usage(format!(
-                "--stages {n} with --memory needs {n} devices in --devices, one per stage (got {}): two stages on one device would share its budget",
-                names.len()
-            )));
+            return Err(Error::request(
+                Message::about(Arg::Stages, n.to_string(), " with ")
+                    .arg(Arg::Memory)
+                    .then(format!(" needs {n} devices in "))
+                    .arg(Arg::Devices)
+                    .then(format!(
+                        ", one per stage (got {}): two stages on one device would share its budget",
+                        names.len()
+                    )),
+            ));
         }
         let stage_device: Vec<String> = (0..n).map(|k| names[k % names.len()].clone()).collect();
         let mut order: Vec<String> = Vec::new();
@@ -133,12 +182,18 @@ impl LoadedModel {
             match value.ty.byte_size() {
                 Some(b) => Ok(b),
                 None if !budgeted => Ok(0),
-                None => Err(Error::argument(
+                None => Err(Error::argument_file(
                     self.path(),
-                    format!(
-                        "tensor '{}' ({}) has no static size, so the stages' memory cannot be counted: fix its dims with --shape or --dim (a decoder: count it at --context T)",
+                    Message::text(format!(
+                        "tensor '{}' ({}) has no static size, so the stages' memory cannot be counted: fix its dims with ",
                         value.name, value.ty
-                    ),
+                    ))
+                    .arg(Arg::Shape)
+                    .then(" or ")
+                    .arg(Arg::Dim)
+                    .then(" (a decoder: count it at ")
+                    .given(Arg::Context, "T")
+                    .then(")"),
                 )),
             }
         };
@@ -236,8 +291,12 @@ impl LoadedModel {
         if let Some(s) = &starts {
             let layers = 1 + s.iter().skip(1).filter(|&&b| b).count();
             if layers < n {
-                return Err(Error::usage(format!(
-                    "--stages {n}: the decoder has {layers} layers to put in stages; give at most {layers}"
+                return Err(Error::request(Message::about(
+                    Arg::Stages,
+                    n.to_string(),
+                    format!(
+                        ": the decoder has {layers} layers to put in stages; give at most {layers}"
+                    ),
                 )));
             }
         }
@@ -302,21 +361,40 @@ impl LoadedModel {
         let g = self.graph();
         let state = &self.model().state;
         if state.is_empty() {
-            return Err(Error::usage(format!(
-                "--context counts a decoder's KV cache, but {} has no state pairs (declare them with --state IN=OUT)",
-                self.path().display()
-            )));
+            return Err(Error::request(
+                Message::about_arg(
+                    Arg::Context,
+                    format!(
+                        " counts a decoder's KV cache, but {} has no state pairs (declare them with ",
+                        self.path().display()
+                    ),
+                )
+                .given(Arg::State, "IN=OUT")
+                .then(")"),
+            ));
         }
         if c.tokens == 0 || c.batch == 0 {
-            return Err(Error::usage("--context and --batch must be at least 1"));
+            return Err(Error::request(
+                Message::default()
+                    .arg(Arg::Context)
+                    .then(" and ")
+                    .arg(Arg::Batch)
+                    .then(" must be at least 1"),
+            ));
         }
         let to_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let mut dims: Vec<(String, i64)> = Vec::new();
         let mut set = |name: &str, value: i64| -> Result<(), Error> {
             match dims.iter().find(|(n, _)| n == name) {
-                Some((_, v)) if *v != value => Err(Error::usage(format!(
-                    "--context: the dim '{name}' stands for both {v} and {value} tokens here; fix it with --dim"
-                ))),
+                Some((_, v)) if *v != value => Err(Error::request(
+                    Message::about_arg(
+                        Arg::Context,
+                        format!(
+                            ": the dim '{name}' stands for both {v} and {value} tokens here; fix it with "
+                        ),
+                    )
+                    .arg(Arg::Dim),
+                )),
                 Some(_) => Ok(()),
                 None => {
                     dims.push((name.to_string(), value));
@@ -362,7 +440,7 @@ impl LoadedModel {
         if !same {
             return Err(Error::internal(
                 self.path(),
-                "the model at --context has other tensors than the model itself",
+                "the model at the context asked has other tensors than the model itself",
             ));
         }
         Ok(sized)
@@ -538,8 +616,10 @@ impl LoadedModel {
 
     fn stage_error(&self, e: StageError, stage_device: &[String]) -> Error {
         match e {
-            StageError::TooFewUnits { units, stages } => Error::usage(format!(
-                "--stages {stages}: the model has only {units} units to slice"
+            StageError::TooFewUnits { units, stages } => Error::request(Message::about(
+                Arg::Stages,
+                stages.to_string(),
+                format!(": the model has only {units} units to slice"),
             )),
             StageError::NoFiniteTime => Error::argument(
                 self.path(),
@@ -586,11 +666,21 @@ impl LoadedModel {
     }
 }
 
-/// Parses `DEVICE=SIZE` with SIZE like `16GiB`, `1.5GB`, `512MiB`, `4096` (bytes).
+/// Parses `DEVICE=SIZE` ([`parse_size`]); the message names the value, not the argument,
+/// which each face names in its own words.
 pub fn parse_memory(spec: &str) -> Result<(String, u64), String> {
     let (d, size) = spec
         .split_once('=')
-        .ok_or_else(|| format!("--memory '{spec}': expected DEVICE=SIZE, e.g. gpu0=16GiB"))?;
+        .ok_or_else(|| format!("'{spec}': expected DEVICE=SIZE, e.g. gpu0=16GiB"))?;
+    if d.is_empty() {
+        return Err(format!("'{spec}': needs a device name"));
+    }
+    let bytes = parse_size(size).map_err(|e| format!("'{spec}': {e}"))?;
+    Ok((d.to_string(), bytes))
+}
+
+/// Parses a byte size like `16GiB`, `1.5GB`, `512MiB`, `4096` (bytes), above 0.
+pub fn parse_size(size: &str) -> Result<u64, String> {
     let size = size.trim();
     let split = size
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -608,20 +698,18 @@ pub fn parse_memory(spec: &str) -> Result<(String, u64), String> {
         "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         other => {
             return Err(format!(
-                "--memory '{spec}': unknown unit '{other}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+                "unknown unit '{other}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
             ))
         }
     };
     let v: f64 = num
         .parse()
-        .map_err(|_| format!("--memory '{spec}': '{num}' is not a number"))?;
+        .map_err(|_| format!("'{num}' is not a number"))?;
     let bytes = v * scale;
-    if d.is_empty() || !bytes.is_finite() || bytes <= 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!(
-            "--memory '{spec}': needs a device name and a size above 0"
-        ));
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("'{size}' is not a size above 0"));
     }
-    Ok((d.to_string(), bytes as u64))
+    Ok(bytes as u64)
 }
 
 fn time_text(t: StageTime, v: f64) -> String {
@@ -634,7 +722,7 @@ fn time_text(t: StageTime, v: f64) -> String {
 impl Stages {
     /// The table `partition --stages` prints (and Python's `Plan.stage_lines`): per stage,
     /// what it holds, moves and costs, then the bottleneck.
-    pub fn table(&self) -> Vec<String> {
+    pub fn table(&self, face: Face) -> Vec<String> {
         let s = self;
         let mut lines = vec![format!(
             "  {:<5}  {:<10}  {:>6}  {:>11}  {:>11}  {:>11}  {:>11}  {:>14}  {:>11}  {:>11}",
@@ -681,10 +769,10 @@ impl Stages {
                 )
             }
             StageTime::Seconds => "stage times from the cost figures".to_string(),
-            StageTime::Flops => {
-                "stage times are estimated FLOPs (give --costs from cleave profile for seconds)"
-                    .to_string()
-            }
+            StageTime::Flops => Message::text("stage times are estimated FLOPs (give ")
+                .arg(Arg::Costs)
+                .then(" from cleave profile for seconds)")
+                .worded(face),
         };
         let rate = match s.time {
             StageTime::Seconds if slowest > 0.0 => {

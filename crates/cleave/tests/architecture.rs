@@ -491,3 +491,58 @@ fn the_loop_scan_sees_a_loop() {
         vec![vec!["a".to_string(), "b::c".to_string()]]
     );
 }
+
+/// A partition's life is four types (tract's typed stages): each is declared in the file
+/// named for it, alone there, and owns its next step; `Partitioned::write` is the only write
+/// of parts in the facade, and no other file declares a stage's type or step.
+#[test]
+fn each_stage_of_a_partition_lives_in_its_own_file_and_owns_its_next_step() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let stages = [
+        ("loaded.rs", "LoadedModel", "fn into_assigned("),
+        ("assigned.rs", "Assigned", "fn into_partitioned("),
+        ("partitioned.rs", "Partitioned", "fn write(&mut self, workdir"),
+        ("written.rs", "Written", "fn load(&self, engines"),
+    ];
+    let files = rs_files(&src);
+    let named = |name: &str| {
+        files
+            .iter()
+            .filter(|(p, _)| p.file_name().is_some_and(|f| f == name))
+            .map(|(_, code)| code.as_str())
+            .collect::<Vec<_>>()
+    };
+    for (file, ty, next) in stages {
+        let here = named(file);
+        assert_eq!(here.len(), 1, "crates/cleave/src/{file} is missing");
+        let code = here[0];
+        let declares = |t: &str| code.contains(&format!("pub struct {t} "));
+        assert!(declares(ty), "{file} does not declare {ty}");
+        assert!(code.contains(next), "{file}: {ty} does not own `{next}`");
+        for (other, t, _) in stages.iter().filter(|(f, ..)| *f != file) {
+            assert!(
+                !declares(t),
+                "{file} declares {t}, which belongs in {other}"
+            );
+        }
+        for (p, code) in &files {
+            if p.file_name().is_some_and(|f| f != file) {
+                assert!(
+                    !code.contains(&format!("pub struct {ty} ")) && !code.contains(next),
+                    "{} declares {ty} or its step `{next}`: it belongs in {file}",
+                    p.display()
+                );
+            }
+        }
+    }
+    // Parts are written by `Partitioned::write` (and `profile`'s one-unit probes, which are
+    // no partition), nowhere else in the facade.
+    let writers: Vec<String> = files
+        .iter()
+        .filter(|(_, code)| code.contains("write_parts("))
+        .filter_map(|(p, _)| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(writers, ["partitioned.rs", "profile.rs"], "{writers:?}");
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cleave::onnx::emit::emit_limited;
 use cleave::onnx::OnnxSource;
-use cleave::{load_model, Algorithm, Devices, ExternalData, NO_RECORD};
+use cleave::{load_model, Algorithm, AssignRequest, Devices, ExternalData, NO_RECORD};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tiny_cnn");
 
@@ -21,25 +21,22 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// The plan `partition` makes by default of `loaded` on `devices`.
-fn default_plan(loaded: &cleave::LoadedModel, devices: &Devices) -> cleave::ValidatedPlan {
-    let a = loaded.assign(devices).unwrap();
-    let cut = loaded
-        .partition(
-            &a,
-            Algorithm::Default {
-                allow_disconnected: false,
-            },
-        )
+/// The partition `partition` makes by default of the model at `path` on `devices`.
+fn default_partition(path: impl AsRef<Path>, devices: Devices) -> cleave::Partitioned {
+    let assigned = load_model(path)
+        .unwrap()
+        .into_assigned(devices, &AssignRequest::default())
         .unwrap();
-    loaded.plan(&a, &cut).unwrap()
+    let default = Algorithm::Default {
+        allow_disconnected: false,
+    };
+    assigned.into_partitioned(default, &mut Vec::new()).unwrap()
 }
 
 #[test]
 fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
     let devices = Devices::part_file(format!("{EXAMPLE}.part")).unwrap();
-    let mut loaded = load_model(format!("{EXAMPLE}.onnx")).unwrap();
-    let plan = default_plan(&loaded, &devices);
+    let mut partitioned = default_partition(format!("{EXAMPLE}.onnx"), devices);
     let src = OnnxSource::load(Path::new(&format!("{EXAMPLE}.onnx"))).unwrap();
 
     let root = tempfile::tempdir().unwrap();
@@ -51,7 +48,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
     let e = emit_limited(
         &src.onnx,
         &src.model,
-        &plan,
+        &partitioned.plan,
         &limited,
         ExternalData::Inline,
         64,
@@ -66,7 +63,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
         e.notes
     );
     assert!(e.weights.is_some());
-    loaded.write(&plan, &shared, ExternalData::Shared).unwrap();
+    partitioned.write(&shared, ExternalData::Shared).unwrap();
     let (l, s) = (files(&limited), files(&shared));
     assert!(l.contains_key("tiny_cnn.weights"), "{:?}", l.keys());
     assert_eq!(
@@ -78,7 +75,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
     let e = emit_limited(
         &src.onnx,
         &src.model,
-        &plan,
+        &partitioned.plan,
         &inline,
         ExternalData::Inline,
         1 << 30,
@@ -87,7 +84,7 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
     .unwrap();
     assert!(e.notes.is_empty() && e.weights.is_none());
     let i = files(&inline);
-    assert_eq!(i.len(), plan.parts.len() + 2);
+    assert_eq!(i.len(), partitioned.plan.parts.len() + 2);
     assert!(i.keys().all(|k| !k.ends_with(".weights")));
 }
 
@@ -96,9 +93,8 @@ fn a_part_over_the_limit_gives_the_shared_weights_output_byte_for_byte() {
 #[test]
 fn parts_from_node_records_equal_parts_from_decoded_nodes() {
     let devices = Devices::part_file(format!("{EXAMPLE}.part")).unwrap();
-    let loaded = load_model(format!("{EXAMPLE}.onnx")).unwrap();
-    let plan = default_plan(&loaded, &devices);
-    assert!(plan.parts.len() > 1);
+    let partitioned = default_partition(format!("{EXAMPLE}.onnx"), devices);
+    assert!(partitioned.plan.parts.len() > 1);
     let src = OnnxSource::load(Path::new(&format!("{EXAMPLE}.onnx"))).unwrap();
     let decoded = cleave::onnx::OnnxModel::from_proto(
         src.onnx.proto().unwrap().into_owned(),
@@ -110,7 +106,7 @@ fn parts_from_node_records_equal_parts_from_decoded_nodes() {
     emit_limited(
         &src.onnx,
         &src.model,
-        &plan,
+        &partitioned.plan,
         &records,
         ExternalData::Inline,
         limit,
@@ -120,7 +116,7 @@ fn parts_from_node_records_equal_parts_from_decoded_nodes() {
     emit_limited(
         &decoded,
         &src.model,
-        &plan,
+        &partitioned.plan,
         &whole,
         ExternalData::Inline,
         limit,
@@ -195,10 +191,9 @@ fn a_node_field_unknown_to_the_schema_reaches_its_part() {
     )
     .unwrap();
     let devices = Devices::part_file(&part).unwrap();
-    let mut loaded = load_model(&path).unwrap();
-    let plan = default_plan(&loaded, &devices);
+    let mut partitioned = default_partition(&path, devices);
     let out = dir.path().join("out");
-    loaded.write(&plan, &out, ExternalData::Inline).unwrap();
+    partitioned.write(&out, ExternalData::Inline).unwrap();
     let written = files(&out);
     let holds = |bytes: &[u8]| bytes.windows(second.len()).any(|w| w == second.as_slice());
     let with: Vec<&String> = written

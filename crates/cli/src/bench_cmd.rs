@@ -300,7 +300,7 @@ pub fn main(a: Args) -> Result<(), Fail> {
             crate::setup::RayArgs::names()
         )));
     }
-    if a.devices.objective == crate::setup::Objective::Latency {
+    if a.devices.objective == cleave::Objective::Latency {
         return crate::bench_placements::run(
             &a.target,
             &a.devices,

@@ -11,8 +11,9 @@ use cleave::{load_parts, Algorithm, ExternalData};
 use serde::Serialize;
 
 use crate::run_cmd::{engines, runtime_fail};
-use crate::setup::{load_and_assign, DeviceArgs, Objective};
+use crate::setup::{load_and_assign, DeviceArgs};
 use crate::{inputs, Fail};
+use cleave::Objective;
 
 #[derive(Serialize)]
 struct Row {
@@ -71,7 +72,7 @@ pub fn run(
     model: &Path,
     devices: &DeviceArgs,
     runs: usize,
-    engine_pairs: &[String],
+    engine_pairs: &[(String, String)],
     json: bool,
 ) -> Result<(), Fail> {
     let map = engines(engine_pairs)?;
@@ -80,7 +81,7 @@ pub fn run(
         objective: Objective::Fewest,
         ..devices.clone()
     };
-    let mut l = load_and_assign(model, &capability_args)?;
+    let l = load_and_assign(model, &capability_args)?;
     let costs = match &devices.costs {
         Some(p) => cleave::Costs::read(p)?,
         None => cleave::Costs::default(),
@@ -126,16 +127,25 @@ pub fn run(
     let mut cands = Vec::new();
     let mut refused: Vec<(String, f64, String)> = Vec::new();
     for (k, (name, a)) in placements.iter().enumerate() {
-        let cut = l.loaded.partition(
-            a,
+        let candidate = cleave::Assigned {
+            loaded: l.loaded.clone(),
+            devices: l.devices.clone(),
+            assignment: a.clone(),
+            costs: None,
+            latency: None,
+            stages: None,
+        };
+        let mut partitioned = candidate.into_partitioned(
             Algorithm::Default {
                 allow_disconnected: false,
             },
+            &mut Vec::new(),
         )?;
-        let plan = l.loaded.plan(a, &cut)?;
-        let predicted = l.loaded.predict(a, plan.plan(), &l.devices, &costs)?;
+        let predicted = l
+            .loaded
+            .predict(a, partitioned.plan.plan(), &l.devices, &costs)?;
         let dir = tmp.path().join(format!("p{k}"));
-        let written = l.loaded.write(&plan, &dir, ExternalData::Inline)?;
+        let written = partitioned.write(&dir, ExternalData::Inline)?;
         let mut parts = match load_parts(&written.conn_json, &map, single_thread) {
             Ok(p) => p,
             Err(e) => {

@@ -60,7 +60,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         dim: Vec::new(),
         learn_dims: false,
         state: Vec::new(),
-        objective: crate::setup::Objective::Fewest,
+        objective: cleave::Objective::Fewest,
         costs: None,
         margin: cleave::DEFAULT_MARGIN,
     };

@@ -1,10 +1,13 @@
 use std::path::Path;
 
-use crate::partition_cmd::ExternalDataArg;
 use crate::Fail;
 
-pub fn run(input: &Path, output: &Path, external: Option<ExternalDataArg>) -> Result<(), Fail> {
-    for n in cleave::convert(input, output, external.map(Into::into))? {
+pub fn run(
+    input: &Path,
+    output: &Path,
+    external: Option<cleave::ExternalData>,
+) -> Result<(), Fail> {
+    for n in cleave::convert(input, output, external)? {
         eprintln!("note: {n}");
     }
     Ok(())
@@ -20,8 +23,8 @@ pub struct Args {
     /// Move the weights: `inline` reads external data into OUT (up to protobuf's 2 GB);
     /// `shared` streams every initializer of 1 KiB or more into one file, OUT_STEM.weights
     /// beside OUT. Without it, weights stay where they are.
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub external_data: Option<crate::partition_cmd::ExternalDataArg>,
+    #[arg(long, value_name = "MODE", value_parser = crate::choice_arg::words::<cleave::ExternalData>())]
+    pub external_data: Option<cleave::ExternalData>,
 }
 
 pub fn main(a: Args) -> Result<(), Fail> {

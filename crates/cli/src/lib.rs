@@ -8,6 +8,7 @@ mod bench_cmd;
 mod bench_partition;
 mod bench_placements;
 mod check;
+mod choice_arg;
 mod conformance_cmd;
 mod convert;
 mod counters;

@@ -7,8 +7,9 @@ use cleave::fuse::{runtime_layers, Group};
 use cleave::Devices;
 use serde::Serialize;
 
-use crate::setup::{DeviceArgs, OptLevel};
+use crate::setup::DeviceArgs;
 use crate::Fail;
+use cleave::RewriteLevel;
 
 #[derive(Serialize)]
 struct Layer {
@@ -39,7 +40,7 @@ struct Report {
 pub fn run(
     model_path: &Path,
     args: &DeviceArgs,
-    level: OptLevel,
+    level: RewriteLevel,
     out: &Path,
     json: bool,
 ) -> Result<(), Fail> {
@@ -73,7 +74,7 @@ pub fn run(
     let loaded = args.load(model_path)?;
     let nodes_before = loaded.graph().nodes.len();
     let mut o = loaded
-        .rewrite(level.into(), &devices, args.fold_limit_bytes())
+        .rewrite(level, &devices, args.fold_limit_bytes())
         .map_err(|e| Fail::input(model_path, e))?;
     o.source.save_as(out).map_err(|e| Fail::input(out, e))?;
     let a = o.assign(&devices).map_err(|e| Fail::input(model_path, e))?;
@@ -106,8 +107,8 @@ pub fn run(
         .collect();
     let report = Report {
         level: match level {
-            OptLevel::Basic => "basic",
-            OptLevel::Device => "device",
+            RewriteLevel::Basic => "basic",
+            RewriteLevel::Device => "device",
         },
         devices: devices.list.clone(),
         nodes_before,
@@ -193,8 +194,8 @@ pub struct Args {
     #[command(flatten)]
     pub devices: crate::setup::DeviceArgs,
     /// `basic` works for any device; `device` adds the devices' own rewrites.
-    #[arg(long, value_enum, default_value = "device")]
-    pub level: crate::setup::OptLevel,
+    #[arg(long, default_value = "device", value_parser = crate::choice_arg::words::<cleave::RewriteLevel>())]
+    pub level: cleave::RewriteLevel,
     /// Where to write the rewritten model (atomically; never the source).
     #[arg(short, long, value_name = "OUT.onnx")]
     pub output: std::path::PathBuf,

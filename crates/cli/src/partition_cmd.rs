@@ -1,43 +1,18 @@
 use std::path::Path;
 use std::time::Duration;
 
-use clap::ValueEnum;
 use cleave::partition::{References, ValidatedPlan};
-use cleave::{Assigned, Emitted, ExternalData, PartitionRequest, Partitioned, Progress};
+use cleave::{
+    AlgorithmChoice, Assigned, ExternalData, PartitionRequest, Partitioned, Progress, Written,
+};
 
 use crate::setup::DeviceArgs;
 use crate::Fail;
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Algorithm {
-    /// Fewest connected parts found by linear constructions plus acyclic merging (never more
-    /// parts than ONE's rule or the epoch greedy).
-    Default,
-    /// OpenVINO's hetero subgraph selection exactly as its design page states it.
-    Openvino,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum ExternalDataArg {
-    /// Weights inside each model file.
-    Inline,
-    /// Weights in one file that the models reference by offset.
-    Shared,
-}
-
-impl From<ExternalDataArg> for ExternalData {
-    fn from(a: ExternalDataArg) -> ExternalData {
-        match a {
-            ExternalDataArg::Inline => ExternalData::Inline,
-            ExternalDataArg::Shared => ExternalData::Shared,
-        }
-    }
-}
-
 pub struct PartitionArgs<'a> {
     pub model: &'a Path,
     pub devices: &'a DeviceArgs,
-    pub algorithm: Algorithm,
+    pub algorithm: AlgorithmChoice,
     pub allow_disconnected: bool,
     pub trace: bool,
     pub budget_s: f64,
@@ -45,8 +20,8 @@ pub struct PartitionArgs<'a> {
     pub external_data: ExternalData,
     /// Pipeline stages instead of device rules: N consecutive slices, slowest stage least.
     pub stages: Option<usize>,
-    /// Memory budgets of the stages' devices: DEVICE=SIZE.
-    pub memory: &'a [String],
+    /// Memory budgets of the stages' devices in bytes, by device.
+    pub memory: &'a [(String, u64)],
     /// A decoder's context to count the stages at.
     pub context: Option<cleave::DecodeContext>,
     /// Plan, validate and print; write nothing.
@@ -65,7 +40,7 @@ pub fn partition_into(
     let args = PartitionArgs {
         model,
         devices,
-        algorithm: Algorithm::Default,
+        algorithm: AlgorithmChoice::Default,
         allow_disconnected,
         trace: false,
         budget_s: 10.0,
@@ -79,14 +54,14 @@ pub fn partition_into(
     };
     build(&args)?
         .written
-        .map(|w| w.conn_json)
+        .map(|w| w.conn_json.clone())
         .ok_or_else(|| Fail::usage("nothing was written"))
 }
 
 struct Built {
     partitioned: Partitioned,
     /// `None` on a dry run.
-    written: Option<Emitted>,
+    written: Option<Written>,
 }
 
 pub fn run(a: PartitionArgs) -> Result<(), Fail> {
@@ -103,7 +78,7 @@ pub fn run(a: PartitionArgs) -> Result<(), Fail> {
         ..
     } = partitioned;
     report(&a, assigned, plan, written.as_ref(), *references, *elapsed);
-    let stage_lines = partitioned.stage_table();
+    let stage_lines = partitioned.stage_table(cleave::Face::Cli);
     for l in &stage_lines {
         println!("{l}");
     }
@@ -159,14 +134,7 @@ fn build(a: &PartitionArgs) -> Result<Built, Fail> {
         stages: a.stages,
         memory: a.memory.to_vec(),
         context: a.context,
-        algorithm: match a.algorithm {
-            Algorithm::Default => cleave::Algorithm::Default {
-                allow_disconnected: a.allow_disconnected,
-            },
-            Algorithm::Openvino => cleave::Algorithm::OpenVino {
-                budget: Duration::from_secs_f64(a.budget_s),
-            },
-        },
+        algorithm: a.algorithm.with(a.allow_disconnected, a.budget_s)?,
     };
     let bar = crate::progress::spinner("loading");
     let say = |what: &str| bar.set_message(what.to_string());
@@ -206,7 +174,7 @@ fn report(
     a: &PartitionArgs,
     l: &Assigned,
     plan: &ValidatedPlan,
-    written: Option<&Emitted>,
+    written: Option<&Written>,
     references: Option<References>,
     elapsed: Duration,
 ) {
@@ -350,8 +318,8 @@ pub struct Args {
     #[command(flatten)]
     pub devices: crate::setup::DeviceArgs,
     /// Partitioning algorithm.
-    #[arg(long, value_enum, default_value = "default")]
-    pub algorithm: Algorithm,
+    #[arg(long, default_value = "default", value_parser = crate::choice_arg::words::<AlgorithmChoice>())]
+    pub algorithm: AlgorithmChoice,
     /// Let a part hold same-device regions that no tensor joins (fewer parts).
     #[arg(long)]
     pub allow_disconnected: bool,
@@ -374,8 +342,8 @@ pub struct Args {
     /// (a copy of the source's one data file, offsets kept, else one streamed copy), so
     /// weights are neither duplicated across parts nor held in memory. A part over protobuf's 2 GB limit
     /// makes `inline` switch to `shared`, with a note.
-    #[arg(long, value_enum, default_value = "inline", value_name = "MODE")]
-    pub external_data: ExternalDataArg,
+    #[arg(long, default_value = "inline", value_name = "MODE", value_parser = crate::choice_arg::words::<ExternalData>())]
+    pub external_data: ExternalData,
     /// Pipeline-parallel split instead of device rules: N consecutive stages along a
     /// topological order, one part each, on the --devices in turn (or on stage1..N),
     /// chosen to make the slowest stage (the pipeline's throughput) as fast as possible.
@@ -389,9 +357,10 @@ pub struct Args {
         long,
         value_delimiter = ',',
         value_name = "DEVICE=SIZE",
+        value_parser = cleave::parse_memory,
         requires = "stages"
     )]
-    pub memory: Vec<String>,
+    pub memory: Vec<(String, u64)>,
     /// A decoder (a model with state pairs): count its stages at T tokens of context, one
     /// new token a step: each stage's memory is its weights plus its layers' KV cache at T,
     /// and its time the per-token work there. The parts keep their dynamic dims.
@@ -418,7 +387,7 @@ pub fn main(a: Args) -> Result<(), Fail> {
         trace: a.trace,
         budget_s: a.budget,
         workdir: a.workdir.as_deref().unwrap_or(std::path::Path::new(".")),
-        external_data: a.external_data.into(),
+        external_data: a.external_data,
         stages: a.stages,
         memory: &a.memory,
         context: a.context.map(|tokens| cleave::DecodeContext {

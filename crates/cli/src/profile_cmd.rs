@@ -7,8 +7,9 @@ use cleave::cost::CostFile;
 use cleave::runtime::EngineMap;
 use cleave::{Devices, ProfileOptions};
 
-use crate::setup::{DeviceArgs, Objective};
+use crate::setup::DeviceArgs;
 use crate::{inputs, Fail};
+use cleave::Objective;
 
 /// The flags that change the graph, so the file can say how to load the model again.
 fn graph_flags(d: &DeviceArgs) -> Vec<String> {
@@ -39,7 +40,7 @@ pub fn run(a: Args) -> Result<(), Fail> {
     let bar = crate::progress::spinner("loading");
     let mut loaded = a.devices.load(&a.model)?;
     if let Some(level) = a.devices.optimize {
-        loaded = loaded.rewrite(level.into(), &devices, a.devices.fold_limit_bytes())?;
+        loaded = loaded.rewrite(level, &devices, a.devices.fold_limit_bytes())?;
     }
     bar.finish_and_clear();
     let feeds = inputs::gather(loaded.graph(), &a.input.inputs, a.seed, true)?;

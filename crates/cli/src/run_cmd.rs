@@ -25,7 +25,7 @@ pub fn load_parts(
     Ok(parts)
 }
 
-pub fn engines(pairs: &[String]) -> Result<EngineMap, Fail> {
+pub fn engines(pairs: &[(String, String)]) -> Result<EngineMap, Fail> {
     Ok(cleave::engine_map(pairs)?)
 }
 

@@ -2,9 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 pub use cleave::Assigned;
-use cleave::{load_model, AssignRequest, DeviceRequest, FixedDims, LoadedModel, RewriteLevel};
+use cleave::{
+    load_model, AssignRequest, DeviceRequest, FixedDims, LoadedModel, Objective, RewriteLevel,
+};
+
+use crate::choice_arg::words;
 
 use crate::Fail;
 
@@ -39,8 +43,8 @@ pub struct DeviceArgs {
     /// (any device), as ONNX Runtime's basic level; `device` adds the rewrites the devices'
     /// profiles enable (group-conv merge, identity Power removal, joining, tiling). The source
     /// file is not modified; parts are cut from the rewritten model.
-    #[arg(long, value_enum, value_name = "LEVEL")]
-    pub optimize: Option<OptLevel>,
+    #[arg(long, value_name = "LEVEL", value_parser = words::<RewriteLevel>())]
+    pub optimize: Option<RewriteLevel>,
     /// The most MiB of tensors constant folding may add; a constant whose value would pass it
     /// stays a node, computed at run time, and the rewrite says so.
     #[arg(long, value_name = "MIB", default_value_t = 2048)]
@@ -81,7 +85,7 @@ pub struct DeviceArgs {
     /// profile, else from cleave's built-in estimate for that device (every built-in device
     /// has one, from published figures; said on stderr). Pieces an accelerator
     /// would run that save less than their launch and copies go to another device.
-    #[arg(long, value_enum, default_value = "fewest")]
+    #[arg(long, default_value = "fewest", value_parser = words::<Objective>())]
     pub objective: Objective,
     /// Latency figures from `cleave profile` (JSON). With `--objective fewest` they only
     /// predict the split's latency.
@@ -92,27 +96,6 @@ pub struct DeviceArgs {
     /// it all (a split's prediction errs more than one part's).
     #[arg(long, default_value_t = cleave::DEFAULT_MARGIN, value_name = "FRACTION")]
     pub margin: f64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Objective {
-    Fewest,
-    Latency,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum OptLevel {
-    Basic,
-    Device,
-}
-
-impl From<OptLevel> for RewriteLevel {
-    fn from(l: OptLevel) -> RewriteLevel {
-        match l {
-            OptLevel::Basic => RewriteLevel::Basic,
-            OptLevel::Device => RewriteLevel::Device,
-        }
-    }
 }
 
 impl DeviceArgs {
@@ -130,23 +113,13 @@ impl DeviceArgs {
 impl DeviceArgs {
     /// The facade's request: devices, fixed dims, rewrite, objective and figures.
     pub fn assign_request(&self) -> Result<AssignRequest, Fail> {
-        if self.objective == Objective::Latency && !(self.margin.is_finite() && self.margin >= 0.0)
-        {
-            return Err(Fail::usage(format!(
-                "--margin {}: give a fraction, at least 0",
-                self.margin
-            )));
-        }
         Ok(AssignRequest {
             devices: self.request(),
             fixed: self.fixed_dims()?,
             learn_dims: self.learn_dims,
-            optimize: self.optimize.map(Into::into),
+            optimize: self.optimize,
             fold_limit: self.fold_limit_bytes(),
-            objective: match self.objective {
-                Objective::Fewest => cleave::Objective::Fewest,
-                Objective::Latency => cleave::Objective::Latency,
-            },
+            objective: self.objective,
             costs: self.costs.clone(),
             margin: self.margin,
             state: self.state_pairs()?,
@@ -303,8 +276,13 @@ pub struct EngineArgs {
     /// ov-DEVICE runs on OpenVINO's DEVICE, onert-BACKEND on onert's BACKEND, a .tflite part
     /// or model on LiteRT, a .circle one on onert (cpu), else a backend named `ort` on ONNX
     /// Runtime, every other on tract.
-    #[arg(long = "engine", value_delimiter = ',', value_name = "BACKEND=ENGINE")]
-    pub engines: Vec<String>,
+    #[arg(
+        long = "engine",
+        value_delimiter = ',',
+        value_name = "BACKEND=ENGINE",
+        value_parser = cleave::parse_engine_pair
+    )]
+    pub engines: Vec<(String, String)>,
 }
 
 /// How a partition is deployed on Ray, as `serve` and `bench --ray` take it (declared in

@@ -16,7 +16,7 @@ pub struct VerifyArgs<'a> {
     pub tolerance: Tolerance,
     pub seed: u64,
     pub inputs: &'a [String],
-    pub engines: &'a [String],
+    pub engines: &'a [(String, String)],
     /// The whole model's engine; by default LiteRT for TFLite, tract otherwise.
     pub reference: Option<&'a str>,
     /// Inferences in a row on the same sessions, each compared (state carries over).

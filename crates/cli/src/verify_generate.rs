@@ -18,7 +18,7 @@ pub struct GenerateCheck<'a> {
     pub devices: &'a DeviceArgs,
     pub tokens: usize,
     pub prompt: &'a PromptArgs,
-    pub engines: &'a [String],
+    pub engines: &'a [(String, String)],
     pub reference: Option<&'a str>,
     pub tolerance: Tolerance,
     pub json: bool,

@@ -154,7 +154,7 @@ fn trusted(
     })?;
     let model = cleave_tflite::FlatModel::load(path).map_err(|e| RuntimeError::Model {
         path: path.to_path_buf(),
-        message: e.message,
+        message: e.message.to_string(),
     })?;
     cleave_tflite::check_for_engine(&model, needs).map_err(|m| RuntimeError::Model {
         path: path.to_path_buf(),
@@ -172,6 +172,10 @@ pub fn engine(kind: EngineKind) -> Result<Box<dyn Engine>, RuntimeError> {
 mod tests {
     use super::registry;
     use std::path::Path;
+
+    fn pair(backend: &str, engine: &str) -> (String, String) {
+        (backend.to_string(), engine.to_string())
+    }
 
     fn kind(s: &str) -> cleave_runtime::EngineKind {
         registry().parse(s).unwrap()
@@ -192,7 +196,7 @@ mod tests {
         assert_eq!(r.default_for("circle"), Some(kind("onert:cpu")));
         assert!(r.candidates("circle").is_empty());
         let m = r
-            .parse_map(&["cpu=tract".into(), "npu=tflite".into()])
+            .parse_map(&[pair("cpu", "tract"), pair("npu", "tflite")])
             .unwrap();
         assert_eq!(m.for_part("cpu", "tflite"), Ok(kind("tract")));
         assert_eq!(m.for_part("npu", "onnx"), Ok(kind("litert")));
@@ -214,11 +218,11 @@ mod tests {
         assert_eq!(m.for_part("ov-NPU", "tflite"), Ok(kind("openvino:NPU")));
         assert_eq!(m.for_part("ov-", "onnx"), Ok(kind("tract")));
         let m = r
-            .parse_map(&["ov-GPU=ort".into(), "npu=openvino:NPU".into()])
+            .parse_map(&[pair("ov-GPU", "ort"), pair("npu", "openvino:NPU")])
             .unwrap();
         assert_eq!(m.for_part("ov-GPU", "onnx"), Ok(kind("ort")));
         assert_eq!(m.for_part("npu", "onnx"), Ok(kind("openvino:NPU")));
-        let e = r.parse_map(&["npu=openvin".into()]).unwrap_err();
+        let (_, e) = r.parse_map(&[pair("npu", "openvin")]).unwrap_err();
         assert!(e.contains("openvino[:DEVICE]"), "{e}");
         // The recorded engine of a part applies unless --engine names its backend.
         let p = Path::new("m.00001_ov-CPU.onnx");

@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+pub use cleave_ir::words::Message;
+
 use cleave_device::Profiles;
 use cleave_ir::{ElemType, Model, OpSemantics, TensorType, ValueId};
 use cleave_partition::ValidatedPlan;
@@ -49,7 +51,8 @@ pub struct FrontendError {
     pub path: PathBuf,
     pub kind: ErrorKind,
     pub node: Option<NodeRef>,
-    pub message: String,
+    /// The cause; it names a request's arguments by kind ([`Message`]).
+    pub message: Message,
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
@@ -61,7 +64,19 @@ impl FrontendError {
             path: path.into(),
             kind: ErrorKind::InvalidModel,
             node: None,
-            message: message.to_string(),
+            message: Message::text(message.to_string()),
+            source: None,
+        }
+    }
+
+    /// The model at `path` does not take what the request asks (a `--shape` it cannot have),
+    /// in words that name the request's arguments by kind.
+    pub fn asked(path: impl Into<PathBuf>, message: Message) -> FrontendError {
+        FrontendError {
+            path: path.into(),
+            kind: ErrorKind::InvalidModel,
+            node: None,
+            message,
             source: None,
         }
     }

@@ -23,6 +23,7 @@ mod semantics;
 mod state;
 mod types;
 mod weight;
+pub mod words;
 
 pub use attr::{AttrValue, Attribute};
 pub use builder::{GraphBuilder, NodeSpec};

@@ -4,23 +4,26 @@
 use std::collections::HashMap;
 
 use cleave_frontend::FixedDims;
+use cleave_ir::words::{Arg, Message};
 
 use crate::proto::{tensor_shape_proto::dimension::Value, type_proto, ModelProto, ValueInfoProto};
 
 /// Sets `fixed` in `proto`'s graph inputs; each symbol those inputs bind, and each `--dim`
 /// symbol, is replaced wherever the top-level graph declares it (inputs, outputs,
 /// value_info). Errors say which flag is wrong and why, in a sentence.
-pub fn fix_dims(proto: &mut ModelProto, fixed: &FixedDims) -> Result<(), String> {
+pub fn fix_dims(proto: &mut ModelProto, fixed: &FixedDims) -> Result<(), Message> {
     let graph = proto
         .graph
         .as_mut()
-        .ok_or_else(|| "the model has no graph".to_string())?;
-    let mut symbols: HashMap<String, (i64, String)> = HashMap::new();
-    let mut bind = |symbol: &str, v: i64, flag: String| -> Result<(), String> {
+        .ok_or_else(|| Message::text("the model has no graph"))?;
+    let mut symbols: HashMap<String, (i64, Message)> = HashMap::new();
+    let mut bind = |symbol: &str, v: i64, flag: Message| -> Result<(), Message> {
         match symbols.get(symbol) {
-            Some((w, by)) if *w != v => Err(format!(
-                "{flag} sets '{symbol}' to {v}, but {by} sets it to {w}"
-            )),
+            Some((w, by)) if *w != v => {
+                let mut m = flag.then(format!(" sets '{symbol}' to {v}, but "));
+                m.extend(by.clone());
+                Err(m.then(format!(" sets it to {w}")))
+            }
             _ => {
                 symbols.insert(symbol.to_string(), (v, flag));
                 Ok(())
@@ -34,23 +37,23 @@ pub fn fix_dims(proto: &mut ModelProto, fixed: &FixedDims) -> Result<(), String>
         .collect::<Vec<_>>()
         .join(", ");
     for (name, dims) in &fixed.shapes {
-        let flag = format!("--shape {name}={}", join(dims));
+        let flag = Message::default().given(Arg::Shape, format!("{name}={}", join(dims)));
         if let Some(d) = dims.iter().find(|&&d| d < 0) {
-            return Err(format!("{flag}: {d} is not a dimension"));
+            return Err(flag.clone().then(format!(": {d} is not a dimension")));
         }
         let Some(input) = graph.input.iter_mut().find(|i| i.name() == name) else {
-            return Err(format!(
-                "{flag}: the model has no input '{name}' (its inputs: {input_names})"
-            ));
+            return Err(flag.clone().then(format!(
+                ": the model has no input '{name}' (its inputs: {input_names})"
+            )));
         };
         let declared = shape_of(input);
         if let Some(declared) = declared {
             if declared.len() != dims.len() {
-                return Err(format!(
-                    "{flag}: input '{name}' has rank {}, not {}",
+                return Err(flag.clone().then(format!(
+                    ": input '{name}' has rank {}, not {}",
                     declared.len(),
                     dims.len()
-                ));
+                )));
             }
             // Exporters reuse one name for dims that differ (Paddle2ONNX writes '?' for
             // each): a name this shape gives two values stays local to this input.
@@ -59,9 +62,9 @@ pub fn fix_dims(proto: &mut ModelProto, fixed: &FixedDims) -> Result<(), String>
                 match d {
                     // A negative dim_value is how some exporters say "dynamic".
                     Some(Value::DimValue(w)) if *w >= 0 && *w != v => {
-                        return Err(format!(
-                            "{flag}: dim {axis} of input '{name}' is fixed at {w} in the model"
-                        ))
+                        return Err(flag.clone().then(format!(
+                            ": dim {axis} of input '{name}' is fixed at {w} in the model"
+                        )))
                     }
                     Some(Value::DimParam(p)) => {
                         let e = here.entry(p).or_insert(Some(v));
@@ -93,21 +96,21 @@ pub fn fix_dims(proto: &mut ModelProto, fixed: &FixedDims) -> Result<(), String>
         })
         .collect();
     for (symbol, v) in &fixed.dims {
-        let flag = format!("--dim {symbol}={v}");
+        let flag = Message::default().given(Arg::Dim, format!("{symbol}={v}"));
         if *v < 0 {
-            return Err(format!("{flag}: {v} is not a dimension"));
+            return Err(flag.clone().then(format!(": {v} is not a dimension")));
         }
         if !declared.contains(symbol) {
             let mut known: Vec<&str> = declared.iter().map(String::as_str).collect();
             known.sort_unstable();
             known.dedup();
             return Err(if known.is_empty() {
-                format!("{flag}: the model names no dims")
+                flag.clone().then(": the model names no dims")
             } else {
-                format!(
-                    "{flag}: no dim is named '{symbol}' (named dims: {})",
+                flag.clone().then(format!(
+                    ": no dim is named '{symbol}' (named dims: {})",
                     known.join(", ")
-                )
+                ))
             });
         }
         bind(symbol, *v, flag)?;
@@ -192,7 +195,7 @@ fn set_shape(vi: &mut ValueInfoProto, dims: &[i64]) {
     }
 }
 
-fn replace_symbols(vi: &mut ValueInfoProto, symbols: &HashMap<String, (i64, String)>) {
+fn replace_symbols(vi: &mut ValueInfoProto, symbols: &HashMap<String, (i64, Message)>) {
     let Some(shape) = tensor_mut(vi).and_then(|t| t.shape.as_mut()) else {
         return;
     };
@@ -209,7 +212,7 @@ fn replace_symbols(vi: &mut ValueInfoProto, symbols: &HashMap<String, (i64, Stri
     }
 }
 
-fn mentions_any(expr: &str, symbols: &HashMap<String, (i64, String)>) -> bool {
+fn mentions_any(expr: &str, symbols: &HashMap<String, (i64, Message)>) -> bool {
     expr.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
         .any(|word| symbols.contains_key(word))
 }
@@ -316,7 +319,7 @@ mod tests {
                 shapes: shapes.into_iter().map(|(n, v)| (n.into(), v)).collect(),
                 dims: d.into_iter().map(|(n, v)| (n.into(), v)).collect(),
             };
-            fix_dims(&mut model(), &f).unwrap_err()
+            fix_dims(&mut model(), &f).unwrap_err().to_string()
         };
         assert!(err(vec![("z", vec![1])], vec![]).contains("no input 'z' (its inputs: x)"));
         assert!(err(vec![("x", vec![1, 3])], vec![]).contains("has rank 4, not 2"));

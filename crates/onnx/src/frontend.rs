@@ -108,7 +108,7 @@ impl FormatModel for OnnxSource {
     fn fix_dims(&self, fixed: &FixedDims) -> Result<Box<dyn FormatModel>, FrontendError> {
         let mut proto = self.onnx.proto().map_err(from_onnx)?.into_owned();
         crate::fix_dims::fix_dims(&mut proto, fixed)
-            .map_err(|m| FrontendError::new(&self.onnx.path, m))?;
+            .map_err(|m| FrontendError::asked(&self.onnx.path, m))?;
         let onnx = self.onnx.derived(proto);
         let mut model = to_ir(&onnx).map_err(from_onnx)?;
         infer_types(&mut model);

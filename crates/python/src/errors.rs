@@ -82,14 +82,13 @@ pub fn raise_shown(kind: Kind, names: &Names, path: &Path, message: &str) -> PyE
 }
 
 /// [`raise`] by the facade's name for the kind, with the node at fault where there is one;
-/// flags in the message spelled as the keyword arguments that do the same.
+/// `message` is in Python's words already ([`cleave::Error::worded`]).
 fn raise_named(
     kind: &str,
     path: Option<String>,
     node: Option<&cleave::NodeRef>,
     message: &str,
 ) -> PyErr {
-    let message = &cleave::python_terms(message);
     Python::attach(|py| {
         let made = py.import("cleave._errors").and_then(|m| {
             m.getattr("_from_rust")?.call1((
@@ -114,7 +113,7 @@ pub fn from_facade_in(e: cleave::Error, names: &Names) -> PyErr {
         e.kind(),
         e.path().map(|p| names.path(p)),
         e.node(),
-        &names.text(&e.to_string()),
+        &names.text(&e.worded(cleave::Face::Python)),
     )
 }
 
@@ -125,6 +124,6 @@ pub fn from_engine_in(e: cleave::Error, names: &Names) -> PyErr {
         Kind::Engine.name(),
         e.path().map(|p| names.path(p)),
         None,
-        &names.text(&e.to_string()),
+        &names.text(&e.worded(cleave::Face::Python)),
     )
 }

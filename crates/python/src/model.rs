@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cleave::frontend::FixedDims;
 use cleave::ir::{Dim, Graph, ValueId};
-use cleave::{AssignRequest, DeviceRequest, LoadedModel, Objective, RewriteLevel, Rules};
+use cleave::{AssignRequest, Choice, DeviceRequest, LoadedModel, Objective, RewriteLevel, Rules};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tempfile::TempDir;
@@ -149,6 +149,19 @@ fn describe(py: Python<'_>, g: &Graph, values: &[ValueId]) -> PyResult<Vec<Py<Py
         .collect()
 }
 
+/// A rules dict as the Python wrapper passes it (every key present).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct RuleTableArg {
+    backends: Vec<String>,
+    default: Option<String>,
+    comply: Option<String>,
+    #[pyo3(item("OPCODE"))]
+    opcode: Vec<(String, String)>,
+    #[pyo3(item("OPNAME"))]
+    opname: Vec<(String, String)>,
+}
+
 /// The keyword arguments `query` and `partition` share, as the Python wrapper passes them
 /// (a dict with every key present).
 #[derive(FromPyObject)]
@@ -156,8 +169,8 @@ fn describe(py: Python<'_>, g: &Graph, values: &[ValueId]) -> PyResult<Vec<Py<Py
 pub(crate) struct Request {
     devices: Vec<String>,
     rules: Option<PathBuf>,
-    /// A rules dict as `.part` text.
-    rules_text: Option<String>,
+    /// A rules dict.
+    rules_table: Option<RuleTableArg>,
     default: Option<String>,
     profiles: Vec<PathBuf>,
     optimize: Option<String>,
@@ -172,37 +185,25 @@ pub(crate) struct Request {
 
 impl Request {
     /// The facade's request. It fixes no dims: the model was loaded with them.
-    fn assign_request(self) -> PyResult<AssignRequest> {
-        let optimize = match self.optimize.as_deref() {
-            None => None,
-            Some("basic") => Some(RewriteLevel::Basic),
-            Some("device") => Some(RewriteLevel::Device),
-            Some(o) => {
-                return Err(raise(
-                    Kind::Argument,
-                    None,
-                    &format!("optimize='{o}': choose 'basic' or 'device'"),
-                ))
-            }
-        };
-        // The CLI's word; "parts" is what the Python API said before.
-        let objective = match self.objective.as_str() {
-            "fewest" | "parts" => Objective::Fewest,
-            "latency" => Objective::Latency,
-            o => {
-                return Err(raise(
-                    Kind::Argument,
-                    None,
-                    &format!("objective='{o}': choose 'fewest' or 'latency'"),
-                ))
-            }
-        };
+    fn assign_request(self) -> Result<AssignRequest, cleave::Error> {
+        let optimize = self
+            .optimize
+            .as_deref()
+            .map(RewriteLevel::from_word)
+            .transpose()?;
+        let objective = Objective::from_word(&self.objective)?;
         Ok(AssignRequest {
             devices: DeviceRequest {
                 devices: self.devices,
-                part: match (self.rules, self.rules_text) {
-                    (_, Some(text)) => Some(Rules::Text {
-                        text,
+                part: match (self.rules, self.rules_table) {
+                    (_, Some(t)) => Some(Rules::Table {
+                        table: cleave::assign::RuleTable {
+                            backends: t.backends,
+                            default: t.default,
+                            comply: t.comply,
+                            opcode: t.opcode,
+                            opname: t.opname,
+                        },
                         name: PathBuf::from("<rules dict>"),
                     }),
                     (Some(path), None) => Some(Rules::File(path)),
@@ -223,6 +224,33 @@ impl Request {
                 .collect(),
             ..AssignRequest::default()
         })
+    }
+}
+
+/// A memory budget as Python gives it: bytes, or text with a unit (`"16GiB"`).
+#[derive(FromPyObject)]
+pub(crate) enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+impl Size {
+    fn bytes(self, device: &str) -> PyResult<u64> {
+        match self {
+            Size::Bytes(0) => Err(raise(
+                Kind::Argument,
+                None,
+                &format!("memory['{device}']=0: give a size above 0"),
+            )),
+            Size::Bytes(b) => Ok(b),
+            Size::Text(t) => cleave::parse_size(&t).map_err(|e| {
+                raise(
+                    Kind::Argument,
+                    None,
+                    &format!("memory['{device}']='{t}': {e}"),
+                )
+            }),
+        }
     }
 }
 
@@ -283,7 +311,9 @@ impl Model {
     /// --json` prints it (a JSON string).
     fn query_json(&self, py: Python<'_>, request: Request) -> PyResult<String> {
         let allow_disconnected = request.allow_disconnected;
-        let req = request.assign_request()?;
+        let req = request
+            .assign_request()
+            .map_err(|e| from_facade_in(e, &self.names))?;
         py.detach(|| {
             let assigned = cleave::load_and_assign(self.loaded.clone(), &req)?;
             let report = cleave::coverage::query(&assigned, allow_disconnected)?;
@@ -300,29 +330,22 @@ impl Model {
         py: Python<'_>,
         request: Request,
         stages: Option<usize>,
-        memory: Vec<String>,
+        memory: Vec<(String, Size)>,
         algorithm: &str,
         budget_s: f64,
         context: Option<u64>,
         batch: u64,
     ) -> PyResult<Plan> {
         let allow_disconnected = request.allow_disconnected;
-        let assign = request.assign_request()?;
-        let algorithm = match algorithm {
-            "default" => cleave::Algorithm::Default { allow_disconnected },
-            "openvino" if budget_s.is_finite() && budget_s > 0.0 => cleave::Algorithm::OpenVino {
-                budget: std::time::Duration::from_secs_f64(budget_s),
-            },
-            a => {
-                return Err(raise(
-                    Kind::Argument,
-                    None,
-                    &format!(
-                        "algorithm='{a}' (budget {budget_s} s): choose 'default' or 'openvino' with a positive budget"
-                    ),
-                ))
-            }
-        };
+        let facade = |e| from_facade_in(e, &self.names);
+        let assign = request.assign_request().map_err(facade)?;
+        let algorithm = cleave::AlgorithmChoice::from_word(algorithm)
+            .and_then(|a| a.with(allow_disconnected, budget_s))
+            .map_err(facade)?;
+        let memory = memory
+            .into_iter()
+            .map(|(device, size)| size.bytes(&device).map(|b| (device, b)))
+            .collect::<PyResult<Vec<_>>>()?;
         let req = cleave::PartitionRequest {
             assign,
             stages,

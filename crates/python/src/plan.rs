@@ -141,11 +141,7 @@ impl Plan {
             devices: p.plan.devices.clone(),
             parts: PartInfo::of(p.assigned.loaded.graph(), &p.plan),
             warnings: p.assigned.assignment.warnings.clone(),
-            stage_lines: p
-                .stage_table()
-                .iter()
-                .map(|l| cleave::python_terms(l))
-                .collect(),
+            stage_lines: p.stage_table(cleave::Face::Python),
             partitioned: Mutex::new(p),
             scratch: Mutex::new(None),
             _model_tmp: model_tmp,
@@ -180,7 +176,7 @@ impl Plan {
                         names,
                     )
                 })?;
-                *slot = Some((Arc::new(dir), written));
+                *slot = Some((Arc::new(dir), written.into_emitted()));
             }
             match slot.as_ref() {
                 Some((dir, w)) => Ok(Scratch {
@@ -266,17 +262,8 @@ impl Plan {
     /// `cleave partition -o folder` does; returns the `.conn.json` path.
     #[pyo3(signature = (folder, external_data="inline"))]
     fn save(&self, py: Python<'_>, folder: PathBuf, external_data: &str) -> PyResult<String> {
-        let external = match external_data {
-            "inline" => ExternalData::Inline,
-            "shared" => ExternalData::Shared,
-            o => {
-                return Err(raise(
-                    Kind::Argument,
-                    None,
-                    &format!("external_data='{o}': choose 'inline' or 'shared'"),
-                ))
-            }
-        };
+        let external = <ExternalData as cleave::Choice>::from_word(external_data)
+            .map_err(|e| from_facade_in(e, &self.names))?;
         let written = py
             .detach(|| {
                 std::fs::create_dir_all(&folder)
@@ -362,12 +349,8 @@ impl Plan {
     /// or `litert` (by default `.tflite` parts run on LiteRT, ONNX parts on tract).
     #[pyo3(signature = (engines=None))]
     fn runner(&self, py: Python<'_>, engines: Option<Vec<(String, String)>>) -> PyResult<Runner> {
-        let pairs: Vec<String> = engines
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(b, e)| format!("{b}={e}"))
-            .collect();
-        let map = cleave::engine_map(&pairs).map_err(|e| from_facade_in(e, &self.names))?;
+        let map = cleave::engine_map(&engines.unwrap_or_default())
+            .map_err(|e| from_facade_in(e, &self.names))?;
         let scratch = self.scratch(py)?;
         let names = scratch.names;
         let conn_json = scratch.written.conn_json;

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use cleave_ir::words::{Arg, Message};
 use cleave_ir::{grows, Dim, ElemType, StatePair, TensorType, XorShift64};
 
 use crate::error::RuntimeError;
@@ -74,15 +75,20 @@ impl Default for Sampling {
 
 impl Sampling {
     /// Checks the figures, naming the one out of range.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Message> {
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(format!(
-                "temperature {}: give 0 (greedy) or more",
-                self.temperature
+            return Err(Message::about(
+                Arg::Temperature,
+                self.temperature.to_string(),
+                ": give 0 (greedy) or more",
             ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top-p {}: give a fraction in (0, 1]", self.top_p));
+            return Err(Message::about(
+                Arg::TopP,
+                self.top_p.to_string(),
+                ": give a fraction in (0, 1]",
+            ));
         }
         Ok(())
     }
@@ -101,29 +107,31 @@ pub struct DecoderSpec {
 impl DecoderSpec {
     /// Whether generation can feed this model: the output that holds the logits, or what
     /// it cannot feed.
-    pub fn check(&self) -> Result<String, String> {
+    pub fn check(&self) -> Result<String, Message> {
         if !self.inputs.iter().any(|(n, _)| n == "input_ids") {
             return Err(format!(
                 "the model has no input 'input_ids' (its inputs: {}); cleave generate feeds decoders exported with input_ids",
                 self.inputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-            ));
+            ).into());
         }
         for (name, ty) in &self.inputs {
             let state = self.state.iter().any(|p| &p.input == name);
             if !state && !KNOWN.contains(&name.as_str()) {
-                return Err(format!(
-                    "input '{name}' is neither input_ids, attention_mask, position_ids nor a state's input: declare its pair with --state {name}=OUTPUT"
-                ));
+                return Err(Message::text(format!(
+                    "input '{name}' is neither input_ids, attention_mask, position_ids nor a state's input: declare its pair with "
+                ))
+                .given(Arg::State, format!("{name}=OUTPUT")));
             }
             if !state && !matches!(ty.elem, Some(ElemType::I64 | ElemType::I32) | None) {
                 return Err(format!(
                     "input '{name}' is {ty}; cleave generate feeds int64 or int32 token ids"
-                ));
+                )
+                .into());
             }
             if state && ty.shape.is_none() {
                 return Err(format!(
                     "state input '{name}' has no declared shape, so its empty first value is unknown"
-                ));
+                ).into());
             }
         }
         let logits = if self.outputs.iter().any(|o| o == "logits") {
@@ -185,11 +193,11 @@ impl<S: Steps> Generation<S> {
         stop: &[i64],
         sampling: Sampling,
     ) -> Result<Generation<S>, String> {
-        sampling.check()?;
+        sampling.check().map_err(|m| m.to_string())?;
         if prompt.is_empty() {
             return Err("the prompt has no token".into());
         }
-        let logits = spec.check()?;
+        let logits = spec.check().map_err(|m| m.to_string())?;
         Ok(Generation {
             steps,
             logits,

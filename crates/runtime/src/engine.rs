@@ -388,20 +388,18 @@ impl Registry {
         }
     }
 
-    /// Parses `backend=engine` pairs (`--engine npu=tract,cpu=ort`).
-    pub fn parse_map(&'static self, pairs: &[String]) -> Result<EngineMap, String> {
+    /// The map `(backend, engine)` pairs ask for; where an engine is unknown, the pair's index
+    /// and why.
+    pub fn parse_map(
+        &'static self,
+        pairs: &[(String, String)],
+    ) -> Result<EngineMap, (usize, String)> {
         let mut m = self.map();
-        for p in pairs {
-            let (b, e) = p.split_once('=').ok_or_else(|| {
-                format!(
-                    "--engine '{p}': expected BACKEND=ENGINE, e.g. npu={}",
-                    self.entries.first().map_or("ENGINE", |e| e.name)
-                )
-            })?;
+        for (k, (b, e)) in pairs.iter().enumerate() {
             let kind = self.parse(e.trim()).ok_or_else(|| {
-                format!(
-                    "--engine '{p}': unknown engine '{e}' (engines: {})",
-                    self.names()
+                (
+                    k,
+                    format!("unknown engine '{e}' (engines: {})", self.names()),
                 )
             })?;
             m.map.insert(b.trim().to_string(), kind);
@@ -510,6 +508,10 @@ impl EngineMap {
 mod tests {
     use super::*;
 
+    fn pair(backend: &str, engine: &str) -> (String, String) {
+        (backend.to_string(), engine.to_string())
+    }
+
     fn make(_: Option<&str>) -> Result<Box<dyn Engine>, RuntimeError> {
         Err(RuntimeError::Unavailable {
             engine: "test",
@@ -613,7 +615,7 @@ mod tests {
         let e = m.for_part("npu", "fc").unwrap_err();
         assert!(e.contains("no engine runs fc parts"), "{e}");
         let m = r
-            .parse_map(&["npu=fast".into(), "dv-GPU=dev:NPU".into()])
+            .parse_map(&[pair("npu", "fast"), pair("dv-GPU", "dev:NPU")])
             .unwrap();
         assert_eq!(m.for_part("npu", "fb"), Ok(kind("fast")));
         assert_eq!(m.for_part("dv-GPU", "fa"), Ok(kind("dev:NPU")));
@@ -623,8 +625,8 @@ mod tests {
             Ok(kind("dev:GPU"))
         );
         assert!(m.for_conn_part("x", p, "fa", Some("nope")).is_err());
-        let e = r.parse_map(&["npu=fst".into()]).unwrap_err();
-        assert!(e.contains("dev[:DEVICE]"), "{e}");
+        let (at, e) = r.parse_map(&[pair("npu", "fst")]).unwrap_err();
+        assert!(at == 0 && e.contains("dev[:DEVICE]"), "{e}");
         assert_eq!(r.parse("dev"), Some(kind("dev:CPU")));
         assert_eq!(r.parse("dev:"), None);
         assert_eq!(r.parse("dev:a b"), None);

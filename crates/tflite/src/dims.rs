@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use cleave_frontend::{FixedDims, FrontendError};
+use cleave_ir::words::{Arg, Message};
 use cleave_ir::{Dim, TensorType, ValueDef, ValueId};
 use cleave_partition::ValidatedPlan;
 
@@ -30,11 +31,14 @@ fn join(dims: &[i64]) -> String {
 pub(crate) fn fix_inputs(src: &mut TfliteSource, fixed: &FixedDims) -> Result<(), FrontendError> {
     let path = src.file.path.clone();
     let format = src.file.format.name();
-    let err = |m: String| FrontendError::new(&path, m);
+    let err = |m: Message| FrontendError::asked(&path, m);
     if let Some((p, v)) = fixed.dims.first() {
-        return Err(err(format!(
-            "--dim {p}={v}: {format} models name no dims (a dynamic dim is -1 in the tensor's shape_signature); give the input's whole shape with --shape NAME=D,D,..."
-        )));
+        return Err(err(Message::about(
+            Arg::Dim,
+            format!("{p}={v}"),
+            format!(": {format} models name no dims (a dynamic dim is -1 in the tensor's shape_signature); give the input's whole shape with "),
+        )
+        .given(Arg::Shape, "NAME=D,D,...")));
     }
     let g = &src.converted.model.graph;
     let input_names = g
@@ -44,29 +48,29 @@ pub(crate) fn fix_inputs(src: &mut TfliteSource, fixed: &FixedDims) -> Result<()
         .collect::<Vec<_>>()
         .join(", ");
     for (name, dims) in &fixed.shapes {
-        let flag = format!("--shape {name}={}", join(dims));
+        let flag = Message::default().given(Arg::Shape, format!("{name}={}", join(dims)));
         if let Some(d) = dims.iter().find(|&&d| d < 0) {
-            return Err(err(format!("{flag}: {d} is not a dimension")));
+            return Err(err(flag.clone().then(format!(": {d} is not a dimension"))));
         }
         let g = &src.converted.model.graph;
         let Some(v) = g.inputs.iter().copied().find(|&v| g.value(v).name == *name) else {
-            return Err(err(format!(
-                "{flag}: the model has no input '{name}' (its inputs: {input_names})"
-            )));
+            return Err(err(flag.clone().then(format!(
+                ": the model has no input '{name}' (its inputs: {input_names})"
+            ))));
         };
         if let Some(declared) = &g.value(v).ty.shape {
             if declared.len() != dims.len() {
-                return Err(err(format!(
-                    "{flag}: input '{name}' has rank {}, not {}",
+                return Err(err(flag.clone().then(format!(
+                    ": input '{name}' has rank {}, not {}",
                     declared.len(),
                     dims.len()
-                )));
+                ))));
             }
             for (axis, (d, &want)) in declared.iter().zip(dims).enumerate() {
                 if let Some(w) = d.fixed().filter(|&w| w != want) {
-                    return Err(err(format!(
-                        "{flag}: dim {axis} of input '{name}' is fixed at {w} in the model"
-                    )));
+                    return Err(err(flag.clone().then(format!(
+                        ": dim {axis} of input '{name}' is fixed at {w} in the model"
+                    ))));
                 }
             }
         }
@@ -74,7 +78,11 @@ pub(crate) fn fix_inputs(src: &mut TfliteSource, fixed: &FixedDims) -> Result<()
             .iter()
             .map(|&d| i32::try_from(d))
             .collect::<Result<Vec<i32>, _>>()
-            .map_err(|_| err(format!("{flag}: a dim past {format}'s 32 bits")))?;
+            .map_err(|_| {
+                err(flag
+                    .clone()
+                    .then(format!(": a dim past {format}'s 32 bits")))
+            })?;
         let i = src.tensor(v)?;
         src.dims.insert(
             i,
