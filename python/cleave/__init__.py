@@ -363,7 +363,7 @@ class Model:
 
         ``objective="fewest"`` gives the fewest parts (``"parts"``, its old name, is accepted);
         ``"latency"`` places by predicted latency,
-        from ``costs`` (a file from ``cleave profile``) where it has a device, else the
+        from ``costs`` (a file from ``cleave measure``) where it has a device, else the
         device profile's ``[cost]``, else cleave's built-in estimate for the device (a
         :class:`UserWarning` says so); :attr:`Plan.prediction` holds the figures.
         ``stages=N`` cuts N pipeline stages over ``devices`` instead, each within its
@@ -396,7 +396,7 @@ class Model:
         if objective == "latency" and estimated:
             warnings.warn(
                 f"the latency figures for {', '.join(estimated)} are cleave's built-in estimates, "
-                "not measurements: predictions may be off by 2x or more; cleave profile on the "
+                "not measurements: predictions may be off by 2x or more; cleave measure on the "
                 "target gives costs=", UserWarning, stacklevel=2)
         return plan
 

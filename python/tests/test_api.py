@@ -152,7 +152,7 @@ def test_save_writes_what_the_cli_writes(tmp_path, tiny_cnn, tiny_part):
     conn = cleave.load(tiny_cnn).partition(rules=tiny_part).save(tmp_path / "py")
     assert conn == str(tmp_path / "py" / "tiny_cnn.conn.json")
     cli = subprocess.run(
-        [CLEAVE, "partition", str(tiny_cnn), "--part", str(tiny_part), "-o", str(tmp_path / "cli")],
+        [CLEAVE, "partition", str(tiny_cnn), "--rules", str(tiny_part), "-o", str(tmp_path / "cli")],
         capture_output=True, text=True,
     )
     assert cli.returncode == 0, cli.stderr
@@ -215,7 +215,7 @@ def test_a_stages_request_writes_the_same_folder_from_python_and_the_command_lin
     *rows, bottleneck = plan.stages
     printed = shown.splitlines()
     assert rows and all(line in printed for line in rows), (plan.stages, shown)
-    assert "(give costs= from cleave profile" in bottleneck
+    assert "(give costs= from cleave measure" in bottleneck
     assert bottleneck.replace("costs=", "--costs") in printed, (bottleneck, shown)
     names = sorted(p.name for p in cli.iterdir())
     assert names == sorted(p.name for p in py.iterdir()) and len(names) == 4, names
@@ -475,7 +475,7 @@ def test_console_script_is_the_cli(tmp_path, tiny_cnn, tiny_part):
     assert h.returncode == 0 and "scripts/" not in h.stdout and "cleave-nn[ray]" in h.stdout
     bad = tmp_path / "trunc.onnx"
     bad.write_bytes(tiny_cnn.read_bytes()[:100])
-    r = subprocess.run([CLEAVE, "partition", str(bad), "--part", str(tiny_part), "-o", str(tmp_path / "o")],
+    r = subprocess.run([CLEAVE, "partition", str(bad), "--rules", str(tiny_part), "-o", str(tmp_path / "o")],
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and str(bad) in r.stderr and "panick" not in r.stderr

@@ -71,7 +71,7 @@ def test_a_node_shares_its_cores_by_autogroup_only_with_autogroups_on_and_no_cpu
     for path, controllers in (subtree or {}).items():
         (root / path).mkdir(parents=True, exist_ok=True)
         (root / path / "cgroup.subtree_control").write_text(controllers + "\n")
-    assert serve.placement.shares_cores_by_autogroup(str(proc), str(root)) is want
+    assert serve.actors.shares_cores_by_autogroup(str(proc), str(root)) is want
 
 
 def test_a_compiled_deployment_on_autogroup_nodes_says_what_its_idling_costs_other_sessions():

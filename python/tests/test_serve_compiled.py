@@ -47,7 +47,7 @@ def test_threads_waiting_on_a_compiled_graph_go_idle_once_quiet_and_back_with_wo
 
 def test_the_compiled_plane_wires_parts_as_a_graph_and_only_wanted_tensors_reach_the_ingress(monkeypatch):
     monkeypatch.setattr(serve.compiled, "WAIT_QUIET_S", 0.05)
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     n = 64
     rng = np.random.default_rng(4)
     ws = [(np.eye(n) + 0.05 * rng.standard_normal((n, n))).astype(np.float32) for _ in range(3)]
@@ -209,7 +209,7 @@ def test_a_request_that_meets_a_broken_graph_is_told_so_and_the_lane_is_rebuilt(
 
 
 def test_an_idle_compiled_plane_releases_its_actors_and_the_next_request_builds_them_again(monkeypatch):
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     monkeypatch.setattr(serve.compiled, "PLANE_IDLE_S", 0.2)
     n = 16
     w = (np.eye(n) + 0.05 * np.random.default_rng(1).standard_normal((n, n))).astype(np.float32)

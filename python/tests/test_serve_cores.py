@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from cleave.serve import placement
+from cleave.serve import actors
 
 
 @pytest.mark.parametrize(
@@ -23,6 +23,6 @@ def test_the_cgroup_quota_caps_the_cores_a_part_is_given(tmp_path, cpu_max, want
     if cpu_max is not None:
         (tmp_path / "cpu.max").write_text(cpu_max)
     expected = affinity if want is None else min(affinity, want)
-    assert placement.usable_cores(str(tmp_path)) == expected
-    assert placement.node_threads(1, str(tmp_path)) == expected
-    assert placement.node_threads(expected * 2, str(tmp_path)) == 1
+    assert actors.usable_cores(str(tmp_path)) == expected
+    assert actors.node_threads(1, str(tmp_path)) == expected
+    assert actors.node_threads(expected * 2, str(tmp_path)) == 1

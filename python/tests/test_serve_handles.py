@@ -12,7 +12,7 @@ from cleave import serve
 
 
 def test_parts_that_do_not_depend_on_each_other_run_at_once_and_tensors_skip_the_ingress(monkeypatch):
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     n, layers = 256, 200
     rng = np.random.default_rng(2)
     wa = (np.eye(n) + 1e-3 * rng.standard_normal((n, n))).astype(np.float32)

@@ -44,7 +44,7 @@ def test_the_ingress_answers_http_itself_as_serves_route_does(monkeypatch):
     import http.client
     import json
 
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     n = 32
     rng = np.random.default_rng(4)
     w = rng.standard_normal((n, n)).astype(np.float32)

@@ -18,7 +18,7 @@ from cleave import serve
 
 
 def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     # About a second here: 150 layers took 0.30 s on a faster machine, too little to tell.
     model, out = slow_model(layers=500)
     spec = {"index": 0, "file": "slow.onnx", "inputs": ["x"], "outputs": [out], "backend": "cpu", "deployment": "part1_cpu"}
@@ -46,7 +46,7 @@ def test_a_request_out_of_time_frees_the_parts_worker(monkeypatch):
 
 def test_a_part_recorded_for_openvino_runs_on_it_and_says_so(monkeypatch):
     pytest.importorskip("openvino")
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     model, out = slow_model(n=64, layers=3)
     rng = np.random.default_rng(1)
     w = rng.standard_normal((64, 64)).astype(np.float32)
@@ -68,7 +68,7 @@ def test_a_part_recorded_for_openvino_runs_on_it_and_says_so(monkeypatch):
 
 
 def test_replicas_and_threads_are_set_per_backend(monkeypatch):
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     assert serve.parse_per_backend("cpu=2, npu=1,*=3", "replicas") == {"cpu": 2, "npu": 1, "*": 3}
     assert serve.parse_per_backend("4", "threads") == {"*": 4}
     assert serve.parse_per_backend(None, "threads") == {}
@@ -84,8 +84,8 @@ def test_replicas_and_threads_are_set_per_backend(monkeypatch):
     assert opts["part1_gpu0"]["num_gpus"] == 0.25
     # Threads default to the CPUs a part reserves, else to its share of its node's cores.
     assert serve.default_threads({"num_cpus": 3}) == 3 and serve.default_threads({}) == 0
-    cores = serve.placement.usable_cores()
-    assert serve.placement.node_threads(1) == cores and serve.placement.node_threads(cores * 2) == 1
+    cores = serve.actors.usable_cores()
+    assert serve.actors.node_threads(1) == cores and serve.actors.node_threads(cores * 2) == 1
     model, out = slow_model(n=8, layers=2)
     spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": [out], "backend": "cpu",
             "deployment": "part1_cpu", "format": "onnx", "threads": 3}
@@ -118,7 +118,7 @@ def test_circle_parts_are_served_on_onert_as_litert_serves_their_tflite_twins(tm
     import subprocess
     import sys
 
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     model = data_root() / "tflite" / "face_landmark.tflite"
     if not model.is_file():
         pytest.fail(f"{model} missing: run `bash scripts/testdata/fetch-test-data.sh`")
@@ -158,7 +158,7 @@ def test_circle_parts_are_served_on_onert_as_litert_serves_their_tflite_twins(tm
 
 def test_a_tflite_partition_with_two_branches_is_served_on_litert_and_equals_the_whole_model(tmp_path, monkeypatch):
     pytest.importorskip("ai_edge_litert")
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     model = data_root() / "tflite" / "face_detection_full_range.tflite"
     if not model.is_file():
         pytest.fail(f"{model} missing: run `bash scripts/testdata/fetch-test-data.sh`")
@@ -204,7 +204,7 @@ def test_a_part_runs_at_the_niceness_set_for_parts(monkeypatch, raised):
     # One above this thread's: going that way needs no privilege.
     niceness = min(19, before + 1) if raised else None
     monkeypatch.setattr(serve.compiled, "PART_NICENESS", niceness)
-    monkeypatch.setattr(serve.placement, "node_report", lambda: {"node_id": "local"})
+    monkeypatch.setattr(serve.actors, "node_report", lambda: {"node_id": "local"})
     n = 8
     spec = {"index": 1, "file": "p.onnx", "inputs": ["x"], "outputs": ["y"], "backend": "cpu",
             "deployment": "part1_cpu", "format": "onnx", "engine": None}

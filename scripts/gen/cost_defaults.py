@@ -2,7 +2,7 @@
 """Measures the host CPU figures of crates/device/src/profiles/costs.toml on ONNX Runtime, one
 thread: the overhead of one node (a chain of 201 Relu on one float against a single Relu) and
 the memory bandwidth an elementwise op reaches (Relu chains over tensors past the caches).
-The compute rate comes from `cleave profile MODEL --devices cpu --engine cpu=ort` on resnet50
+The compute rate comes from `cleave measure MODEL --devices cpu --engine cpu=ort` on resnet50
 (its Conv nodes' FLOPs over their time), the launch and copy figures from that command's probe.
 
 Usage: python3 scripts/gen/cost_defaults.py   (needs numpy, onnx, onnxruntime)

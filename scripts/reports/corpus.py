@@ -286,7 +286,7 @@ def check_one(cleave, before, tract, path, shapes, tmp):
         part.write_text(random_part(path, devices, seed))
         split = {"devices": devices}
         row["splits"].append(split)
-        rc, out = run([cleave, "partition", "--quiet", str(path), "--part", str(part), "-o",
+        rc, out = run([cleave, "partition", "--quiet", str(path), "--rules", str(part), "-o",
                        str(work)] + shape_flags)
         if rc != 0:
             row["failures"].append(f"partition {devices}: {last_line(out)}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measures placement by cost on real engines: for each model and device setup, `cleave profile`
+"""Measures placement by cost on real engines: for each model and device setup, `cleave measure`
 then `cleave bench --objective latency`, which times the chosen placement, the capability
 placement and every single device able to run the whole model in interleaved rounds.
 
@@ -83,7 +83,7 @@ def main():
                     continue
                 costs = Path(tmp) / f"{name}.{setup}.json"
                 t = time.time()
-                rc, out, err = run([args.cleave, "profile", "--quiet", str(path), *dev, *flags,
+                rc, out, err = run([args.cleave, "measure", "--quiet", str(path), *dev, *flags,
                                     "--repeats", str(args.repeats), "-o", str(costs)])
                 prof_s = time.time() - t
                 if rc != 0:
@@ -121,7 +121,7 @@ def write(rows, out):
         "# Placement by cost, measured",
         "",
         "Written by `python3 scripts/reports/cost_matrix.py CLEAVE --out docs/cost-placement.md`: for each",
-        "model and setup, `cleave profile` then `cleave bench --objective latency` (interleaved",
+        "model and setup, `cleave measure` then `cleave bench --objective latency` (interleaved",
         "rounds, medians; each engine on one thread). `vs single` is the chosen placement's",
         "measured latency over the fastest single device that runs the whole model, `vs capability`",
         "over the capability placement (nnapi first). Error is (measured − predicted) / measured.",

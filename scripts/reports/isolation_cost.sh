@@ -19,7 +19,7 @@ model="$data/tflite/face_detection_full_range.tflite"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '[partition]\nbackends=npu,cpu\ndefault=npu\ncomply=opcode\n\n[OPCODE]\nADD=cpu\n' >"$work/r.part"
-"$cleave" partition "$model" --part "$work/r.part" -o "$work/p" >/dev/null
+"$cleave" partition "$model" --rules "$work/r.part" -o "$work/p" >/dev/null
 conn=$(ls "$work"/p/*.conn.json)
 parts=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['parts']))" "$conn")
 echo "model: $(basename "$model"), $parts parts"

@@ -15,7 +15,7 @@ Per model (the randomised light models and the real-model corpus):
      Runtime) of the nodes OpenVINO runs (the rest on `ort`), `cleave verify --boundaries
      --reference ort`: every output and boundary tensor against ONNX Runtime on the whole
      model.
-For the --latency models: `cleave profile --devices ov:CPU,ort,cpu` (OpenVINO, ONNX Runtime,
+For the --latency models: `cleave measure --devices ov:CPU,ort,cpu` (OpenVINO, ONNX Runtime,
 tract), then `cleave bench --objective latency`: the whole model on each engine, timed in
 interleaved rounds in one process, and what the latency objective chose.
 """
@@ -109,7 +109,7 @@ def verify_split(cleave, model, shapes, tmp):
     part.write_text("[partition]\nbackends=ov-CPU,ort\ndefault=ort\ncomply=opname\n\n[OPNAME]\n"
                     + "\n".join(rules) + "\n")
     work = tmp / model.stem
-    rc, out = corpus.run([cleave, "partition", "--quiet", str(model), "--part", str(part), "-o",
+    rc, out = corpus.run([cleave, "partition", "--quiet", str(model), "--rules", str(part), "-o",
                           str(work)] + shape_flags)
     if rc != 0:
         return "partition refused: " + corpus.last_line(out)
@@ -167,7 +167,7 @@ def latency_rows(cleave, data, names, tmp):
         model = data / "light-random" / f"light_{name}.onnx"
         print(f"  latency {name}", file=sys.stderr, flush=True)
         costs = tmp / f"{name}-costs.json"
-        rc, out = corpus.run([cleave, "profile", "--quiet", str(model), "--devices", "ov:CPU,ort,cpu",
+        rc, out = corpus.run([cleave, "measure", "--quiet", str(model), "--devices", "ov:CPU,ort,cpu",
                               "-o", str(costs)], timeout=1800)
         if rc != 0:
             rows.append(f"| {name} | profile failed: {corpus.last_line(out)} | | | | |")
@@ -225,7 +225,7 @@ only OpenVINO device is `CPU`); do not edit. See [openvino.md](openvino.md) for 
 
 ## Latency of the whole model, and what `--objective latency` picks
 
-`cleave profile --devices ov:CPU,ort,cpu` then `cleave bench --objective latency`: each engine
+`cleave measure --devices ov:CPU,ort,cpu` then `cleave bench --objective latency`: each engine
 on one thread, medians of interleaved rounds in one process, milliseconds.
 
 | model | OpenVINO CPU | ONNX Runtime | tract | ORT / OpenVINO | latency objective chose |

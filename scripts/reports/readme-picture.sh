@@ -10,7 +10,7 @@ cleave="${CLEAVE:-${CARGO_TARGET_DIR:-target}/debug/cleave}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '[partition]\nbackends=npu,cpu\ndefault=npu\ncomply=opcode\n\n[OPCODE]\nRESIZE_BILINEAR=cpu\nCONCATENATION=cpu\nRESHAPE=cpu\n' > "$work/face.part"
-"$cleave" partition "$data/tflite/face_detection_full_range.tflite" --part "$work/face.part" -o "$work/out" --report >/dev/null
+"$cleave" partition "$data/tflite/face_detection_full_range.tflite" --rules "$work/face.part" -o "$work/out" --report >/dev/null
 python3 - "$work/out/face_detection_full_range.report.html" "$work/graph.html" <<'PY'
 import re, sys
 page = open(sys.argv[1]).read()

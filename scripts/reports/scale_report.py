@@ -55,11 +55,11 @@ def measure(cleave, nodes, work, devices, seed):
     model = os.path.join(work, f"g{nodes}.onnx")
     part = os.path.join(work, f"g{nodes}.part")
     run([cleave, "gen", "--nodes", str(nodes), "--devices", str(devices),
-         "--seed", str(seed), "-o", model, "--part", part])
+         "--seed", str(seed), "-o", model, "--rules", part])
     out = os.path.join(work, f"out{nodes}")
     timings = os.path.join(work, f"t{nodes}.json")
     run([cleave, "--quiet", "--timings-json", timings, "partition", model,
-         "--part", part, "-o", out])
+         "--rules", part, "-o", out])
     with open(timings) as f:
         report = json.load(f)
     files = len(os.listdir(out))

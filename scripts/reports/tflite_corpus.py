@@ -40,7 +40,7 @@ def last_line(out):
 def nodes_of(cleave, model, tmp):
     part = tmp / "all.part"
     part.write_text("[partition]\nbackends=host\ndefault=host\ncomply=opcode\n")
-    code, out = run([cleave, "query", model, "--json", "--part", part])
+    code, out = run([cleave, "query", model, "--json", "--rules", part])
     if code:
         raise RuntimeError(last_line(out))
     start = out.index("{")
@@ -82,7 +82,7 @@ def split(cleave, model, nodes, n, tmp, extra=()):
     part.write_text(f"[partition]\nbackends={','.join(backends)}\ndefault=host\ncomply=opname\n\n"
                     "[OPNAME]\n" + "\n".join(rules) + "\n")
     work = tmp / f"{model.stem}-{n}-{len(extra)}"
-    code, out = run([cleave, "partition", model, "--part", part, "-o", work, *extra])
+    code, out = run([cleave, "partition", model, "--rules", part, "-o", work, *extra])
     if code:
         raise RuntimeError(f"partition: {last_line(out)}")
     return work / f"{model.stem}.conn.json"

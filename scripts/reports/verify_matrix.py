@@ -107,7 +107,7 @@ def main() -> int:
                 part.write_text(subprocess.run([sys.executable, str(HERE / "random_part.py"), str(model), ",".join(DEVICES), str(seed)],
                                                capture_output=True, text=True, check=True).stdout)
                 work = tmp / f"{name}.{seed}"
-                subprocess.run([args.cleave, "partition", "--quiet", str(model), "--part", str(part), "-o", str(work)],
+                subprocess.run([args.cleave, "partition", "--quiet", str(model), "--rules", str(part), "-o", str(work)],
                                capture_output=True, text=True, check=True)
                 conn = work / f"{model.stem}.conn.json"
                 nparts = len(json.loads(conn.read_text())["parts"])

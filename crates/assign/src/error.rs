@@ -48,7 +48,7 @@ pub enum AssignError {
         device: String,
         reason: String,
     },
-    #[error("no devices given: use --devices (e.g. --devices myriad,cpu) or --part FILE.part")]
+    #[error("no devices given: use --devices (e.g. --devices myriad,cpu) or --rules FILE.part")]
     NoDevices,
     #[error("default device '{0}' is not in the device list")]
     DefaultNotListed(String),

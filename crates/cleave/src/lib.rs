@@ -56,13 +56,13 @@ mod devices;
 mod disagreements;
 mod error;
 mod generate;
+mod latency;
 mod learn;
 mod load;
 mod loaded;
+mod measure;
 mod openvino_devices;
 mod partitioned;
-mod placement;
-mod profile;
 mod recorded_shapes;
 mod request;
 mod run;
@@ -102,14 +102,14 @@ pub use devices::{DeviceRequest, Devices, Rules};
 pub use disagreements::known_disagreement;
 pub use error::{Arg, Error, Face, Message, NodeRef};
 pub use generate::{generate_model, Generated};
+pub use latency::{
+    Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
+};
 pub use learn::Learned;
 pub use load::{frontend_for, frontends, load};
 pub use loaded::{load_model, LoadedModel, RewriteSummary};
+pub use measure::{measure, median_seconds, MeasureOptions};
 pub use partitioned::Partitioned;
-pub use placement::{
-    Candidate, CostTable, Costs, LatencyChoice, Moved, Prediction, DEFAULT_MARGIN, SEARCH_BUDGET,
-};
-pub use profile::{median_seconds, profile, ProfileOptions};
 pub use recorded_shapes::{as_flags, conn_source_fixed};
 pub use request::{
     load_and_assign, load_fixed, partition, AssignRequest, ModelSource, Objective,

@@ -34,7 +34,7 @@ pub struct AssignRequest {
     /// The most bytes constant folding may add.
     pub fold_limit: u64,
     pub objective: Objective,
-    /// A cost file from `cleave profile`.
+    /// A cost file from `cleave measure`.
     pub costs: Option<PathBuf>,
     /// With [`Objective::Latency`]: how much faster than the best single device a split must
     /// be predicted to be.

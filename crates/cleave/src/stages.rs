@@ -11,7 +11,7 @@ use cleave_partition::{Partition, UnitGraph};
 
 use cleave_view::human_bytes;
 
-use crate::placement::Costs;
+use crate::latency::Costs;
 use crate::{Arg, Assigned, Devices, Error, Face, LoadedModel, Message, UnitPartition};
 
 /// What `--stages` is asked.
@@ -588,7 +588,7 @@ impl LoadedModel {
         if let (Some(name), Some((path, _))) = (table.estimated.first(), &r.costs.file) {
             return Err(Error::argument(
                 path,
-                format!("device '{name}' has no figures here: profile it with cleave profile --devices {name}, or declare [cost] in its profile"),
+                format!("device '{name}' has no figures here: measure it with cleave measure --devices {name}, or declare [cost] in its profile"),
             ));
         }
         for (u, ns) in ug.unit_nodes().enumerate() {
@@ -771,7 +771,7 @@ impl Stages {
             StageTime::Seconds => "stage times from the cost figures".to_string(),
             StageTime::Flops => Message::text("stage times are estimated FLOPs (give ")
                 .arg(Arg::Costs)
-                .then(" from cleave profile for seconds)")
+                .then(" from cleave measure for seconds)")
                 .worded(face),
         };
         let rate = match s.time {

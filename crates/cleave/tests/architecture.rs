@@ -501,7 +501,11 @@ fn each_stage_of_a_partition_lives_in_its_own_file_and_owns_its_next_step() {
     let stages = [
         ("loaded.rs", "LoadedModel", "fn into_assigned("),
         ("assigned.rs", "Assigned", "fn into_partitioned("),
-        ("partitioned.rs", "Partitioned", "fn write(&mut self, workdir"),
+        (
+            "partitioned.rs",
+            "Partitioned",
+            "fn write(&mut self, workdir",
+        ),
         ("written.rs", "Written", "fn load(&self, engines"),
     ];
     let files = rs_files(&src);
@@ -535,7 +539,7 @@ fn each_stage_of_a_partition_lives_in_its_own_file_and_owns_its_next_step() {
             }
         }
     }
-    // Parts are written by `Partitioned::write` (and `profile`'s one-unit probes, which are
+    // Parts are written by `Partitioned::write` (and `measure`'s one-unit probes, which are
     // no partition), nowhere else in the facade.
     let writers: Vec<String> = files
         .iter()
@@ -544,5 +548,5 @@ fn each_stage_of_a_partition_lives_in_its_own_file_and_owns_its_next_step() {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    assert_eq!(writers, ["partitioned.rs", "profile.rs"], "{writers:?}");
+    assert_eq!(writers, ["measure.rs", "partitioned.rs"], "{writers:?}");
 }

@@ -254,7 +254,7 @@ pub struct Args {
     pub json: bool,
     /// Time the partitioner instead of the model: the default algorithm, a bare
     /// topological sort of the same graph, and (up to 1000 units) the openvino algorithm;
-    /// TARGET is a model, placed by --part/--devices or else by the .part file beside it.
+    /// TARGET is a model, placed by --rules/--devices or else by the .part file beside it.
     #[arg(long)]
     pub partition: bool,
     /// Time the partition (TARGET a stem.conn.json, and any MORE) served on the Ray cluster

@@ -48,11 +48,11 @@ struct Report {
 
 pub fn run(target: &Path, devices: &DeviceArgs, runs: usize, json: bool) -> Result<(), Fail> {
     let mut devices = devices.clone();
-    if devices.part.is_none() && devices.devices.is_empty() {
+    if devices.rules.is_none() && devices.devices.is_empty() {
         // `cleave gen` writes the placement beside the model.
         let beside = target.with_extension("part");
         if beside.is_file() {
-            devices.part = Some(beside);
+            devices.rules = Some(beside);
         }
     }
     let bar = crate::progress::spinner("loading and assigning");

@@ -50,7 +50,7 @@ pub fn run(dir: &Path, engine: &str, json: bool) -> Result<(), Fail> {
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let devices = DeviceArgs {
         devices: vec!["cpu".into()],
-        part: None,
+        rules: None,
         default: None,
         profile: Vec::new(),
         optimize: None,

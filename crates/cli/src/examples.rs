@@ -9,16 +9,16 @@ pub const CONVERT: &str = "Examples:
   cleave convert model.circle model.tflite";
 pub const QUERY: &str = "Examples:
   cleave query model.onnx --devices nnapi,cpu
-  cleave query model.tflite --part model.part --json";
+  cleave query model.tflite --rules model.part --json";
 pub const OPTIMIZE: &str = "Examples:
   cleave optimize model.onnx --devices myriad,cpu -o optimized.onnx";
 pub const PARTITION: &str = "Examples:
   cleave partition model.onnx --devices nnapi,cpu -o out --report
-  cleave partition model.tflite --part model.part -o out
+  cleave partition model.tflite --rules model.part -o out
   cleave partition model.onnx --devices nnapi,cpu --objective latency --costs costs.json -o out
   cleave partition model.onnx --stages 2 --devices g0,g1 --memory g0=16GiB,g1=16GiB -o out";
-pub const PROFILE: &str = "Examples:
-  cleave profile model.onnx --devices nnapi,cpu --engine nnapi=tract,cpu=ort -o costs.json";
+pub const MEASURE: &str = "Examples:
+  cleave measure model.onnx --devices nnapi,cpu --engine nnapi=tract,cpu=ort -o costs.json";
 pub const REPORT: &str = "Examples:
   cleave report out/model.conn.json
   cleave report out/model.conn.json --model moved/model.onnx";

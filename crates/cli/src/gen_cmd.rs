@@ -12,7 +12,7 @@ pub fn part_path(output: &Path, part: Option<&Path>) -> PathBuf {
 
 pub fn run(a: Args) -> Result<(), Fail> {
     let bar = crate::progress::spinner("generating");
-    let part = part_path(&a.output, a.part.as_deref());
+    let part = part_path(&a.output, a.rules.as_deref());
     let g = cleave::generate_model(a.nodes, a.devices, a.seed, &a.output, &part)?;
     bar.finish_and_clear();
     println!(
@@ -42,5 +42,5 @@ pub struct Args {
     pub output: std::path::PathBuf,
     /// Where to write the .part file (default: beside the model, MODEL.part).
     #[arg(long, value_name = "FILE.part")]
-    pub part: Option<std::path::PathBuf>,
+    pub rules: Option<std::path::PathBuf>,
 }

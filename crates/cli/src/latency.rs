@@ -44,7 +44,7 @@ pub fn provenance(declared: &[String], estimated: &[String]) -> String {
 pub fn estimates_note(model: &std::path::Path, estimated: &[String]) -> Option<String> {
     (!estimated.is_empty()).then(|| {
         format!(
-            "cleave: note: {}: the latency figures for {} are cleave's built-in estimates (from published figures), not measurements: predictions may be off by 2x or more; cleave profile on the target gives --costs",
+            "cleave: note: {}: the latency figures for {} are cleave's built-in estimates (from published figures), not measurements: predictions may be off by 2x or more; cleave measure on the target gives --costs",
             model.display(),
             estimated.join(", ")
         )

@@ -20,10 +20,10 @@ mod generate_cmd;
 mod inputs;
 mod inspect;
 mod latency;
+mod measure_cmd;
 mod optimize_cmd;
 mod partition_cmd;
 mod process;
-mod profile_cmd;
 mod progress;
 mod query;
 mod report_cmd;
@@ -133,8 +133,8 @@ enum Command {
     /// median of the timed runs. Each engine's per-call and copy costs are measured on a
     /// one-node probe at 4 bytes and 4 MiB and taken out of the units' times. Writes a JSON
     /// cost file that partition, query and bench read with --costs.
-    #[command(after_long_help = examples::PROFILE)]
-    Profile(profile_cmd::Args),
+    #[command(after_long_help = examples::MEASURE)]
+    Measure(measure_cmd::Args),
     /// Write the views of a written partition (Markdown, Graphviz, HTML).
     ///
     /// Write the views of a written partition beside its connection files: stem.partition.md
@@ -223,6 +223,49 @@ enum Command {
     Check(check::Args),
 }
 
+/// Flags renamed so that each word has one meaning: (old, new). The old spelling is taken,
+/// with a note, for a release.
+const RENAMED_FLAGS: &[(&str, &str)] = &[("--part", "--rules")];
+
+/// Commands renamed likewise: `cleave profile` measured latencies, while a profile is a
+/// device's file.
+const RENAMED_COMMANDS: &[(&str, &str)] = &[("profile", "measure")];
+
+/// `args` with each old spelling replaced by its new one, saying so on stderr. A command is
+/// renamed only as the command (the first word after the global flags), nothing after `--`.
+fn renamed(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let (mut command_seen, mut value_next, mut options_over) = (false, false, false);
+    for (k, a) in args.into_iter().enumerate() {
+        let Some(s) = a.to_str().filter(|_| k > 0 && !options_over) else {
+            out.push(a);
+            continue;
+        };
+        if s == "--" {
+            options_over = true;
+        } else if let Some((old, new)) = RENAMED_FLAGS
+            .iter()
+            .find(|(old, _)| s == *old || s.strip_prefix(old).is_some_and(|r| r.starts_with('=')))
+        {
+            eprintln!("cleave: note: {old} is now {new} ({old} is taken until a later release)");
+            out.push(format!("{new}{}", &s[old.len()..]).into());
+            continue;
+        } else if !command_seen && !value_next && !s.starts_with('-') {
+            command_seen = true;
+            if let Some((old, new)) = RENAMED_COMMANDS.iter().find(|(old, _)| s == *old) {
+                eprintln!(
+                    "cleave: note: `cleave {old}` is now `cleave {new}` (`{old}` is taken until a later release)"
+                );
+                out.push((*new).into());
+                continue;
+            }
+        }
+        value_next = !command_seen && s == "--timings-json";
+        out.push(a);
+    }
+    out
+}
+
 /// Runs the command line `args` (the program name first) and returns the exit code: 0 done,
 /// 1 a verification that found differences, 2 bad input or flags (one line on stderr).
 /// Help and version requests print and return 0. Nothing here exits the process.
@@ -231,6 +274,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    let args = renamed(args.into_iter().map(Into::into).collect());
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -251,7 +295,7 @@ where
         Command::Query(a) => query::main(a),
         Command::Optimize(a) => optimize_cmd::main(a),
         Command::Partition(a) => partition_cmd::main(a),
-        Command::Profile(a) => profile_cmd::run(a),
+        Command::Measure(a) => measure_cmd::run(a),
         Command::Report(a) => report_cmd::main(a),
         Command::Check(a) => check::main(a),
         Command::Gen(a) => gen_cmd::run(a),

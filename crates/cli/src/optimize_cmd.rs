@@ -49,7 +49,7 @@ pub fn run(
             "optimize takes --level basic|device, not --optimize",
         ));
     }
-    if args.part.is_some() {
+    if args.rules.is_some() {
         return Err(Fail::usage("optimize takes its devices from --devices (a .part file places nodes; it does not choose rewrites)"));
     }
     if args.devices.is_empty() {

@@ -348,7 +348,7 @@ pub struct Args {
     /// topological order, one part each, on the --devices in turn (or on stage1..N),
     /// chosen to make the slowest stage (the pipeline's throughput) as fast as possible.
     /// Stage times come from --costs (or profiles' declared [cost]), else estimated FLOPs.
-    #[arg(long, value_name = "N", conflicts_with_all = ["part", "algorithm", "allow_disconnected"])]
+    #[arg(long, value_name = "N", conflicts_with_all = ["rules", "algorithm", "allow_disconnected"])]
     pub stages: Option<usize>,
     /// Memory budget of a stage's device, e.g. gpu0=16GiB,gpu1=16GiB (B, KB, MB, GB, KiB,
     /// MiB, GiB): each stage's weights plus its peak of live activations must fit. Needs

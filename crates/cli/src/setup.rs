@@ -15,7 +15,7 @@ use crate::Fail;
 #[derive(Args, Debug, Clone)]
 pub struct DeviceArgs {
     /// Devices in priority order, e.g. `myriad,cpu` (as OpenVINO's HETERO:MYRIAD,CPU): a node
-    /// goes to the first one whose profile runs it. With --part, overrides its `backends`.
+    /// goes to the first one whose profile runs it. With --rules, overrides its `backends`.
     /// An entry ending in .toml is a profile file: its device is used. `ov:DEVICE` (e.g.
     /// ov:GPU,ov:CPU) is an installed OpenVINO device: it runs what OpenVINO's query_model
     /// says it runs of the model, its parts are named `ov-DEVICE` and run on OpenVINO.
@@ -28,7 +28,7 @@ pub struct DeviceArgs {
     pub devices: Vec<String>,
     /// ONE circle-partitioner rule file: [partition] backends/default/comply, [OPCODE], [OPNAME].
     #[arg(long, value_name = "FILE.part")]
-    pub part: Option<PathBuf>,
+    pub rules: Option<PathBuf>,
     /// Device for nodes no rule places (overrides the .part file's `default`).
     #[arg(long, value_name = "DEVICE")]
     pub default: Option<String>,
@@ -87,7 +87,7 @@ pub struct DeviceArgs {
     /// would run that save less than their launch and copies go to another device.
     #[arg(long, default_value = "fewest", value_parser = words::<Objective>())]
     pub objective: Objective,
-    /// Latency figures from `cleave profile` (JSON). With `--objective fewest` they only
+    /// Latency figures from `cleave measure` (JSON). With `--objective fewest` they only
     /// predict the split's latency.
     #[arg(long, value_name = "FILE.json")]
     pub costs: Option<PathBuf>,
@@ -102,7 +102,7 @@ impl DeviceArgs {
     pub fn request(&self) -> DeviceRequest {
         DeviceRequest {
             devices: self.devices.clone(),
-            part: self.part.clone().map(cleave::Rules::File),
+            part: self.rules.clone().map(cleave::Rules::File),
             default: self.default.clone(),
             profiles: self.profile.clone(),
             no_constraints: self.no_constraints,

@@ -680,7 +680,7 @@ fn backend_names_that_are_paths_are_refused() {
     let o = cleave(&[
         os("partition"),
         model.as_os_str(),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
         os("-o"),
         work.as_os_str(),
@@ -815,7 +815,7 @@ fn an_exported_application_takes_the_name_and_the_routes_port_and_host() {
     ok(&cleave(&[
         os("partition"),
         ex.join("tiny_cnn.onnx").as_os_str(),
-        os("--part"),
+        os("--rules"),
         ex.join("tiny_cnn.part").as_os_str(),
         os("-o"),
         out.as_os_str(),
@@ -843,4 +843,51 @@ fn an_exported_application_takes_the_name_and_the_routes_port_and_host() {
     // The ingress's own listener binds on the same host.
     let app_py = std::fs::read_to_string(app.join("app.py")).unwrap();
     assert!(app_py.contains("0.0.0.0"), "{app_py}");
+}
+
+/// Old spellings of renamed flags and commands still work for a release, each with a note
+/// naming the new one; the new spellings say nothing.
+#[test]
+fn old_spellings_are_taken_and_announced() {
+    let (model, part) = (example("tiny_cnn.onnx"), example("tiny_cnn.part"));
+    let dry = |flag: &str| {
+        cleave(&[
+            os("partition"),
+            model.as_os_str(),
+            os(flag),
+            part.as_os_str(),
+            os("--dry-run"),
+        ])
+    };
+    // The summary without the time the cut took.
+    let summary = |o: &std::process::Output| {
+        ok(o)
+            .split(", cut in")
+            .next()
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    let (old, new) = (dry("--part"), dry("--rules"));
+    assert!(summary(&new).contains("4 parts on npu,cpu"), "{}", ok(&new));
+    assert_eq!(summary(&old), summary(&new));
+    assert!(
+        stderr(&old).contains("--part is now --rules"),
+        "{}",
+        stderr(&old)
+    );
+    assert!(!stderr(&new).contains("is now"), "{}", stderr(&new));
+    let joined = cleave(&[
+        os("partition"),
+        model.as_os_str(),
+        os(&format!("--part={}", part.display())),
+        os("--dry-run"),
+    ]);
+    assert_eq!(summary(&joined), summary(&new));
+    // `profile` as the command is `measure`; as a value it is left alone.
+    let o = cleave(&[os("profile"), os("--help")]);
+    assert!(ok(&o).contains("Usage: cleave measure"), "{}", ok(&o));
+    assert!(stderr(&o).contains("`cleave profile` is now `cleave measure`"));
+    let o = cleave(&[os("inspect"), os("profile")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!stderr(&o).contains("is now"), "{}", stderr(&o));
 }

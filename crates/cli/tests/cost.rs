@@ -1,4 +1,4 @@
-//! Placement by cost: `cleave profile` measures, `--objective latency` follows the figures
+//! Placement by cost: `cleave measure` measures, `--objective latency` follows the figures
 //! (rules and pins still hold), and bad cost files are refused in one line.
 
 mod common;
@@ -23,7 +23,7 @@ fn profile(dir: &Path) -> (PathBuf, Value) {
     let (model, _) = example();
     let costs = dir.join("costs.json");
     ok(&cleave(&[
-        os("profile"),
+        os("measure"),
         model.as_os_str(),
         os("--dim"),
         os("batch=1"),
@@ -46,7 +46,7 @@ fn placed(costs: &Path) -> Vec<(String, String, String, String)> {
         model.as_os_str(),
         os("--dim"),
         os("batch=1"),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
         os("--objective"),
         os("latency"),
@@ -124,7 +124,7 @@ fn profile_measures_every_unit_and_latency_placement_follows_the_figures() {
         model.as_os_str(),
         os("--dim"),
         os("batch=1"),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
         os("--objective"),
         os("latency"),

@@ -216,7 +216,7 @@ fn partition_with_optimize_cuts_the_rewritten_model_and_keeps_groups_whole() {
     let out = ok(&cleave(&[
         os("partition"),
         src.as_os_str(),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
         os("--optimize"),
         os("device"),
@@ -269,7 +269,7 @@ fn a_rule_pinning_one_member_dissolves_the_group_with_a_warning() {
     let o = cleave(&[
         os("query"),
         example("tiny_cnn.onnx").as_os_str(),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
     ]);
     let table = ok(&o);

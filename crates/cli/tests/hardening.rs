@@ -40,7 +40,7 @@ fn example_parts(dir: &Path) -> (PathBuf, PathBuf) {
     let o = cleave(&[
         os("partition"),
         model.as_os_str(),
-        os("--part"),
+        os("--rules"),
         repo().join("examples/tiny_cnn.part").as_os_str(),
         os("-o"),
         out.as_os_str(),
@@ -321,7 +321,7 @@ fn serve_names_the_install_a_python_without_the_cleave_package_lacks() {
     ok(&cleave(&[
         os("partition"),
         repo().join("examples/tiny_cnn.onnx").as_os_str(),
-        os("--part"),
+        os("--rules"),
         repo().join("examples/tiny_cnn.part").as_os_str(),
         os("-o"),
         out.as_os_str(),

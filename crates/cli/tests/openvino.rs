@@ -204,7 +204,7 @@ fn the_example_split_between_openvino_and_onnxruntime_matches_both_whole_models(
         &[
             "partition",
             ex.to_str().unwrap(),
-            "--part",
+            "--rules",
             part.to_str().unwrap(),
             "-o",
             out.to_str().unwrap(),

@@ -48,7 +48,7 @@ fn face_detector_in_9_parts(tmp: &Path) -> std::path::PathBuf {
     ok(&cleave(&[
         os("partition"),
         model.as_os_str(),
-        os("--part"),
+        os("--rules"),
         rules.as_os_str(),
         os("-o"),
         out.as_os_str(),
@@ -80,7 +80,7 @@ fn gru_as_circle(tmp: &Path) -> std::path::PathBuf {
     ok(&cleave(&[
         os("partition"),
         circle.as_os_str(),
-        os("--part"),
+        os("--rules"),
         rules.as_os_str(),
         os("-o"),
         out.as_os_str(),
@@ -198,7 +198,7 @@ fn serve_sends_rays_token_where_the_cluster_asks_for_it() {
     ok(&cleave(&[
         os("partition"),
         model.as_os_str(),
-        os("--part"),
+        os("--rules"),
         repo().join("examples/tiny_cnn.part").as_os_str(),
         os("-o"),
         out.as_os_str(),

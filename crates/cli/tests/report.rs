@@ -250,7 +250,7 @@ fn resnet50_on_two_devices() {
     let v = partition_with_report(
         &light("light_resnet50"),
         &work,
-        &["--part", part.to_str().unwrap()],
+        &["--rules", part.to_str().unwrap()],
     );
     check_views(&v, &work, "light_resnet50", 2);
 }
@@ -264,7 +264,7 @@ fn densenet121_on_three_devices() {
     let v = partition_with_report(
         &light("light_densenet121"),
         &work,
-        &["--part", part.to_str().unwrap()],
+        &["--rules", part.to_str().unwrap()],
     );
     check_views(&v, &work, "light_densenet121", 3);
 }
@@ -276,7 +276,10 @@ fn the_chromium_probe_sees_errors_and_missing_boxes() {
     let v = partition_with_report(
         &common::example("tiny_cnn.onnx"),
         tmp.path(),
-        &["--part", common::example("tiny_cnn.part").to_str().unwrap()],
+        &[
+            "--rules",
+            common::example("tiny_cnn.part").to_str().unwrap(),
+        ],
     );
     let parts = v.conn.parts.len();
     let clean = chromium_probe(&v.html, tmp.path());
@@ -305,7 +308,10 @@ fn report_refuses_a_missing_or_foreign_partition() {
     partition_with_report(
         &common::example("tiny_cnn.onnx"),
         tmp.path(),
-        &["--part", common::example("tiny_cnn.part").to_str().unwrap()],
+        &[
+            "--rules",
+            common::example("tiny_cnn.part").to_str().unwrap(),
+        ],
     );
     let conn = tmp.path().join("tiny_cnn.conn.json");
     let other = light("light_squeezenet");
@@ -379,7 +385,7 @@ fn a_real_detector_and_a_real_tflite_model_are_drawn_without_overlaps() {
     check_drawn_without_overlaps(
         &face,
         &tmp.path().join("face"),
-        &["--part", rules.to_str().unwrap()],
+        &["--rules", rules.to_str().unwrap()],
     );
 }
 
@@ -437,7 +443,7 @@ fn report_of_a_fixed_shape_partition_knows_the_sizes() {
         let mut args = vec![
             os("partition"),
             model.as_os_str(),
-            os("--part"),
+            os("--rules"),
             part.as_os_str(),
             os("-o"),
             out.as_os_str(),

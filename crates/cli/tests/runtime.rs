@@ -56,7 +56,7 @@ fn verify_with_boundaries_passes_on_every_randomised_light_model() {
         let j = verify_json(&[
             "verify",
             m,
-            "--part",
+            "--rules",
             &rules,
             "--boundaries",
             "--engine",
@@ -81,7 +81,7 @@ fn verify_with_boundaries_passes_on_every_randomised_light_model() {
         // tract, the default engine, with default tolerances: it folds BatchNorm into the
         // Conv in the whole model and cannot across the cut, a rounding difference the
         // relative-L2 check accepts where an element-wise one raised a false alarm.
-        let j = verify_json(&["verify", m, "--part", &rules, "--boundaries", "--json"]);
+        let j = verify_json(&["verify", m, "--rules", &rules, "--boundaries", "--json"]);
         assert_eq!(j["passed"], true, "{name} on tract: {j}");
         eprintln!(
             "{name}: tract max abs diff {:.3e} on boundaries, {:.3e} on outputs",
@@ -103,7 +103,7 @@ fn verify_sees_a_miswired_part() {
     ok(&run(&[
         "partition",
         example("instance_norm.onnx").to_str().unwrap(),
-        "--part",
+        "--rules",
         &rules,
         "-o",
         work.to_str().unwrap(),
@@ -151,7 +151,7 @@ fn verify_refuses_a_partition_that_does_not_give_the_models_outputs() {
     ok(&run(&[
         "partition",
         model,
-        "--part",
+        "--rules",
         rules.to_str().unwrap(),
         "-o",
         work.to_str().unwrap(),
@@ -283,7 +283,7 @@ fn verify_mixes_onnx_runtime_and_tract() {
         let mut args = vec![
             "verify",
             m.to_str().unwrap(),
-            "--part",
+            "--rules",
             &rules,
             "--boundaries",
             "--engine",
@@ -295,7 +295,7 @@ fn verify_mixes_onnx_runtime_and_tract() {
         let mut args = vec![
             "verify",
             m.to_str().unwrap(),
-            "--part",
+            "--rules",
             &rules,
             "--engine",
             "npu=ort,cpu=tract",
@@ -319,7 +319,7 @@ fn run_reproduces_onnxruntime_in_python_on_instance_norm() {
     ok(&run(&[
         "partition",
         example("instance_norm.onnx").to_str().unwrap(),
-        "--part",
+        "--rules",
         &rules,
         "-o",
         work.to_str().unwrap(),
@@ -426,7 +426,7 @@ fn bad_runtime_inputs_get_one_line_and_exit_code_2() {
     ok(&run(&[
         "partition",
         example("instance_norm.onnx").to_str().unwrap(),
-        "--part",
+        "--rules",
         &rules,
         "-o",
         work.to_str().unwrap(),
@@ -517,7 +517,7 @@ fn bench_reports_three_modes_and_their_ratios() {
         "[partition]\nbackends=npu,cpu\ndefault=cpu\n[OPCODE]\nCONV=npu\n",
     );
     let bench = |extra: &[&str]| -> serde_json::Value {
-        let mut args = vec!["bench", m.to_str().unwrap(), "--part", &rules, "--json"];
+        let mut args = vec!["bench", m.to_str().unwrap(), "--rules", &rules, "--json"];
         args.extend_from_slice(extra);
         serde_json::from_str(&ok(&run(&args))).unwrap()
     };
@@ -622,7 +622,7 @@ fn run_takes_shape_and_dim_and_checks_the_inputs_against_them() {
     ok(&run(&[
         "partition",
         model.to_str().unwrap(),
-        "--part",
+        "--rules",
         example("tiny_cnn.part").to_str().unwrap(),
         "-o",
         work.to_str().unwrap(),
@@ -706,7 +706,7 @@ fn commands_run_parts_at_the_shapes_the_partition_recorded() {
     ok(&run(&[
         "partition",
         model.to_str().unwrap(),
-        "--part",
+        "--rules",
         example("tiny_cnn.part").to_str().unwrap(),
         "--shape",
         "input=2,3,16,16",
@@ -803,7 +803,7 @@ fn a_part_the_default_engine_cannot_run_falls_back_to_one_that_can() {
     ok(&run(&[
         "partition",
         model.to_str().unwrap(),
-        "--part",
+        "--rules",
         rules.to_str().unwrap(),
         "-o",
         work.to_str().unwrap(),

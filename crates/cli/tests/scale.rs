@@ -92,7 +92,7 @@ fn generated_models_partition_into_valid_parts() {
         let out = ok(&cleave(&[
             os("partition"),
             model.as_os_str(),
-            os("--part"),
+            os("--rules"),
             part.as_os_str(),
             os("-o"),
             work.as_os_str(),
@@ -120,7 +120,7 @@ fn generated_models_partition_into_valid_parts() {
 fn partition_bench_reports_its_figures_as_json() {
     let dir = tempfile::tempdir().unwrap();
     let model = gen(dir.path(), 600, 2, 5);
-    // The .part file beside the model is found without --part.
+    // The .part file beside the model is found without --rules.
     let out = ok(&cleave(&[
         os("bench"),
         os("--partition"),
@@ -273,7 +273,7 @@ fn timings_name_every_phase_and_peak_memory_per_node_stays_within_a_quarter_of_i
         json.as_os_str(),
         os("partition"),
         model.as_os_str(),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
         os("-o"),
         out.as_os_str(),

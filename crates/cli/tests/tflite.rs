@@ -29,7 +29,7 @@ fn part_file(dir: &Path, backends: &[&str], section: &str, rules: &[(String, &st
 /// The model's placed operators (name, op, device) with every one on the first backend.
 fn placed_nodes(dir: &Path, model: &Path) -> Vec<(String, String, String)> {
     let all_host = part_file(dir, &BACKENDS[..1], "OPCODE", &[]);
-    query_nodes(model, &[os("--part"), all_host.as_os_str()])
+    query_nodes(model, &[os("--rules"), all_host.as_os_str()])
         .unwrap_or_default()
         .into_iter()
         .filter(|(_, _, device)| !device.is_empty())
@@ -70,7 +70,7 @@ fn split_by_name(
     rules: &[(String, &str)],
 ) -> (PathBuf, usize, String) {
     let part = part_file(dir, backends, "OPNAME", rules);
-    let (said, conn, v) = partition(model, &[os("--part"), part.as_os_str()], work);
+    let (said, conn, v) = partition(model, &[os("--rules"), part.as_os_str()], work);
     let parts = v["parts"].as_array().unwrap().len();
     (conn, parts, said)
 }
@@ -83,7 +83,7 @@ fn random_splits_of_every_model_reproduce_it_in_litert() {
     for model in cleave_testdata::tflite_files() {
         let stem = model.file_stem().unwrap().to_string_lossy().into_owned();
         let all_cpu = part_file(tmp.path(), &BACKENDS[..1], "OPCODE", &[]);
-        let nodes = query_nodes(&model, &[os("--part"), all_cpu.as_os_str()]).unwrap_or_default();
+        let nodes = query_nodes(&model, &[os("--rules"), all_cpu.as_os_str()]).unwrap_or_default();
         assert!(!nodes.is_empty(), "{stem}: query found no node");
         let ops: BTreeSet<&str> = nodes.iter().map(|(_, op, _)| op.as_str()).collect();
         for count in [2, 3] {
@@ -105,7 +105,7 @@ fn random_splits_of_every_model_reproduce_it_in_litert() {
             for (section, rules) in [("OPCODE", by_code), ("OPNAME", by_name)] {
                 let part = part_file(tmp.path(), backends, section, &rules);
                 let work = tmp.path().join(format!("{stem}-{section}-{count}"));
-                let (_, conn, v) = partition(&model, &[os("--part"), part.as_os_str()], &work);
+                let (_, conn, v) = partition(&model, &[os("--rules"), part.as_os_str()], &work);
                 let parts = v["parts"].as_array().unwrap().len();
                 total_parts += parts;
                 let summary = check_tflite_parts(&conn, &model, &[]);
@@ -257,7 +257,7 @@ fn run_invokes_carry_the_state_from_one_invoke_to_the_next_as_litert_does() {
         ],
     );
     let work = tmp.path().join("parts");
-    let (_, conn, v) = partition(&model, &[os("--part"), part.as_os_str()], &work);
+    let (_, conn, v) = partition(&model, &[os("--rules"), part.as_os_str()], &work);
     assert!(v["parts"].as_array().unwrap().len() >= 3, "{v}");
     let input = v["source"]["inputs"][0].as_str().unwrap().to_string();
     // Output files are named after the tensor, with what a file name cannot hold as '_'.
@@ -379,7 +379,7 @@ fn keras_exports_split_at_random_reproduce_them_in_litert() {
             );
             std::fs::remove_dir_all(&work).unwrap();
             let part = part_file(tmp.path(), backends, "OPNAME", &rules);
-            let flags = [os("--part"), part.as_os_str(), os("--shape"), os(shape)];
+            let flags = [os("--rules"), part.as_os_str(), os("--shape"), os(shape)];
             let (said, conn, _) =
                 partition(&model, &[&flags[..], &[os("--learn-dims")]].concat(), &work);
             assert!(said.contains("learned by running the model once"), "{said}");
@@ -470,7 +470,7 @@ fn converted_to_circle_a_model_partitions_into_circle_parts_that_reproduce_it() 
         &[("DEPTHWISE_CONV_2D".to_string(), "dsp")],
     );
     let work = tmp.path().join("w");
-    let (_, conn, v) = partition(&circle, &[os("--part"), part.as_os_str()], &work);
+    let (_, conn, v) = partition(&circle, &[os("--rules"), part.as_os_str()], &work);
     let files = of_parts(&v, "file");
     assert!(
         files.len() > 2 && files.iter().all(|f| f.ends_with(".circle")),

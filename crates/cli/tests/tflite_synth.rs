@@ -18,7 +18,7 @@ use serde_json::Value;
 
 const BACKENDS: [&str; 3] = ["cpu", "acl_cl", "acl_neon"];
 
-/// `cleave partition MODEL --part PART -o WORK`; the connection file's JSON.
+/// `cleave partition MODEL --rules PART -o WORK`; the connection file's JSON.
 fn partition(model: &Path, part: &Path, work: &Path) -> Value {
     let conn = partition_by_part(model, part, work);
     serde_json::from_str(&std::fs::read_to_string(conn).unwrap()).unwrap()
@@ -703,7 +703,7 @@ fn computed_dims_reach_parts_as_a_run_shows_them() {
         let mut args = vec![
             os("partition"),
             model.as_os_str(),
-            os("--part"),
+            os("--rules"),
             part.as_os_str(),
             os("-o"),
             work.as_os_str(),
@@ -740,7 +740,7 @@ fn computed_dims_reach_parts_as_a_run_shows_them() {
         .args([
             os("partition"),
             model.as_os_str(),
-            os("--part"),
+            os("--rules"),
             part.as_os_str(),
             os("-o"),
         ])

@@ -1,4 +1,4 @@
-//! The cost file `cleave profile` writes and `--costs` reads (JSON, documented in docs/placement-by-cost.md).
+//! The cost file `cleave measure` writes and `--costs` reads (JSON, documented in docs/placement-by-cost.md).
 
 use std::collections::BTreeMap;
 
@@ -102,7 +102,7 @@ impl CostFile {
             serde_json::from_str(text).map_err(|e| format!("not a cost file: {e}"))?;
         if f.format != FORMAT {
             return Err(format!(
-                "format '{}' is not {FORMAT} (write it again with cleave profile)",
+                "format '{}' is not {FORMAT} (write it again with cleave measure)",
                 f.format
             ));
         }

@@ -363,7 +363,7 @@ pub fn settle_parts(p: &Problem, dev: &mut [u16], budget: Duration) -> (u64, boo
 
 /// Exact when the placements number at most [`EXACT_LIMIT`], else [`scalable`]. `None`
 /// when some unit may run nowhere.
-pub fn optimize(p: &Problem, starts: &[Vec<u16>], budget: Duration) -> Option<Placed> {
+pub fn cheapest_placement(p: &Problem, starts: &[Vec<u16>], budget: Duration) -> Option<Placed> {
     let (device, method) = match search_space(p) {
         Some(0) => return None,
         Some(k) if k <= EXACT_LIMIT => {

@@ -1,4 +1,4 @@
-//! Where a command's time and memory go: each stage of the pipeline runs inside a named
+//! Where a command's time and memory go: each step of a command runs inside a named
 //! [`phase`], which records its wall time and the process's resident memory when it ended.
 //!
 //! Recording is always on (two reads of `/proc/self/status` per phase, a few microseconds), so

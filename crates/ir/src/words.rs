@@ -70,7 +70,7 @@ impl Arg {
         use Shape::*;
         match self {
             Arg::Devices => ("--devices", Some("devices"), List),
-            Arg::Rules => ("--part", Some("rules"), Text),
+            Arg::Rules => ("--rules", Some("rules"), Text),
             Arg::Default => ("--default", Some("default"), Text),
             Arg::Profiles => ("--profile", Some("profiles"), List),
             Arg::Shape => ("--shape", Some("shape"), Dims),
@@ -302,7 +302,7 @@ mod tests {
             ),
             (
                 Message::text("use ").given(Arg::Rules, "FILE.part"),
-                "use --part FILE.part",
+                "use --rules FILE.part",
                 "use rules=\"FILE.part\"",
             ),
         ];

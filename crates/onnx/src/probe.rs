@@ -1,4 +1,4 @@
-//! The probe model `cleave profile` times an engine's per-call and copy costs with: one
+//! The probe model `cleave measure` times an engine's per-call and copy costs with: one
 //! Identity node, so what is measured is the call and the tensor going in and out.
 
 use cleave_ir::ElemType;
@@ -54,7 +54,7 @@ pub fn identity_model(elem: ElemType, dims: &[i64]) -> ModelProto {
             domain: Some(String::new()),
             version: Some(17),
         }],
-        producer_name: Some("cleave profile".into()),
+        producer_name: Some("cleave measure".into()),
         graph: Some(graph),
         ..Default::default()
     }

@@ -40,7 +40,7 @@ This package is ``cleave.serve`` in the Python package (``from cleave.serve impo
 and needs only the standard library, numpy, Ray and the cleave package's extension: the cleave
 binary carries these same files inside it for ``cleave serve`` (as the package ``ray_app``), and
 ``export`` copies them into the application folder it writes. Its modules, one concern each:
-``partition`` (the conn.json as served), ``placement`` (actor options, replicas, threads),
+``partition`` (the conn.json as served), ``actors`` (actor options, replicas, threads),
 ``runtime`` (parts on cleave's runtime), ``wire`` (the .npz request and reply),
 ``handles`` and ``compiled`` (the two data planes), ``ingress`` (the route and ``build_app``),
 ``listener`` (the ingress's own HTTP port),
@@ -132,7 +132,7 @@ from .handles import PartReplica  # noqa: E402
 from .ingress import DATA_PLANES, Ingress, build_app  # noqa: E402
 from .listener import Listener, parse_ingress_port  # noqa: E402
 from .partition import Partition, ingress_meta, part_specs  # noqa: E402
-from .placement import (  # noqa: E402
+from .actors import (  # noqa: E402
     actor_options,
     default_threads,
     parse_per_backend,

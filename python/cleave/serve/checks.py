@@ -21,7 +21,7 @@ from .cluster import (
     running_http,
 )
 from .partition import part_format, served_formats
-from .placement import actor_options
+from .actors import actor_options
 from .report import add_costs, cores_used, cpu_sample, physical_limit, print_table, settle
 from .wire import short_error, write_npz
 

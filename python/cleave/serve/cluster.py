@@ -12,7 +12,7 @@ import time
 from .ingress import DEFAULT_DATA_PLANE, DEFAULT_INGRESS_PORT, build_app
 from .listener import is_loopback, parse_ingress_port
 from .partition import Partition, settings
-from .placement import actor_options, parse_per_backend, parse_resources
+from .actors import actor_options, parse_per_backend, parse_resources
 from .ray_token import send_token_if_asked, token_probe_available
 from .wire import short_error
 

@@ -6,8 +6,8 @@ import os
 import threading
 import time
 
-from . import placement
-from .placement import per_backend_value
+from . import actors
+from .actors import per_backend_value
 from .runtime import open_part
 from .wire import innermost, short_error
 
@@ -243,7 +243,7 @@ class PartWorker:
         # A part nothing reads from is read by the ingress, or its results would be lost.
         self.read = bool(read) or not self.consumers
         self.name = f"{spec['deployment']} (backend {spec['backend']})"
-        self.report = placement.part_report(spec, self.session)
+        self.report = actors.part_report(spec, self.session)
         self.watchdog = Watchdog()
         # The graph's loop thread, which calls step; known from its first call.
         self.loop_tid = None

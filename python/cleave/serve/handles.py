@@ -5,7 +5,7 @@ import asyncio
 import concurrent.futures
 import time
 
-from . import placement
+from . import actors
 from .runtime import open_part
 from .wire import short_error
 
@@ -24,7 +24,7 @@ class PartReplica:
         # One computation at a time per replica, as on one device; queued requests wait here
         # while the event loop stays free to accept more and to answer health checks.
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        self.report = placement.part_report(spec, self.session, actor_options=actor_opts)
+        self.report = actors.part_report(spec, self.session, actor_options=actor_opts)
 
     def _run(self, feeds, run_options):
         t = time.perf_counter()

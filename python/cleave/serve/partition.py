@@ -5,7 +5,7 @@ import hashlib
 import json
 import os
 
-from .placement import default_threads, per_backend_value
+from .actors import default_threads, per_backend_value
 from .runtime import extension
 
 INLINE_MAX_BYTES = 64 << 20

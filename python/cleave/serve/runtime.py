@@ -6,7 +6,7 @@ import sys
 
 # At the top, never inside a function: Ray ships this package to other nodes by value, where
 # no package of its name can be imported.
-from .placement import node_threads
+from .actors import node_threads
 
 INSTALL = "pip install 'cleave-nn[ray]'"
 

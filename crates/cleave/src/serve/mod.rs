@@ -24,6 +24,10 @@ pub const RAY_APP: &[(&str, &str)] = &[
         include_str!("../../../../python/cleave/serve/__main__.py"),
     ),
     (
+        "actors.py",
+        include_str!("../../../../python/cleave/serve/actors.py"),
+    ),
+    (
         "checks.py",
         include_str!("../../../../python/cleave/serve/checks.py"),
     ),
@@ -58,10 +62,6 @@ pub const RAY_APP: &[(&str, &str)] = &[
     (
         "partition.py",
         include_str!("../../../../python/cleave/serve/partition.py"),
-    ),
-    (
-        "placement.py",
-        include_str!("../../../../python/cleave/serve/placement.py"),
     ),
     (
         "ray_token.py",

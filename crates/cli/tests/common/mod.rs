@@ -176,12 +176,12 @@ pub fn query_nodes(
     Some(nodes.collect())
 }
 
-/// `cleave partition MODEL --part PART -o WORK`; the connection file it wrote.
+/// `cleave partition MODEL --rules PART -o WORK`; the connection file it wrote.
 pub fn partition_by_part(model: &Path, part: &Path, work: &Path) -> PathBuf {
     ok(&cleave(&[
         os("partition"),
         model.as_os_str(),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
         os("-o"),
         work.as_os_str(),

@@ -14,7 +14,7 @@ fn symbolic_batch_survives_in_part_boundaries() {
     partition(
         &example("tiny_cnn.onnx"),
         &work,
-        &["--part", part.to_str().unwrap()],
+        &["--rules", part.to_str().unwrap()],
     );
     let c = conn(&work, "tiny_cnn");
     assert!(c.parts.len() >= 3, "{c:?}");
@@ -93,7 +93,7 @@ fn a_subgraph_node_is_atomic_and_its_outer_reads_are_part_inputs() {
         "[partition]\nbackends=A,B\ndefault=B\ncomply=opname\n[OPNAME]\npre=A\n",
     );
     let work = tmp.path().join("w");
-    partition(&path, &work, &["--part", part.to_str().unwrap()]);
+    partition(&path, &work, &["--rules", part.to_str().unwrap()]);
     let c = conn(&work, "if");
     assert_eq!(c.parts.len(), 2);
     assert_eq!(
@@ -145,7 +145,7 @@ fn a_quantize_dequantize_pair_is_never_cut() {
     let q: serde_json::Value = serde_json::from_str(&ok(&cleave(&[
         os("query"),
         path.as_os_str(),
-        os("--part"),
+        os("--rules"),
         part.as_os_str(),
         os("--json"),
     ])))
@@ -153,7 +153,7 @@ fn a_quantize_dequantize_pair_is_never_cut() {
     assert_eq!(q["nodes"][1]["device"], "A");
     assert_eq!(q["nodes"][1]["reason"], "Q/DQ pair");
     let work = tmp.path().join("w");
-    partition(&path, &work, &["--part", part.to_str().unwrap()]);
+    partition(&path, &work, &["--rules", part.to_str().unwrap()]);
     let c = conn(&work, "qdq");
     assert_eq!(c.parts.len(), 2);
     assert_eq!(strs(&c.parts[0].outputs), ["dq"]);
@@ -205,7 +205,7 @@ fn a_part_copying_a_constant_that_reads_a_placed_one_comes_after_it() {
     ok(&cleave(&[
         os("partition"),
         src.as_os_str(),
-        os("--part"),
+        os("--rules"),
         rules.as_os_str(),
         os("-o"),
         work.as_os_str(),
@@ -270,7 +270,7 @@ fn learn_dims_types_what_inference_cannot_from_one_run() {
         let mut args = vec![
             os("partition"),
             path.as_os_str(),
-            os("--part"),
+            os("--rules"),
             rules.as_os_str(),
             os("-o"),
             work.as_os_str(),

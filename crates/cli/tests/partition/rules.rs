@@ -14,7 +14,7 @@ fn instance_norm_div_on_acl_cl_gives_ones_three_parts() {
     partition(
         &example("instance_norm.onnx"),
         &work,
-        &["--part", part.to_str().unwrap()],
+        &["--rules", part.to_str().unwrap()],
     );
     let c = conn(&work, "instance_norm");
     let files: Vec<&str> = c.parts.iter().map(|p| p.file.as_str()).collect();
@@ -77,7 +77,7 @@ fn instance_norm_add_on_acl_cl_gives_four_parts_where_one_gives_five() {
     let out = partition(
         &example("instance_norm.onnx"),
         &work,
-        &["--part", part.to_str().unwrap()],
+        &["--rules", part.to_str().unwrap()],
     );
     assert!(
         out.contains(": 4 parts on cpu,acl_cl") && out.contains("ONE's rule would give 5"),
@@ -120,7 +120,7 @@ fn seed_example_with_both_algorithms() {
     let out = partition(
         &m,
         &work,
-        &["--part", p, "--algorithm", "openvino", "--trace"],
+        &["--rules", p, "--algorithm", "openvino", "--trace"],
     );
     for line in [
         "1. Select root [1]",
@@ -159,7 +159,7 @@ fn seed_example_with_both_algorithms() {
     oracle(&work.join("seed.conn.json"));
 
     let work = tmp.path().join("default");
-    partition(&m, &work, &["--part", p]);
+    partition(&m, &work, &["--rules", p]);
     assert_eq!(conn(&work, "seed").parts.len(), 3);
     ok(&cleave(&[
         os("check"),
@@ -222,7 +222,7 @@ fn bad_rules_and_places_get_one_line_and_exit_code_2() {
         let o = cleave(&[
             os("partition"),
             m.as_os_str(),
-            os("--part"),
+            os("--rules"),
             p.as_os_str(),
             os("-o"),
             work.as_os_str(),
@@ -292,7 +292,7 @@ fn light_models_with_random_three_backend_assignments_reproduce_every_tensor() {
         }
         let part = write_part(tmp.path(), &format!("{name}.part"), &text);
         let work = tmp.path().join(name);
-        let out = partition(&m, &work, &["--part", part.to_str().unwrap()]);
+        let out = partition(&m, &work, &["--rules", part.to_str().unwrap()]);
         let first = out.lines().next().unwrap();
         let parts = first
             .split(": ")

@@ -16,7 +16,7 @@ fn workdir_keeps_foreign_files_and_the_source_is_untouched() {
         "div.part",
         "[partition]\nbackends=cpu,acl_cl\ndefault=cpu\n[OPCODE]\nDIV=acl_cl\n",
     );
-    partition(&src, tmp.path(), &["--part", part.to_str().unwrap()]);
+    partition(&src, tmp.path(), &["--rules", part.to_str().unwrap()]);
     assert_eq!(std::fs::read(&src).unwrap(), before);
     assert_eq!(
         std::fs::read_to_string(tmp.path().join("notes.txt")).unwrap(),
@@ -64,7 +64,7 @@ fn a_write_that_fails_half_way_leaves_the_previous_partition_whole() {
     let (div, add) = (rules("DIV"), rules("ADD"));
     let m = example("instance_norm.onnx");
     let work = tmp.path().join("work");
-    partition(&m, &work, &["--part", div.to_str().unwrap()]);
+    partition(&m, &work, &["--rules", div.to_str().unwrap()]);
     // The ADD rule gives four parts: a folder stands where the fourth must go.
     for b in ["cpu", "acl_cl"] {
         std::fs::create_dir(work.join(format!("instance_norm.00004_{b}.onnx"))).unwrap();
@@ -74,7 +74,7 @@ fn a_write_that_fails_half_way_leaves_the_previous_partition_whole() {
     let o = cleave(&[
         os("partition"),
         m.as_os_str(),
-        os("--part"),
+        os("--rules"),
         add.as_os_str(),
         os("-o"),
         work.as_os_str(),
@@ -105,7 +105,7 @@ fn a_write_that_fails_half_way_leaves_the_previous_partition_whole() {
     for b in ["cpu", "acl_cl"] {
         std::fs::remove_dir(work.join(format!("instance_norm.00004_{b}.onnx"))).unwrap();
     }
-    partition(&m, &work, &["--part", add.to_str().unwrap()]);
+    partition(&m, &work, &["--rules", add.to_str().unwrap()]);
     let after = files_in(&work);
     let c = conn(&work, "instance_norm");
     assert_eq!(c.parts.len(), 4);
@@ -178,7 +178,7 @@ fn shared_weights_copy_the_sources_data_file_and_pass_the_checker_onnxruntime_an
         &src,
         &work,
         &[
-            "--part",
+            "--rules",
             rules.to_str().unwrap(),
             "--external-data",
             "shared",
@@ -260,7 +260,7 @@ fn external_data_through_a_symbolic_link_is_refused_and_nothing_is_written() {
     for cmd in ["partition", "inspect"] {
         let mut args = vec![os(cmd), src.as_os_str()];
         if cmd == "partition" {
-            args.extend([os("--part"), rules.as_os_str(), os("-o"), work.as_os_str()]);
+            args.extend([os("--rules"), rules.as_os_str(), os("-o"), work.as_os_str()]);
         }
         let o = cleave(&args);
         assert_bad_input(&o, &src, "goes through a symbolic link");
@@ -270,7 +270,7 @@ fn external_data_through_a_symbolic_link_is_refused_and_nothing_is_written() {
     // The control: the same file itself in place of the link partitions.
     std::fs::remove_file(&data).unwrap();
     std::fs::rename(&elsewhere, &data).unwrap();
-    partition(&src, &work, &["--part", rules.to_str().unwrap()]);
+    partition(&src, &work, &["--rules", rules.to_str().unwrap()]);
     assert!(work.join("tiny_cnn.conn.json").is_file());
 }
 
@@ -284,14 +284,14 @@ fn inline_parts_of_an_external_source_hold_their_bytes_and_drop_a_stale_shared_f
         &src,
         &work,
         &[
-            "--part",
+            "--rules",
             rules.to_str().unwrap(),
             "--external-data",
             "shared",
         ],
     );
     assert!(work.join("tiny_cnn.weights").is_file());
-    partition(&src, &work, &["--part", rules.to_str().unwrap()]);
+    partition(&src, &work, &["--rules", rules.to_str().unwrap()]);
     assert!(
         !work.join("tiny_cnn.weights").exists(),
         "the shared file of the earlier run is left behind"
@@ -320,7 +320,7 @@ fn shared_weights_of_an_embedded_source_are_streamed_out() {
         &example("tiny_cnn.onnx"),
         &work,
         &[
-            "--part",
+            "--rules",
             rules.to_str().unwrap(),
             "--external-data",
             "shared",

@@ -13,7 +13,7 @@ use cleave_partition::{Partition, Plan};
 
 use crate::{Arg, Devices, Error, LoadedModel, Message};
 
-/// Where latency figures come from: a cost file `cleave profile` wrote, and the `[cost]`
+/// Where latency figures come from: a cost file `cleave measure` wrote, and the `[cost]`
 /// figures device profiles declare.
 #[derive(Clone, Debug, Default)]
 pub struct Costs {
@@ -150,11 +150,11 @@ impl LoadedModel {
                         None => (self.path().to_path_buf(), String::new()),
                     };
                     let msg = if file.is_some() {
-                        Message::text(format!("device '{name}' has no figures here (it has: {has}), and its profile declares no [cost]: profile it with cleave profile --devices {name}"))
+                        Message::text(format!("device '{name}' has no figures here (it has: {has}), and its profile declares no [cost]: measure it with cleave measure --devices {name}"))
                     } else {
                         Message::text(format!("device '{name}' has no latency figures (its profile declares no [cost], and cleave has no estimate for it): give "))
                             .given(Arg::Costs, "FILE")
-                            .then(" (from cleave profile) or declare [cost] in its profile")
+                            .then(" (from cleave measure) or declare [cost] in its profile")
                     };
                     return Err(Error::argument_file(path, msg));
                 }
@@ -165,14 +165,14 @@ impl LoadedModel {
             let here = fingerprint(g);
             if f.model.fingerprint != here {
                 // The command to repeat, flags and all: a command stays one in Python's messages.
-                let again = std::iter::once("cleave profile MODEL".to_string())
+                let again = std::iter::once("cleave measure MODEL".to_string())
                     .chain(f.model.flags.iter().cloned())
                     .collect::<Vec<_>>()
                     .join(" ");
                 return Err(Error::argument(
                     path,
                     format!(
-                        "the costs were measured on another graph ({} of {} nodes, fingerprint {}; this is {} nodes, {here}): profile this model with the flags that file was profiled with: {again} ...",
+                        "the costs were measured on another graph ({} of {} nodes, fingerprint {}; this is {} nodes, {here}): measure this model with the flags that file was measured with: {again} ...",
                         f.model.file, f.model.nodes, f.model.fingerprint, g.nodes.len()
                     ),
                 ));
@@ -393,9 +393,10 @@ impl LoadedModel {
                 singles.push((e, s));
             }
         }
-        let mut placed = cleave_cost::optimize(&p, &starts, SEARCH_BUDGET).ok_or_else(|| {
-            Error::argument(self.path(), "no placement: some unit may run on no device")
-        })?;
+        let mut placed =
+            cleave_cost::cheapest_placement(&p, &starts, SEARCH_BUDGET).ok_or_else(|| {
+                Error::argument(self.path(), "no placement: some unit may run on no device")
+            })?;
         let best_single = singles
             .into_iter()
             .min_by(|x, y| x.0.total_s.total_cmp(&y.0.total_s));

@@ -1,4 +1,4 @@
-//! `cleave profile`: each unit of a model run alone on the engine of every device that may
+//! `cleave measure`: each unit of a model run alone on the engine of every device that may
 //! run it, with the engines' per-call and copy costs measured on a probe, into a cost file.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,7 +18,7 @@ use crate::{Devices, Error, LoadedModel};
 
 /// How to measure.
 #[derive(Clone, Debug)]
-pub struct ProfileOptions {
+pub struct MeasureOptions {
     pub engines: EngineMap,
     /// Untimed runs before the timed ones (engines build plans and caches on the first).
     pub warmup: u32,
@@ -35,9 +35,9 @@ pub struct ProfileOptions {
     pub single_thread: bool,
 }
 
-impl Default for ProfileOptions {
+impl Default for MeasureOptions {
     fn default() -> Self {
-        ProfileOptions {
+        MeasureOptions {
             engines: crate::engine_registry().map(),
             warmup: 2,
             repeats: 10,
@@ -116,11 +116,11 @@ fn probe(
 
 /// Measures every unit of `loaded` on every device of `devices` that may run it, with the
 /// model inputs `feeds`. `progress(done, total, what)` is called as it goes.
-pub fn profile(
+pub fn measure(
     loaded: &LoadedModel,
     devices: &Devices,
     feeds: &[(String, HostTensor)],
-    opts: &ProfileOptions,
+    opts: &MeasureOptions,
     progress: &dyn Fn(u64, u64, &str),
 ) -> Result<CostFile, Error> {
     let started = Instant::now();

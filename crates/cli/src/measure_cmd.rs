@@ -1,11 +1,11 @@
-//! `cleave profile`: measure every unit on every device's engine into a cost file.
+//! `cleave measure`: measure every unit on every device's engine into a cost file.
 
 use std::path::Path;
 use std::time::Duration;
 
 use cleave::cost::CostFile;
 use cleave::runtime::EngineMap;
-use cleave::{Devices, ProfileOptions};
+use cleave::{Devices, MeasureOptions};
 
 use crate::setup::DeviceArgs;
 use crate::{inputs, Fail};
@@ -27,7 +27,7 @@ fn graph_flags(d: &DeviceArgs) -> Vec<String> {
 pub fn run(a: Args) -> Result<(), Fail> {
     if a.devices.objective == Objective::Latency || a.devices.costs.is_some() {
         return Err(Fail::usage(
-            "profile measures costs; --objective and --costs belong to partition, query and bench",
+            "measure times each unit; --objective and --costs belong to partition, query and bench",
         ));
     }
     if let Some(b) = a.budget.filter(|b| !b.is_finite() || *b < 0.0) {
@@ -44,7 +44,7 @@ pub fn run(a: Args) -> Result<(), Fail> {
     }
     bar.finish_and_clear();
     let feeds = inputs::gather(loaded.graph(), &a.input.inputs, a.seed, true)?;
-    let opts = ProfileOptions {
+    let opts = MeasureOptions {
         engines: engines.clone(),
         warmup: a.warmup,
         repeats: a.repeats,
@@ -53,7 +53,7 @@ pub fn run(a: Args) -> Result<(), Fail> {
         single_thread: !a.all_cores,
     };
     let bar = crate::progress::bar("profiling", 1);
-    let costs = cleave::profile(&loaded, &devices, &feeds, &opts, &|done, total, what| {
+    let costs = cleave::measure(&loaded, &devices, &feeds, &opts, &|done, total, what| {
         bar.set_length(total.max(1));
         bar.set_position(done);
         bar.set_message(what.to_string());
@@ -72,7 +72,7 @@ pub fn run(a: Args) -> Result<(), Fail> {
 fn summary(model: &Path, c: &CostFile, engines: &EngineMap, out: &Path) {
     let format = cleave::runtime::part_format(model, None);
     println!(
-        "{}: {} units profiled in {:.1} s ({} warm-up and {} timed runs each, medians; engines on {}{})",
+        "{}: {} units measured in {:.1} s ({} warm-up and {} timed runs each, medians; engines on {}{})",
         model.display(),
         c.units.len(),
         c.profiling.seconds,
@@ -119,7 +119,7 @@ fn summary(model: &Path, c: &CostFile, engines: &EngineMap, out: &Path) {
     println!("wrote {}", out.display());
 }
 
-// `cleave profile`'s flags, declared here alone; `lib.rs` dispatches them.
+// `cleave measure`'s flags, declared here alone; `lib.rs` dispatches them.
 #[derive(clap::Args)]
 pub struct Args {
     /// The model file (.onnx). Its dims must be static, or fixed with --shape/--dim.
@@ -150,7 +150,7 @@ pub struct Args {
     pub json: bool,
     /// Let each engine use every core. By default each runs on one thread, so that a
     /// device is a core of its own and its figures do not swing with the other cores'
-    /// load; `bench --objective latency` then runs the engines as they were profiled.
+    /// load; `bench --objective latency` then runs the engines as they were measured.
     #[arg(long)]
     pub all_cores: bool,
 }
