@@ -139,19 +139,11 @@ impl Drop for LitertSession {
 }
 
 fn engine_err(path: &Path, message: String) -> RuntimeError {
-    RuntimeError::Engine {
-        path: path.to_path_buf(),
-        engine: ENGINE,
-        message,
-    }
+    RuntimeError::engine(ENGINE, path, message)
 }
 
 fn unsupported(path: &Path, message: String) -> RuntimeError {
-    RuntimeError::Unsupported {
-        path: path.to_path_buf(),
-        engine: ENGINE,
-        message,
-    }
+    RuntimeError::unsupported(ENGINE, path, message)
 }
 
 /// A failed call as one line: what was being done and LiteRT's status.

@@ -141,19 +141,11 @@ impl Drop for OnertSession {
 }
 
 fn engine_err(path: &Path, message: String) -> RuntimeError {
-    RuntimeError::Engine {
-        path: path.to_path_buf(),
-        engine: ENGINE,
-        message,
-    }
+    RuntimeError::engine(ENGINE, path, message)
 }
 
 fn unsupported(path: &Path, message: String) -> RuntimeError {
-    RuntimeError::Unsupported {
-        path: path.to_path_buf(),
-        engine: ENGINE,
-        message,
-    }
+    RuntimeError::unsupported(ENGINE, path, message)
 }
 
 /// onert's type codes (`NNFW_TYPE`); quantized 8-bit unsigned reads as `u8`, as TFLite's does.

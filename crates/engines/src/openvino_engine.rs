@@ -566,15 +566,7 @@ impl OvSession {
     ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         let path = self.path.clone();
         for (k, name) in self.inputs.iter().enumerate() {
-            let (_, t) =
-                inputs
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .ok_or_else(|| RuntimeError::Input {
-                        path: path.clone(),
-                        name: name.clone(),
-                        message: "not given".into(),
-                    })?;
+            let t = RuntimeError::given(inputs, name, &path)?;
             if t.shape.is_empty() {
                 // OpenVINO's C API makes no shape of rank 0, so a scalar is written into the
                 // request's own input tensor.

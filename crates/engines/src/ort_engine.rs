@@ -379,15 +379,7 @@ impl OrtSession {
             .collect();
         let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(wanted.len());
         for name in &wanted {
-            let (_, t) =
-                inputs
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .ok_or_else(|| RuntimeError::Input {
-                        path: self.path.clone(),
-                        name: name.clone(),
-                        message: "not given".into(),
-                    })?;
+            let t = RuntimeError::given(inputs, name, &self.path)?;
             feed.push((name.clone(), ort_view(&self.path, t)?));
         }
         let path = self.path.clone();

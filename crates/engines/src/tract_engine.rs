@@ -164,15 +164,7 @@ impl Session for TractSession {
         let mut ordered = Vec::with_capacity(self.input_names.len());
         let mut key = Vec::with_capacity(self.input_names.len());
         for name in &self.input_names {
-            let (_, t) =
-                inputs
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .ok_or_else(|| RuntimeError::Input {
-                        path: self.path.clone(),
-                        name: name.clone(),
-                        message: "not given".into(),
-                    })?;
+            let t = RuntimeError::given(inputs, name, &self.path)?;
             let dt = datum(t.elem).ok_or_else(|| {
                 unsupported(&self.path, format!("input '{name}': {} tensors", t.elem))
             })?;

@@ -52,6 +52,45 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// `engine` failed to run the model at `path`.
+    pub fn engine(engine: &'static str, path: &std::path::Path, message: String) -> RuntimeError {
+        RuntimeError::Engine {
+            path: path.to_path_buf(),
+            engine,
+            message,
+        }
+    }
+
+    /// `engine` does not support what the model at `path` asks.
+    pub fn unsupported(
+        engine: &'static str,
+        path: &std::path::Path,
+        message: String,
+    ) -> RuntimeError {
+        RuntimeError::Unsupported {
+            path: path.to_path_buf(),
+            engine,
+            message,
+        }
+    }
+
+    /// The tensor `inputs` gives for the model input `name`, or the error that names it.
+    pub fn given<'t, N: AsRef<str>, T>(
+        inputs: &'t [(N, T)],
+        name: &str,
+        path: &std::path::Path,
+    ) -> Result<&'t T, RuntimeError> {
+        inputs
+            .iter()
+            .find(|(n, _)| n.as_ref() == name)
+            .map(|(_, t)| t)
+            .ok_or_else(|| RuntimeError::Input {
+                path: path.to_path_buf(),
+                name: name.to_string(),
+                message: "not given".into(),
+            })
+    }
+
     pub fn path(&self) -> Option<&std::path::Path> {
         match self {
             RuntimeError::Read { path, .. }

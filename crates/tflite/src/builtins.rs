@@ -341,43 +341,71 @@ fn padding(p: tflite::Padding) -> Attribute {
     }
 }
 
+/// What every 2-D window op's options hold, in one order: padding, strides, the op's own sizes,
+/// then its fused activation.
+fn window_2d(
+    a: &mut Vec<Attribute>,
+    pad: tflite::Padding,
+    strides: (i32, i32),
+    sizes: &[(&str, i32)],
+    act: tflite::ActivationFunctionType,
+) {
+    a.push(padding(pad));
+    a.push(int("stride_h", strides.0));
+    a.push(int("stride_w", strides.1));
+    a.extend(sizes.iter().map(|&(name, v)| int(name, v)));
+    a.push(activation(act));
+}
+
 fn conv_2d(op: &tflite::Operator, a: &mut Vec<Attribute>) {
     if let Some(o) = op.builtin_options_as_conv_2_doptions() {
-        a.extend([
-            padding(o.padding()),
-            int("stride_h", o.stride_h()),
-            int("stride_w", o.stride_w()),
-            int("dilation_h_factor", o.dilation_h_factor()),
-            int("dilation_w_factor", o.dilation_w_factor()),
-            activation(o.fused_activation_function()),
-        ]);
+        let dilation = [
+            ("dilation_h_factor", o.dilation_h_factor()),
+            ("dilation_w_factor", o.dilation_w_factor()),
+        ];
+        let strides = (o.stride_h(), o.stride_w());
+        window_2d(
+            a,
+            o.padding(),
+            strides,
+            &dilation,
+            o.fused_activation_function(),
+        );
     }
 }
 
 fn depthwise_conv_2d(op: &tflite::Operator, a: &mut Vec<Attribute>) {
     if let Some(o) = op.builtin_options_as_depthwise_conv_2_doptions() {
-        a.extend([
-            padding(o.padding()),
-            int("stride_h", o.stride_h()),
-            int("stride_w", o.stride_w()),
-            int("dilation_h_factor", o.dilation_h_factor()),
-            int("dilation_w_factor", o.dilation_w_factor()),
-            int("depth_multiplier", o.depth_multiplier()),
-            activation(o.fused_activation_function()),
-        ]);
+        let sizes = [
+            ("dilation_h_factor", o.dilation_h_factor()),
+            ("dilation_w_factor", o.dilation_w_factor()),
+            ("depth_multiplier", o.depth_multiplier()),
+        ];
+        let strides = (o.stride_h(), o.stride_w());
+        window_2d(
+            a,
+            o.padding(),
+            strides,
+            &sizes,
+            o.fused_activation_function(),
+        );
     }
 }
 
 fn pool_2d(op: &tflite::Operator, a: &mut Vec<Attribute>) {
     if let Some(o) = op.builtin_options_as_pool_2_doptions() {
-        a.extend([
-            padding(o.padding()),
-            int("stride_h", o.stride_h()),
-            int("stride_w", o.stride_w()),
-            int("filter_height", o.filter_height()),
-            int("filter_width", o.filter_width()),
-            activation(o.fused_activation_function()),
-        ]);
+        let filter = [
+            ("filter_height", o.filter_height()),
+            ("filter_width", o.filter_width()),
+        ];
+        let strides = (o.stride_h(), o.stride_w());
+        window_2d(
+            a,
+            o.padding(),
+            strides,
+            &filter,
+            o.fused_activation_function(),
+        );
     }
 }
 

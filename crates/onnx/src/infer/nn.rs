@@ -312,15 +312,7 @@ pub(crate) fn windowed(cx: &Cx, weights: usize, channels: Dim) -> Option<Vec<Dim
     if kernel.len() != spatial {
         return None;
     }
-    let strides = cx
-        .attr_ints("strides")
-        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let dil = cx
-        .attr_ints("dilations")
-        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let pads = cx
-        .attr_ints("pads")
-        .map_or_else(|| vec![0; 2 * spatial], <[i64]>::to_vec);
+    let (strides, dil, pads) = window_attrs(cx, spatial);
     let ceil = cx.attr_i("ceil_mode").unwrap_or(0) != 0;
     let auto = cx.attr_str("auto_pad").unwrap_or("NOTSET");
     if strides.len() != spatial || dil.len() != spatial || pads.len() != 2 * spatial {
@@ -380,15 +372,7 @@ fn conv_transpose(cx: &Cx) -> Option<Vec<Dim>> {
         Some(k) => k.to_vec(),
         None => w[2..].iter().map(Dim::fixed).collect::<Option<_>>()?,
     };
-    let strides = cx
-        .attr_ints("strides")
-        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let dil = cx
-        .attr_ints("dilations")
-        .map_or_else(|| vec![1; spatial], <[i64]>::to_vec);
-    let pads = cx
-        .attr_ints("pads")
-        .map_or_else(|| vec![0; 2 * spatial], <[i64]>::to_vec);
+    let (strides, dil, pads) = window_attrs(cx, spatial);
     let opad = cx
         .attr_ints("output_padding")
         .map_or_else(|| vec![0; spatial], <[i64]>::to_vec);
@@ -662,4 +646,18 @@ fn window_shapes(o: &Operands) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A convolution's or pool's `strides`, `dilations` and `pads`, with ONNX's defaults (1, 1, 0)
+/// where the node leaves them out.
+fn window_attrs(cx: &Cx, spatial: usize) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+    let or = |name: &str, n: usize, v: i64| {
+        cx.attr_ints(name)
+            .map_or_else(|| vec![v; n], <[i64]>::to_vec)
+    };
+    (
+        or("strides", spatial, 1),
+        or("dilations", spatial, 1),
+        or("pads", 2 * spatial, 0),
+    )
 }

@@ -34,6 +34,19 @@ impl std::fmt::Display for Subject {
 /// A refusal: what it is about, and the cause.
 pub type Refusal = (Subject, String);
 
+/// `cause`, refused about node `i` of `g`.
+pub(crate) fn at_node(g: &Graph, i: usize, cause: String) -> Refusal {
+    let n = &g.nodes[i];
+    let label = g.node_label(cleave_ir::NodeId(i as u32));
+    (
+        Subject::Node {
+            label: label.to_string(),
+            op: n.op_type.to_string(),
+        },
+        cause,
+    )
+}
+
 /// The first problem found.
 pub fn validate(m: &Model) -> Result<(), Refusal> {
     for o in &m.opsets {
@@ -129,17 +142,7 @@ fn graph(g: &Graph, opsets: Opsets) -> Result<(), Refusal> {
         } else {
             Ok(())
         };
-        checked.map_err(|cause| {
-            let label = g.node_label(cleave_ir::NodeId(i as u32));
-            let op = n.op_type.to_string();
-            (
-                Subject::Node {
-                    label: label.to_string(),
-                    op,
-                },
-                cause,
-            )
-        })?;
+        checked.map_err(|cause| at_node(g, i, cause))?;
         for a in &n.attrs {
             match &a.value {
                 AttrValue::Graph(sub) => graph(sub, opsets)?,

@@ -5,9 +5,9 @@
 //! axis, and holds what they share. Each check speaks only where what it needs is known; an
 //! unknown dim is never a reason to refuse.
 
-use cleave_ir::{AttrValue, Graph, Model, NodeId};
+use cleave_ir::{AttrValue, Graph, Model};
 
-use super::{int, Refusal, Subject};
+use super::{at_node, int, Refusal, Subject};
 use crate::op_registry::Operands;
 use crate::registry;
 
@@ -21,17 +21,7 @@ fn typed_graph(g: &Graph) -> Result<(), Refusal> {
             .then(|| registry().default_op(&n.op_type).and_then(|e| e.shapes))
             .flatten();
         if let Some(check) = check {
-            check(&Operands { g, n }).map_err(|cause| {
-                let label = g.node_label(NodeId(i as u32));
-                let op = n.op_type.to_string();
-                (
-                    Subject::Node {
-                        label: label.to_string(),
-                        op,
-                    },
-                    cause,
-                )
-            })?;
+            check(&Operands { g, n }).map_err(|cause| at_node(g, i, cause))?;
         }
         for a in &n.attrs {
             match &a.value {
