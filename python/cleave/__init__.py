@@ -208,8 +208,19 @@ def _rule_table(rules: Mapping[str, Any]) -> Dict[str, Any]:
     }
     for section in ("OPCODE", "OPNAME"):
         with _argument(f"rules[{section!r}] takes {{name: device}}"):
-            table[section] = [(str(k), str(v)) for k, v in (rules.get(section) or {}).items()]
+            table[section] = [(str(k).strip(), str(v).strip())
+                              for k, v in (rules.get(section) or {}).items()]
     return table
+
+
+def _budget(device: Any, v: Any) -> Union[int, str]:
+    """A memory budget as the extension takes it: bytes as an int above 0, or text with a
+    unit (``"16GiB"``), which Rust reads."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ArgumentError(f"memory[{device!r}]={v!r}: give bytes as an int, or a size like '16GiB'")
+    if isinstance(v, int) and not 0 < v < 2**64:
+        raise ArgumentError(f"memory[{device!r}]={v}: give a size above 0 and below 2**64 bytes")
+    return v
 
 
 def _request(
@@ -379,8 +390,7 @@ class Model:
         ['npu', 'cpu', 'npu', 'cpu']
         """
         with _argument("memory= takes {device: budget}, budget_s= a number"):
-            mem = [(str(k), v if isinstance(v, (int, str)) else str(v))
-                   for k, v in (memory or {}).items()]
+            mem = [(str(k), _budget(k, v)) for k, v in (memory or {}).items()]
             budget = float(budget_s)
         with _argument("state= takes {input: output}, context= and batch= integers"):
             pairs = dict(state or {})

@@ -384,6 +384,12 @@ def test_bad_rules_costs_and_memory_raise_argument_error(tmp_path, tiny_cnn):
     with pytest.raises(cleave.ArgumentError) as e:
         model.partition(["g0", "g1"], stages=2, memory={"g0": "16XB"})
     assert e.value.cause.startswith("memory['g0']='16XB': unknown unit 'xb'"), e.value.cause
+    for bad in (True, -1, 2**64, 1.5):
+        with pytest.raises(cleave.ArgumentError, match="memory\\['g0'\\]"):
+            model.partition(["g0", "g1"], stages=2, memory={"g0": bad})
+    # A stages request that contradicts itself is refused before the model loads again.
+    with pytest.raises(cleave.ArgumentError, match="stages= and objective=\"latency\""):
+        model.partition(["g0", "g1"], stages=2, objective="latency")
     # Bytes as an int are a budget too: 1 byte holds no stage.
     with pytest.raises(cleave.ArgumentError, match="does not fit"):
         model.partition(["g0", "g1"], stages=2, memory={"g0": 1, "g1": "1GiB"})

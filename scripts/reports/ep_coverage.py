@@ -34,7 +34,7 @@ EPS = {"NNAPI": "nnapi", "CoreML NeuralNetwork": "coreml", "CoreML MLProgram": "
 
 
 def ort_check(model: pathlib.Path) -> dict[str, dict]:
-    """Per cleave measure name: parts, supported, total, unsupported op types (first pass)."""
+    """Per device profile name: parts, supported, total, unsupported op types (first pass)."""
     log = subprocess.run([sys.executable, "-m", "onnxruntime.tools.check_onnx_model_mobile_usability", str(model)],
                          capture_output=True, text=True, check=True)
     return parse_ort_log(log.stdout + log.stderr)

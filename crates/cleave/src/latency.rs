@@ -361,13 +361,7 @@ impl LoadedModel {
         costs: &Costs,
         margin: f64,
     ) -> Result<LatencyChoice, Error> {
-        if !(margin.is_finite() && margin >= 0.0) {
-            return Err(Error::request(Message::about(
-                Arg::Margin,
-                margin.to_string(),
-                ": give a fraction, at least 0",
-            )));
-        }
+        check_margin(margin)?;
         let start = Instant::now();
         let g = self.graph();
         let table = self.cost_table(&a.devices, devices, costs)?;
@@ -552,4 +546,16 @@ fn node_bytes(g: &cleave_ir::Graph, n: &cleave_ir::Node) -> u64 {
         .flatten()
         .filter_map(|&v| g.value(v).ty.byte_size())
         .fold(0u64, u64::saturating_add)
+}
+
+/// A margin is a fraction, at least 0.
+pub(crate) fn check_margin(margin: f64) -> Result<(), Error> {
+    if margin.is_finite() && margin >= 0.0 {
+        return Ok(());
+    }
+    Err(Error::request(Message::about(
+        Arg::Margin,
+        margin.to_string(),
+        ": give a fraction, at least 0",
+    )))
 }

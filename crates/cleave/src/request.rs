@@ -9,7 +9,7 @@ use cleave_frontend::{FixedDims, RewriteLevel};
 use cleave_ir::phases::phase;
 
 use crate::{
-    load_model, Algorithm, Arg, Assigned, DecodeContext, DeviceRequest, Devices, Error,
+    load_model, Algorithm, Arg, Assigned, Costs, DecodeContext, DeviceRequest, Devices, Error,
     LoadedModel, Message, Partitioned,
 };
 
@@ -143,8 +143,11 @@ pub fn load_and_assign<'a>(
     source: impl Into<ModelSource<'a>>,
     req: &AssignRequest,
 ) -> Result<Assigned, Error> {
-    // The devices and rules first: a typo in them is told before a long load.
+    // The devices, rules and margin first: a typo in them is told before a long load.
     let devices = phase("devices and rules", || Devices::resolve(&req.devices))?;
+    if req.objective == Objective::Latency {
+        crate::latency::check_margin(req.margin)?;
+    }
     source.into().load(&req.fixed)?.into_assigned(devices, req)
 }
 
@@ -163,15 +166,29 @@ pub fn partition<'a>(
     let assigned = match req.stages {
         Some(n) => {
             say("loading and planning the stages");
+            // What the request contradicts or names wrongly is told before a long load.
+            if req.assign.objective == Objective::Latency {
+                return Err(Error::request(
+                    Message::default()
+                        .arg(Arg::Stages)
+                        .then(" and ")
+                        .given(Arg::Objective, "latency")
+                        .then(" both decide the devices: choose one"),
+                ));
+            }
             // Stage devices are names; profiles matter only for their declared [cost] figures.
             let devices = if req.assign.devices.devices.is_empty() {
                 Devices::priority(&[])
             } else {
                 Devices::resolve(&req.assign.devices)?
             };
+            let costs = match &req.assign.costs {
+                Some(path) => Costs::read(path)?,
+                None => Costs::default(),
+            };
             source
                 .load(&req.assign.fixed)?
-                .into_staged(devices, n, req)?
+                .into_staged(devices, &costs, n, req)?
         }
         None => {
             if !req.memory.is_empty() {

@@ -73,30 +73,23 @@ struct StageTimes {
 
 impl LoadedModel {
     /// The model as `n` pipeline stages on `req`'s devices in turn (or on `stage1..N`), the
-    /// slowest as fast as the memory budgets allow: each stage's nodes on its device, cut
-    /// already.
+    /// slowest as fast as the memory budgets allow, timed by `costs` where they have figures:
+    /// each stage's nodes on its device, cut already. The stages decide the devices, so the
+    /// request's objective plays no part.
     pub fn into_staged(
         self,
         devices: Devices,
+        costs: &Costs,
         n: usize,
         req: &crate::PartitionRequest,
     ) -> Result<Assigned, Error> {
-        if req.assign.objective == crate::Objective::Latency {
-            return Err(Error::usage(
-                "stages and the latency objective both decide the devices: choose one",
-            ));
-        }
-        let costs = match &req.assign.costs {
-            Some(path) => Costs::read(path)?,
-            None => Costs::default(),
-        };
         let loaded = self.prepared(&devices, &req.assign)?;
         let stages = loaded.stages(&StageRequest {
             stages: n,
             devices: &req.assign.devices.devices,
             memory: &req.memory,
             profiles: &devices,
-            costs: &costs,
+            costs,
             context: req.context,
         })?;
         Ok(Assigned {

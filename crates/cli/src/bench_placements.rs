@@ -126,26 +126,24 @@ pub fn run(
         .map_err(|e| Fail::usage(format!("cannot make a temporary folder: {e}")))?;
     let mut cands = Vec::new();
     let mut refused: Vec<(String, f64, String)> = Vec::new();
+    // One model for every candidate: each takes the assignment in turn and hands it back.
+    let mut assigned = l;
     for (k, (name, a)) in placements.iter().enumerate() {
-        let candidate = cleave::Assigned {
-            loaded: l.loaded.clone(),
-            devices: l.devices.clone(),
-            assignment: a.clone(),
-            costs: None,
-            latency: None,
-            stages: None,
-        };
-        let mut partitioned = candidate.into_partitioned(
+        assigned.assignment = a.clone();
+        let mut partitioned = assigned.into_partitioned(
             Algorithm::Default {
                 allow_disconnected: false,
             },
             &mut Vec::new(),
         )?;
-        let predicted = l
+        let p = &partitioned.assigned;
+        let predicted = p
             .loaded
-            .predict(a, partitioned.plan.plan(), &l.devices, &costs)?;
+            .predict(a, partitioned.plan.plan(), &p.devices, &costs)?;
         let dir = tmp.path().join(format!("p{k}"));
-        let written = partitioned.write(&dir, ExternalData::Inline)?;
+        let written = partitioned.write(&dir, ExternalData::Inline);
+        assigned = partitioned.assigned;
+        let written = written?;
         let mut parts = match load_parts(&written.conn_json, &map, single_thread) {
             Ok(p) => p,
             Err(e) => {

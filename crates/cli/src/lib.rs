@@ -232,12 +232,14 @@ const RENAMED_FLAGS: &[(&str, &str)] = &[("--part", "--rules")];
 const RENAMED_COMMANDS: &[(&str, &str)] = &[("profile", "measure")];
 
 /// `args` with each old spelling replaced by its new one, saying so on stderr. A command is
-/// renamed only as the command (the first word after the global flags), nothing after `--`.
+/// renamed only as the command (the first word after the global flags, or the word after
+/// `help`), nothing after `--`.
 fn renamed(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut out = Vec::with_capacity(args.len());
-    let (mut command_seen, mut value_next, mut options_over) = (false, false, false);
+    let (mut command_next, mut value_next, mut options_over) = (true, false, false);
     for (k, a) in args.into_iter().enumerate() {
         let Some(s) = a.to_str().filter(|_| k > 0 && !options_over) else {
+            value_next = false;
             out.push(a);
             continue;
         };
@@ -250,8 +252,8 @@ fn renamed(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
             eprintln!("cleave: note: {old} is now {new} ({old} is taken until a later release)");
             out.push(format!("{new}{}", &s[old.len()..]).into());
             continue;
-        } else if !command_seen && !value_next && !s.starts_with('-') {
-            command_seen = true;
+        } else if command_next && !value_next && !s.starts_with('-') {
+            command_next = s == "help";
             if let Some((old, new)) = RENAMED_COMMANDS.iter().find(|(old, _)| s == *old) {
                 eprintln!(
                     "cleave: note: `cleave {old}` is now `cleave {new}` (`{old}` is taken until a later release)"
@@ -260,7 +262,7 @@ fn renamed(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
                 continue;
             }
         }
-        value_next = !command_seen && s == "--timings-json";
+        value_next = command_next && s == "--timings-json";
         out.push(a);
     }
     out

@@ -887,6 +887,18 @@ fn old_spellings_are_taken_and_announced() {
     let o = cleave(&[os("profile"), os("--help")]);
     assert!(ok(&o).contains("Usage: cleave measure"), "{}", ok(&o));
     assert!(stderr(&o).contains("`cleave profile` is now `cleave measure`"));
+    for args in [
+        &["help", "profile"][..],
+        &["--timings-json", "t.json", "profile", "--help"],
+    ] {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(os).collect();
+        let o = cleave(&args);
+        assert!(
+            ok(&o).contains("Usage: cleave measure"),
+            "{args:?}: {}",
+            ok(&o)
+        );
+    }
     let o = cleave(&[os("inspect"), os("profile")]);
     assert_eq!(o.status.code(), Some(2));
     assert!(!stderr(&o).contains("is now"), "{}", stderr(&o));

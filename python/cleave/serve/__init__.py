@@ -125,13 +125,6 @@ import os
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
 
-from .checks import random_feeds, reference_run  # noqa: E402
-from .cli import main  # noqa: E402
-from .compiled import CompiledPlane, PartWorker, compiled_plane_refusal  # noqa: E402
-from .handles import PartReplica  # noqa: E402
-from .ingress import DATA_PLANES, Ingress, build_app  # noqa: E402
-from .listener import Listener, parse_ingress_port  # noqa: E402
-from .partition import Partition, ingress_meta, part_specs  # noqa: E402
 from .actors import (  # noqa: E402
     actor_options,
     default_threads,
@@ -139,6 +132,13 @@ from .actors import (  # noqa: E402
     parse_resources,
     per_backend_value,
 )
+from .checks import random_feeds, reference_run  # noqa: E402
+from .cli import main  # noqa: E402
+from .compiled import CompiledPlane, PartWorker, compiled_plane_refusal  # noqa: E402
+from .handles import PartReplica  # noqa: E402
+from .ingress import DATA_PLANES, Ingress, build_app  # noqa: E402
+from .listener import Listener, parse_ingress_port  # noqa: E402
+from .partition import Partition, ingress_meta, part_specs  # noqa: E402
 from .runtime import open_part  # noqa: E402
 from .wire import MAX_BODY_BYTES, body_limit, check_input, read_npz, short_error, write_npz  # noqa: E402
 

@@ -8,6 +8,7 @@ import threading
 import time
 
 from . import runtime
+from .actors import actor_options
 from .cluster import (
     connect,
     deploy,
@@ -21,7 +22,6 @@ from .cluster import (
     running_http,
 )
 from .partition import part_format, served_formats
-from .actors import actor_options
 from .report import add_costs, cores_used, cpu_sample, physical_limit, print_table, settle
 from .wire import short_error, write_npz
 

@@ -9,10 +9,10 @@ import tempfile
 import threading
 import time
 
+from .actors import actor_options, parse_per_backend, parse_resources
 from .ingress import DEFAULT_DATA_PLANE, DEFAULT_INGRESS_PORT, build_app
 from .listener import is_loopback, parse_ingress_port
 from .partition import Partition, settings
-from .actors import actor_options, parse_per_backend, parse_resources
 from .ray_token import send_token_if_asked, token_probe_available
 from .wire import short_error
 

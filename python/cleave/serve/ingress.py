@@ -9,11 +9,11 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .actors import actor_options, parse_per_backend, per_backend_value
 from .compiled import CompiledPlane, compiled_plane_refusal
 from .handles import PART_MAX_ONGOING, PartReplica
 from .listener import Listener
 from .partition import INLINE_MAX_BYTES, Partition, ingress_meta, part_specs, settings
-from .actors import actor_options, parse_per_backend, per_backend_value
 from .wire import (
     BODY_MIN_RATE,
     BODY_TIMEOUT_S,
