@@ -17,7 +17,11 @@
 # --resources, cpu2 and npu follow the application's default rule. The worker node runs in a
 # nested PID namespace so that it can be killed whole, like a machine losing power.
 #
-# Environment: CLEAVE_RAY_DRIVER=bench runs scripts/reports/ray_bench.py's measurements on the same
+# Environment: CLEAVE_RAY_DRIVER=decoder runs scripts/ray_decoder_test.py (decoder partitions
+# served with streaming, a stage killed mid-generation) instead of the checks, and
+# CLEAVE_RAY_DECODER_TOKENS the tokens each completion makes (default 24);
+# CLEAVE_RAY_NODE_MEMORY gives each node that many bytes of Ray's memory resource;
+# CLEAVE_RAY_DRIVER=bench runs scripts/reports/ray_bench.py's measurements on the same
 # cluster instead of the checks, on each data plane of CLEAVE_RAY_BENCH_PLANES (default
 # handles,compiled); CLEAVE_RAY_TEST_LIMIT_S (default 1200) bounds the whole run;
 # CLEAVE_RAY_TEST_REQUESTS (default 60) requests per bench row; CLEAVE_BIN, a cleave binary
@@ -95,6 +99,9 @@ PORT=6379
 ADDR=127.0.0.1:$PORT
 # Each node's object store; measuring 16 MiB tensors with 16 in flight needs more than the checks.
 OBJ=${CLEAVE_RAY_OBJECT_STORE_BYTES:-200000000}
+# Each node's memory resource in bytes (Ray's default: what the machine has), which actors
+# that ask for memory (a decoder's stages: their weights) are placed by.
+NODE_MEMORY=${CLEAVE_RAY_NODE_MEMORY:-}
 
 cleanup() {
     if [ -s "$T/worker.pid" ]; then
@@ -109,7 +116,7 @@ trap 'echo "ray_cluster_test: interrupted"; exit 130' TERM INT
 echo "== starting head (cpu_dev, cpu2) on $ADDR"
 ray start --head --node-ip-address=127.0.0.1 --port=$PORT --num-cpus=1 \
     --resources='{"cpu_dev": 1, "cpu2": 1}' --temp-dir="$T/h" --include-dashboard=false \
-    --object-store-memory=$OBJ --min-worker-port=10100 --max-worker-port=10999 \
+    --object-store-memory=$OBJ ${NODE_MEMORY:+--memory=$NODE_MEMORY} --min-worker-port=10100 --max-worker-port=10999 \
     --dashboard-agent-listen-port=52365 --disable-usage-stats >"$T/head.log" 2>&1 \
     || { tail -20 "$T/head.log"; echo "ray_cluster_test: 0 passed, 1 failed"; exit 1; }
 
@@ -117,7 +124,7 @@ ray start --head --node-ip-address=127.0.0.1 --port=$PORT --num-cpus=1 \
 cat >"$T/start_worker.sh" <<EOF
 unshare --pid --fork --kill-child --mount-proc \\
     ray start --address=$ADDR --node-ip-address=127.0.0.1 --num-cpus=1 \\
-    --resources='{"npu": 1}' --temp-dir="$T/w" --object-store-memory=$OBJ \\
+    --resources='{"npu": 1}' --temp-dir="$T/w" --object-store-memory=$OBJ ${NODE_MEMORY:+--memory=$NODE_MEMORY} \\
     --min-worker-port=11000 --max-worker-port=11999 --dashboard-agent-listen-port=52366 \\
     --disable-usage-stats --block >>"$T/worker.log" 2>&1 &
 echo \$! >"$T/worker.pid"
@@ -131,6 +138,9 @@ EXTRA=()
 if [ "${CLEAVE_RAY_DRIVER:-}" = bench ]; then
     DRIVER=$HERE/reports/ray_bench.py
     EXTRA=(--planes "${CLEAVE_RAY_BENCH_PLANES:-handles,compiled}")
+elif [ "${CLEAVE_RAY_DRIVER:-}" = decoder ]; then
+    DRIVER=$HERE/ray_decoder_test.py
+    EXTRA=(${CLEAVE_RAY_DECODER_TOKENS:+--tokens "$CLEAVE_RAY_DECODER_TOKENS"})
 elif [ -n "${CLEAVE_RAY_TEST_PLANE:-}" ]; then
     EXTRA=(--data-plane "$CLEAVE_RAY_TEST_PLANE")
 fi

@@ -35,6 +35,7 @@ from ._errors import (
     FileError,
     InternalError,
     InvalidModelError,
+    LimitError,
     UnsupportedError,
 )
 
@@ -65,6 +66,7 @@ __all__ = [
     "EngineError",
     "FileError",
     "InternalError",
+    "LimitError",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]

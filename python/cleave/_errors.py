@@ -15,6 +15,7 @@ __all__ = [
     "EngineError",
     "FileError",
     "InternalError",
+    "LimitError",
 ]
 
 
@@ -57,6 +58,15 @@ class EngineError(Error):
 
 class FileError(Error, OSError):
     """A file or folder could not be read or written."""
+
+
+class LimitError(Error):
+    """A served stage holds all it may: ``status`` 429 (too many sequences or cache bytes: try
+    again when one ends) or 413 (the sequence would outgrow the stage's context)."""
+
+    def __init__(self, cause: str, status: int) -> None:
+        self.status = status
+        super().__init__(cause)
 
 
 class InternalError(Error):

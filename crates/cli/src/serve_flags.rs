@@ -19,6 +19,7 @@ enum Kind {
     Port,
     PortOrOff,
     Seconds,
+    Count,
     Switch,
     Choice,
 }
@@ -145,6 +146,12 @@ fn port_or_off(s: &str) -> Result<String, String> {
     }
 }
 
+fn count(s: &str) -> Result<String, String> {
+    s.parse::<u64>()
+        .map(|_| s.to_string())
+        .map_err(|_| "give a whole number, 0 or more".into())
+}
+
 fn seconds(s: &str) -> Result<String, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(s.to_string()),
@@ -164,6 +171,7 @@ fn arg(f: &'static Flag, requires: Option<&'static str>) -> Arg {
         Kind::Port => a.value_parser(port),
         Kind::PortOrOff => a.value_parser(port_or_off),
         Kind::Seconds => a.value_parser(seconds),
+        Kind::Count => a.value_parser(count),
         Kind::Choice => a.value_parser(PossibleValuesParser::new(
             f.choices.iter().map(String::as_str),
         )),
@@ -266,6 +274,8 @@ mod tests {
             "handles",
             "--ingress-port",
             "off",
+            "--max-context",
+            "2048",
             "--detach",
             "--via",
             "proxy",
@@ -278,19 +288,28 @@ mod tests {
         };
         assert_eq!(
             args(cli.deploy.to_args()),
-            ["--data-plane", "handles", "--ingress-port", "off"]
+            [
+                "--data-plane",
+                "handles",
+                "--ingress-port",
+                "off",
+                "--max-context",
+                "2048"
+            ]
         );
         assert_eq!(args(cli.serve.to_args()), ["--detach"]);
         assert_eq!(args(cli.bench.to_args()), ["--via", "proxy"]);
         assert!(Cli::try_parse_from(["x", "--data-plane", "shm"]).is_err());
         assert!(Cli::try_parse_from(["x", "--ingress-port", "70000"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--max-sequences", "-1"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--max-kv-bytes", "1GB"]).is_err());
         assert!(
             Cli::try_parse_from(["x", "--via", "http"]).is_err(),
             "bench's flags need --ray"
         );
         assert_eq!(
             Flags::<Deploy>::names(),
-            "--resources, --replicas, --threads, --data-plane and --ingress-port"
+            "--resources, --replicas, --threads, --data-plane, --ingress-port, --max-sequences, --max-context and --max-kv-bytes"
         );
     }
 }

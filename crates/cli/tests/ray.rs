@@ -15,7 +15,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use cleave_testdata::{light_random, tflite_files, while_tflite_files};
-use common::{cleave, ok, os, repo};
+use common::{cleave, ok, os, python, repo};
 
 fn stages(model: &Path, n: &str, devices: &str, out: &Path) -> std::path::PathBuf {
     ok(&cleave(&[
@@ -179,6 +179,79 @@ fn resnet50_in_2_and_3_stages_served_on_a_two_node_ray_cluster() {
         compiled.contains("PASS node restart: requests succeed again"),
         "{compiled}"
     );
+}
+
+/// A decoder (tiny Llama, random weights) served as stages on the two-node cluster, each
+/// stage keeping its sequences' KV caches (scripts/ray_decoder_test.py): 4 stages, then 2 over
+/// both nodes with each node's memory resource below the model's weights; tokens streamed over
+/// /v1/completions and the handle equal to onnxruntime's whole-model decode; 8 sequences at
+/// once; a stage's actor killed, then the worker node, mid-stream, with the same tokens.
+#[test]
+fn decoder_stages_stream_on_a_two_node_ray_cluster() {
+    if std::env::var_os("CLEAVE_SKIP_RAY").is_some() {
+        eprintln!("CLEAVE_SKIP_RAY is set: the Ray decoder test did not run");
+        return;
+    }
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    python("testdata/make_decoder_models.py", &[tmp.path()]);
+    let model = tmp.path().join("tiny_llama.onnx");
+    let cut = |n: &str, devices: Option<&str>, dir: &str| {
+        let out = tmp.path().join(dir);
+        let mut args = vec![
+            os("partition"),
+            model.as_os_str(),
+            os("--stages"),
+            os(n),
+            os("-o"),
+            out.as_os_str(),
+        ];
+        if let Some(d) = devices {
+            args.extend([os("--devices"), os(d)]);
+        }
+        ok(&cleave(&args));
+        out.join("tiny_llama.conn.json")
+    };
+    let four = cut("4", None, "s4");
+    let two = cut("2", Some("cpu2,npu"), "nodes2");
+    let conn: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&two).unwrap()).unwrap();
+    let weights: Vec<u64> = conn["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["weights_bytes"].as_u64().unwrap())
+        .collect();
+    // Below the whole model's weights, above either stage's.
+    let memory = weights.iter().sum::<u64>() * 85 / 100;
+    assert!(weights.iter().all(|&w| w < memory), "{weights:?}");
+    let memory = memory.to_string();
+    let out = with_serving_python(Command::new("bash"))
+        .arg(repo().join("scripts/ray_cluster_test.sh"))
+        .args([&four, &two])
+        .env("CLEAVE_RAY_DRIVER", "decoder")
+        .env("CLEAVE_RAY_NODE_MEMORY", &memory)
+        .env("CLEAVE_RAY_TEST_LIMIT_S", "600")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "PASS dec2 (2 stages, tiny_llama.conn.json): stage 2 (npu) on its backend's node",
+        "PASS the model's weights exceed each node's memory resource",
+        "PASS 8 sequences at once",
+        "PASS dec2: stage 1's actor killed: the stream goes on with the same tokens",
+        "PASS dec2: the worker node killed: the stream goes on with the same tokens",
+        "ray_cluster_test: 19 passed, 0 failed",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?}\n{stdout}");
+    }
 }
 
 /// Clusters started after a token file exists (Ray 2.60's `ray start` then asks every client

@@ -9,6 +9,7 @@ mod isolate;
 mod model;
 mod part;
 mod plan;
+mod stage;
 mod tensors;
 
 use pyo3::prelude::*;
@@ -78,6 +79,10 @@ fn _cleave(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(part::open_part, m)?)?;
     m.add_class::<part::Part>()?;
     m.add_class::<part::CancelToken>()?;
+    m.add_function(wrap_pyfunction!(stage::open_stage, m)?)?;
+    m.add_class::<stage::Stage>()?;
+    m.add_class::<stage::Sampler>()?;
+    m.add_class::<stage::Codec>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -311,7 +311,7 @@ fn ids(elem: ElemType, shape: &[usize], values: impl Iterator<Item = i64>) -> Ho
 }
 
 /// A state input before the first step: batch 1, nothing along the dims that grow.
-fn empty_state(
+pub(crate) fn empty_state(
     path: &std::path::Path,
     name: &str,
     ty: &TensorType,

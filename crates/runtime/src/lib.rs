@@ -17,6 +17,7 @@ pub mod memory;
 mod npy;
 pub mod pipeline;
 pub mod runner;
+pub mod sequences;
 mod tensor;
 pub mod verify;
 

@@ -135,6 +135,9 @@ from .actors import (  # noqa: E402
 from .checks import random_feeds, reference_run  # noqa: E402
 from .cli import main  # noqa: E402
 from .compiled import CompiledPlane, PartWorker, compiled_plane_refusal  # noqa: E402
+from .completions import Completions  # noqa: E402
+from .decoder_app import DecoderIngress, StageWorker, build_decoder_app, is_decoder  # noqa: E402
+from .generation import Decoder, Generation, LocalStage, StageLost  # noqa: E402
 from .handles import PartReplica  # noqa: E402
 from .ingress import DATA_PLANES, Ingress, build_app  # noqa: E402
 from .listener import Listener, parse_ingress_port  # noqa: E402
@@ -146,18 +149,27 @@ __all__ = [
     "DATA_PLANES",
     "MAX_BODY_BYTES",
     "CompiledPlane",
+    "Completions",
+    "Decoder",
+    "DecoderIngress",
+    "Generation",
     "Ingress",
     "Listener",
     "PartReplica",
+    "LocalStage",
     "PartWorker",
     "Partition",
+    "StageLost",
+    "StageWorker",
     "actor_options",
     "body_limit",
     "build_app",
+    "build_decoder_app",
     "check_input",
     "compiled_plane_refusal",
     "default_threads",
     "ingress_meta",
+    "is_decoder",
     "main",
     "open_part",
     "parse_ingress_port",

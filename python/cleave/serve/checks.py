@@ -19,6 +19,7 @@ from .cluster import (
     parse_counts_or_die,
     parse_resources_or_die,
     print_placement,
+    refuse_decoder,
     running_http,
 )
 from .partition import part_format, served_formats
@@ -223,6 +224,8 @@ def cmd_bench(args):
     model's limit on this machine's cores; then the table."""
     levels = _levels_or_die(args)
     partitions = [load_partition(c) for c in args.conn]
+    for p in partitions:
+        refuse_decoder(p, "bench")
     ray = connect(args.address, args.timeout)
     results, feeds_of, kept = [], {}, False
     for partition, name in zip(partitions, _names(args, partitions)):
@@ -376,6 +379,7 @@ def cmd_verify(args):
     import numpy as np
 
     partition = load_partition(args.conn)
+    refuse_decoder(partition, "verify")
     if not partition.source_file or not os.path.exists(partition.source_file):
         die(2, f"{partition.path}: its source model {partition.source_file} is not here; verify compares against it")
     name = args.name or partition.stem

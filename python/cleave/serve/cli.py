@@ -23,14 +23,26 @@ from .cluster import (
     print_placement,
     running_http,
 )
+from .decoder_app import DEFAULT_MAX_SEQUENCES, build_decoder_app, is_decoder
+
+DECODER_FLAGS = ("max_sequences", "max_context", "max_kv_bytes")
 
 
 def cmd_serve(args):
     partition = load_partition(args.conn)
     name = args.name or partition.stem
+    if not is_decoder(partition):
+        given = [f"--{f.replace('_', '-')}" for f in DECODER_FLAGS if getattr(args, f, None) is not None]
+        if given:
+            die(
+                2,
+                f"{', '.join(given)}: only for a decoder's partition (one with state pairs); {partition.path} has none",
+            )
     ray = connect(args.address, args.timeout)
     from ray import serve
 
+    if is_decoder(partition):
+        return serve_decoder(args, serve, partition, name)
     handle, _ = deploy(ray, args, partition, name, reuse=False)
     desc = describe_placement(handle)
     host, port = running_http(args)
@@ -58,7 +70,53 @@ def cmd_serve(args):
     if args.detach:
         return 0
     print("serving; Ctrl-C stops and deletes the application", flush=True)
+    return wait_then_delete(serve, name)
 
+
+def serve_decoder(args, serve, partition, name):
+    """A decoder's stages, each keeping its sequences' KV caches, behind OpenAI's
+    /v1/completions (streamed) and the handle's generate."""
+    resources = parse_resources_or_die(args.resources)
+    _, threads = parse_counts_or_die(args)
+    listen = ingress_listen(args)
+    try:
+        app = build_decoder_app(
+            partition.path,
+            resources,
+            name=name,
+            threads=threads,
+            max_sequences=args.max_sequences if args.max_sequences is not None else DEFAULT_MAX_SEQUENCES,
+            max_context=args.max_context or 0,
+            max_kv_bytes=args.max_kv_bytes or 0,
+            ingress_port=None if listen is None else listen["port"],
+            ingress_host=args.http_host,
+        )
+    except ValueError as e:
+        die(2, str(e))
+    serve.start(proxy_location="HeadOnly", http_options={"host": args.http_host, "port": args.http_port})
+    handle = serve.run(app, name=name, route_prefix=f"/{name}")
+    desc = handle.describe.remote().result(timeout_s=args.timeout)
+    host, port = running_http(args)
+    print(f"deployed {name}: a decoder in {len(partition.parts)} stages from {partition.path}")
+    print(
+        f"route: http://{host}:{port}/{name}/v1/completions  "
+        '(OpenAI completions; "stream": true for server-sent events)'
+    )
+    fast = (desc.get("http") or {}).get("address")
+    if fast:
+        print(f"fast route: http://{fast[0]}:{fast[1]}/v1/completions  (the same, answered by the ingress itself)")
+    print(f"python: serve.get_app_handle({name!r}).options(stream=True).generate.remote([token ids], max_tokens=16)")
+    for st in desc["stages"]:
+        where = st.get("error") or f"{st.get('engine')} on node {str(st.get('node'))[:8]}"
+        print(f"  stage {st['stage']} ({st['backend']}): {where}")
+    sys.stdout.flush()
+    if args.detach:
+        return 0
+    print("serving; Ctrl-C stops and deletes the application", flush=True)
+    return wait_then_delete(serve, name)
+
+
+def wait_then_delete(serve, name):
     def stop(signum, frame):
         raise KeyboardInterrupt
 
@@ -216,7 +274,13 @@ def seconds(s):
     return v
 
 
-_KINDS = {"text": str, "port": port, "port-or-off": port_or_off, "seconds": seconds}
+def count(s):
+    if not s.isdigit():
+        raise argparse.ArgumentTypeError("give a whole number, 0 or more")
+    return int(s)
+
+
+_KINDS = {"text": str, "port": port, "port-or-off": port_or_off, "seconds": seconds, "count": count}
 
 
 def declared_flags():

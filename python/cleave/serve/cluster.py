@@ -10,6 +10,7 @@ import threading
 import time
 
 from .actors import actor_options, parse_per_backend, parse_resources
+from .decoder_app import is_decoder
 from .ingress import DEFAULT_DATA_PLANE, DEFAULT_INGRESS_PORT, build_app
 from .listener import is_loopback, parse_ingress_port
 from .partition import Partition, settings
@@ -33,6 +34,16 @@ def load_partition(path):
         die(2, f"{path}: cannot read: {e.strerror}: {e.filename}")
     except (ValueError, KeyError, json.JSONDecodeError) as e:
         die(2, f"{path}: not a usable conn.json: {e}")
+
+
+def refuse_decoder(partition, command):
+    """bench and verify send one request of tensors; a decoder is served token by token."""
+    if is_decoder(partition):
+        die(
+            2,
+            f"{partition.path}: a decoder (its model has state pairs): {command} does not take it; serve it "
+            "(`cleave serve`) and stream completions from /v1/completions",
+        )
 
 
 def split_address(address):

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .actors import actor_options, parse_per_backend, per_backend_value
 from .compiled import CompiledPlane, compiled_plane_refusal
+from .decoder_app import build_decoder_app, is_decoder
 from .handles import PART_MAX_ONGOING, PartReplica
 from .listener import Listener
 from .partition import INLINE_MAX_BYTES, Partition, ingress_meta, part_specs, settings
@@ -465,6 +466,13 @@ def build_app(
     """
     if data_plane not in DATA_PLANES:
         raise ValueError(f"data_plane {data_plane!r}: give one of {', '.join(DATA_PLANES)}")
+    if is_decoder(Partition(conn_path)):
+        # Stateful stages and a generation loop, not a request of tensors (decoder_app).
+        if isinstance(threads, str):
+            threads = parse_per_backend(threads, "threads")
+        return build_decoder_app(
+            conn_path, resources, name=name, threads=threads, ingress_port=ingress_port, ingress_host=ingress_host
+        )
     from ray import cloudpickle, serve
 
     package = sys.modules.get(__package__ or "")

@@ -318,7 +318,9 @@ class Listener:
                 due = loop.time() + BODY_TIMEOUT_S + size / BODY_MIN_RATE
                 # A timer, not a timeout task a request: dropping the connection ends a send
                 # that waits, and empties what asyncio holds unsent.
-                late = loop.call_at(due, guard.drop, conn, "slow_replies") if conn is not None else None
+                # A stream (server-sent tokens) is paced by its producer, not bounded so.
+                timed = conn is not None and hasattr(response, "body")
+                late = loop.call_at(due, guard.drop, conn, "slow_replies") if timed else None
                 try:
                     await response(scope, receive, send)
                     while conn is not None and _unsent(conn.transport) and loop.time() < due + 1.0:

@@ -44,8 +44,20 @@ pub const RAY_APP: &[(&str, &str)] = &[
         include_str!("../../../../python/cleave/serve/compiled.py"),
     ),
     (
+        "completions.py",
+        include_str!("../../../../python/cleave/serve/completions.py"),
+    ),
+    (
+        "decoder_app.py",
+        include_str!("../../../../python/cleave/serve/decoder_app.py"),
+    ),
+    (
         "flags.json",
         include_str!("../../../../python/cleave/serve/flags.json"),
+    ),
+    (
+        "generation.py",
+        include_str!("../../../../python/cleave/serve/generation.py"),
     ),
     (
         "handles.py",

@@ -1,0 +1,357 @@
+//! A served stage of a decoder: one part in its session and the KV caches of the sequences
+//! it holds, keyed by sequence. A step brings the small per-step inputs and the hidden state
+//! from the stage before; the stage adds each state input from that sequence's cache (empty
+//! at its first step), keeps each state output for the next step, and answers the rest. So a
+//! layer's cache never leaves the process that runs its layer.
+//!
+//! The stage is bounded: at most `max_sequences` held at once, `max_context` tokens each and
+//! `max_bytes` of cache in all. A step past a bound is refused with the reason (HTTP's 429 or
+//! 413 where a server answers it) and the stage is left as it was.
+
+use std::collections::HashMap;
+
+use cleave_ir::{StatePair, TensorType};
+
+use crate::decode::empty_state;
+use crate::error::RuntimeError;
+use crate::tensor::HostTensor;
+use crate::Session;
+
+/// How much a stage holds at most; 0 is no bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub max_sequences: usize,
+    pub max_context: usize,
+    pub max_bytes: u64,
+}
+
+/// Why a step did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// The stage holds all the sequences or cache bytes it may: try again later (429).
+    #[error("{0}")]
+    Busy(String),
+    /// The sequence would outgrow the context a stage keeps (413).
+    #[error("{0}")]
+    TooLong(String),
+    /// The part failed; the sequence's cache is dropped, so the caller replays its tokens.
+    #[error(transparent)]
+    Run(#[from] RuntimeError),
+}
+
+impl StageError {
+    /// The HTTP status a server answers this with.
+    pub fn status(&self) -> u16 {
+        match self {
+            StageError::Busy(_) => 429,
+            StageError::TooLong(_) => 413,
+            StageError::Run(_) => 500,
+        }
+    }
+}
+
+/// One sequence's cache in this stage.
+struct Held {
+    cache: Vec<(String, HostTensor)>,
+    context: usize,
+    bytes: u64,
+}
+
+/// What a stage holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StageStats {
+    pub sequences: usize,
+    /// Tokens of context over every sequence held.
+    pub tokens: usize,
+    /// Bytes of KV cache over every sequence held.
+    pub kv_bytes: u64,
+    /// Steps run since the stage opened.
+    pub steps: u64,
+}
+
+/// One part's session and its sequences' caches.
+pub struct Stage {
+    session: Box<dyn Session>,
+    /// The part's inputs, for the empty cache of a sequence's first step.
+    inputs: Vec<(String, TensorType)>,
+    /// The pairs whose input this part reads.
+    pairs: Vec<StatePair>,
+    limits: Limits,
+    held: HashMap<String, Held>,
+    steps: u64,
+}
+
+impl Stage {
+    /// `pairs` may name state the part does not read (the whole model's list): those are
+    /// left to the stages that do.
+    pub fn new(
+        session: Box<dyn Session>,
+        inputs: Vec<(String, TensorType)>,
+        pairs: &[StatePair],
+        limits: Limits,
+    ) -> Stage {
+        let pairs = pairs
+            .iter()
+            .filter(|p| inputs.iter().any(|(n, _)| n == &p.input))
+            .cloned()
+            .collect();
+        Stage {
+            session,
+            inputs,
+            pairs,
+            limits,
+            held: HashMap::new(),
+            steps: 0,
+        }
+    }
+
+    /// The state pairs this stage keeps.
+    pub fn pairs(&self) -> &[StatePair] {
+        &self.pairs
+    }
+
+    /// Runs one step of `sequence`, which feeds `fed` new tokens; `feeds` are the part's
+    /// inputs other than its state. Answers the part's outputs other than its state.
+    pub fn step(
+        &mut self,
+        sequence: &str,
+        fed: usize,
+        mut feeds: Vec<(String, HostTensor)>,
+    ) -> Result<Vec<(String, HostTensor)>, StageError> {
+        self.admit(sequence, fed)?;
+        let mut held = self.held.remove(sequence).unwrap_or(Held {
+            cache: Vec::new(),
+            context: 0,
+            bytes: 0,
+        });
+        for p in &self.pairs {
+            let t = match held.cache.iter().position(|(n, _)| n == &p.input) {
+                Some(k) => held.cache.swap_remove(k).1,
+                None => {
+                    let ty = self
+                        .inputs
+                        .iter()
+                        .find(|(n, _)| n == &p.input)
+                        .map(|(_, t)| t.clone())
+                        .unwrap_or_default();
+                    empty_state(std::path::Path::new(sequence), &p.input, &ty)?
+                }
+            };
+            feeds.push((p.input.clone(), t));
+        }
+        // On failure the sequence is gone from the stage: its cache went into the run.
+        let outputs = self.session.run(&feeds)?;
+        self.steps += 1;
+        let mut answer = Vec::with_capacity(outputs.len());
+        let mut cache = Vec::with_capacity(self.pairs.len());
+        for (name, t) in outputs {
+            match self.pairs.iter().find(|p| p.output == name) {
+                Some(p) => cache.push((p.input.clone(), t)),
+                None => answer.push((name, t)),
+            }
+        }
+        let bytes = cache.iter().map(|(_, t)| t.data.len() as u64).sum();
+        self.held.insert(
+            sequence.to_string(),
+            Held {
+                cache,
+                context: held.context.saturating_add(fed),
+                bytes,
+            },
+        );
+        Ok(answer)
+    }
+
+    /// Frees `sequence`'s cache: it ended, was cancelled or is being replayed. Whether the
+    /// stage held it.
+    pub fn end(&mut self, sequence: &str) -> bool {
+        self.held.remove(sequence).is_some()
+    }
+
+    /// The context this stage holds for `sequence` (0 where it holds none).
+    pub fn context(&self, sequence: &str) -> usize {
+        self.held.get(sequence).map_or(0, |h| h.context)
+    }
+
+    pub fn stats(&self) -> StageStats {
+        StageStats {
+            sequences: self.held.len(),
+            tokens: self.held.values().map(|h| h.context).sum(),
+            kv_bytes: self.held.values().map(|h| h.bytes).sum(),
+            steps: self.steps,
+        }
+    }
+
+    /// Refuses a step past the stage's bounds, before anything runs.
+    fn admit(&self, sequence: &str, fed: usize) -> Result<(), StageError> {
+        let l = self.limits;
+        let held = self.held.get(sequence);
+        if held.is_none() && l.max_sequences > 0 && self.held.len() >= l.max_sequences {
+            return Err(StageError::Busy(format!(
+                "the stage holds {} sequences, its most: try again when one ends",
+                self.held.len()
+            )));
+        }
+        let context = held.map_or(0, |h| h.context).saturating_add(fed);
+        if l.max_context > 0 && context > l.max_context {
+            return Err(StageError::TooLong(format!(
+                "sequence '{sequence}' would hold {context} tokens, past the stage's context of {}",
+                l.max_context
+            )));
+        }
+        if l.max_bytes > 0 {
+            let stats = self.stats();
+            // The cache grows by about as many bytes a token as it holds a token now.
+            let per_token = stats.kv_bytes.checked_div(stats.tokens as u64).unwrap_or(0);
+            let grown = stats
+                .kv_bytes
+                .saturating_add(per_token.saturating_mul(fed as u64));
+            if grown > l.max_bytes {
+                return Err(StageError::Busy(format!(
+                    "the stage's KV cache would grow to {grown} bytes, past its {} bytes: try again when a sequence ends",
+                    l.max_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cleave_ir::{Dim, ElemType};
+
+    /// A "layer": `present = concat(past, x)` along the sequence, `y = x + 1`.
+    struct Concat;
+
+    impl Session for Concat {
+        fn run(
+            &mut self,
+            inputs: &[(String, HostTensor)],
+        ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+            let here = std::path::Path::new("concat");
+            let x = RuntimeError::given(inputs, "x", here)?;
+            let mut present = RuntimeError::given(inputs, "past", here)?.clone();
+            present.shape[1] += x.shape[1];
+            present.data.extend_from_slice(&x.data);
+            let mut y = x.clone();
+            y.data.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+            Ok(vec![("present".into(), present), ("y".into(), y)])
+        }
+    }
+
+    fn stage(limits: Limits) -> Stage {
+        let ty = |dims: Vec<Dim>| TensorType {
+            elem: Some(ElemType::U8),
+            shape: Some(dims),
+        };
+        Stage::new(
+            Box::new(Concat),
+            vec![
+                (
+                    "x".into(),
+                    ty(vec![Dim::Fixed(1), Dim::Param("new".into())]),
+                ),
+                (
+                    "past".into(),
+                    ty(vec![Dim::Fixed(1), Dim::Param("past".into())]),
+                ),
+            ],
+            &[
+                StatePair {
+                    input: "past".into(),
+                    output: "present".into(),
+                },
+                StatePair {
+                    input: "other".into(),
+                    output: "other_out".into(),
+                },
+            ],
+            limits,
+        )
+    }
+
+    fn x(values: &[u8]) -> Vec<(String, HostTensor)> {
+        vec![(
+            "x".into(),
+            HostTensor {
+                elem: ElemType::U8,
+                shape: vec![1, values.len()],
+                data: values.to_vec(),
+            },
+        )]
+    }
+
+    #[test]
+    fn each_sequence_keeps_its_own_cache_and_only_the_rest_is_answered() {
+        let mut s = stage(Limits::default());
+        assert_eq!(
+            s.pairs().len(),
+            1,
+            "a pair the part does not read is not its"
+        );
+        let a = s.step("a", 3, x(&[1, 2, 3])).unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].0, "y");
+        assert_eq!(a[0].1.data, vec![2, 3, 4]);
+        s.step("b", 1, x(&[9])).unwrap();
+        s.step("a", 1, x(&[4])).unwrap();
+        assert_eq!(s.context("a"), 4);
+        assert_eq!(s.context("b"), 1);
+        assert_eq!(
+            s.stats(),
+            StageStats {
+                sequences: 2,
+                tokens: 5,
+                kv_bytes: 5,
+                steps: 3
+            }
+        );
+        // a's cache is 1,2,3,4: one more step sees all of it.
+        s.step("a", 1, x(&[5])).unwrap();
+        assert_eq!(s.held["a"].cache[0].1.data, vec![1, 2, 3, 4, 5]);
+        assert!(s.end("a"));
+        assert!(!s.end("a"));
+        assert_eq!(s.stats().sequences, 1);
+    }
+
+    #[test]
+    fn steps_past_the_bounds_are_refused_and_change_nothing() {
+        let mut s = stage(Limits {
+            max_sequences: 2,
+            max_context: 4,
+            max_bytes: 0,
+        });
+        s.step("a", 3, x(&[1, 2, 3])).unwrap();
+        let long = s.step("a", 2, x(&[4, 5])).unwrap_err();
+        assert_eq!(long.status(), 413);
+        assert!(long.to_string().contains("5 tokens"), "{long}");
+        assert_eq!(s.context("a"), 3);
+        s.step("b", 1, x(&[1])).unwrap();
+        let busy = s.step("c", 1, x(&[1])).unwrap_err();
+        assert_eq!(busy.status(), 429);
+        s.end("b");
+        s.step("c", 1, x(&[1])).unwrap();
+
+        let mut s = stage(Limits {
+            max_bytes: 6,
+            ..Limits::default()
+        });
+        s.step("a", 4, x(&[1, 2, 3, 4])).unwrap();
+        assert_eq!(s.step("b", 3, x(&[1, 2, 3])).unwrap_err().status(), 429);
+        s.step("b", 2, x(&[1, 2])).unwrap();
+        assert_eq!(s.stats().kv_bytes, 6);
+    }
+
+    #[test]
+    fn a_failed_run_drops_the_sequence_for_a_replay() {
+        let mut s = stage(Limits::default());
+        s.step("a", 2, x(&[1, 2])).unwrap();
+        let err = s.step("a", 1, Vec::new()).unwrap_err();
+        assert_eq!(err.status(), 500);
+        assert_eq!(s.context("a"), 0);
+        s.step("a", 3, x(&[1, 2, 3])).unwrap();
+        assert_eq!(s.context("a"), 3);
+    }
+}
