@@ -14,10 +14,12 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -217,6 +219,30 @@ def test_stage_killed(ray, url, want, desc, a, kill, label):
     )
 
 
+def test_cleave_binary(serve, a, conn, want):
+    """`cleave serve` of a decoder: the binary's own copy of the application, its flags."""
+    name = "decbin"
+    cmd = [a.cleave, "serve", conn, "--ray", a.address, "--detach", "--name", name, "--resources", a.resources,
+           "--http-port", str(a.http_port), "--timeout", "180", "--max-context", str(len(PROMPT) + len(want))]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    if not check("cleave serve of a decoder deploys", done.returncode == 0, done.stderr[-800:]):
+        return
+    fast = re.search(r"fast route: (http://\S+/v1/completions)", done.stdout)
+    route = re.search(r"route: (http://\S+/v1/completions)", done.stdout)
+    check("cleave serve prints the completions routes", fast and route, done.stdout[-800:])
+    if fast:
+        tokens, _ = stream(fast.group(1), len(want), a.request_timeout * 4)
+        check("cleave serve: the decoder streams the whole model's tokens", tokens == want, f"{tokens}")
+        body = json.dumps({"prompt": PROMPT, "max_tokens": len(want) + 1}).encode()
+        try:
+            urllib.request.urlopen(urllib.request.Request(fast.group(1), body), timeout=30)
+            status = 200
+        except urllib.error.HTTPError as e:
+            status = e.code
+        check("cleave serve --max-context: a longer request is answered 413", status == 413, f"{status}")
+    serve.delete(name)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--app", required=True)
@@ -229,6 +255,8 @@ def main():
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--request-timeout", type=float, default=10.0)
     ap.add_argument("--tokens", type=int, default=24)
+    ap.add_argument("--cleave", help="the cleave binary: also serve through it")
+    ap.add_argument("--baseline", help="(the checks' option; unused here)")
     ap.add_argument("conns", nargs="+")
     a = ap.parse_args()
     t_all = time.monotonic()
@@ -261,7 +289,7 @@ def main():
         conn, (name, url, want, desc) = served[-1]
         raw = json.load(open(conn))
         weights = sum(p.get("weights_bytes", 0) for p in raw["parts"])
-        if any(mem.values()):
+        if os.environ.get("CLEAVE_RAY_NODE_MEMORY"):
             check(
                 "the model's weights exceed each node's memory resource",
                 all(m is not None and weights > m for m in mem.values()),
@@ -293,6 +321,9 @@ def main():
             serve.delete(name)
         except Exception:
             pass
+    if served and a.cleave:
+        conn, (_, _, want, _) = served[-1]
+        test_cleave_binary(serve, a, conn, want)
     if TABLE:
         cols = list(TABLE[0])
         print("\n== decoder targets ==", flush=True)

@@ -282,3 +282,18 @@ def test_decoder_refuses_what_a_server_cannot_feed(decoders: pathlib.Path) -> No
     with pytest.raises(ValueError, match="input 'pixel_values' is neither"):
         Decoder(odd)
     assert np.array_equal(Decoder(conn).feeds([5, 6], 3)["position_ids"], [[3, 4]])
+
+
+def test_the_command_line_refuses_decoder_flags_where_there_is_no_decoder(decoders: pathlib.Path) -> None:
+    plain = ROOT / "examples/tiny_cnn.onnx"
+    out = decoders / "cnn"
+    cleave.load(plain).partition(rules=ROOT / "examples/tiny_cnn.part").save(out)
+    serve = [sys.executable, "-m", "cleave.serve"]
+    done = subprocess.run(
+        [*serve, "serve", str(out / "tiny_cnn.conn.json"), "--address", "127.0.0.1:1", "--max-context", "64"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--max-context: only for a decoder's partition" in done.stderr, done.stderr
+    # bench and verify send one request of tensors: a decoder is refused, saying what to do.
+    done = subprocess.run([*serve, "bench", str(cut(decoders, 2)), "--address", "127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "serve it (`cleave serve`)" in done.stderr, done.stderr

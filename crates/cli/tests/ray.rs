@@ -230,6 +230,7 @@ fn decoder_stages_stream_on_a_two_node_ray_cluster() {
         .arg(repo().join("scripts/ray_cluster_test.sh"))
         .args([&four, &two])
         .env("CLEAVE_RAY_DRIVER", "decoder")
+        .env("CLEAVE_BIN", env!("CARGO_BIN_EXE_cleave"))
         .env("CLEAVE_RAY_NODE_MEMORY", &memory)
         .env("CLEAVE_RAY_TEST_LIMIT_S", "600")
         .output()
@@ -248,7 +249,9 @@ fn decoder_stages_stream_on_a_two_node_ray_cluster() {
         "PASS 8 sequences at once",
         "PASS dec2: stage 1's actor killed: the stream goes on with the same tokens",
         "PASS dec2: the worker node killed: the stream goes on with the same tokens",
-        "ray_cluster_test: 19 passed, 0 failed",
+        "PASS cleave serve: the decoder streams the whole model's tokens",
+        "PASS cleave serve --max-context: a longer request is answered 413",
+        "ray_cluster_test: 23 passed, 0 failed",
     ] {
         assert!(stdout.contains(want), "missing {want:?}\n{stdout}");
     }

@@ -105,12 +105,15 @@ class DecoderIngress:
         # Named, so that an operator (or a test) can find a stage's actor: ray.get_actor(name,
         # namespace=ACTOR_NAMESPACE), names in describe().
         run = uuid.uuid4().hex[:8]
+        # Held here for as long as the stages live: Ray restarts a dead stage from its
+        # constructor's arguments, which must still be in the object store then.
+        self.model_refs = [None if b is None else ray.put(b) for _, b, _, _ in workers]
         self.names = [f"{meta['name']}.stage{i + 1}.{run}" for i in range(len(workers))]
         self.actors = [
             ray.remote(StageWorker)
             .options(name=n, namespace=ACTOR_NAMESPACE, max_restarts=-1, max_task_retries=0, max_concurrency=1, **opts)
-            .remote(spec, model_bytes, threads, meta["limits"])
-            for n, (spec, model_bytes, threads, opts) in zip(self.names, workers)
+            .remote(spec, ref, threads, meta["limits"])
+            for n, ref, (spec, _, threads, opts) in zip(self.names, self.model_refs, workers)
         ]
         stages = [RayStage(a, i, meta["step_timeout_s"]) for i, a in enumerate(self.actors)]
         codec = extension().Codec(meta["tokenizer"]) if meta.get("tokenizer") else None
