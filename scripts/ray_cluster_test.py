@@ -573,7 +573,8 @@ def guarded(what, fn, *args):
         return None
 
 
-def main():
+def cluster_parser():
+    """The arguments scripts/ray_cluster_test.sh gives every driver."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--app", required=True)
     ap.add_argument("--address", required=True)
@@ -584,7 +585,12 @@ def main():
     ap.add_argument("--http-port", type=int, default=8000)
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--request-timeout", type=float, default=10.0)
-    ap.add_argument("--cleave", help="the cleave binary: also serve and bench through it")
+    ap.add_argument("--cleave", help="the cleave binary: also serve (and bench) through it")
+    return ap
+
+
+def main():
+    ap = cluster_parser()
     ap.add_argument("--data-plane", help="serve every partition on this data plane (default: the application's)")
     ap.add_argument("--baseline", help="a 1-stage cut of the first partition's model, for the binary's cost per hop")
     ap.add_argument("conns", nargs="+")

@@ -9,7 +9,6 @@ worker node killed, mid-stream, the generation finishing with the same tokens.
 Not meant to be run by hand: the shell script starts the cluster and passes its addresses.
 """
 
-import argparse
 import concurrent.futures
 import json
 import os
@@ -27,7 +26,15 @@ sys.path.insert(0, str(HERE))
 
 import importlib  # noqa: E402
 
-from ray_cluster_test import check, finish, kill_worker, load_module, log, wait_nodes  # noqa: E402
+from ray_cluster_test import (  # noqa: E402
+    check,
+    cluster_parser,
+    finish,
+    kill_worker,
+    load_module,
+    log,
+    wait_nodes,
+)
 
 PROMPT = [1, 2, 3]
 FIGURES = {}
@@ -171,8 +178,9 @@ def test_decoder(ray, serve, mod, a, i, conn, live):
     )
     after = handle.describe.remote().result(timeout_s=60)
     check(
-        f"{label}: every sequence's cache freed when it ended",
-        all(st.get("sequences") == 0 and st.get("kv_bytes") == 0 for st in after["stages"]),
+        f"{label}: every sequence's cache freed when it ended; describe gives each stage's steps a second",
+        all(st.get("sequences") == 0 and st.get("kv_bytes") == 0 and st.get("steps_per_s", 0) > 0
+            for st in after["stages"]),
         json.dumps(after["stages"]),
     )
     return name, url if fast else route, want, desc
@@ -244,18 +252,8 @@ def test_cleave_binary(serve, a, conn, want):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--app", required=True)
-    ap.add_argument("--address", required=True)
-    ap.add_argument("--resources", required=True)
-    ap.add_argument("--worker-pidfile", required=True)
-    ap.add_argument("--worker-start", required=True)
-    ap.add_argument("--tmp", required=True)
-    ap.add_argument("--http-port", type=int, default=8000)
-    ap.add_argument("--requests", type=int, default=60)
-    ap.add_argument("--request-timeout", type=float, default=10.0)
+    ap = cluster_parser()
     ap.add_argument("--tokens", type=int, default=24)
-    ap.add_argument("--cleave", help="the cleave binary: also serve through it")
     ap.add_argument("--baseline", help="(the checks' option; unused here)")
     ap.add_argument("conns", nargs="+")
     a = ap.parse_args()

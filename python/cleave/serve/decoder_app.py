@@ -57,7 +57,11 @@ class StageWorker:
         import ray
 
         node = ray.get_runtime_context().get_node_id()
-        return dict(self.stage.stats(), engine=self.stage.engine, note=self.stage.note, pid=self.pid, node=node)
+        st = self.stage.stats()
+        # Steps a second since this actor started (a restart starts it afresh): each decode
+        # step is one token of one sequence.
+        st["steps_per_s"] = round(st["steps"] / max(1e-9, time.time() - self.started), 3)
+        return dict(st, engine=self.stage.engine, note=self.stage.note, pid=self.pid, node=node)
 
 
 class RayStage:
@@ -147,8 +151,9 @@ class DecoderIngress:
             yield token
 
     async def describe(self):
-        """Per stage: its engine, node, sequences held, KV bytes, tokens/s since it started;
-        the listener's address."""
+        """Per stage: its engine, node, actor name, sequences held, tokens and KV bytes held,
+        steps and steps a second (a token each in decode); the ingress's completions served and
+        tokens a second; the listener's address."""
         elapsed = max(1e-9, time.monotonic() - self.started)
         stages = []
         for i, s in enumerate(self.completions.stages):
