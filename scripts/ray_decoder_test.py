@@ -227,11 +227,21 @@ def test_stage_killed(ray, url, want, desc, a, kill, label):
     )
 
 
+def post_status(url, body):
+    """(status, body text) of a POST of `body` as JSON."""
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 def test_cleave_binary(serve, a, conn, want):
     """`cleave serve` of a decoder: the binary's own copy of the application, its flags."""
     name = "decbin"
     cmd = [a.cleave, "serve", conn, "--ray", a.address, "--detach", "--name", name, "--resources", a.resources,
-           "--http-port", str(a.http_port), "--timeout", "180", "--max-context", str(len(PROMPT) + len(want))]
+           "--http-port", str(a.http_port), "--timeout", "180", "--max-context", "256", "--max-sequences", "1"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     if not check("cleave serve of a decoder deploys", done.returncode == 0, done.stderr[-800:]):
         return
@@ -241,13 +251,18 @@ def test_cleave_binary(serve, a, conn, want):
     if fast:
         tokens, _ = stream(fast.group(1), len(want), a.request_timeout * 4)
         check("cleave serve: the decoder streams the whole model's tokens", tokens == want, f"{tokens}")
-        body = json.dumps({"prompt": PROMPT, "max_tokens": len(want) + 1}).encode()
-        try:
-            urllib.request.urlopen(urllib.request.Request(fast.group(1), body), timeout=30)
-            status = 200
-        except urllib.error.HTTPError as e:
-            status = e.code
+        status, _ = post_status(fast.group(1), {"prompt": PROMPT, "max_tokens": 256})
         check("cleave serve --max-context: a longer request is answered 413", status == 413, f"{status}")
+        # One sequence a stage at most: while one streams, another is told to come back.
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 250, "stream": True}).encode()
+        with urllib.request.urlopen(urllib.request.Request(fast.group(1), body), timeout=60) as first:
+            first.readline()
+            status, said = post_status(fast.group(1), {"prompt": PROMPT, "max_tokens": 4})
+            rest = first.read().decode()
+        check("cleave serve --max-sequences: a stage's refusal reaches the client as 429 with its reason",
+              status == 429 and "holds 1 sequences" in said, f"{status} {said[:300]}")
+        check("cleave serve: the stream that held the stage ran to its end", rest.rstrip().endswith("data: [DONE]"),
+              rest[-200:])
     serve.delete(name)
 
 

@@ -5,7 +5,7 @@ The kind comes from the Rust library's typed error, never from reading its messa
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 __all__ = [
     "Error",
@@ -38,6 +38,11 @@ class Error(Exception):
         self.op = op
         super().__init__(f"{path}: {cause}" if path else cause)
 
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        # Whole across processes (a Ray actor's error reaching the ingress): by default
+        # pickle rebuilds an exception from its message alone.
+        return (type(self), (self.cause, self.path, self.node, self.op))
+
 
 class InvalidModelError(Error):
     """The model is not a valid model of its format: truncated, bad attributes, a cycle..."""
@@ -67,6 +72,9 @@ class LimitError(Error):
     def __init__(self, cause: str, status: int) -> None:
         self.status = status
         super().__init__(cause)
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        return (type(self), (self.cause, self.status))
 
 
 class InternalError(Error):

@@ -96,17 +96,18 @@ def test_sequences_interleave_and_a_stop_token_ends_one(decoders: pathlib.Path) 
 
 class Flaky:
     """A stage whose process "dies" once at step `at`: its caches are gone and the call fails
-    as a transport says so."""
+    as a transport says so; or, `silent`, the caches are gone without a word."""
 
-    def __init__(self, stage: LocalStage, at: int) -> None:
-        self.inner, self.at, self.calls = stage, at, 0
+    def __init__(self, stage: LocalStage, at: int, silent: bool = False) -> None:
+        self.inner, self.at, self.calls, self.silent = stage, at, 0, silent
 
-    async def step(self, sequence: str, fed: int, feeds: dict) -> dict:
+    async def step(self, sequence: str, fed: int, feeds: dict, past: object = None) -> dict:
         self.calls += 1
         if self.calls == self.at:
             self.inner.stage.end(sequence)
-            raise StageLost("stage 2: died")
-        return await self.inner.step(sequence, fed, feeds)
+            if not self.silent:
+                raise StageLost("stage 2: died")
+        return await self.inner.step(sequence, fed, feeds, past)
 
     async def end(self, sequence: str) -> bool:
         return await self.inner.end(sequence)
@@ -122,6 +123,9 @@ def test_a_lost_stage_is_replayed_and_the_tokens_do_not_change(decoders: pathlib
     assert gen.replays == 1
     # The replay fed the prompt and the 5 tokens made before the loss in one step.
     assert any(fed == 3 + 5 for fed, _, _ in gen.steps)
+    # A stage that lost the cache without a word refuses the next step (409): replayed too.
+    gen = Generation(decoder, [held[0], Flaky(held[1], at=4, silent=True)], [1, 2, 3], 12)
+    assert asyncio.run(tokens_of(gen)) == want and gen.replays == 1
     # A stage that never comes back fails the generation once its time is out.
     dead = type("Dead", (), {"step": lambda self, *a: _raise(), "end": lambda self, s: _false()})()
     gen = Generation(decoder, [held[0], dead], [1, 2, 3], 4, recover_s=0.3)
@@ -217,9 +221,13 @@ def test_v1_completions_streams_tokens_as_openai_clients_read_them(decoders: pat
             ({"prompt": [1], "temperature": -2}, 400, "temperature"),
             ({"prompt": [1], "stop": ["x"]}, 400, "stop_token_ids"),
             ({"prompt": [1, 2, 3], "max_tokens": 62}, 413, "64 tokens of context"),
+            ({"prompt": [1], "top_p": 0}, 400, "top_p"),
         ]:
             status, _, text = post(url, body)
             assert status == code and said in json.loads(text)["error"]["message"], (body, text)
+        # vLLM's "no top-k" (-1) is taken.
+        status, _, text = post(url, {"prompt": [1, 2, 3], "max_tokens": 3, "top_k": -1})
+        assert status == 200 and json.loads(text)["choices"][0]["token_ids"] == want[:3], text
         req = urllib.request.Request(url, b"{not json", {"Content-Type": "application/json"})
         with pytest.raises(urllib.error.HTTPError) as bad:
             urllib.request.urlopen(req, timeout=10)
@@ -244,9 +252,9 @@ class Slow:
     def __init__(self, stage: LocalStage) -> None:
         self.inner = stage
 
-    async def step(self, sequence: str, fed: int, feeds: dict) -> dict:
+    async def step(self, sequence: str, fed: int, feeds: dict, past: object = None) -> dict:
         await asyncio.sleep(0.05)
-        return await self.inner.step(sequence, fed, feeds)
+        return await self.inner.step(sequence, fed, feeds, past)
 
     async def end(self, sequence: str) -> bool:
         return await self.inner.end(sequence)
@@ -293,7 +301,78 @@ def test_the_command_line_refuses_decoder_flags_where_there_is_no_decoder(decode
         [*serve, "serve", str(out / "tiny_cnn.conn.json"), "--address", "127.0.0.1:1", "--max-context", "64"],
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--max-context: only for a decoder's partition" in done.stderr, done.stderr
+    done = subprocess.run([*serve, "export", str(out / "tiny_cnn.conn.json"), str(decoders / "app0"), "--max-sequences",
+                           "2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--max-sequences: only for a decoder's partition" in done.stderr, done.stderr
+    # An exported decoder keeps its bounds.
+    done = subprocess.run([*serve, "export", str(cut(decoders, 2)), str(decoders / "app"), "--max-context", "64"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "DECODER = {'max_context': 64}" in (decoders / "app/app.py").read_text()
     # bench and verify send one request of tensors: a decoder is refused, saying what to do.
     done = subprocess.run([*serve, "bench", str(cut(decoders, 2)), "--address", "127.0.0.1:1"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "serve it (`cleave serve`)" in done.stderr, done.stderr
+
+
+def test_a_refusal_wrapped_as_ray_wraps_it_keeps_its_status_and_words() -> None:
+    from cleave.serve.completions import status_of
+
+    class RayTaskError(Exception):
+        """As Ray's: the stage's exception in `cause`."""
+
+    wrapped = RayTaskError("ray: traceback ...\nLimitError: the stage holds 64 sequences")
+    wrapped.cause = cleave.LimitError("the stage holds 64 sequences, its most", 429)  # type: ignore[attr-defined]
+    status, body = status_of(wrapped)
+    assert status == 429 and body["error"]["message"] == "the stage holds 64 sequences, its most"
+    json.dumps(body)
+    # Errors cross processes whole (Ray pickles a stage's error to the ingress).
+    import pickle
+
+    back = pickle.loads(pickle.dumps(wrapped.cause))  # type: ignore[attr-defined]
+    assert isinstance(back, cleave.LimitError) and (back.status, back.cause) == (429, wrapped.cause.cause)  # type: ignore[attr-defined]
+    back = pickle.loads(pickle.dumps(failed_engine := cleave.EngineError("boom", "p.onnx", "n1", "Add")))
+    assert (back.cause, back.path, back.node, back.op, str(back)) == ("boom", "p.onnx", "n1", "Add", str(failed_engine))
+    failed = RayTaskError("ray: traceback ...")
+    failed.cause = cleave.EngineError("ORT failed on node Add_3", "part.onnx")  # type: ignore[attr-defined]
+    status, body = status_of(failed)
+    assert status == 500 and body["error"]["message"] == "EngineError: ORT failed on node Add_3", body
+
+
+class Ending:
+    """A stage whose end takes a while (a call to another process), recording who ended."""
+
+    def __init__(self, stage: LocalStage, ended: list) -> None:
+        self.inner, self.ended = stage, ended
+
+    async def step(self, sequence: str, fed: int, feeds: dict, past: object = None) -> dict:
+        return await self.inner.step(sequence, fed, feeds, past)
+
+    async def end(self, sequence: str) -> bool:
+        await asyncio.sleep(0.05)
+        self.ended.append(self)
+        return await self.inner.end(sequence)
+
+
+def test_a_generation_cancelled_still_ends_its_sequence_on_every_stage(decoders: pathlib.Path) -> None:
+    import anyio
+
+    decoder, held = open_stages(cut(decoders, 2))
+    ended: list = []
+    stages = [Ending(s, ended) for s in held]
+
+    async def go() -> None:
+        tokens = Generation(decoder, stages, [1, 2, 3], 50).__aiter__()
+        # As starlette stops a stream whose client left: an anyio scope cancelled, which
+        # cancels every await made inside it from then on, the generation's closing included.
+        with anyio.CancelScope() as scope:
+            try:
+                async for _ in tokens:
+                    scope.cancel()
+                    await anyio.sleep(0)
+            finally:
+                await tokens.aclose()
+        await asyncio.sleep(0.3)
+
+    asyncio.run(go())
+    assert len(ended) == 2 and all(s.stage.stats()["sequences"] == 0 for s in held), ended

@@ -251,7 +251,8 @@ fn decoder_stages_stream_on_a_two_node_ray_cluster() {
         "PASS dec2: the worker node killed: the stream goes on with the same tokens",
         "PASS cleave serve: the decoder streams the whole model's tokens",
         "PASS cleave serve --max-context: a longer request is answered 413",
-        "ray_cluster_test: 23 passed, 0 failed",
+        "PASS cleave serve --max-sequences: a stage's refusal reaches the client as 429",
+        "ray_cluster_test: 25 passed, 0 failed",
     ] {
         assert!(stdout.contains(want), "missing {want:?}\n{stdout}");
     }

@@ -29,7 +29,7 @@ pub struct Stage {
 /// `open_part`). `state` pairs (input, output) add to those the names show. A bound of 0 is
 /// none.
 #[pyfunction]
-#[pyo3(signature = (model, backend, engine=None, threads=0, state=None, max_sequences=0, max_context=0, max_bytes=0))]
+#[pyo3(signature = (model, backend, engine=None, threads=0, state=None, max_sequences=0, max_context=0, max_bytes=0, max_idle_s=0.0))]
 #[allow(clippy::too_many_arguments)]
 pub fn open_stage(
     py: Python<'_>,
@@ -41,7 +41,15 @@ pub fn open_stage(
     max_sequences: usize,
     max_context: usize,
     max_bytes: u64,
+    max_idle_s: f64,
 ) -> PyResult<Stage> {
+    let max_idle = std::time::Duration::try_from_secs_f64(max_idle_s).map_err(|_| {
+        raise(
+            Kind::Argument,
+            None,
+            &format!("max_idle_s={max_idle_s}: give seconds, 0 or more"),
+        )
+    })?;
     let g = model.loaded.graph();
     let inputs = g
         .inputs
@@ -61,11 +69,12 @@ pub fn open_stage(
         max_sequences,
         max_context,
         max_bytes,
+        max_idle,
     };
     Ok(Stage {
         engine: served.engine.label(),
         note: served.note,
-        held: Mutex::new(Held::new(served.session, inputs, &pairs, limits)),
+        held: Mutex::new(Held::new(served.session, &path, inputs, &pairs, limits)),
         names,
     })
 }
@@ -93,29 +102,39 @@ impl Stage {
             .collect())
     }
 
-    /// One step of `sequence`, which feeds `fed` new tokens: `feeds` are the part's inputs
+    /// One step of `sequence`, which feeds `fed` new tokens after `past` tokens of context
+    /// (None: whatever the stage holds; 0 starts it afresh): `feeds` are the part's inputs
     /// other than its state. Returns the outputs other than its state. A step past the
-    /// stage's bounds raises `cleave.LimitError` (its `status` 429 or 413) and changes
-    /// nothing; a failed run drops the sequence, whose tokens are then replayed.
+    /// stage's bounds raises `cleave.LimitError` (its `status` 429 or 413), one that assumes
+    /// another past than the stage holds `LimitError` with status 409 (replay the sequence);
+    /// both change nothing, nor does a failed run (`EngineError`).
+    #[pyo3(signature = (sequence, fed, feeds, past=None))]
     fn step<'py>(
         &self,
         py: Python<'py>,
         sequence: &str,
         fed: usize,
         feeds: &Bound<'py, PyDict>,
+        past: Option<usize>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let feeds = feeds_of(feeds)?;
-        let got = py.detach(|| {
-            let mut held = self
-                .held
-                .lock()
-                .map_err(|_| StageError::Busy("an earlier step of this stage panicked".into()))?;
-            held.step(sequence, fed, feeds)
+        let got = py.detach(|| match self.held.lock() {
+            Ok(mut held) => Some(held.step(sequence, past, fed, feeds)),
+            Err(_) => None,
         });
-        let got = got.map_err(|e| match e {
-            StageError::Run(e) => from_engine_in(e.into(), &self.names),
-            limit => limit_error(&limit),
-        })?;
+        let got = match got {
+            Some(got) => got.map_err(|e| match e {
+                StageError::Run(e) => from_engine_in(e.into(), &self.names),
+                limit => limit_error(&limit),
+            })?,
+            None => {
+                return Err(raise(
+                    Kind::Engine,
+                    None,
+                    "an earlier step of this stage panicked",
+                ))
+            }
+        };
         let out = PyDict::new(py);
         for (name, t) in got {
             let arr = to_numpy(py, &name, t)?;

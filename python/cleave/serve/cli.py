@@ -23,21 +23,24 @@ from .cluster import (
     print_placement,
     running_http,
 )
-from .decoder_app import DEFAULT_MAX_SEQUENCES, build_decoder_app, is_decoder
+from .decoder_app import build_decoder_app, is_decoder
 
 DECODER_FLAGS = ("max_sequences", "max_context", "max_kv_bytes")
+
+
+def decoder_limits(args, partition):
+    """The decoder bounds given ({keyword: value}); a partition that is no decoder takes none."""
+    given = {f: getattr(args, f) for f in DECODER_FLAGS if getattr(args, f, None) is not None}
+    if given and not is_decoder(partition):
+        flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
+        die(2, f"{flags}: only for a decoder's partition (one with state pairs); {partition.path} has none")
+    return given
 
 
 def cmd_serve(args):
     partition = load_partition(args.conn)
     name = args.name or partition.stem
-    if not is_decoder(partition):
-        given = [f"--{f.replace('_', '-')}" for f in DECODER_FLAGS if getattr(args, f, None) is not None]
-        if given:
-            die(
-                2,
-                f"{', '.join(given)}: only for a decoder's partition (one with state pairs); {partition.path} has none",
-            )
+    decoder_limits(args, partition)
     ray = connect(args.address, args.timeout)
     from ray import serve
 
@@ -85,11 +88,9 @@ def serve_decoder(args, serve, partition, name):
             resources,
             name=name,
             threads=threads,
-            max_sequences=args.max_sequences if args.max_sequences is not None else DEFAULT_MAX_SEQUENCES,
-            max_context=args.max_context or 0,
-            max_kv_bytes=args.max_kv_bytes or 0,
             ingress_port=None if listen is None else listen["port"],
             ingress_host=args.http_host,
+            **decoder_limits(args, partition),
         )
     except ValueError as e:
         die(2, str(e))
@@ -169,8 +170,11 @@ DATA_PLANE = %(data_plane)r
 INGRESS_PORT = %(ingress_port)r
 INGRESS_HOST = %(ingress_host)r
 
+# A decoder's bounds per stage, as given to `export --max-sequences/--max-context/--max-kv-bytes`.
+DECODER = %(decoder)r
+
 app = build_app(os.path.join(HERE, %(conn)r), RESOURCES, name=%(name)r, replicas=REPLICAS, threads=THREADS,
-                data_plane=DATA_PLANE, ingress_port=INGRESS_PORT, ingress_host=INGRESS_HOST)
+                data_plane=DATA_PLANE, ingress_port=INGRESS_PORT, ingress_host=INGRESS_HOST, **DECODER)
 '''
 
 
@@ -199,6 +203,7 @@ def cmd_export(args):
     resources = parse_resources_or_die(args.resources)
     replicas, threads = parse_counts_or_die(args)
     listen = ingress_listen(args)
+    limits = decoder_limits(args, partition)
     name = args.name or partition.stem
     out = os.path.abspath(args.out_dir)
     if os.path.exists(out) and os.listdir(out) and not args.force:
@@ -236,6 +241,7 @@ def cmd_export(args):
                 "data_plane": args.data_plane,
                 "ingress_port": None if listen is None else listen["port"],
                 "ingress_host": args.http_host,
+                "decoder": limits,
             }
         )
     with open(os.path.join(out, "serve_config.yaml"), "w", encoding="utf-8") as f:

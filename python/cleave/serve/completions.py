@@ -10,7 +10,7 @@ import time
 import uuid
 
 # At the top, never inside a function: Ray ships this package to other nodes by value.
-from .generation import Generation, StageLost
+from .generation import Generation, StageLost, StageTimeout
 from .runtime import extension
 
 # What one request may ask for at most, whatever the stages allow.
@@ -84,7 +84,8 @@ class Completions:
         try:
             sampler = extension().Sampler(
                 float(req.get("temperature", 0.0)),
-                int(req.get("top_k", 0) or 0),
+                # vLLM's "no top-k" is -1.
+                max(0, int(req.get("top_k", 0) or 0)),
                 float(req.get("top_p", 1.0)),
                 int(req.get("seed", 0) or 0),
             )
@@ -151,17 +152,36 @@ class Completions:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "cleave"}]}
 
 
+def cause_of(e):
+    """The exception a stage raised, out of the layers Ray wraps it in (their ``cause``; a
+    cleave error's own ``cause`` is its message, a string)."""
+    for _ in range(8):
+        inner = getattr(e, "cause", None)
+        if not isinstance(inner, BaseException):
+            break
+        e = inner
+    return e
+
+
+def message_of(e):
+    said = getattr(e, "cause", None)
+    return said if isinstance(said, str) else (str(e).strip().splitlines() or [type(e).__name__])[-1]
+
+
 def status_of(e):
     """(HTTP status, OpenAI error body) for a failure of a completion."""
     if isinstance(e, BadRequest):
         return e.status, error_body(str(e), e.kind)
+    e = cause_of(e)
     status = getattr(e, "status", None)
     if isinstance(status, int) and status in (413, 429):
         kind = "rate_limit_exceeded" if status == 429 else "context_length_exceeded"
-        return status, error_body(getattr(e, "cause", None) or str(e), kind, kind)
+        return status, error_body(message_of(e), kind, kind)
     if isinstance(e, StageLost):
         return 503, error_body(f"a stage stayed unavailable: {e}", "server_error")
-    return 500, error_body(f"{type(e).__name__}: {e}", "server_error")
+    if isinstance(e, StageTimeout):
+        return 503, error_body(str(e), "server_error")
+    return 500, error_body(f"{type(e).__name__}: {message_of(e)}", "server_error")
 
 
 async def handle(completions, request):

@@ -17,7 +17,7 @@ import uuid
 # At the top, never inside a function: Ray ships this package to other nodes by value.
 from .actors import actor_options, node_threads
 from .completions import Completions, handle
-from .generation import Decoder, Generation, StageLost
+from .generation import Decoder, Generation, StageLost, StageTimeout
 from .listener import Listener
 from .partition import INLINE_MAX_BYTES, Partition
 from .runtime import extension
@@ -25,6 +25,9 @@ from .runtime import extension
 # How long one stage step may wait for its actor (a restart included) before it counts as lost.
 STEP_TIMEOUT_S = 60.0
 DEFAULT_MAX_SEQUENCES = 64
+# A sequence idle this long (its client gone without the ingress knowing) gives its place in
+# a stage to a new one.
+DEFAULT_MAX_IDLE_S = 600.0
 ACTOR_NAMESPACE = "cleave"
 
 
@@ -47,8 +50,8 @@ class StageWorker:
         self.pid = os.getpid()
         self.started = time.time()
 
-    def step(self, sequence, fed, feeds):
-        return self.stage.step(sequence, fed, feeds)
+    def step(self, sequence, fed, feeds, past=None):
+        return self.stage.step(sequence, fed, feeds, past)
 
     def end(self, sequence):
         return self.stage.end(sequence)
@@ -74,14 +77,18 @@ class RayStage:
     async def _call(self, method, *args):
         import ray
 
-        lost = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, asyncio.TimeoutError)
+        lost = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
         try:
             return await asyncio.wait_for(getattr(self.actor, method).remote(*args), self.timeout_s)
         except lost as e:
             raise StageLost(f"stage {self.index + 1}: {type(e).__name__}") from None
+        except asyncio.TimeoutError:
+            raise StageTimeout(
+                f"stage {self.index + 1} did not answer within {self.timeout_s:g} s (busy with other sequences)"
+            ) from None
 
-    async def step(self, sequence, fed, feeds):
-        return await self._call("step", sequence, fed, feeds)
+    async def step(self, sequence, fed, feeds, past=None):
+        return await self._call("step", sequence, fed, feeds, past)
 
     async def end(self, sequence):
         return await self._call("end", sequence)
@@ -147,8 +154,14 @@ class DecoderIngress:
             prompt = self.completions.codec.encode(prompt)
         sampler = extension().Sampler(float(temperature), int(top_k), float(top_p), int(seed))
         gen = Generation(self.decoder, self.completions.stages, list(prompt), int(max_tokens), list(stop), sampler)
-        async for token in gen:
-            yield token
+        self.completions.active += 1
+        try:
+            async for token in gen:
+                self.completions.tokens += 1
+                yield token
+        finally:
+            self.completions.active -= 1
+            self.completions.served += 1
 
     async def describe(self):
         """Per stage: its engine, node, actor name, sequences held, tokens and KV bytes held,
@@ -188,6 +201,7 @@ def build_decoder_app(
     max_sequences=DEFAULT_MAX_SEQUENCES,
     max_context=0,
     max_kv_bytes=0,
+    max_idle_s=DEFAULT_MAX_IDLE_S,
     ingress_port=0,
     ingress_host="127.0.0.1",
     step_timeout_s=STEP_TIMEOUT_S,
@@ -228,6 +242,7 @@ def build_decoder_app(
             "max_sequences": int(max_sequences),
             "max_context": int(max_context),
             "max_bytes": int(max_kv_bytes),
+            "max_idle_s": float(max_idle_s),
         },
         "listen": None if ingress_port is None else {"host": ingress_host, "port": int(ingress_port)},
         "step_timeout_s": float(step_timeout_s),

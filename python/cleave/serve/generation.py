@@ -31,6 +31,15 @@ class StageLost(Exception):
     """A stage's process went away; its transport brings it back on the next call."""
 
 
+class StageTimeout(Exception):
+    """A stage did not answer in time: busy, not gone (a replay would only add to its work)."""
+
+
+# A stage's refusal of a step that assumes another past than it holds (its cache was lost
+# or a step went missing): the sequence is replayed, as for a lost stage.
+MISMATCH = 409
+
+
 class Decoder:
     """What the loop needs from a partition's connection file (as ``json.load`` gives it):
     each stage's inputs and outputs besides its state, and the output that holds the logits."""
@@ -98,8 +107,8 @@ class LocalStage:
             **limits,
         )
 
-    async def step(self, sequence, fed, feeds):
-        return await asyncio.to_thread(self.stage.step, sequence, fed, feeds)
+    async def step(self, sequence, fed, feeds, past=None):
+        return await asyncio.to_thread(self.stage.step, sequence, fed, feeds, past)
 
     async def end(self, sequence):
         return self.stage.end(sequence)
@@ -153,12 +162,13 @@ class Generation:
             await self.close()
 
     async def close(self):
-        """Frees the sequence's caches on every stage (a lost stage holds none)."""
-        for s in self.stages:
-            try:
-                await s.end(self.sequence)
-            except Exception:
-                pass
+        """Frees the sequence's caches on every stage (a lost stage holds none). The ends are
+        sent together and finish even where this task is being cancelled (a client gone)."""
+        ends = [asyncio.ensure_future(s.end(self.sequence)) for s in self.stages]
+        try:
+            await asyncio.shield(asyncio.gather(*ends, return_exceptions=True))
+        except asyncio.CancelledError:
+            pass
 
     async def _next(self):
         lost_at, pause = None, RETRY_FIRST_S
@@ -166,7 +176,9 @@ class Generation:
             try:
                 logits = await self._forward(self.pending, len(self.held))
                 break
-            except StageLost:
+            except Exception as e:
+                if not lost(e):
+                    raise
                 now = time.monotonic()
                 lost_at = lost_at or now
                 if now - lost_at > self.recover_s:
@@ -191,6 +203,19 @@ class Generation:
         for spec, stage in zip(self.decoder.stages, self.stages):
             feeds = {n: env[n] for n in spec["inputs"]}
             hop += sum(a.nbytes for n, a in feeds.items() if n not in small)
-            env.update(await stage.step(self.sequence, len(tokens), feeds))
+            env.update(await stage.step(self.sequence, len(tokens), feeds, past))
         self.steps.append((len(tokens), time.perf_counter() - began, hop))
         return env[self.decoder.logits]
+
+
+def lost(e):
+    """Whether a step's failure is a stage lost (or one that lost the sequence's cache), which
+    a replay mends."""
+    for _ in range(8):
+        if isinstance(e, StageLost) or getattr(e, "status", None) == MISMATCH:
+            return True
+        inner = getattr(e, "cause", None)
+        if not isinstance(inner, BaseException):
+            return False
+        e = inner
+    return False

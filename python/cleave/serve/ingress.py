@@ -445,6 +445,7 @@ def build_app(
     compiled_failed=None,
     ingress_port=DEFAULT_INGRESS_PORT,
     ingress_host="127.0.0.1",
+    **decoder,
 ):
     """The Ray Serve application for the partition at `conn_path`.
 
@@ -467,12 +468,21 @@ def build_app(
     if data_plane not in DATA_PLANES:
         raise ValueError(f"data_plane {data_plane!r}: give one of {', '.join(DATA_PLANES)}")
     if is_decoder(Partition(conn_path)):
-        # Stateful stages and a generation loop, not a request of tensors (decoder_app).
+        # Stateful stages and a generation loop, not a request of tensors (decoder_app);
+        # `decoder` holds its bounds (max_sequences, max_context, max_kv_bytes).
         if isinstance(threads, str):
             threads = parse_per_backend(threads, "threads")
         return build_decoder_app(
-            conn_path, resources, name=name, threads=threads, ingress_port=ingress_port, ingress_host=ingress_host
+            conn_path,
+            resources,
+            name=name,
+            threads=threads,
+            ingress_port=ingress_port,
+            ingress_host=ingress_host,
+            **decoder,
         )
+    if decoder:
+        raise ValueError(f"{', '.join(decoder)}: only for a decoder's partition; {conn_path} has no state pairs")
     from ray import cloudpickle, serve
 
     package = sys.modules.get(__package__ or "")

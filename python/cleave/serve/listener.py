@@ -322,7 +322,7 @@ class Listener:
                 timed = conn is not None and hasattr(response, "body")
                 late = loop.call_at(due, guard.drop, conn, "slow_replies") if timed else None
                 try:
-                    await response(scope, receive, send)
+                    await response(scope, receive, send if timed or conn is None else paced(send, conn))
                     while conn is not None and _unsent(conn.transport) and loop.time() < due + 1.0:
                         await asyncio.sleep(0.05)
                 finally:
@@ -330,6 +330,20 @@ class Listener:
                         late.cancel()
             finally:
                 guard.ended(conn)
+
+        def paced(send, conn):
+            """`send` for a stream: a piece the client does not take within BODY_TIMEOUT_S
+            (it stopped reading) drops the connection, which ends the stream and frees what
+            it holds (a decoder's sequence)."""
+
+            async def timed_send(message):
+                try:
+                    await asyncio.wait_for(send(message), BODY_TIMEOUT_S)
+                except asyncio.TimeoutError:
+                    guard.drop(conn, "slow_replies")
+                    raise
+
+            return timed_send
 
         class Server(uvicorn.Server):
             # Signals belong to the Ray worker that hosts the ingress, never to uvicorn.
