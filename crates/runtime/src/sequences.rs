@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cleave_ir::{grows, Dim, StatePair, TensorType};
+use cleave_ir::{grows, Dim, ElemType, StatePair, TensorType};
 
 use crate::decode::empty_state;
 use crate::error::RuntimeError;
@@ -163,6 +163,19 @@ impl Stage {
             _ => {}
         }
         self.admit(sequence, fed)?;
+        for (name, t) in feeds.iter_mut() {
+            let declared = self.inputs.iter().find(|(n, _)| n == name);
+            if let Some((
+                _,
+                TensorType {
+                    elem: Some(ElemType::I32),
+                    ..
+                },
+            )) = declared
+            {
+                narrow_ids(&self.path, name, t)?;
+            }
+        }
         let mut held = self.held.remove(sequence).unwrap_or(Held {
             cache: Vec::new(),
             context: 0,
@@ -304,6 +317,30 @@ impl Stage {
     }
 }
 
+/// Token ids, masks and positions come as int64 (as exporters mostly declare them); a part
+/// that declares int32 gets them narrowed, a value past int32 refused.
+fn narrow_ids(path: &Path, name: &str, t: &mut HostTensor) -> Result<(), RuntimeError> {
+    if t.elem != ElemType::I64 {
+        return Ok(());
+    }
+    let mut data = Vec::with_capacity(t.data.len() / 2);
+    for chunk in t.data.chunks_exact(8) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        let v = i32::try_from(i64::from_le_bytes(b)).map_err(|_| RuntimeError::Model {
+            path: path.to_path_buf(),
+            message: format!(
+                "input '{name}' is int32 and {} is past it",
+                i64::from_le_bytes(b)
+            ),
+        })?;
+        data.extend_from_slice(&v.to_le_bytes());
+    }
+    t.elem = ElemType::I32;
+    t.data = data;
+    Ok(())
+}
+
 /// Cache bytes one more token of context adds to a state input of type `ty` at batch 1, or
 /// `None` where the type does not say.
 fn bytes_per_token(ty: &TensorType) -> Option<u64> {
@@ -324,7 +361,6 @@ fn bytes_per_token(ty: &TensorType) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cleave_ir::{Dim, ElemType};
 
     /// A "layer": `present = concat(past, x)` along the sequence, `y = x + 1`.
     struct Concat;
@@ -487,6 +523,28 @@ mod tests {
         assert!(s.step("b", None, 1, Vec::new()).is_err());
         assert_eq!(s.context("b"), 0);
         assert_eq!(s.stats().sequences, 1);
+    }
+
+    #[test]
+    fn int64_ids_are_narrowed_for_a_part_that_declares_int32() {
+        let ids = |v: &[i64]| HostTensor {
+            elem: ElemType::I64,
+            shape: vec![1, v.len()],
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let mut t = ids(&[1, -2, 70000]);
+        narrow_ids(Path::new("p.onnx"), "input_ids", &mut t).unwrap();
+        assert_eq!(t.elem, ElemType::I32);
+        assert_eq!(t.shape, vec![1, 3]);
+        let back: Vec<i32> = t
+            .data
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(back, vec![1, -2, 70000]);
+        let mut big = ids(&[1 << 40]);
+        let e = narrow_ids(Path::new("p.onnx"), "input_ids", &mut big).unwrap_err();
+        assert!(e.to_string().contains("1099511627776 is past it"), "{e}");
     }
 
     #[test]

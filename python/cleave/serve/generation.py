@@ -78,7 +78,8 @@ class Decoder:
             )
 
     def feeds(self, tokens, past):
-        """The small inputs of a step feeding `tokens` after `past` tokens of context."""
+        """The small inputs of a step feeding `tokens` after `past` tokens of context, as int64 (a
+        stage narrows them for a part that declares int32)."""
         n = len(tokens)
         made = {
             "input_ids": np.asarray([tokens], dtype=np.int64),
