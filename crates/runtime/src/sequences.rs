@@ -388,7 +388,7 @@ mod tests {
         };
         Stage::new(
             Box::new(Concat),
-            Path::new("part.onnx"),
+            Path::new("stage_part"),
             vec![
                 (
                     "x".into(),
@@ -533,7 +533,7 @@ mod tests {
             data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         };
         let mut t = ids(&[1, -2, 70000]);
-        narrow_ids(Path::new("p.onnx"), "input_ids", &mut t).unwrap();
+        narrow_ids(Path::new("stage_part"), "input_ids", &mut t).unwrap();
         assert_eq!(t.elem, ElemType::I32);
         assert_eq!(t.shape, vec![1, 3]);
         let back: Vec<i32> = t
@@ -543,7 +543,7 @@ mod tests {
             .collect();
         assert_eq!(back, vec![1, -2, 70000]);
         let mut big = ids(&[1 << 40]);
-        let e = narrow_ids(Path::new("p.onnx"), "input_ids", &mut big).unwrap_err();
+        let e = narrow_ids(Path::new("stage_part"), "input_ids", &mut big).unwrap_err();
         assert!(e.to_string().contains("1099511627776 is past it"), "{e}");
     }
 
