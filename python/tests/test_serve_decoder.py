@@ -376,3 +376,19 @@ def test_a_generation_cancelled_still_ends_its_sequence_on_every_stage(decoders:
 
     asyncio.run(go())
     assert len(ended) == 2 and all(s.stage.stats()["sequences"] == 0 for s in held), ended
+
+
+def test_a_finished_stream_has_freed_its_place_when_the_client_hears_the_end(decoders: pathlib.Path) -> None:
+    decoder, held = open_stages(cut(decoders, 2), max_sequences=1)
+    ended: list = []
+    # Ends that take 50 ms: a next request sent on [DONE] must still find the place free.
+    server = Server(Completions(decoder, [Ending(s, ended) for s in held], "tiny_llama"))
+    try:
+        for _ in range(3):
+            status, _, text = post(server.url + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 4, "stream": True})
+            assert status == 200, text
+            assert len(events(text)) == 4
+        status, _, text = post(server.url + "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 4})
+        assert status == 200, text
+    finally:
+        server.close()

@@ -111,8 +111,9 @@ class Completions:
         """(text piece, token, finish_reason or None) for each token."""
         said = ""
         self.active += 1
+        tokens = generation.__aiter__()
         try:
-            async for token in generation:
+            async for token in tokens:
                 self.tokens += 1
                 text = ""
                 if self.codec is not None:
@@ -122,6 +123,9 @@ class Completions:
                         text, said = whole[len(said) :], whole
                 yield text, token, generation.finish_reason
         finally:
+            # Closed early (a client gone): the generation's own close frees its caches now,
+            # not when the collector gets to it.
+            await tokens.aclose()
             self.active -= 1
             self.served += 1
 
@@ -238,6 +242,9 @@ async def handle(completions, request):
                     _, err = status_of(e)
                     yield f"data: {json.dumps(err)}\n\n"
                     break
+            # The caches are freed before the client hears the end, so that its next request
+            # finds their place free.
+            await stream.aclose()
             yield "data: [DONE]\n\n"
         finally:
             # A client gone mid-stream: the generation stops and its caches are freed.

@@ -155,11 +155,13 @@ class DecoderIngress:
         sampler = extension().Sampler(float(temperature), int(top_k), float(top_p), int(seed))
         gen = Generation(self.decoder, self.completions.stages, list(prompt), int(max_tokens), list(stop), sampler)
         self.completions.active += 1
+        tokens = gen.__aiter__()
         try:
-            async for token in gen:
+            async for token in tokens:
                 self.completions.tokens += 1
                 yield token
         finally:
+            await tokens.aclose()
             self.completions.active -= 1
             self.completions.served += 1
 
