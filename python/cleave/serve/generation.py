@@ -72,7 +72,6 @@ class Decoder:
                     "backend": p.get("backend") or "cpu",
                     "engine": p.get("engine"),
                     "inputs": [n for n in p["inputs"] if n not in own],
-                    "outputs": [o for o in p["outputs"] if o not in set(own.values())],
                     "state": sorted(own.items()),
                 }
             )
