@@ -12,6 +12,7 @@
 #   $CLEAVE_TEST_DATA/tflite/*.tflite                                     MediaPipe face models (scripts/testdata/tflite_models.py)
 #   $CLEAVE_TEST_DATA/tflite-quant/*.tflite                               two of them quantized by LiteRT's calibrator
 #   $CLEAVE_TEST_DATA/tflite-while/*.tflite                               WHILE loops from TensorFlow (scripts/testdata/tf_while_models.py)
+#   $CLEAVE_TEST_DATA/decoders-exported/*/model.onnx                      Optimum and onnxruntime-genai exports (scripts/testdata/export_decoders.py)
 set -euo pipefail
 
 NEW_ONNX="${CLEAVE_ONNX_NEW:-1.23.2}"
@@ -95,6 +96,9 @@ fi
 python3 "$here/tflite_models.py" fetch "$dest"
 # TFLite models with WHILE, converted by TensorFlow in a cached venv of its own (cached).
 python3 "$here/tf_while_models.py" "$dest"
+
+# Decoder LLMs exported by Optimum and onnxruntime-genai, in a cached venv of their own (cached).
+python3 "$here/export_decoders.py" "$dest"
 
 # ONNX Runtime's shared library, for cleave's `ort` engine.
 bash "$here/../install/fetch-ort.sh"

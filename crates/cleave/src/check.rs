@@ -241,6 +241,7 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
             weights: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            reads_instead: Vec::new(),
         };
         for pn in &pg.nodes {
             let Some(first) = pn.outputs.iter().flatten().next() else {
@@ -269,6 +270,32 @@ pub fn read_partition(conn_path: &Path, model: Option<&Path>) -> Result<ReadPart
                 .any(|v| graph_outputs.contains(v));
             if constant[src.index()] && !makes_output {
                 part.constant_nodes.push(src);
+                // A stage reads the shape of a tensor it takes anyway (its own cache for layer
+                // 0's, the hidden state for the embedding), declared alike.
+                let reads = pn
+                    .inputs
+                    .iter()
+                    .map(|v| v.map(|v| pg.value(v).name.as_str()));
+                for (from, here) in g.node(src).inputs.iter().zip(reads) {
+                    let (Some(from), Some(here)) = (*from, here) else {
+                        continue;
+                    };
+                    if g.value(from).name == here {
+                        continue;
+                    }
+                    let to = tensor(here, "input", &cp.file)?;
+                    let own = source.semantics().reads_shape_only(g.node(src))
+                        && cp.inputs.iter().any(|i| i == here)
+                        && g.same_shape_input(&[to], from) == Some(to);
+                    if !own {
+                        return Err(mismatch(format!(
+                            "{}: node '{out_name}' reads '{here}' where the source reads '{}'",
+                            cp.file,
+                            g.value(from).name
+                        )));
+                    }
+                    part.reads_instead.push((from, to));
+                }
                 continue;
             }
             if let Some(other) = placed_in[src.index()] {

@@ -96,10 +96,18 @@ impl LoadedModel {
     /// [`ValidatedPlan`].
     pub fn plan(&self, a: &Assignment, cut: &UnitPartition) -> Result<ValidatedPlan, Error> {
         let g = self.graph();
+        let caches: Vec<cleave_ir::ValueId> = self
+            .model()
+            .state
+            .iter()
+            .filter_map(|p| g.find(&p.input))
+            .collect();
         let plan = phase("plan build", || {
-            Plan::build(g, a, &cut.units, &cut.partition)
+            let mut plan = Plan::build(g, a, &cut.units, &cut.partition)?;
+            plan.read_own_shapes(g, &caches, |n| self.semantics().reads_shape_only(n))?;
+            Ok(plan)
         })
-        .map_err(|e| Error::internal(self.path(), e))?;
+        .map_err(|e: cleave_partition::PlanError| Error::internal(self.path(), e))?;
         phase("plan validation", || validate(g, a, plan))
             .map_err(|e| Error::internal(self.path(), format!("the partition is invalid: {e}")))
     }

@@ -226,27 +226,67 @@ impl Graph {
     /// such nodes. `deterministic` says which ops give the same result every time (a random
     /// generator with no inputs is not a constant). Nodes with subgraphs never count.
     pub fn constant_nodes(&self, deterministic: impl Fn(&Node) -> bool) -> Vec<bool> {
-        self.computed_from(deterministic, |_| false)
+        self.computed_from(deterministic, |_, _| false)
     }
 
     /// For each node, whether a decoder's stage can compute it again itself rather than
-    /// receive it: it depends on no input in `state` (no layer's cache), only on weights and
-    /// the other inputs (the mask, positions and rotary tables come from `attention_mask` and
-    /// `position_ids`). Every constant node is one.
+    /// receive it: the mask, positions and rotary tables, computed from weights, the small
+    /// inputs (`attention_mask`, `position_ids`) and shapes. `state` are the caches' inputs and
+    /// `tokens` the token ids: their values are a layer's work (the embedding is no copy), so
+    /// a recomputable node reads them, and any tensor a layer computes, through `shape_only`
+    /// nodes alone, and then only a tensor whose shape is declared in full, a cache only where
+    /// another is declared alike (the stage reads the shape of one of its own tensors declared
+    /// alike: [`Graph::same_shape_input`]).
+    /// Every constant node is one.
     pub fn recomputable_nodes(
         &self,
         state: &[ValueId],
+        tokens: Option<ValueId>,
         deterministic: impl Fn(&Node) -> bool,
+        shape_only: impl Fn(&Node) -> bool,
     ) -> Vec<bool> {
-        self.computed_from(deterministic, |v| !state.contains(&v))
+        self.computed_from(deterministic, |node, v| {
+            let input = matches!(self.value(v).def, ValueDef::Input);
+            if input && !state.contains(&v) && Some(v) != tokens {
+                true
+            } else if Some(v) == tokens {
+                shape_only(node)
+            } else if input {
+                shape_only(node) && self.same_shape_input(state, v).is_some()
+            } else {
+                shape_only(node) && self.shape_named(v)
+            }
+        })
     }
 
-    /// For each node, whether it computes from weights and the graph inputs `input` admits
-    /// alone, through deterministic nodes without subgraphs.
+    /// Whether `v`'s shape is declared in full: every dim fixed or named.
+    fn shape_named(&self, v: ValueId) -> bool {
+        self.value(v)
+            .ty
+            .shape
+            .as_ref()
+            .is_some_and(|s| !s.iter().any(|d| matches!(d, crate::Dim::Unknown)))
+    }
+
+    /// One of `among`, not `v`, declared with the very shape of `v` (every dim fixed or named
+    /// alike), so that reading its shape reads `v`'s.
+    pub fn same_shape_input(&self, among: &[ValueId], v: ValueId) -> Option<ValueId> {
+        if !self.shape_named(v) {
+            return None;
+        }
+        let shape = &self.value(v).ty.shape;
+        among
+            .iter()
+            .copied()
+            .find(|&w| w != v && self.value(w).ty.shape == *shape)
+    }
+
+    /// For each node, whether it computes from weights and what `admit` lets the node read
+    /// (graph inputs, or other nodes' outputs), through deterministic nodes without subgraphs.
     fn computed_from(
         &self,
         deterministic: impl Fn(&Node) -> bool,
-        input: impl Fn(ValueId) -> bool,
+        admit: impl Fn(&Node, ValueId) -> bool,
     ) -> Vec<bool> {
         let mut ok = vec![false; self.nodes.len()];
         for &n in &self.topo {
@@ -255,8 +295,8 @@ impl Graph {
                 && !node.has_subgraphs()
                 && node.all_inputs().all(|v| match &self.value(v).def {
                     ValueDef::Weight(_) => true,
-                    ValueDef::Node(p, _) => ok[p.index()],
-                    ValueDef::Input => input(v),
+                    ValueDef::Node(p, _) => ok[p.index()] || admit(node, v),
+                    ValueDef::Input => admit(node, v),
                     ValueDef::Outer => false,
                 });
         }

@@ -35,6 +35,6 @@ pub use model::{Function, Model, Opset};
 pub use op_type::OpType;
 pub use rng::XorShift64;
 pub use semantics::{NamedOps, OpClass, OpSemantics, StateGroup, Window};
-pub use state::{grows, parse_state_pair, recognised_state, state_pairs, StatePair};
+pub use state::{grows, parse_state_pair, recognised_state, state_pairs, StatePair, TOKEN_INPUT};
 pub use types::{Dim, ElemType, TensorType};
 pub use weight::{Weight, WeightData};

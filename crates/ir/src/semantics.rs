@@ -115,8 +115,20 @@ pub trait OpSemantics: Sync {
         if state.is_empty() {
             return self.constant_nodes(g);
         }
-        let inputs: Vec<crate::ValueId> = state.iter().filter_map(|p| g.find(&p.input)).collect();
-        g.recomputable_nodes(&inputs, |n| self.is_deterministic(n))
+        let caches: Vec<crate::ValueId> = state.iter().filter_map(|p| g.find(&p.input)).collect();
+        let tokens = g.find(crate::TOKEN_INPUT);
+        g.recomputable_nodes(
+            &caches,
+            tokens,
+            |n| self.is_deterministic(n),
+            |n| self.reads_shape_only(n),
+        )
+    }
+
+    /// Whether the node reads only the shapes of its inputs, never their values (ONNX's
+    /// `Shape`): a decoder's stage computes the past length from its own cache's shape.
+    fn reads_shape_only(&self, _node: &Node) -> bool {
+        false
     }
 
     /// The vocabulary the model's op types are spelled in, as a key: a device profile may

@@ -4,6 +4,9 @@
 
 use crate::{Dim, Graph, TensorType};
 
+/// The input that carries a decoder's token ids, as every exporter names it.
+pub const TOKEN_INPUT: &str = "input_ids";
+
 /// One state pair, by tensor name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StatePair {

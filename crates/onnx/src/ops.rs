@@ -34,6 +34,10 @@ impl OpSemantics for OnnxSemantics {
         is_deterministic(node)
     }
 
+    fn reads_shape_only(&self, node: &Node) -> bool {
+        is_default_domain(&node.domain) && matches!(node.op_type.as_str(), "Shape" | "Size")
+    }
+
     fn window(&self, g: &Graph, n: NodeId) -> Option<Window> {
         let node = g.node(n);
         let kernel = match self.class(node) {

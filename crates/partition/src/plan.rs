@@ -1,7 +1,7 @@
 use std::collections::HashSet;
 
 use cleave_assign::{Assignment, Placement};
-use cleave_ir::{Graph, NodeId, ValueDef, ValueId};
+use cleave_ir::{Graph, Node, NodeId, ValueDef, ValueId};
 
 use crate::unit_graph::{Partition, UnitGraph};
 
@@ -19,6 +19,20 @@ pub struct Part {
     pub inputs: Vec<ValueId>,
     /// Tensors the part hands on: graph outputs or reads of later parts.
     pub outputs: Vec<ValueId>,
+    /// Where a copied node reads the first tensor, it reads the second here: a decoder's
+    /// stage takes the past length from the shape of a cache it holds, not from layer 0's
+    /// ([`Plan::read_own_shapes`]).
+    pub reads_instead: Vec<(ValueId, ValueId)>,
+}
+
+impl Part {
+    /// What node `n` reads in this part as its input `v`.
+    pub fn reads(&self, n: NodeId, v: ValueId) -> ValueId {
+        match self.reads_instead.iter().find(|(from, _)| *from == v) {
+            Some(&(_, to)) if self.constant_nodes.contains(&n) => to,
+            _ => v,
+        }
+    }
 }
 
 /// A partition mapped onto the IR graph, parts numbered in dependency order.
@@ -32,11 +46,77 @@ pub struct Plan {
 pub enum PlanError {
     #[error("the parts depend on each other in a cycle")]
     Cycle,
+    #[error("part {part} reads the shape of the cache '{tensor}' but holds no cache declared with that shape")]
+    NoOwnCache { part: usize, tensor: String },
 }
 
 impl Plan {
     pub fn device_name(&self, part: &Part) -> &str {
         &self.devices[part.device as usize]
+    }
+
+    /// Points each copied node that only reads a tensor's shape (`shape_only`) at a tensor
+    /// the part takes anyway, declared with that very shape, where the part would otherwise
+    /// take the tensor for that read alone: a decoder's stage reads the past length from its
+    /// own cache rather than layer 0's, and the sequence length from the hidden state it
+    /// receives rather than the embedding, so neither crosses a hop. A cache with no such
+    /// substitute is an error (a stage holds only its own layers' caches); another tensor is
+    /// taken as before. Outputs are then what the parts still read.
+    pub fn read_own_shapes(
+        &mut self,
+        g: &Graph,
+        caches: &[ValueId],
+        shape_only: impl Fn(&Node) -> bool,
+    ) -> Result<(), PlanError> {
+        for (k, part) in self.parts.iter_mut().enumerate() {
+            let inputs: HashSet<ValueId> = part.inputs.iter().copied().collect();
+            let shape_copy =
+                |n: NodeId| part.constant_nodes.binary_search(&n).is_ok() && shape_only(g.node(n));
+            let mut needed: Vec<ValueId> = part
+                .nodes
+                .iter()
+                .chain(&part.constant_nodes)
+                .filter(|&&n| !shape_copy(n))
+                .flat_map(|&n| g.node(n).all_inputs())
+                .filter(|v| inputs.contains(v))
+                .collect();
+            needed.sort_unstable();
+            needed.dedup();
+            let mut instead = Vec::new();
+            for &c in part.constant_nodes.iter().filter(|&&c| shape_copy(c)) {
+                for v in g.node(c).all_inputs() {
+                    if !inputs.contains(&v)
+                        || needed.contains(&v)
+                        || instead.iter().any(|&(from, _)| from == v)
+                    {
+                        continue;
+                    }
+                    match g.same_shape_input(&needed, v) {
+                        Some(own) => instead.push((v, own)),
+                        None if caches.contains(&v) => {
+                            return Err(PlanError::NoOwnCache {
+                                part: k + 1,
+                                tensor: g.value(v).name.to_string(),
+                            })
+                        }
+                        None => needed.push(v),
+                    }
+                }
+            }
+            part.inputs
+                .retain(|v| !instead.iter().any(|&(from, _)| from == *v));
+            part.reads_instead = instead;
+        }
+        let read: HashSet<ValueId> = self
+            .parts
+            .iter()
+            .flat_map(|p| p.inputs.iter().copied())
+            .collect();
+        let graph_outputs: HashSet<ValueId> = g.outputs.iter().copied().collect();
+        for part in &mut self.parts {
+            fill_outputs(g, part, &read, &graph_outputs);
+        }
+        Ok(())
     }
 
     /// Maps a partition of `ug` (built from `g` and `a`) to parts of `g`.
@@ -116,6 +196,7 @@ impl Plan {
                 weights: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
+                reads_instead: Vec::new(),
             })
             .collect();
         for (i, &x) in part_of_node.iter().enumerate() {

@@ -150,6 +150,7 @@ pub fn check_plan(g: &Graph, a: &Assignment, plan: &Plan) -> Result<(), Validati
         }
         for &n in &inside {
             for v in g.node(n).all_inputs() {
+                let v = part.reads(n, v);
                 let ok = match g.value(v).def {
                     ValueDef::Weight(_) => true,
                     ValueDef::Node(p, _) => inside.contains(&p) || inputs.contains(&v),

@@ -116,6 +116,25 @@ pub fn while_tflite_files() -> Vec<PathBuf> {
     tflite_in(&["tflite-while"], 3)
 }
 
+/// Decoder LLMs as exporters write them, `(name, model.onnx)`: Optimum's Llama (grouped-query
+/// attention) and GPT-2, and onnxruntime-genai's builder's Llama, random weights, each with a
+/// word-level `tokenizer.json`, from `scripts/testdata/export_decoders.py`.
+pub fn exported_decoders() -> Vec<(&'static str, PathBuf)> {
+    let root = dir().join("decoders-exported");
+    ["optimum_llama", "optimum_gpt2", "genai_llama"]
+        .into_iter()
+        .map(|name| {
+            let p = root.join(name).join("model.onnx");
+            assert!(
+                p.is_file(),
+                "{} missing: run `bash scripts/testdata/fetch-test-data.sh`",
+                p.display()
+            );
+            (name, p)
+        })
+        .collect()
+}
+
 /// The `.tflite` files in these folders of the test data, sorted; at least `at_least`.
 fn tflite_in(folders: &[&str], at_least: usize) -> Vec<PathBuf> {
     let root = dir();

@@ -42,6 +42,7 @@ fn report() -> Report {
                 weights: Vec::new(),
                 inputs: inputs.iter().map(|n| id(n)).collect(),
                 outputs: outputs.iter().map(|n| id(n)).collect(),
+                reads_instead: Vec::new(),
             }
         };
     let plan = Plan {

@@ -161,6 +161,30 @@ pub(crate) fn part_model_with(
         })
         .collect::<Result<Vec<_>, _>>()?;
     records.sort_unstable();
+    // Copies that read another tensor here (a stage's own cache for layer 0's), by record.
+    let renamed: HashMap<usize, Vec<(&str, &str)>> = part
+        .constant_nodes
+        .iter()
+        .filter_map(|&n| {
+            let node = g.node(n);
+            let names: Vec<(&str, &str)> = node
+                .all_inputs()
+                .filter_map(|v| {
+                    let to = part.reads(n, v);
+                    (to != v).then(|| (g.value(v).name.as_str(), g.value(to).name.as_str()))
+                })
+                .collect();
+            let record = node.source?.index();
+            (!names.is_empty()).then_some((record, names))
+        })
+        .collect();
+    let rename = |n: &mut NodeProto, names: &[(&str, &str)]| {
+        for input in &mut n.input {
+            if let Some((_, to)) = names.iter().find(|(from, _)| from == input) {
+                *input = (*to).to_string();
+            }
+        }
+    };
     // Node records are copied as they lie in the file unless a model-local function must be
     // found among the ops the nodes call (that needs them decoded).
     let raw: Option<Vec<bytes::Bytes>> = if sp.functions.is_empty() {
@@ -174,11 +198,21 @@ pub(crate) fn part_model_with(
     // A node's tensors (a Constant's value, a subgraph's initializers) may lie in external
     // data too; the part's folder has no such file, so they are written into the part.
     let raw = match raw {
-        Some(records) => Some(
-            records
-                .into_iter()
-                .map(|b| inline_record_tensors(b, source))
-                .collect::<Result<Vec<_>, _>>()?,
+        Some(raws) => Some(
+            raws.into_iter()
+                .zip(&records)
+                .map(|(b, r)| {
+                    let b = inline_record_tensors(b, source)?;
+                    let Some(names) = renamed.get(&r.index()) else {
+                        return Ok(b);
+                    };
+                    let mut n = NodeProto::decode(b).map_err(|e| {
+                        EmitError::Source(format!("a node record does not decode: {e}"))
+                    })?;
+                    rename(&mut n, names);
+                    Ok(n.encode_to_vec().into())
+                })
+                .collect::<Result<Vec<_>, EmitError>>()?,
         ),
         None => None,
     };
@@ -197,7 +231,13 @@ pub(crate) fn part_model_with(
             })
             .collect::<Result<Vec<NodeProto>, _>>()?
             .into_iter()
-            .map(|mut n| inline_node_tensors(&mut n, source).map(|_| n))
+            .zip(&records)
+            .map(|(mut n, r)| {
+                if let Some(names) = renamed.get(&r.index()) {
+                    rename(&mut n, names);
+                }
+                inline_node_tensors(&mut n, source).map(|_| n)
+            })
             .collect::<Result<Vec<NodeProto>, _>>()?
     };
 
