@@ -444,6 +444,24 @@ fn exported_decoders_split_at_layers_and_decode_the_whole_models_tokens() {
                 "{name} {stages}: {hops:?}"
             );
         }
+        // Counted at a context, every stage's per-token work is known (GPT-2's computed
+        // shapes fold, PyTorch's `expand` among them), so two stages take two layers each.
+        let out = work.path().join(format!("{name}-ctx"));
+        let o = cleave(&[
+            os("partition"),
+            model.as_os_str(),
+            os("--stages"),
+            os("2"),
+            os("--context"),
+            os("18"),
+            os("-o"),
+            out.as_os_str(),
+        ]);
+        ok(&o);
+        let record = conn(&out.join("model.conn.json"));
+        for p in record["parts"].as_array().unwrap() {
+            assert_eq!(p["state"].as_object().unwrap().len(), 4, "{name}: {record}");
+        }
         // A text prompt through the tokenizer.json the export wrote beside the model.
         let c = work.path().join(format!("{name}2")).join("model.conn.json");
         let words: Vec<String> = prompt.split(',').map(|t| format!("w{t}")).collect();

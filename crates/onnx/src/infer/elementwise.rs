@@ -265,6 +265,12 @@ fn register_folds(r: &mut OpRegistry) {
                 .flatten()
         },
     );
+    // PyTorch's `expand` picks each target dim, or the input's where it is -1.
+    r.fold(&["Where"], |cx| {
+        (is_int(cx, 1) && is_int(cx, 2))
+            .then(|| fold::select(cx))
+            .flatten()
+    });
     r.fold(&["Not"], |cx| {
         Some(
             cx.dims_value(0)?

@@ -69,6 +69,9 @@ pub(crate) fn compare(op: &str, x: &Dim, y: &Dim) -> Dim {
         (Dim::Param(a), Dim::Param(b)) if a == b => {
             matches!(op, "Equal" | "GreaterOrEqual" | "LessOrEqual")
         }
+        // A symbol is a dim, never negative: PyTorch's `expand` tests each dim for -1.
+        (Dim::Param(_), Dim::Fixed(b)) if *b < 0 => matches!(op, "Greater" | "GreaterOrEqual"),
+        (Dim::Fixed(a), Dim::Param(_)) if *a < 0 => matches!(op, "Less" | "LessOrEqual"),
         _ => return Dim::Unknown,
     };
     Dim::Fixed(i64::from(r))
@@ -84,6 +87,32 @@ pub(crate) fn elementwise(cx: &Cx, f: fn(&str, &Dim, &Dim) -> Dim) -> Option<Vec
         (1, _) => b.iter().map(|y| f(op, &a[0], y)).collect(),
         _ => return None,
     })
+}
+
+/// `Where` on tracked tensors of equal length (or single elements): each element from `x`
+/// where the condition is known true, from `y` where known false, else known only where the
+/// two agree.
+pub(crate) fn select(cx: &Cx) -> Option<Vec<Dim>> {
+    let (c, x, y) = (cx.dims_value(0)?, cx.dims_value(1)?, cx.dims_value(2)?);
+    let n = c.len().max(x.len()).max(y.len());
+    let at = |v: &[Dim], i: usize| -> Option<Dim> {
+        match v.len() {
+            1 => Some(v[0].clone()),
+            m if m == n => Some(v[i].clone()),
+            _ => None,
+        }
+    };
+    (0..n)
+        .map(|i| {
+            let (x, y) = (at(x, i)?, at(y, i)?);
+            Some(match at(c, i)? {
+                Dim::Fixed(0) => y,
+                Dim::Fixed(_) => x,
+                _ if x == y && x != Dim::Unknown => x,
+                _ => Dim::Unknown,
+            })
+        })
+        .collect()
 }
 
 /// A static shape as sizes, for indexing the flat elements of a folded tensor.
@@ -113,6 +142,11 @@ mod tests {
         assert_eq!(compare("Equal", &n(), &n()), Dim::Fixed(1));
         assert_eq!(compare("Less", &n(), &n()), Dim::Fixed(0));
         assert_eq!(compare("Equal", &n(), &Dim::Fixed(1)), Dim::Unknown);
+        // A dim is never negative.
+        assert_eq!(compare("Equal", &n(), &Dim::Fixed(-1)), Dim::Fixed(0));
+        assert_eq!(compare("Greater", &n(), &Dim::Fixed(-1)), Dim::Fixed(1));
+        assert_eq!(compare("LessOrEqual", &Dim::Fixed(-1), &n()), Dim::Fixed(1));
+        assert_eq!(compare("Greater", &n(), &Dim::Fixed(0)), Dim::Unknown);
         assert_eq!(
             compare("Greater", &Dim::Fixed(3), &Dim::Fixed(1)),
             Dim::Fixed(1)
