@@ -114,7 +114,7 @@ pub fn whole_generation(
 ) -> Result<Generation<Whole>, Error> {
     let mut spec = decoder_spec(conn, &req.state)?;
     let model = conn_source_path(conn)?;
-    let session = crate::engine(engine.clone())?.load(&model, false)?;
+    let session = crate::engine(engine.clone())?.load_with(&model, crate::run::for_generation())?;
     spec.path = model;
     start(Whole(session), spec, req)
 }

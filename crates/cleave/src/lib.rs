@@ -117,8 +117,8 @@ pub use request::{
 };
 pub use run::{
     conn_source, default_engine, engine, engine_map, engine_registry, engine_worker_main,
-    isolate_engines, load_parts, load_served_part, parse_engine, parse_engine_pair,
-    EngineEvaluator,
+    isolate_engines, load_decoder_parts, load_parts, load_served_part, parse_engine,
+    parse_engine_pair, EngineEvaluator,
 };
 pub use stages::{parse_memory, parse_size, DecodeContext, StageRequest, StageTime, Stages};
 pub use tokenizer::TextCodec;

@@ -103,6 +103,22 @@ pub fn load_parts(
     Ok(runner::load_parts(conn, engines, single_thread)?)
 }
 
+/// The parts of `conn` loaded for generation: each engine may rewrite a part for speed (ONNX
+/// Runtime's graph optimizations), as served stages are, since a decoder's steps compare only
+/// the logits with the whole model's.
+pub fn load_decoder_parts(conn: &Path, engines: &EngineMap) -> Result<LoadedParts, Error> {
+    Ok(runner::load_parts_with(conn, engines, for_generation())?)
+}
+
+/// How generation loads a model: every engine's default threads, optimized.
+pub(crate) fn for_generation() -> cleave_runtime::LoadOptions {
+    cleave_runtime::LoadOptions {
+        threads: cleave_runtime::Threads::single(false),
+        optimize: true,
+        gpu: None,
+    }
+}
+
 /// The source model a connection file names, loaded and typed.
 pub fn conn_source(conn: &Path) -> Result<Box<dyn cleave_frontend::FormatModel>, Error> {
     let c = runner::read_conn(conn)?;

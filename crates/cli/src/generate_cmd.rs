@@ -5,7 +5,7 @@ use std::io::Write;
 use cleave::runtime::decode::{Generation, Sampling, Steps};
 use cleave::GenerateRequest;
 
-use crate::run_cmd::{engines, load_parts, runtime_fail};
+use crate::run_cmd::{engines, load_decoder_parts, runtime_fail};
 use crate::Fail;
 
 /// What to generate, as `generate` and `verify --generate` take it.
@@ -161,7 +161,7 @@ pub fn main(a: Args) -> Result<(), Fail> {
         ..req
     };
     let spec = cleave::decoder_spec(&a.conn, &req.state)?;
-    let parts = load_parts(&a.conn, &map, false)?;
+    let parts = load_decoder_parts(&a.conn, &map)?;
     let n_parts = parts.sessions.len();
     let mut g = cleave::generation(parts, spec, &req)?;
     let mut out = std::io::stdout().lock();

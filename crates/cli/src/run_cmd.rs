@@ -25,6 +25,19 @@ pub fn load_parts(
     Ok(parts)
 }
 
+/// A decoder's parts, loaded for generation ([`cleave::load_decoder_parts`]), with the same
+/// notes as [`load_parts`].
+pub fn load_decoder_parts(
+    conn: &std::path::Path,
+    map: &EngineMap,
+) -> Result<cleave::runtime::runner::LoadedParts, Fail> {
+    let parts = cleave::load_decoder_parts(conn, map)?;
+    for n in &parts.notes {
+        inputs::note_once(format!("note: {n}"));
+    }
+    Ok(parts)
+}
+
 pub fn engines(pairs: &[(String, String)]) -> Result<EngineMap, Fail> {
     Ok(cleave::engine_map(pairs)?)
 }

@@ -8,7 +8,7 @@ use cleave::runtime::verify::Tolerance;
 use cleave::runtime::HostTensor;
 
 use crate::generate_cmd::{measured, PromptArgs};
-use crate::run_cmd::{engines, load_parts, runtime_fail};
+use crate::run_cmd::{engines, load_decoder_parts, runtime_fail};
 use crate::setup::DeviceArgs;
 use crate::Fail;
 
@@ -60,7 +60,7 @@ pub fn run(a: GenerateCheck) -> Result<bool, Fail> {
         None => cleave::default_engine(a.model)?,
     };
     let spec = cleave::decoder_spec(&conn, &req.state)?;
-    let parts = load_parts(&conn, &engines(a.engines)?, false)?;
+    let parts = load_decoder_parts(&conn, &engines(a.engines)?)?;
     let n_parts = parts.sessions.len();
     let mut split = cleave::generation(parts, spec, &req)?;
     let mut whole = cleave::whole_generation(&conn, &reference, &req)?;

@@ -49,6 +49,21 @@ pub fn load_parts(
     engines: &EngineMap,
     single_thread: bool,
 ) -> Result<LoadedParts, RuntimeError> {
+    let opts = LoadOptions {
+        threads: Threads::single(single_thread),
+        optimize: false,
+        gpu: None,
+    };
+    load_parts_with(conn_path, engines, opts)
+}
+
+/// [`load_parts`], each part loaded as `opts` says: generation loads for speed, as served
+/// stages do, since only the logits are compared with the whole model's.
+pub fn load_parts_with(
+    conn_path: &Path,
+    engines: &EngineMap,
+    opts: LoadOptions,
+) -> Result<LoadedParts, RuntimeError> {
     let conn = read_conn(conn_path)?;
     let dir = conn_path
         .parent()
@@ -83,7 +98,7 @@ pub fn load_parts(
         let chosen = engines.is_default(&backend, &format, p.engine.as_deref(), &kind);
         // A precheck that fails keeps its session: where no other engine loads the part,
         // the default still runs it, and a run with real shapes says what it can.
-        let loaded = match engine.load(&path, single_thread) {
+        let loaded = match engine.load_with(&path, opts) {
             Ok(mut s) if chosen => match s.precheck() {
                 Ok(()) => Ok(s),
                 Err(e) => Err((e, Some(s))),
@@ -100,7 +115,7 @@ pub fn load_parts(
                     && (kept.is_some() || matches!(first, RuntimeError::Unsupported { .. })) =>
             {
                 let why = first.to_string();
-                match fall_back(engines, &path, &format, &kind, single_thread, first) {
+                match fall_back(engines, &path, &format, &kind, opts, first) {
                     Ok((session, other)) => {
                         notes.push(format!(
                             "{}: {} could not take it as declared, so it runs on {} (--engine {backend}=ENGINE chooses): {}",
@@ -247,7 +262,7 @@ fn fall_back(
     path: &Path,
     format: &str,
     default: &EngineKind,
-    single_thread: bool,
+    opts: LoadOptions,
     first: RuntimeError,
 ) -> Result<(Box<dyn Session>, EngineKind), RuntimeError> {
     let mut tried = Vec::new();
@@ -258,7 +273,7 @@ fn fall_back(
         let loaded = engines
             .registry()
             .make(&kind)
-            .and_then(|e| e.load(path, single_thread));
+            .and_then(|e| e.load_with(path, opts));
         match loaded {
             Ok(session) => return Ok((session, kind)),
             Err(e) => tried.push(format!("{}: {e}", kind.label())),
