@@ -3,13 +3,14 @@ holds at the context, the tokens against the whole model's, the bytes between pa
 at the first and last decode step, and the per-token time split and whole (same engine, same
 threads).
 
-    python3 scripts/reports/decode_table.py CLEAVE [--tokens N] [--context T] [--engine ort]
+    python3 scripts/reports/decode_table.py CLEAVE [--tokens N] [--context T] [--engine ort] [--repeat R]
 
 Models: scripts/testdata/make_decoder_models.py (tiny_llama: 4 layers, hidden 32, GQA 4/2;
 tiny_gpt: 4 layers, MHA, tied lm_head, cache declared with --state; small_llama: 8 layers,
 hidden 512, GQA 8/4, 104 MB), random weights; and, where the test data holds them, the real
 exports of scripts/testdata/export_decoders.py (Optimum's Llama and GPT-2, onnxruntime-genai's
-Llama; hidden 64, 4 layers). Each split is made with --context T (default: the length
+Llama; hidden 64, 4 layers; and with `export_decoders.py DEST --small` the same at hidden 512,
+8 layers, vocabulary 8000). Each split is made with --context T (default: the length
 generated), so the stages are balanced by per-token work there; a stage's KV is its layers'
 caches (past and present, batch 1) at T tokens, from the declared shapes.
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,12 +35,14 @@ def models(own):
     yield "tiny_gpt", own / "tiny_gpt.onnx", GPT_STATE
     yield "small_llama", own / "small_llama.onnx", []
     exported = pathlib.Path(os.environ.get("CLEAVE_TEST_DATA", pathlib.Path.home() / ".cache/cleave/test-data"))
-    for name in ("optimum_llama", "optimum_gpt2", "genai_llama"):
-        path = exported / "decoders-exported" / name / "model.onnx"
-        if path.is_file():
-            yield name, path, []
-        else:
-            print(f"({name}: not in the test data; bash scripts/testdata/fetch-test-data.sh makes it)", file=sys.stderr)
+    for folder, suffix, how in (("decoders-exported", "", "bash scripts/testdata/fetch-test-data.sh"),
+                                ("decoders-exported-small", " (small)", "python3 scripts/testdata/export_decoders.py DEST --small")):
+        for name in ("optimum_llama", "optimum_gpt2", "genai_llama"):
+            path = exported / folder / name / "model.onnx"
+            if path.is_file():
+                yield name + suffix, path, []
+            else:
+                print(f"({name}{suffix}: not in the test data; {how} makes it)", file=sys.stderr)
 
 
 def cache_bytes(model, names, tokens):
@@ -65,6 +69,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--context", type=int, help="the context the stages are counted at (default: prompt + tokens)")
     ap.add_argument("--engine", default="ort")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per row; the times are the medians")
     a = ap.parse_args()
     context = a.context or a.tokens + 2
     with tempfile.TemporaryDirectory() as d:
@@ -85,12 +90,17 @@ def main():
                 weights = " / ".join(kib(p["weights_bytes"]) for p in parts)
                 kv = " / ".join(kib(cache_bytes(model, list(p.get("state", {})), context)) for p in parts)
                 engines = ",".join(f"stage{k}={a.engine}" for k in range(1, stages + 1))
-                done = subprocess.run([a.cleave, "verify", str(model), str(conn), "--generate", str(a.tokens),
-                                       "--prompt-ids", "1,2", "--reference", a.engine, "--engine", engines, "--json"],
-                                      capture_output=True, text=True)
-                v = json.loads(done.stdout)
+                runs = []
+                for _ in range(a.repeat):
+                    done = subprocess.run([a.cleave, "verify", str(model), str(conn), "--generate", str(a.tokens),
+                                           "--prompt-ids", "1,2", "--reference", a.engine, "--engine", engines, "--json"],
+                                          capture_output=True, text=True)
+                    runs.append(json.loads(done.stdout))
+                v = runs[0]
+                v["passed"] = all(r["passed"] for r in runs)
                 hops = v["hop_bytes_per_token"]
-                split, whole = v["per_token_ms"], v["whole_per_token_ms"]
+                split = statistics.median(r["per_token_ms"] for r in runs)
+                whole = statistics.median(r["whole_per_token_ms"] for r in runs)
                 print(f"| {name} | {stages} | {weights} | {kv} | {v['passed']} | {hops[0]}, {hops[-1]} "
                       f"| {split:.3f} | {whole:.3f} | {split / whole:.2f} |")
 

@@ -2,7 +2,8 @@
 Hugging Face models built from configs with random weights (nothing is downloaded but pinned
 packages).
 
-    python3 scripts/testdata/export_decoders.py DEST     # DEST/decoders-exported/*/model.onnx (cached)
+    python3 scripts/testdata/export_decoders.py DEST          # DEST/decoders-exported/*/model.onnx (cached)
+    python3 scripts/testdata/export_decoders.py DEST --small  # DEST/decoders-exported-small/ (cached)
 
 torch, transformers, Optimum and onnxruntime-genai (pinned below) live in a virtual environment
 of their own, $CLEAVE_EXPORT_VENV (default ~/.cache/cleave/export-venv), made on first use and
@@ -16,6 +17,10 @@ used only to make these models; nothing else imports them. Three models, seeded:
 - optimum_gpt2: GPT-2 (LayerNorm, learned positions, 4 heads; hidden 64, 4 layers) the same way.
 - genai_llama: the same Llama through onnxruntime-genai's builder (fp32, cpu): fused
   GroupQueryAttention and SkipSimplifiedLayerNormalization (com.microsoft), no position_ids.
+
+With --small, the same three at hidden 512 and 8 layers (Llama: 8/4 heads; GPT-2: 8 heads),
+vocabulary 8000 (about 26 M parameters, 100 MB): for timings where compute shows
+(scripts/reports/decode_table.py), not for the tests.
 
 Each folder holds model.onnx (genai_llama also model.onnx.data) and tokenizer.json: Hugging Face's
 format, a word-level vocabulary w0 .. w127, so `--prompt "w1 w2 w3"` is the ids 1, 2, 3. The
@@ -78,7 +83,7 @@ def save_tokenizer(folder):
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", eos_token=f"w{VOCAB - 1}").save_pretrained(folder)
 
 
-def make(out):
+def make(out, small):
     """Runs inside the export venv: writes the models into out."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
@@ -87,11 +92,12 @@ def make(out):
 
     torch.manual_seed(7)
     src = out / "hf"
-    llama = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                        initializer_range=0.2, eos_token_id=VOCAB - 1, bos_token_id=1)
-    gpt2 = GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=4, n_head=4, n_positions=256,
-                      initializer_range=0.2, eos_token_id=VOCAB - 1, bos_token_id=1)
+    vocab, hidden, layers, heads, positions = (8000, 512, 8, 8, 2048) if small else (VOCAB, 64, 4, 4, 256)
+    llama = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                        num_attention_heads=heads, num_key_value_heads=heads // 2, max_position_embeddings=positions,
+                        initializer_range=0.2 if not small else 0.02, eos_token_id=VOCAB - 1, bos_token_id=1)
+    gpt2 = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=positions,
+                      initializer_range=0.2 if not small else 0.02, eos_token_id=VOCAB - 1, bos_token_id=1)
     for name, model in (("llama", LlamaForCausalLM(llama)), ("gpt2", GPT2LMHeadModel(gpt2))):
         model.eval().save_pretrained(src / name)
         save_tokenizer(src / name)
@@ -103,8 +109,8 @@ def make(out):
     shutil.rmtree(src)
 
 
-def fetch(dest):
-    out = dest / "decoders-exported"
+def fetch(dest, small=False):
+    out = dest / ("decoders-exported-small" if small else "decoders-exported")
     stamp = out / f".complete-{stamp_of()}"
     if stamp.exists():
         print(f"exported decoders already in {out}")
@@ -113,7 +119,7 @@ def fetch(dest):
     dest.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=".decoders-exported-", dir=dest))
     try:
-        subprocess.run([str(python), __file__, "--make", str(tmp)], check=True)
+        subprocess.run([str(python), __file__, "--make", str(tmp), *(["--small"] if small else [])], check=True)
         missing = [m for m in MODELS
                    if not (tmp / m / "model.onnx").is_file() or not (tmp / m / "tokenizer.json").is_file()]
         if missing:
@@ -133,10 +139,13 @@ def fetch(dest):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--make":
-        make(pathlib.Path(sys.argv[2]))
-    elif len(sys.argv) == 2:
-        fetch(pathlib.Path(sys.argv[1]))
+    args = sys.argv[1:]
+    small = "--small" in args
+    args = [a for a in args if a != "--small"]
+    if len(args) == 2 and args[0] == "--make":
+        make(pathlib.Path(args[1]), small)
+    elif len(args) == 1:
+        fetch(pathlib.Path(args[0]), small)
     else:
         sys.exit(__doc__)
 
