@@ -35,8 +35,9 @@ def models(own):
     yield "tiny_gpt", own / "tiny_gpt.onnx", GPT_STATE
     yield "small_llama", own / "small_llama.onnx", []
     exported = pathlib.Path(os.environ.get("CLEAVE_TEST_DATA", pathlib.Path.home() / ".cache/cleave/test-data"))
+    small = "python3 scripts/testdata/export_decoders.py DEST --small"
     for folder, suffix, how in (("decoders-exported", "", "bash scripts/testdata/fetch-test-data.sh"),
-                                ("decoders-exported-small", " (small)", "python3 scripts/testdata/export_decoders.py DEST --small")):
+                                ("decoders-exported-small", " (small)", small)):
         for name in ("optimum_llama", "optimum_gpt2", "genai_llama"):
             path = exported / folder / name / "model.onnx"
             if path.is_file():
@@ -74,7 +75,8 @@ def main():
     context = a.context or a.tokens + 2
     with tempfile.TemporaryDirectory() as d:
         d = pathlib.Path(d)
-        subprocess.run([sys.executable, str(ROOT / "scripts/testdata/make_decoder_models.py"), str(d), "--small"], check=True)
+        make = ROOT / "scripts/testdata/make_decoder_models.py"
+        subprocess.run([sys.executable, str(make), str(d), "--small"], check=True)
         print(f"| model | stages | weights per stage (KiB) | KV per stage at {context} tokens (KiB) | tokens equal "
               "| bytes/hop/token (first, last step) | ms/token split | ms/token whole | ratio |")
         print("|---|---|---|---|---|---|---|---|---|")
@@ -92,9 +94,9 @@ def main():
                 engines = ",".join(f"stage{k}={a.engine}" for k in range(1, stages + 1))
                 runs = []
                 for _ in range(a.repeat):
-                    done = subprocess.run([a.cleave, "verify", str(model), str(conn), "--generate", str(a.tokens),
-                                           "--prompt-ids", "1,2", "--reference", a.engine, "--engine", engines, "--json"],
-                                          capture_output=True, text=True)
+                    verify = [a.cleave, "verify", str(model), str(conn), "--generate", str(a.tokens), "--prompt-ids",
+                              "1,2", "--reference", a.engine, "--engine", engines, "--json"]
+                    done = subprocess.run(verify, capture_output=True, text=True)
                     runs.append(json.loads(done.stdout))
                 v = runs[0]
                 v["passed"] = all(r["passed"] for r in runs)
